@@ -1,0 +1,65 @@
+"""agl: train any LLM agent with reinforcement learning, without rewriting it.
+
+The public API a user or an integration needs is importable from here::
+
+    import agl
+
+    agl.emit_reward(1.0)                    # inside an agent
+    with agl.span("retrieve", kind="tool"):  # structure of your own
+        ...
+
+    @agl.hookimpl
+    def agl_reward(rollout, spans, llm_calls, rewards):   # a reward plugin
+        return float(rollout.output == rollout.task.input["answer"])
+"""
+
+from agl.capture import (
+    BufferedWriter,
+    RolloutContext,
+    annotate,
+    current_rollout,
+    emit_reward,
+    emit_span,
+    span,
+    use_rollout,
+)
+from agl.hookspecs import hookimpl
+from agl.plugins import register as register_plugin
+from agl.schema import (
+    Attempt,
+    LLMCall,
+    ModelVersion,
+    Reward,
+    Rollout,
+    RolloutStatus,
+    Span,
+    Task,
+    Transition,
+)
+from agl.store import Store, open_store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Attempt",
+    "BufferedWriter",
+    "LLMCall",
+    "ModelVersion",
+    "Reward",
+    "Rollout",
+    "RolloutContext",
+    "RolloutStatus",
+    "Span",
+    "Store",
+    "Task",
+    "Transition",
+    "annotate",
+    "current_rollout",
+    "emit_reward",
+    "emit_span",
+    "hookimpl",
+    "open_store",
+    "register_plugin",
+    "span",
+    "use_rollout",
+]

@@ -1,0 +1,174 @@
+"""The current rollout, and the capture API that integrations and agents call.
+
+The current rollout lives in a context variable, so it follows asyncio tasks and
+anything run with ``contextvars.copy_context()``. A bare ``threading.Thread``
+does not inherit context variables; for that case, when exactly one rollout is
+active in the process, it is the current one everywhere.
+
+Outside any rollout, observations are production traffic: they are written with
+no rollout id to the store named by ``AGL_STORE_URL`` (or ``.agl/agl.db``), and
+can be rewarded later by span id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import itertools
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from agl.capture.writer import BufferedWriter
+from agl.schema import Reward, Span, SpanKind, Task, new_id, now
+
+
+@dataclass
+class RolloutContext:
+    """What an agent needs to know about the rollout it is running in."""
+
+    rollout_id: str | None
+    task: Task | None = None
+    base_url: str | None = None
+    """The gateway URL for this rollout (OpenAI-compatible, ends in ``/v1``)."""
+    model: str = "agl-policy"
+    api_key: str = "agl"
+    resources: dict[str, Any] = field(default_factory=dict)
+    writer: BufferedWriter | None = None
+    trace_id: str = field(default_factory=new_id)
+    _seq: Iterator[int] = field(default_factory=itertools.count, repr=False)
+
+    def next_seq(self) -> int:
+        return next(self._seq)
+
+    def put(self, item: Span | Reward) -> None:
+        (self.writer or production_writer()).put(item)
+
+
+_current: contextvars.ContextVar[RolloutContext | None] = contextvars.ContextVar("agl_rollout", default=None)
+_current_span: contextvars.ContextVar[str | None] = contextvars.ContextVar("agl_span", default=None)
+_active: dict[int, RolloutContext] = {}
+_active_lock = threading.Lock()
+_production: RolloutContext | None = None
+_production_lock = threading.Lock()
+
+
+def current_rollout() -> RolloutContext | None:
+    """The rollout this code runs in, or None outside any rollout."""
+    ctx = _current.get()
+    if ctx is not None:
+        return ctx
+    if len(_active) == 1:
+        return next(iter(_active.values()), None)
+    return None
+
+
+def capture_context() -> RolloutContext:
+    """The current rollout, or the production context when there is none."""
+    return current_rollout() or _production_context()
+
+
+def _production_context() -> RolloutContext:
+    global _production
+    with _production_lock:
+        if _production is None:
+            _production = RolloutContext(rollout_id=None)
+        return _production
+
+
+_production_writer: BufferedWriter | None = None
+
+
+def production_writer() -> BufferedWriter:
+    """The writer for observations made outside any rollout (opened on first use)."""
+    global _production_writer
+    with _production_lock:
+        if _production_writer is None:
+            from agl.store import open_store
+
+            _production_writer = BufferedWriter(open_store())
+        return _production_writer
+
+
+@contextlib.contextmanager
+def use_rollout(ctx: RolloutContext) -> Iterator[RolloutContext]:
+    """Make ``ctx`` the current rollout inside the ``with`` block."""
+    token = _current.set(ctx)
+    key = id(ctx)
+    with _active_lock:
+        _active[key] = ctx
+    try:
+        yield ctx
+    finally:
+        with _active_lock:
+            _active.pop(key, None)
+        _current.reset(token)
+
+
+def current_span_id() -> str | None:
+    """The id of the innermost open :func:`span`, if any."""
+    return _current_span.get()
+
+
+def emit_reward(value: float, name: str | None = None, *, span_id: str | None = None) -> Reward:
+    """Record a reward for the current rollout (or, in production, for a span).
+
+    Rewards emitted during a run are intermediate rewards for the ``emitted``
+    credit assignment; the last one named ``reward`` is also the rollout's
+    final reward unless the agent function returns one.
+    """
+    try:
+        value = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"value: a reward must be a number, got {value!r}") from exc
+    ctx = capture_context()
+    reward = Reward(
+        rollout_id=ctx.rollout_id,
+        span_id=span_id or current_span_id(),
+        name=name or "reward",
+        value=value,
+        seq=ctx.next_seq(),
+    )
+    ctx.put(reward)
+    return reward
+
+
+def emit_span(span: Span) -> Span:
+    """Record a finished span in the current rollout, filling in rollout, trace and seq."""
+    ctx = capture_context()
+    span.rollout_id = ctx.rollout_id
+    if span.parent_id is None:
+        span.parent_id = current_span_id()
+    span.trace_id = ctx.trace_id
+    span.seq = ctx.next_seq()
+    ctx.put(span)
+    return span
+
+
+@contextlib.contextmanager
+def span(name: str, kind: SpanKind = "custom", **attributes: Any) -> Iterator[Span]:
+    """Record a span around a block; nested spans and rewards become its children.
+
+    >>> with agl.span("retrieve", kind="tool", query=q) as s:
+    ...     s.attributes["hits"] = len(hits)
+    """
+    record = Span(name=name, kind=kind, parent_id=current_span_id(), attributes=attributes)
+    token = _current_span.set(record.span_id)
+    try:
+        yield record
+        record.status = "ok"
+    except BaseException as exc:
+        record.status = "error"
+        record.attributes.setdefault("error.type", type(exc).__name__)
+        raise
+    finally:
+        _current_span.reset(token)
+        record.end_time = now()
+        emit_span(record)
+
+
+def annotate(**attributes: Any) -> Span:
+    """Record a point-in-time ``custom`` span carrying ``attributes``."""
+    t = now()
+    return emit_span(Span(name="annotation", kind="custom", start_time=t, end_time=t, status="ok", attributes=attributes))

@@ -1,0 +1,83 @@
+"""Credit assignment: spreading a rollout's rewards over its LLM calls (LightningRL).
+
+A strategy takes a rollout's rewards and how many LLM calls it made, and returns
+one reward per call. The built-in ones are registered as a plugin, so a package
+can add its own through the ``agl_credit_assignment`` hook.
+
+- ``broadcast``: every call gets the final reward (the paper's default).
+- ``last``: only the final call is rewarded; the others get 0.
+- ``discounted``: the final reward times ``gamma`` per step back from the end.
+- ``emitted``: returns-to-go over the intermediate rewards emitted during the run
+  (each attached to the last call made before it), plus the final reward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from agl.hookspecs import hookimpl
+
+
+@dataclass
+class RolloutRewards:
+    """The rewards of one rollout, placed relative to its LLM calls."""
+
+    final: float
+    emitted: list[tuple[int, float]] = field(default_factory=list)
+    """``(call index, value)``: the index of the last call made before the reward (-1: before any)."""
+
+
+Strategy = Callable[..., list[float]]
+
+
+def broadcast(n_calls: int, rewards: RolloutRewards, **_: float) -> list[float]:
+    return [rewards.final] * n_calls
+
+
+def last(n_calls: int, rewards: RolloutRewards, **_: float) -> list[float]:
+    return [0.0] * (n_calls - 1) + [rewards.final] if n_calls else []
+
+
+def discounted(n_calls: int, rewards: RolloutRewards, *, gamma: float = 0.9, **_: float) -> list[float]:
+    _check_gamma(gamma)
+    return [rewards.final * gamma ** (n_calls - 1 - i) for i in range(n_calls)]
+
+
+def emitted(n_calls: int, rewards: RolloutRewards, *, gamma: float = 1.0, **_: float) -> list[float]:
+    _check_gamma(gamma)
+    if not n_calls:
+        return []
+    immediate = [0.0] * n_calls
+    for index, value in rewards.emitted:
+        immediate[min(max(index, 0), n_calls - 1)] += value
+    immediate[-1] += rewards.final
+    returns = [0.0] * n_calls
+    running = 0.0
+    for i in range(n_calls - 1, -1, -1):
+        running = immediate[i] + gamma * running
+        returns[i] = running
+    return returns
+
+
+def _check_gamma(gamma: float) -> None:
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma: must be between 0 and 1, got {gamma}")
+
+
+BUILTIN: dict[str, Strategy] = {
+    "broadcast": broadcast,
+    "last": last,
+    "discounted": discounted,
+    "emitted": emitted,
+}
+
+
+@hookimpl
+def agl_credit_assignment(name: str) -> Strategy | None:
+    return BUILTIN.get(name)
+
+
+@hookimpl
+def agl_list_components() -> dict[str, list[str]]:
+    return {"credit_assignments": sorted(BUILTIN)}

@@ -1,0 +1,31 @@
+"""Exceptions agl raises on purpose. Each names what was wrong and why."""
+
+from __future__ import annotations
+
+
+class AglError(Exception):
+    """Base class for every error agl raises on purpose."""
+
+
+class NotFound(AglError, KeyError):
+    """An id that the store does not know."""
+
+    def __init__(self, kind: str, ident: str):
+        self.kind = kind
+        self.ident = ident
+        super().__init__(f"unknown {kind} {ident!r}")
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0]
+
+
+class InvalidTransition(AglError, ValueError):
+    """A rollout status change that the status machine does not allow."""
+
+
+class StoreUnavailable(AglError):
+    """The store could not be reached, or stayed locked, after retries."""
+
+
+class ConfigError(AglError, ValueError):
+    """A configuration value that is missing or out of range; names the field."""

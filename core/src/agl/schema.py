@@ -1,0 +1,210 @@
+"""The unified data interface: what runners, the gateway and trainers exchange.
+
+Every model here crosses process boundaries, so each one round-trips through JSON
+and through every store backend unchanged. Token arrays are packed (see
+:mod:`agl.tokens`).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agl.tokens import Logprobs, TokenIds
+
+JSON = Any
+"""Any JSON-serialisable value."""
+
+
+def new_id(prefix: str = "") -> str:
+    """A fresh random identifier, optionally prefixed (``ro-…``, ``span-…``)."""
+    return f"{prefix}{uuid.uuid4().hex}"
+
+
+def now() -> float:
+    """Wall-clock time in seconds since the epoch, the unit of every timestamp here."""
+    return time.time()
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, ser_json_inf_nan="constants")
+
+
+class Task(_Model):
+    """One input of a dataset. Rollouts of the same task form a group."""
+
+    task_id: str = Field(default_factory=lambda: new_id("task-"), min_length=1)
+    input: JSON
+    split: str = "train"
+    metadata: dict[str, JSON] = Field(default_factory=dict)
+
+
+class RolloutStatus(str, Enum):
+    """Where a rollout is in its life: queued → running → one of the terminal states."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset(
+    {RolloutStatus.SUCCEEDED, RolloutStatus.FAILED, RolloutStatus.TIMED_OUT, RolloutStatus.CANCELLED}
+)
+
+ALLOWED_TRANSITIONS: dict[RolloutStatus, frozenset[RolloutStatus]] = {
+    RolloutStatus.QUEUED: frozenset({RolloutStatus.RUNNING, RolloutStatus.CANCELLED}),
+    # running → queued is a retry: the attempt failed and the policy allows another.
+    RolloutStatus.RUNNING: frozenset(TERMINAL_STATUSES | {RolloutStatus.QUEUED}),
+    RolloutStatus.SUCCEEDED: frozenset(),
+    RolloutStatus.FAILED: frozenset(),
+    RolloutStatus.TIMED_OUT: frozenset(),
+    RolloutStatus.CANCELLED: frozenset(),
+}
+
+
+class Rollout(_Model):
+    """One run of the agent on one task."""
+
+    rollout_id: str = Field(default_factory=lambda: new_id("ro-"), min_length=1)
+    task_id: str = Field(min_length=1)
+    status: RolloutStatus = RolloutStatus.QUEUED
+    attempt: int = Field(default=0, ge=0, description="attempts started so far")
+    max_attempts: int = Field(default=1, ge=1)
+    timeout_s: float | None = Field(default=None, gt=0)
+    model_version: str | None = None
+    step: int | None = Field(default=None, description="training step that enqueued it")
+    mode: Literal["train", "val", "production"] = "train"
+    runner_id: str | None = None
+    claim_id: str | None = None
+    created_at: float = Field(default_factory=now)
+    started_at: float | None = None
+    heartbeat_at: float | None = None
+    ended_at: float | None = None
+    error: str | None = None
+    output: JSON = None
+    task: Task | None = Field(default=None, description="the task, filled in when claimed")
+
+
+class Attempt(_Model):
+    """One try at running a rollout; a rollout retried by policy has several."""
+
+    rollout_id: str
+    attempt: int = Field(ge=1)
+    runner_id: str | None = None
+    status: RolloutStatus = RolloutStatus.RUNNING
+    started_at: float = Field(default_factory=now)
+    ended_at: float | None = None
+    error: str | None = None
+
+
+SpanKind = Literal["llm", "tool", "agent", "reward", "custom"]
+
+
+class Span(_Model):
+    """One observed event in a rollout, OpenTelemetry-shaped.
+
+    ``rollout_id`` is None for production traffic outside any training rollout.
+    Attribute names follow the OpenTelemetry GenAI conventions where one exists
+    (``gen_ai.response.id``, ``gen_ai.agent.name``) and ``agl.*`` otherwise.
+    """
+
+    span_id: str = Field(default_factory=lambda: new_id(), min_length=1)
+    trace_id: str = Field(default_factory=lambda: new_id(), min_length=1)
+    parent_id: str | None = None
+    rollout_id: str | None = None
+    seq: int = 0
+    name: str
+    kind: SpanKind = "custom"
+    start_time: float = Field(default_factory=now)
+    end_time: float | None = None
+    status: Literal["ok", "error", "unset"] = "unset"
+    attributes: dict[str, JSON] = Field(default_factory=dict)
+
+
+class LLMCall(_Model):
+    """What the gateway recorded of one model call: the token truth."""
+
+    call_id: str = Field(min_length=1, description="the response id returned to the client")
+    rollout_id: str | None = None
+    seq: int = 0
+    endpoint: str = "chat.completions"
+    requested_model: str | None = None
+    request: dict[str, JSON] = Field(default_factory=dict)
+    response: dict[str, JSON] = Field(default_factory=dict)
+    prompt_ids: TokenIds
+    response_ids: TokenIds
+    response_logprobs: Logprobs | None = None
+    model_version: str | None = None
+    latency_s: float | None = None
+    created_at: float = Field(default_factory=now)
+
+    @field_validator("response_logprobs")
+    @classmethod
+    def _logprobs_match_ids(cls, value, info):
+        ids = info.data.get("response_ids")
+        if value is not None and ids is not None and len(value) != len(ids):
+            raise ValueError(f"has {len(value)} values for {len(ids)} response ids")
+        return value
+
+
+class Reward(_Model):
+    """A reward attached to a rollout, or to one span of it."""
+
+    reward_id: str = Field(default_factory=lambda: new_id("rw-"), min_length=1)
+    rollout_id: str | None = None
+    span_id: str | None = None
+    name: str = "reward"
+    value: float
+    source: str = "agent"
+    seq: int = 0
+    created_at: float = Field(default_factory=now)
+
+
+class Transition(_Model):
+    """One LLM call as training data, after credit assignment."""
+
+    rollout_id: str
+    task_id: str
+    step: int = Field(ge=0, description="position of the call within its rollout")
+    agent: str | None = None
+    prompt_ids: TokenIds
+    response_ids: TokenIds
+    response_logprobs: Logprobs | None = None
+    reward: float
+    model_version: str | None = None
+    token_source: Literal["engine", "text"] = "engine"
+    call_id: str | None = None
+    weight: float = Field(default=1.0, ge=0, description="loss weight (rollout-level normalization)")
+
+
+class ModelVersion(_Model):
+    """A set of weights (or an adapter) an engine can serve."""
+
+    version: str = Field(min_length=1)
+    path: str | None = None
+    base_model: str | None = None
+    step: int | None = None
+    created_at: float = Field(default_factory=now)
+    metadata: dict[str, JSON] = Field(default_factory=dict)
+
+
+class StoreStats(_Model):
+    """Counts a store reports about what it holds."""
+
+    tasks: int = 0
+    rollouts: dict[str, int] = Field(default_factory=dict)
+    spans: int = 0
+    llm_calls: int = 0
+    rewards: int = 0
+    model_versions: int = 0

@@ -1,0 +1,5 @@
+"""Stores: where runners, the gateway and trainers meet."""
+
+from agl.store.base import Store, open_store
+
+__all__ = ["Store", "open_store"]

@@ -1,0 +1,236 @@
+"""The store interface: the only thing runners, the gateway and trainers share.
+
+Every backend (embedded SQLite, PostgreSQL, the HTTP client) implements
+:class:`Store` and passes the same test suite. Methods are synchronous and
+thread-safe; asyncio callers wrap them in ``asyncio.to_thread``.
+
+Writes are idempotent by id: adding a span, LLM call, reward or task whose id is
+already stored is a no-op, so a retried write is never stored twice. A claim
+carries a ``claim_id`` for the same reason.
+
+A span, LLM call or reward that arrives after its rollout ended is stored like
+any other: late data is kept, never dropped, and is part of every later query.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Iterable, Iterator, Sequence
+
+from agl.errors import AglError
+from agl.schema import (
+    LLMCall,
+    ModelVersion,
+    Reward,
+    Rollout,
+    RolloutStatus,
+    Span,
+    StoreStats,
+    Task,
+)
+
+
+class Store(abc.ABC):
+    """Tasks, rollouts, spans, LLM call records, rewards and model versions."""
+
+    # -- tasks ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def add_tasks(self, tasks: Iterable[Task]) -> None:
+        """Store tasks; a task whose id is already stored is left as it is."""
+
+    @abc.abstractmethod
+    def get_task(self, task_id: str) -> Task:
+        """The task with this id; raises :class:`agl.errors.NotFound`."""
+
+    @abc.abstractmethod
+    def query_tasks(self, *, split: str | None = None) -> Iterator[Task]:
+        """Tasks in insertion order, optionally of one split."""
+
+    # -- rollouts ------------------------------------------------------------------
+    @abc.abstractmethod
+    def enqueue(self, rollouts: Sequence[Rollout]) -> list[Rollout]:
+        """Queue rollouts (their tasks must be stored). Idempotent by rollout id."""
+
+    @abc.abstractmethod
+    def claim(self, runner_id: str, *, limit: int = 1, claim_id: str | None = None) -> list[Rollout]:
+        """Atomically move up to ``limit`` queued rollouts to running for this runner.
+
+        No two claims ever get the same rollout. Claimed rollouts come with their
+        task. Repeating a claim with the same ``claim_id`` returns what that claim
+        got the first time instead of claiming more.
+        """
+
+    @abc.abstractmethod
+    def heartbeat(self, rollout_ids: Sequence[str], runner_id: str) -> None:
+        """Record that the runner is still working on these rollouts."""
+
+    @abc.abstractmethod
+    def finish(
+        self,
+        rollout_id: str,
+        status: RolloutStatus,
+        *,
+        error: str | None = None,
+        output: object = None,
+    ) -> Rollout:
+        """End the current attempt of a running rollout.
+
+        A ``failed`` or ``timed_out`` attempt with attempts left puts the rollout
+        back in the queue (the retry policy); the returned rollout shows which.
+        Finishing an already finished rollout with the same status is a no-op.
+        """
+
+    @abc.abstractmethod
+    def cancel(self, rollout_ids: Sequence[str]) -> None:
+        """Cancel rollouts that have not finished."""
+
+    @abc.abstractmethod
+    def expire(self, *, heartbeat_timeout_s: float, now: float | None = None) -> list[Rollout]:
+        """Time out running rollouts past their timeout or silent past the heartbeat timeout.
+
+        Each goes back to the queue if it has attempts left, else ends ``timed_out``.
+        """
+
+    @abc.abstractmethod
+    def get_rollout(self, rollout_id: str) -> Rollout:
+        """The rollout with this id; raises :class:`agl.errors.NotFound`."""
+
+    @abc.abstractmethod
+    def query_rollouts(
+        self,
+        *,
+        task_id: str | None = None,
+        status: RolloutStatus | Sequence[RolloutStatus] | None = None,
+        step: int | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        rollout_ids: Sequence[str] | None = None,
+    ) -> Iterator[Rollout]:
+        """Rollouts matching every given filter, oldest first, streamed."""
+
+    @abc.abstractmethod
+    def attempts(self, rollout_id: str) -> list:
+        """The :class:`agl.schema.Attempt` records of a rollout, first to last."""
+
+    def wait(self, rollout_ids: Sequence[str], *, timeout_s: float | None = None, poll_s: float = 0.05) -> list[Rollout]:
+        """Block until every rollout has ended (or the timeout passes); return them."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        pending = list(rollout_ids)
+        done: dict[str, Rollout] = {}
+        while True:
+            for rollout in self.query_rollouts(rollout_ids=pending):
+                if rollout.status.terminal:
+                    done[rollout.rollout_id] = rollout
+            pending = [r for r in pending if r not in done]
+            if not pending or (deadline is not None and time.monotonic() >= deadline):
+                break
+            time.sleep(poll_s)
+        ended = [done[r] for r in rollout_ids if r in done]
+        return ended + [self.get_rollout(r) for r in pending]
+
+    # -- observations --------------------------------------------------------------
+    @abc.abstractmethod
+    def add_spans(self, spans: Iterable[Span]) -> None:
+        """Store spans; idempotent by ``(span_id)``."""
+
+    @abc.abstractmethod
+    def add_llm_calls(self, calls: Iterable[LLMCall]) -> None:
+        """Store gateway records; idempotent by ``call_id``."""
+
+    @abc.abstractmethod
+    def add_rewards(self, rewards: Iterable[Reward]) -> None:
+        """Store rewards; idempotent by ``reward_id``."""
+
+    @abc.abstractmethod
+    def query_spans(
+        self,
+        *,
+        rollout_id: str | None = None,
+        rollout_ids: Sequence[str] | None = None,
+        kind: str | None = None,
+        production: bool = False,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> Iterator[Span]:
+        """Spans in order of ``(rollout, seq)``, streamed. ``production`` selects spans of no rollout."""
+
+    @abc.abstractmethod
+    def query_llm_calls(
+        self,
+        *,
+        rollout_id: str | None = None,
+        rollout_ids: Sequence[str] | None = None,
+        call_ids: Sequence[str] | None = None,
+        production: bool = False,
+    ) -> Iterator[LLMCall]:
+        """Gateway records in order of ``(rollout, seq)``, streamed."""
+
+    @abc.abstractmethod
+    def query_rewards(
+        self,
+        *,
+        rollout_id: str | None = None,
+        rollout_ids: Sequence[str] | None = None,
+        production: bool = False,
+    ) -> Iterator[Reward]:
+        """Rewards in order of ``(rollout, seq)``, streamed."""
+
+    # -- model versions ------------------------------------------------------------
+    @abc.abstractmethod
+    def add_model_version(self, version: ModelVersion) -> None:
+        """Register a model version; registering the same version again is a no-op."""
+
+    @abc.abstractmethod
+    def get_model_version(self, version: str) -> ModelVersion:
+        """The model version with this name; raises :class:`agl.errors.NotFound`."""
+
+    @abc.abstractmethod
+    def latest_model_version(self) -> ModelVersion | None:
+        """The most recently registered model version, if any."""
+
+    # -- the rest ------------------------------------------------------------------
+    @abc.abstractmethod
+    def stats(self) -> StoreStats:
+        """Counts of what the store holds."""
+
+    def flush(self) -> None:
+        """Make every acknowledged write durable. A no-op where writes already are."""
+
+    def close(self) -> None:
+        """Release connections and threads."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_store(url: str | None = None, **options) -> Store:
+    """Open a store from a URL.
+
+    - ``sqlite:///relative/agl.db``, ``sqlite:////abs/agl.db`` or a plain path: embedded SQLite;
+    - ``http://127.0.0.1:4317`` (token in ``options`` or ``AGL_STORE_TOKEN``): a store server;
+    - ``postgresql://user@host/db``: PostgreSQL.
+
+    With no URL, ``AGL_STORE_URL`` is read, falling back to ``./.agl/agl.db``.
+    """
+    import os
+
+    url = url or os.environ.get("AGL_STORE_URL") or "sqlite:///.agl/agl.db"
+    if url.startswith(("http://", "https://")):
+        from agl.store.http import HttpStore
+
+        return HttpStore(url, **options)
+    if url.startswith(("postgresql://", "postgres://")):
+        from agl.store.postgres import PostgresStore
+
+        return PostgresStore(url, **options)
+    if url.startswith("sqlite:///"):
+        url = url[len("sqlite:///") :]  # as in SQLAlchemy: sqlite:////abs/path, sqlite:///rel/path
+    if "://" in url:
+        raise AglError(f"store url {url!r}: unknown scheme (use sqlite://, http://, https:// or postgresql://)")
+    from agl.store.sqlite import SqliteStore
+
+    return SqliteStore(url, **options)

@@ -1,0 +1,621 @@
+"""The store on a SQL database, shared by the SQLite and PostgreSQL backends.
+
+Writes go through one writer thread per store that commits them in groups: every
+caller waiting at the same moment shares one transaction (each in its own
+savepoint, so one caller's bad input fails only that caller). A write returns
+once its transaction has committed, so whatever was acknowledged survives a
+SIGKILL of the process. Reads use per-thread connections and page through
+results by primary key, so a query over millions of rows holds one page at a time.
+
+A backend supplies a :class:`Dialect`: how to connect, its column types, its
+placeholder and how it locks rows for a claim.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from agl.errors import InvalidTransition, NotFound, StoreUnavailable
+from agl.schema import (
+    ALLOWED_TRANSITIONS,
+    Attempt,
+    LLMCall,
+    ModelVersion,
+    Reward,
+    Rollout,
+    RolloutStatus,
+    Span,
+    StoreStats,
+    Task,
+    new_id,
+    now,
+)
+from agl.store.base import Store
+from agl.tokens import float32_array, int32_array, to_bytes
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = 500
+MAX_GROUP = 256
+
+
+class Dialect:
+    """What differs between SQL databases. Subclasses fill in the blanks."""
+
+    name = "sql"
+    placeholder = "?"
+    autoinc_pk = "INTEGER PRIMARY KEY AUTOINCREMENT"
+    blob = "BLOB"
+    real = "REAL"
+    bigint = "INTEGER"
+    skip_locked = ""  # appended to the claim's row selection
+    begin = "BEGIN"
+
+    def connect(self, *, writer: bool) -> Any:
+        raise NotImplementedError  # abstract: each backend connects its own way
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether an error is worth retrying (a lock, a dropped connection)."""
+        return False
+
+
+_ROLLOUT_COLUMNS = (
+    "rollout_id",
+    "task_id",
+    "status",
+    "attempt",
+    "max_attempts",
+    "timeout_s",
+    "model_version",
+    "step",
+    "mode",
+    "runner_id",
+    "claim_id",
+    "created_at",
+    "started_at",
+    "heartbeat_at",
+    "ended_at",
+    "error",
+    "output",
+)
+_ROLLOUT_SELECT = ", ".join(_ROLLOUT_COLUMNS)
+
+
+def _schema(d: Dialect) -> list[str]:
+    return [
+        f"""CREATE TABLE IF NOT EXISTS tasks (
+            pk {d.autoinc_pk}, task_id TEXT NOT NULL UNIQUE, split TEXT NOT NULL, body TEXT NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS tasks_split ON tasks (split, pk)",
+        f"""CREATE TABLE IF NOT EXISTS rollouts (
+            pk {d.autoinc_pk}, rollout_id TEXT NOT NULL UNIQUE, task_id TEXT NOT NULL,
+            status TEXT NOT NULL, attempt {d.bigint} NOT NULL, max_attempts {d.bigint} NOT NULL,
+            timeout_s {d.real}, model_version TEXT, step {d.bigint}, mode TEXT NOT NULL,
+            runner_id TEXT, claim_id TEXT, created_at {d.real} NOT NULL, started_at {d.real},
+            heartbeat_at {d.real}, ended_at {d.real}, error TEXT, output TEXT)""",
+        "CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts (status, pk)",
+        "CREATE INDEX IF NOT EXISTS rollouts_task ON rollouts (task_id)",
+        "CREATE INDEX IF NOT EXISTS rollouts_claim ON rollouts (claim_id)",
+        f"""CREATE TABLE IF NOT EXISTS attempts (
+            rollout_id TEXT NOT NULL, attempt {d.bigint} NOT NULL, runner_id TEXT, status TEXT NOT NULL,
+            started_at {d.real} NOT NULL, ended_at {d.real}, error TEXT, PRIMARY KEY (rollout_id, attempt))""",
+        f"""CREATE TABLE IF NOT EXISTS spans (
+            pk {d.autoinc_pk}, span_id TEXT NOT NULL UNIQUE, rollout_id TEXT, kind TEXT NOT NULL,
+            start_time {d.real} NOT NULL, body TEXT NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS spans_rollout ON spans (rollout_id, pk)",
+        f"""CREATE TABLE IF NOT EXISTS llm_calls (
+            pk {d.autoinc_pk}, call_id TEXT NOT NULL UNIQUE, rollout_id TEXT, body TEXT NOT NULL,
+            prompt_ids {d.blob} NOT NULL, response_ids {d.blob} NOT NULL, response_logprobs {d.blob})""",
+        "CREATE INDEX IF NOT EXISTS llm_calls_rollout ON llm_calls (rollout_id, pk)",
+        f"""CREATE TABLE IF NOT EXISTS rewards (
+            pk {d.autoinc_pk}, reward_id TEXT NOT NULL UNIQUE, rollout_id TEXT, body TEXT NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS rewards_rollout ON rewards (rollout_id, pk)",
+        f"""CREATE TABLE IF NOT EXISTS model_versions (
+            pk {d.autoinc_pk}, version TEXT NOT NULL UNIQUE, body TEXT NOT NULL)""",
+    ]
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=True)
+
+
+def _rollout_from_row(row: Sequence[Any]) -> Rollout:
+    data = dict(zip(_ROLLOUT_COLUMNS, row))
+    data["output"] = None if data["output"] is None else json.loads(data["output"])
+    return Rollout.model_validate(data)
+
+
+class _Job:
+    __slots__ = ("fn", "future")
+
+    def __init__(self, fn: Callable[[Any], Any]):
+        self.fn = fn
+        self.future: Future = Future()
+
+
+class SqlStore(Store):
+    """A :class:`Store` on a SQL database, with group commits on a writer thread."""
+
+    retries = 8
+
+    def __init__(self, dialect: Dialect):
+        self.dialect = dialect
+        self._local = threading.local()
+        self._readers: list[Any] = []
+        self._readers_lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._closed = False
+        self._writer_conn = self._with_retries(lambda: dialect.connect(writer=True))
+        self._run_in_transaction(self._writer_conn, [_Job(self._create_schema)])
+        self._writer = threading.Thread(target=self._write_loop, name=f"agl-{dialect.name}-writer", daemon=True)
+        self._writer.start()
+
+    # -- plumbing ------------------------------------------------------------------
+    def _sql(self, text: str) -> str:
+        return text if self.dialect.placeholder == "?" else text.replace("?", self.dialect.placeholder)
+
+    def _create_schema(self, conn) -> None:
+        for statement in _schema(self.dialect):
+            conn.execute(statement)
+
+    def _with_retries(self, fn: Callable[[], Any]) -> Any:
+        delay = 0.02
+        for attempt in range(self.retries + 1):
+            try:
+                return fn()
+            except Exception as exc:
+                if not self.dialect.is_transient(exc):
+                    raise
+                if attempt == self.retries:
+                    raise StoreUnavailable(
+                        f"{self.dialect.name} store still unavailable after {self.retries} retries: {exc}"
+                    ) from exc
+                log.warning("%s store busy (%s); retrying in %.2fs", self.dialect.name, exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _run_in_transaction(self, conn, jobs: list[_Job]) -> None:
+        def attempt() -> list[tuple[bool, Any]]:
+            results: list[tuple[bool, Any]] = []
+            cur = conn.cursor()
+            cur.execute(self.dialect.begin)
+            try:
+                for i, job in enumerate(jobs):
+                    cur.execute(f"SAVEPOINT j{i}")
+                    try:
+                        results.append((True, job.fn(cur)))
+                        cur.execute(f"RELEASE SAVEPOINT j{i}")
+                    except Exception as exc:
+                        if self.dialect.is_transient(exc):
+                            raise
+                        cur.execute(f"ROLLBACK TO SAVEPOINT j{i}")
+                        cur.execute(f"RELEASE SAVEPOINT j{i}")
+                        results.append((False, exc))
+                cur.execute("COMMIT")
+            except BaseException:
+                try:
+                    cur.execute("ROLLBACK")
+                except Exception:  # the connection may be gone; the retry reconnects
+                    pass
+                raise
+            return results
+
+        try:
+            results = self._with_retries(attempt)
+        except BaseException as exc:
+            for job in jobs:
+                job.future.set_exception(exc)
+            return
+        for job, (ok, value) in zip(jobs, results):
+            if ok:
+                job.future.set_result(value)
+            else:
+                job.future.set_exception(value)
+
+    def _write_loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            group = [job]
+            stop = False
+            while len(group) < MAX_GROUP:
+                try:
+                    nxt = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                group.append(nxt)
+            self._run_in_transaction(self._writer_conn, group)
+            if stop:
+                return
+
+    def _write(self, fn: Callable[[Any], Any]) -> Any:
+        if self._closed:
+            raise StoreUnavailable("the store is closed")
+        job = _Job(fn)
+        self._jobs.put(job)
+        return job.future.result()
+
+    def _reader(self):
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._with_retries(lambda: self.dialect.connect(writer=False))
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        def run():
+            cur = self._reader().cursor()
+            cur.execute(self._sql(sql), tuple(params))
+            rows = cur.fetchall()
+            self._end_read(cur)
+            return rows
+
+        return self._with_retries(run)
+
+    def _end_read(self, cur) -> None:
+        """Close the implicit read transaction (PostgreSQL keeps one open otherwise)."""
+
+    def _paged(self, table: str, columns: str, where: list[str], params: list[Any]) -> Iterator[Any]:
+        last = 0
+        while True:
+            clauses = " AND ".join(where + ["pk > ?"])
+            rows = self._read(
+                f"SELECT pk, {columns} FROM {table} WHERE {clauses} ORDER BY pk LIMIT {PAGE_SIZE}",
+                [*params, last],
+            )
+            for row in rows:
+                yield row[1:]
+            if len(rows) < PAGE_SIZE:
+                return
+            last = rows[-1][0]
+
+    @staticmethod
+    def _in(column: str, values: Sequence[Any], where: list[str], params: list[Any]) -> None:
+        where.append(f"{column} IN ({', '.join('?' for _ in values)})" if values else "1 = 0")
+        params.extend(values)
+
+    def _filter_rollout(self, where, params, rollout_id, rollout_ids, production) -> None:
+        if production:
+            where.append("rollout_id IS NULL")
+        if rollout_id is not None:
+            where.append("rollout_id = ?")
+            params.append(rollout_id)
+        if rollout_ids is not None:
+            self._in("rollout_id", list(rollout_ids), where, params)
+
+    def _insert_ignore(self, cur, table: str, columns: Sequence[str], rows: list[tuple]) -> None:
+        if not rows:
+            return
+        marks = ", ".join("?" for _ in columns)
+        cur.executemany(
+            self._sql(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}) ON CONFLICT DO NOTHING"),
+            rows,
+        )
+
+    # -- tasks ---------------------------------------------------------------------
+    def add_tasks(self, tasks: Iterable[Task]) -> None:
+        rows = [(t.task_id, t.split, t.model_dump_json()) for t in tasks]
+        self._write(lambda cur: self._insert_ignore(cur, "tasks", ("task_id", "split", "body"), rows))
+
+    def get_task(self, task_id: str) -> Task:
+        rows = self._read("SELECT body FROM tasks WHERE task_id = ?", [task_id])
+        if not rows:
+            raise NotFound("task", task_id)
+        return Task.model_validate_json(rows[0][0])
+
+    def query_tasks(self, *, split: str | None = None) -> Iterator[Task]:
+        where, params = ["1 = 1"], []
+        if split is not None:
+            where.append("split = ?")
+            params.append(split)
+        for (body,) in self._paged("tasks", "body", where, params):
+            yield Task.model_validate_json(body)
+
+    # -- rollouts ------------------------------------------------------------------
+    def enqueue(self, rollouts: Sequence[Rollout]) -> list[Rollout]:
+        rollouts = list(rollouts)
+        task_ids = sorted({r.task_id for r in rollouts})
+
+        def run(cur):
+            if task_ids:
+                marks = ", ".join("?" for _ in task_ids)
+                cur.execute(self._sql(f"SELECT task_id FROM tasks WHERE task_id IN ({marks})"), task_ids)
+                missing = set(task_ids) - {row[0] for row in cur.fetchall()}
+                if missing:
+                    raise NotFound("task", sorted(missing)[0])
+            rows = []
+            for r in rollouts:
+                if r.status != RolloutStatus.QUEUED:
+                    raise InvalidTransition(f"rollout {r.rollout_id}: enqueue needs status 'queued', got {r.status.value!r}")
+                rows.append(
+                    (r.rollout_id, r.task_id, r.status.value, 0, r.max_attempts, r.timeout_s, r.model_version,
+                     r.step, r.mode, None, None, r.created_at, None, None, None, None, _dumps(r.output))
+                )
+            self._insert_ignore(cur, "rollouts", _ROLLOUT_COLUMNS, rows)
+
+        self._write(run)
+        return rollouts
+
+    def claim(self, runner_id: str, *, limit: int = 1, claim_id: str | None = None) -> list[Rollout]:
+        if limit < 1:
+            raise ValueError(f"limit: must be at least 1, got {limit}")
+        claim_id = claim_id or new_id("claim-")
+
+        def run(cur):
+            cur.execute(self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE claim_id = ? AND status = ?"),
+                        (claim_id, RolloutStatus.RUNNING.value))
+            already = cur.fetchall()
+            if already:
+                return already
+            t = now()
+            cur.execute(
+                self._sql(
+                    f"""UPDATE rollouts SET status = ?, attempt = attempt + 1, runner_id = ?, claim_id = ?,
+                        started_at = ?, heartbeat_at = ?, ended_at = NULL, error = NULL
+                    WHERE rollout_id IN (
+                        SELECT rollout_id FROM rollouts WHERE status = ? ORDER BY pk LIMIT ? {self.dialect.skip_locked})
+                    RETURNING {_ROLLOUT_SELECT}"""
+                ),
+                (RolloutStatus.RUNNING.value, runner_id, claim_id, t, t, RolloutStatus.QUEUED.value, limit),
+            )
+            rows = cur.fetchall()
+            cur.executemany(
+                self._sql("INSERT INTO attempts (rollout_id, attempt, runner_id, status, started_at) VALUES (?, ?, ?, ?, ?)"),
+                [(row[0], row[3], runner_id, RolloutStatus.RUNNING.value, t) for row in rows],
+            )
+            return rows
+
+        rollouts = [_rollout_from_row(row) for row in self._write(run)]
+        if rollouts:
+            tasks = {}
+            marks = ", ".join("?" for _ in rollouts)
+            for (body,) in self._read(f"SELECT body FROM tasks WHERE task_id IN ({marks})", [r.task_id for r in rollouts]):
+                task = Task.model_validate_json(body)
+                tasks[task.task_id] = task
+            for r in rollouts:
+                r.task = tasks.get(r.task_id)
+        rollouts.sort(key=lambda r: r.created_at)
+        return rollouts
+
+    def heartbeat(self, rollout_ids: Sequence[str], runner_id: str) -> None:
+        ids = list(rollout_ids)
+        if not ids:
+            return
+        t = now()
+
+        def run(cur):
+            cur.executemany(
+                self._sql("UPDATE rollouts SET heartbeat_at = ? WHERE rollout_id = ? AND runner_id = ? AND status = ?"),
+                [(t, rid, runner_id, RolloutStatus.RUNNING.value) for rid in ids],
+            )
+
+        self._write(run)
+
+    def _end_attempt(self, cur, row: Sequence[Any], status: RolloutStatus, error: str | None, output: Any, t: float) -> None:
+        rollout_id, attempt, max_attempts = row[0], row[3], row[4]
+        retry = status in (RolloutStatus.FAILED, RolloutStatus.TIMED_OUT) and attempt < max_attempts
+        new_status = RolloutStatus.QUEUED if retry else status
+        cur.execute(
+            self._sql(
+                "UPDATE rollouts SET status = ?, ended_at = ?, error = ?, output = ?, claim_id = NULL WHERE rollout_id = ?"
+            ),
+            (new_status.value, None if retry else t, error, _dumps(output), rollout_id),
+        )
+        cur.execute(
+            self._sql("UPDATE attempts SET status = ?, ended_at = ?, error = ? WHERE rollout_id = ? AND attempt = ?"),
+            (status.value, t, error, rollout_id, attempt),
+        )
+
+    def finish(self, rollout_id: str, status: RolloutStatus, *, error: str | None = None, output: object = None) -> Rollout:
+        status = RolloutStatus(status)
+        if not status.terminal:
+            raise InvalidTransition(f"status: finish needs a terminal status, got {status.value!r}")
+
+        def run(cur):
+            cur.execute(self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE rollout_id = ?"), (rollout_id,))
+            row = cur.fetchone()
+            if row is None:
+                raise NotFound("rollout", rollout_id)
+            current = RolloutStatus(row[2])
+            if current == status:
+                return  # a retried finish
+            if status not in ALLOWED_TRANSITIONS[current]:
+                raise InvalidTransition(f"rollout {rollout_id}: cannot go from {current.value!r} to {status.value!r}")
+            self._end_attempt(cur, row, status, error, output, now())
+
+        self._write(run)
+        return self.get_rollout(rollout_id)
+
+    def cancel(self, rollout_ids: Sequence[str]) -> None:
+        ids = list(rollout_ids)
+        t = now()
+
+        def run(cur):
+            for rid in ids:
+                cur.execute(self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE rollout_id = ?"), (rid,))
+                row = cur.fetchone()
+                if row is None:
+                    raise NotFound("rollout", rid)
+                if RolloutStatus(row[2]).terminal:
+                    continue
+                if row[2] == RolloutStatus.RUNNING.value:
+                    self._end_attempt(cur, row, RolloutStatus.CANCELLED, "cancelled", None, t)
+                else:
+                    cur.execute(
+                        self._sql("UPDATE rollouts SET status = ?, ended_at = ?, error = ? WHERE rollout_id = ?"),
+                        (RolloutStatus.CANCELLED.value, t, "cancelled", rid),
+                    )
+
+        self._write(run)
+
+    def expire(self, *, heartbeat_timeout_s: float, now: float | None = None) -> list[Rollout]:
+        from agl.schema import now as _now
+
+        t = _now() if now is None else now
+
+        def run(cur):
+            cur.execute(
+                self._sql(
+                    f"""SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE status = ? AND (
+                        heartbeat_at < ? OR (timeout_s IS NOT NULL AND started_at + timeout_s < ?))"""
+                ),
+                (RolloutStatus.RUNNING.value, t - heartbeat_timeout_s, t),
+            )
+            rows = cur.fetchall()
+            for row in rows:
+                late = row[5] is not None and row[12] + row[5] < t
+                reason = f"timed out after {row[5]}s" if late else f"no heartbeat for {heartbeat_timeout_s}s"
+                self._end_attempt(cur, row, RolloutStatus.TIMED_OUT, reason, None, t)
+            return [row[0] for row in rows]
+
+        return [self.get_rollout(rid) for rid in self._write(run)]
+
+    def get_rollout(self, rollout_id: str) -> Rollout:
+        rows = self._read(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE rollout_id = ?", [rollout_id])
+        if not rows:
+            raise NotFound("rollout", rollout_id)
+        return _rollout_from_row(rows[0])
+
+    def query_rollouts(self, *, task_id=None, status=None, step=None, since=None, until=None, rollout_ids=None):
+        where, params = ["1 = 1"], []
+        if task_id is not None:
+            where.append("task_id = ?")
+            params.append(task_id)
+        if status is not None:
+            statuses = [status] if isinstance(status, (str, RolloutStatus)) else list(status)
+            self._in("status", [RolloutStatus(s).value for s in statuses], where, params)
+        if step is not None:
+            where.append("step = ?")
+            params.append(step)
+        if since is not None:
+            where.append("created_at >= ?")
+            params.append(since)
+        if until is not None:
+            where.append("created_at < ?")
+            params.append(until)
+        if rollout_ids is not None:
+            ids = list(rollout_ids)
+            for i in range(0, max(len(ids), 1), PAGE_SIZE):
+                chunk_where, chunk_params = list(where), list(params)
+                self._in("rollout_id", ids[i : i + PAGE_SIZE], chunk_where, chunk_params)
+                for row in self._paged("rollouts", _ROLLOUT_SELECT, chunk_where, chunk_params):
+                    yield _rollout_from_row(row)
+            return
+        for row in self._paged("rollouts", _ROLLOUT_SELECT, where, params):
+            yield _rollout_from_row(row)
+
+    def attempts(self, rollout_id: str) -> list[Attempt]:
+        rows = self._read(
+            "SELECT rollout_id, attempt, runner_id, status, started_at, ended_at, error FROM attempts "
+            "WHERE rollout_id = ? ORDER BY attempt",
+            [rollout_id],
+        )
+        keys = ("rollout_id", "attempt", "runner_id", "status", "started_at", "ended_at", "error")
+        return [Attempt.model_validate(dict(zip(keys, row))) for row in rows]
+
+    # -- observations --------------------------------------------------------------
+    def add_spans(self, spans: Iterable[Span]) -> None:
+        rows = [(s.span_id, s.rollout_id, s.kind, s.start_time, s.model_dump_json()) for s in spans]
+        self._write(lambda cur: self._insert_ignore(cur, "spans", ("span_id", "rollout_id", "kind", "start_time", "body"), rows))
+
+    def add_llm_calls(self, calls: Iterable[LLMCall]) -> None:
+        rows = []
+        for c in calls:
+            body = c.model_dump_json(exclude={"prompt_ids", "response_ids", "response_logprobs"})
+            logprobs = None if c.response_logprobs is None else to_bytes(c.response_logprobs)
+            rows.append((c.call_id, c.rollout_id, body, to_bytes(c.prompt_ids), to_bytes(c.response_ids), logprobs))
+        columns = ("call_id", "rollout_id", "body", "prompt_ids", "response_ids", "response_logprobs")
+        self._write(lambda cur: self._insert_ignore(cur, "llm_calls", columns, rows))
+
+    def add_rewards(self, rewards: Iterable[Reward]) -> None:
+        rows = [(r.reward_id, r.rollout_id, r.model_dump_json()) for r in rewards]
+        self._write(lambda cur: self._insert_ignore(cur, "rewards", ("reward_id", "rollout_id", "body"), rows))
+
+    def query_spans(self, *, rollout_id=None, rollout_ids=None, kind=None, production=False, since=None, until=None):
+        where, params = ["1 = 1"], []
+        self._filter_rollout(where, params, rollout_id, rollout_ids, production)
+        if kind is not None:
+            where.append("kind = ?")
+            params.append(kind)
+        if since is not None:
+            where.append("start_time >= ?")
+            params.append(since)
+        if until is not None:
+            where.append("start_time < ?")
+            params.append(until)
+        for (body,) in self._paged("spans", "body", where, params):
+            yield Span.model_validate_json(body)
+
+    def query_llm_calls(self, *, rollout_id=None, rollout_ids=None, call_ids=None, production=False):
+        where, params = ["1 = 1"], []
+        self._filter_rollout(where, params, rollout_id, rollout_ids, production)
+        if call_ids is not None:
+            self._in("call_id", list(call_ids), where, params)
+        for body, prompt, response, logprobs in self._paged(
+            "llm_calls", "body, prompt_ids, response_ids, response_logprobs", where, params
+        ):
+            data = json.loads(body)
+            data["prompt_ids"] = int32_array(bytes(prompt))
+            data["response_ids"] = int32_array(bytes(response))
+            data["response_logprobs"] = None if logprobs is None else float32_array(bytes(logprobs))
+            yield LLMCall.model_validate(data)
+
+    def query_rewards(self, *, rollout_id=None, rollout_ids=None, production=False):
+        where, params = ["1 = 1"], []
+        self._filter_rollout(where, params, rollout_id, rollout_ids, production)
+        for (body,) in self._paged("rewards", "body", where, params):
+            yield Reward.model_validate_json(body)
+
+    # -- model versions ------------------------------------------------------------
+    def add_model_version(self, version: ModelVersion) -> None:
+        row = [(version.version, version.model_dump_json())]
+        self._write(lambda cur: self._insert_ignore(cur, "model_versions", ("version", "body"), row))
+
+    def get_model_version(self, version: str) -> ModelVersion:
+        rows = self._read("SELECT body FROM model_versions WHERE version = ?", [version])
+        if not rows:
+            raise NotFound("model version", version)
+        return ModelVersion.model_validate_json(rows[0][0])
+
+    def latest_model_version(self) -> ModelVersion | None:
+        rows = self._read("SELECT body FROM model_versions ORDER BY pk DESC LIMIT 1")
+        return ModelVersion.model_validate_json(rows[0][0]) if rows else None
+
+    # -- the rest ------------------------------------------------------------------
+    def stats(self) -> StoreStats:
+        def count(table: str) -> int:
+            return int(self._read(f"SELECT COUNT(*) FROM {table}")[0][0])
+
+        rollouts = {status: int(n) for status, n in self._read("SELECT status, COUNT(*) FROM rollouts GROUP BY status")}
+        return StoreStats(
+            tasks=count("tasks"),
+            rollouts=rollouts,
+            spans=count("spans"),
+            llm_calls=count("llm_calls"),
+            rewards=count("rewards"),
+            model_versions=count("model_versions"),
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._jobs.put(None)
+        self._writer.join()
+        for conn in [self._writer_conn, *self._readers]:
+            try:
+                conn.close()
+            except Exception:  # closing a connection of another thread; nothing left to save
+                pass

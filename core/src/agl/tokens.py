@@ -1,0 +1,89 @@
+"""Packed token arrays.
+
+Token ids and logprobs travel and rest as packed little-endian bytes (int32 for ids,
+float32 for logprobs), never as JSON lists of numbers. In Python they are
+``array.array`` objects, which unpack from bytes with a single copy.
+
+In JSON they are base64 strings. Validation also accepts plain lists, bytes and
+base64 strings, so callers can pass whatever they hold.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+from array import array
+from typing import Annotated, Any
+
+from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
+
+_SWAP = sys.byteorder != "little"
+
+
+def _from_bytes(typecode: str, raw: bytes | bytearray | memoryview) -> array:
+    values = array(typecode)
+    if len(raw) % values.itemsize:
+        raise ValueError(f"packed length {len(raw)} is not a multiple of {values.itemsize} bytes")
+    values.frombytes(raw)
+    if _SWAP:
+        values.byteswap()
+    return values
+
+
+def to_bytes(values: array) -> bytes:
+    """Pack an array as little-endian bytes."""
+    if _SWAP:
+        values = array(values.typecode, values)
+        values.byteswap()
+    return values.tobytes()
+
+
+def _coerce(typecode: str, value: Any) -> array:
+    if isinstance(value, array):
+        return value if value.typecode == typecode else array(typecode, value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _from_bytes(typecode, value)
+    if isinstance(value, str):
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except ValueError as exc:
+            raise ValueError("expected a base64 string of packed values") from exc
+        return _from_bytes(typecode, raw)
+    if isinstance(value, (list, tuple)):
+        try:
+            return array(typecode, value)
+        except (TypeError, OverflowError) as exc:
+            kind = "int32 token ids" if typecode == "i" else "float logprobs"
+            raise ValueError(f"expected a list of {kind}: {exc}") from exc
+    raise ValueError(f"expected a list, bytes or base64 string, got {type(value).__name__}")
+
+
+def _b64(values: array) -> str:
+    return base64.b64encode(to_bytes(values)).decode("ascii")
+
+
+def int32_array(value: Any) -> array:
+    """Coerce ``value`` (list, bytes, base64 or array) into an int32 array."""
+    return _coerce("i", value)
+
+
+def float32_array(value: Any) -> array:
+    """Coerce ``value`` (list, bytes, base64 or array) into a float32 array."""
+    return _coerce("f", value)
+
+
+TokenIds = Annotated[
+    array,
+    PlainValidator(int32_array),
+    PlainSerializer(_b64, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "contentEncoding": "base64", "description": "int32 little-endian"}),
+]
+"""Token ids: an int32 ``array.array``; base64 of little-endian bytes in JSON."""
+
+Logprobs = Annotated[
+    array,
+    PlainValidator(float32_array),
+    PlainSerializer(_b64, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "contentEncoding": "base64", "description": "float32 little-endian"}),
+]
+"""Logprobs: a float32 ``array.array``; base64 of little-endian bytes in JSON."""
