@@ -1,0 +1,47 @@
+"""The algorithm-backend seam.
+
+A backend learns from transitions. agl-verl provides ``verl`` (modes ``local``
+and ``distributed``); others plug in through the ``agl_backend`` hook. The
+trainer drives it:
+
+1. :meth:`Backend.setup` once, with the engine whose weights it updates;
+2. each step, :meth:`Backend.train_step` with that step's transitions
+   (credit already assigned, grouped by ``task_id``), then
+   :meth:`Backend.publish` to make the new weights the engine's next version;
+3. :meth:`Backend.save_checkpoint` / :meth:`Backend.load_checkpoint` for resume.
+"""
+
+from __future__ import annotations
+
+import abc
+from pathlib import Path
+
+from agl.engine import Engine
+from agl.schema import ModelVersion, Transition
+
+
+class Backend(abc.ABC):
+    """Updates the policy from transitions."""
+
+    @abc.abstractmethod
+    def setup(self, engine: Engine | None) -> None:
+        """Prepare the model and optimizer; remember the engine to publish to."""
+
+    @abc.abstractmethod
+    def train_step(self, transitions: list[Transition], step: int) -> dict[str, float]:
+        """One update from these transitions; returns metrics (loss, kl, entropy, …)."""
+
+    @abc.abstractmethod
+    def publish(self, step: int) -> ModelVersion:
+        """Write the current weights where the engine can load them and have it serve them."""
+
+    @abc.abstractmethod
+    def save_checkpoint(self, directory: Path) -> None:
+        """Save everything needed to resume (weights, optimizer, RNG)."""
+
+    @abc.abstractmethod
+    def load_checkpoint(self, directory: Path) -> None:
+        """Restore what :meth:`save_checkpoint` saved."""
+
+    def close(self) -> None:
+        """Release the model and any workers."""

@@ -1,0 +1,53 @@
+"""The inference-engine seam.
+
+An engine serves the policy under training behind one or more OpenAI-compatible
+HTTP servers (replicas) that speak the *token-id dialect* vLLM introduced:
+
+- ``POST /v1/chat/completions`` accepts ``"return_token_ids": true`` and
+  ``"logprobs": true`` and answers with a top-level ``prompt_token_ids`` list,
+  ``choices[i].token_ids`` and ``choices[i].logprobs.content[j].logprob``;
+- ``POST /v1/completions`` accepts a prompt given as token ids, with the same
+  extra fields in its answer (``choices[i].prompt_token_ids`` where per choice);
+- ``GET /v1/models`` lists what it serves.
+
+The gateway (:mod:`agl.gateway`) sits in front of the replicas, routes each
+rollout to one of them and records the token ids. Engine plugins (the
+``transformers`` and ``vllm`` engines in agl-verl) implement :class:`Engine` and
+are found through the ``agl_engine`` hook.
+"""
+
+from __future__ import annotations
+
+import abc
+
+from agl.schema import ModelVersion
+
+
+class Engine(abc.ABC):
+    """Starts, serves and updates the policy's weights."""
+
+    @abc.abstractmethod
+    def start(self) -> list[str]:
+        """Start the replicas and return their base URLs (``http://127.0.0.1:PORT/v1``)."""
+
+    @abc.abstractmethod
+    def load_version(self, version: ModelVersion) -> None:
+        """Serve the weights (or adapter) at ``version.path`` as ``version.version``.
+
+        Requests in flight finish on the old weights; later ones see the new.
+        """
+
+    @property
+    @abc.abstractmethod
+    def model_version(self) -> str | None:
+        """The version served now."""
+
+    def stop(self) -> None:
+        """Stop the replicas."""
+
+    def __enter__(self) -> "Engine":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
