@@ -75,3 +75,12 @@ def agl_transitions_built(step: int, transitions: "list[Transition]") -> None:
 @hookspec
 def agl_step_ended(step: int, metrics: dict[str, float]) -> None:
     """A training step ended with these metrics (loggers: TensorBoard, W&B, …)."""
+
+
+@hookspec
+def agl_store_routes(store) -> list | None:
+    """Extra Starlette routes for ``agl store serve`` (for example agl-otel's OTLP endpoint).
+
+    Return a list of ``starlette.routing.Route``; they are mounted next to the
+    store's own API and sit behind the same bearer token.
+    """
