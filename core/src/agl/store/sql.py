@@ -56,7 +56,9 @@ class Dialect:
     real = "REAL"
     bigint = "INTEGER"
     skip_locked = ""  # appended to the claim's row selection
+    for_update = ""  # appended to selections of rows that the transaction then changes
     begin = "BEGIN"
+    schema_lock: str | None = None  # run before creating the schema, so concurrent creators queue
 
     def connect(self, *, writer: bool) -> Any:
         raise NotImplementedError  # abstract: each backend connects its own way
@@ -64,6 +66,14 @@ class Dialect:
     def is_transient(self, exc: BaseException) -> bool:
         """Whether an error is worth retrying (a lock, a dropped connection)."""
         return False
+
+    def is_broken(self, conn: Any) -> bool:
+        """Whether a connection is unusable after an error and must be replaced."""
+        return False
+
+    def describe(self) -> str:
+        """Where the database is, for error messages (never a password)."""
+        return f"the {self.name} store"
 
 
 _ROLLOUT_COLUMNS = (
@@ -139,20 +149,82 @@ class _Job:
         self.future: Future = Future()
 
 
+class _ReaderPool:
+    """At most ``size`` reader connections, shared by every thread of the store.
+
+    A read takes a connection for one statement (one page of a streamed query) and
+    gives it back, so a thousand threads streaming results need only ``size``
+    connections, and no read holds a connection between pages.
+    """
+
+    def __init__(self, connect: Callable[[], Any], size: int):
+        self._connect = connect
+        self._idle: list[Any] = []
+        self._count = 0
+        self._size = size
+        self._cond = threading.Condition()
+
+    def acquire(self) -> Any:
+        with self._cond:
+            while not self._idle and self._count >= self._size:
+                self._cond.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._count += 1
+        try:
+            return self._connect()
+        except BaseException:
+            with self._cond:
+                self._count -= 1
+                self._cond.notify()
+            raise
+
+    def release(self, conn: Any, *, broken: bool = False) -> None:
+        with self._cond:
+            if broken:
+                self._count -= 1
+            else:
+                self._idle.append(conn)
+            self._cond.notify()
+        if broken:
+            _close_quietly(conn)
+
+    def close(self) -> None:
+        with self._cond:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            _close_quietly(conn)
+
+
+def _close_quietly(conn: Any) -> None:
+    try:
+        conn.close()
+    except Exception:  # closing a dead connection; nothing left to save
+        pass
+
+
 class SqlStore(Store):
-    """A :class:`Store` on a SQL database, with group commits on a writer thread."""
+    """A :class:`Store` on a SQL database, with group commits on a writer thread.
 
-    retries = 8
+    ``retries`` bounds how often a transient failure (a lock, a dropped connection,
+    a serialization failure) is retried, with exponential backoff from
+    ``retry_delay_s``, before the call fails with :class:`StoreUnavailable`.
+    ``max_readers`` bounds the reader connections.
+    """
 
-    def __init__(self, dialect: Dialect):
+    def __init__(self, dialect: Dialect, *, retries: int = 8, retry_delay_s: float = 0.02, max_readers: int = 8):
+        if retries < 0:
+            raise ValueError(f"retries: must be at least 0, got {retries}")
+        if max_readers < 1:
+            raise ValueError(f"max_readers: must be at least 1, got {max_readers}")
         self.dialect = dialect
-        self._local = threading.local()
-        self._readers: list[Any] = []
-        self._readers_lock = threading.Lock()
+        self.retries = retries
+        self.retry_delay_s = retry_delay_s
+        self._pool = _ReaderPool(lambda: dialect.connect(writer=False), max_readers)
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._closed = False
-        self._writer_conn = self._with_retries(lambda: dialect.connect(writer=True))
-        self._run_in_transaction(self._writer_conn, [_Job(self._create_schema)])
+        self._writer_conn: Any = None
+        self._run_in_transaction([_Job(self._create_schema)], raise_errors=True)
         self._writer = threading.Thread(target=self._write_loop, name=f"agl-{dialect.name}-writer", daemon=True)
         self._writer.start()
 
@@ -160,30 +232,53 @@ class SqlStore(Store):
     def _sql(self, text: str) -> str:
         return text if self.dialect.placeholder == "?" else text.replace("?", self.dialect.placeholder)
 
-    def _create_schema(self, conn) -> None:
+    def _create_schema(self, cur) -> None:
+        if self.dialect.schema_lock:
+            cur.execute(self.dialect.schema_lock)
         for statement in _schema(self.dialect):
-            conn.execute(statement)
+            cur.execute(statement)
 
-    def _with_retries(self, fn: Callable[[], Any]) -> Any:
-        delay = 0.02
+    def _with_retries(self, fn: Callable[[], Any], on_transient: Callable[[BaseException], None] | None = None) -> Any:
+        delay = self.retry_delay_s
+        started = time.monotonic()
         for attempt in range(self.retries + 1):
             try:
                 return fn()
             except Exception as exc:
                 if not self.dialect.is_transient(exc):
                     raise
+                if on_transient is not None:
+                    on_transient(exc)
                 if attempt == self.retries:
                     raise StoreUnavailable(
-                        f"{self.dialect.name} store still unavailable after {self.retries} retries: {exc}"
+                        f"{self.dialect.describe()} is still unavailable after {self.retries} retries "
+                        f"over {time.monotonic() - started:.1f}s: {type(exc).__name__}: {exc}"
                     ) from exc
-                log.warning("%s store busy (%s); retrying in %.2fs", self.dialect.name, exc, delay)
+                log.warning("%s: transient error (%s); retrying in %.2fs", self.dialect.describe(), exc, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    def _run_in_transaction(self, conn, jobs: list[_Job]) -> None:
+    def _writer_connection(self) -> Any:
+        if self._writer_conn is None:
+            self._writer_conn = self.dialect.connect(writer=True)
+        return self._writer_conn
+
+    def _drop_broken_writer(self, exc: BaseException) -> None:
+        if self._writer_conn is not None and self.dialect.is_broken(self._writer_conn):
+            _close_quietly(self._writer_conn)
+            self._writer_conn = None
+
+    def _run_in_transaction(self, jobs: list[_Job], *, raise_errors: bool = False) -> None:
+        """Run every job in one transaction on the writer connection, each in its own savepoint.
+
+        A transient error anywhere rolls the whole group back and runs it again, so
+        each job must be safe to run twice (they are: inserts ignore duplicates and a
+        claim is found again by its claim id).
+        """
+
         def attempt() -> list[tuple[bool, Any]]:
             results: list[tuple[bool, Any]] = []
-            cur = conn.cursor()
+            cur = self._writer_connection().cursor()
             cur.execute(self.dialect.begin)
             try:
                 for i, job in enumerate(jobs):
@@ -207,14 +302,18 @@ class SqlStore(Store):
             return results
 
         try:
-            results = self._with_retries(attempt)
+            results = self._with_retries(attempt, on_transient=self._drop_broken_writer)
         except BaseException as exc:
+            if raise_errors:
+                raise
             for job in jobs:
                 job.future.set_exception(exc)
             return
         for job, (ok, value) in zip(jobs, results):
             if ok:
                 job.future.set_result(value)
+            elif raise_errors:
+                raise value
             else:
                 job.future.set_exception(value)
 
@@ -234,38 +333,38 @@ class SqlStore(Store):
                     stop = True
                     break
                 group.append(nxt)
-            self._run_in_transaction(self._writer_conn, group)
+            self._run_in_transaction(group)
             if stop:
                 return
 
     def _write(self, fn: Callable[[Any], Any]) -> Any:
         if self._closed:
-            raise StoreUnavailable("the store is closed")
+            raise StoreUnavailable(f"{self.dialect.describe()} is closed")
         job = _Job(fn)
         self._jobs.put(job)
         return job.future.result()
 
-    def _reader(self):
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._with_retries(lambda: self.dialect.connect(writer=False))
-            self._local.conn = conn
-            with self._readers_lock:
-                self._readers.append(conn)
-        return conn
-
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Run one query and return all its rows; the connection goes back to the pool at once."""
+        text = self._sql(sql)
+
         def run():
-            cur = self._reader().cursor()
-            cur.execute(self._sql(sql), tuple(params))
-            rows = cur.fetchall()
-            self._end_read(cur)
+            conn = self._pool.acquire()
+            try:
+                cur = conn.cursor()
+                cur.execute(text, tuple(params))
+                rows = cur.fetchall()
+                self._end_read(conn)
+            except BaseException:
+                self._pool.release(conn, broken=self.dialect.is_broken(conn))
+                raise
+            self._pool.release(conn)
             return rows
 
         return self._with_retries(run)
 
-    def _end_read(self, cur) -> None:
-        """Close the implicit read transaction (PostgreSQL keeps one open otherwise)."""
+    def _end_read(self, conn) -> None:
+        """End the read's transaction where the driver opened one (autocommit readers need nothing)."""
 
     def _paged(self, table: str, columns: str, where: list[str], params: list[Any]) -> Iterator[Any]:
         last = 0
@@ -424,7 +523,7 @@ class SqlStore(Store):
             raise InvalidTransition(f"status: finish needs a terminal status, got {status.value!r}")
 
         def run(cur):
-            cur.execute(self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE rollout_id = ?"), (rollout_id,))
+            cur.execute(self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE rollout_id = ?{self.dialect.for_update}"), (rollout_id,))
             row = cur.fetchone()
             if row is None:
                 raise NotFound("rollout", rollout_id)
@@ -444,7 +543,7 @@ class SqlStore(Store):
 
         def run(cur):
             for rid in ids:
-                cur.execute(self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE rollout_id = ?"), (rid,))
+                cur.execute(self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE rollout_id = ?{self.dialect.for_update}"), (rid,))
                 row = cur.fetchone()
                 if row is None:
                     raise NotFound("rollout", rid)
@@ -469,7 +568,7 @@ class SqlStore(Store):
             cur.execute(
                 self._sql(
                     f"""SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE status = ? AND (
-                        heartbeat_at < ? OR (timeout_s IS NOT NULL AND started_at + timeout_s < ?))"""
+                        heartbeat_at < ? OR (timeout_s IS NOT NULL AND started_at + timeout_s < ?)){self.dialect.for_update}"""
                 ),
                 (RolloutStatus.RUNNING.value, t - heartbeat_timeout_s, t),
             )
@@ -614,8 +713,15 @@ class SqlStore(Store):
         self._closed = True
         self._jobs.put(None)
         self._writer.join()
-        for conn in [self._writer_conn, *self._readers]:
+        # A write that raced with close() and queued behind the stop marker fails
+        # loudly rather than waiting forever.
+        while True:
             try:
-                conn.close()
-            except Exception:  # closing a connection of another thread; nothing left to save
-                pass
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.future.set_exception(StoreUnavailable(f"{self.dialect.describe()} was closed"))
+        if self._writer_conn is not None:
+            _close_quietly(self._writer_conn)
+        self._pool.close()

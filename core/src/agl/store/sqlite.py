@@ -33,17 +33,37 @@ class SqliteDialect(Dialect):
             "locked" in str(exc) or "busy" in str(exc)
         )
 
+    def describe(self) -> str:
+        return f"the sqlite store {self.path}"
+
 
 class SqliteStore(SqlStore):
-    """A store in one local SQLite file (``":memory:"`` is not supported: use a temp file)."""
+    """A store in one local SQLite file (``":memory:"`` is not supported: use a temp file).
 
-    def __init__(self, path: str | os.PathLike[str] = ".agl/agl.db", *, busy_timeout_s: float = 5.0):
+    A database locked by another connection is waited on for ``busy_timeout_s``,
+    then retried ``retries`` times with backoff; after that the call fails with
+    :class:`agl.errors.StoreUnavailable`. The defaults ride out about a minute.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = ".agl/agl.db",
+        *,
+        busy_timeout_s: float = 5.0,
+        retries: int = 8,
+        retry_delay_s: float = 0.02,
+        max_readers: int = 8,
+    ):
         path = str(path)
         if path == ":memory:":
             raise ValueError("path: an in-memory SQLite database cannot be shared between threads; use a file")
+        if busy_timeout_s < 0:
+            raise ValueError(f"busy_timeout_s: must be at least 0, got {busy_timeout_s}")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        super().__init__(SqliteDialect(path, busy_timeout_s))
+        super().__init__(
+            SqliteDialect(path, busy_timeout_s), retries=retries, retry_delay_s=retry_delay_s, max_readers=max_readers
+        )
 
     def __repr__(self) -> str:
         return f"SqliteStore({self.path!r})"
