@@ -1,0 +1,220 @@
+"""The embedded SQLite store under locks, crashes and many threads."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from agl.errors import NotFound, StoreUnavailable
+from agl.schema import Rollout, Span, Task
+from agl.store.sqlite import SqliteStore
+
+
+def _quick(path, **options) -> SqliteStore:
+    """A store with a small retry budget: 50 ms busy wait, 3 retries from 10 ms."""
+    return SqliteStore(path, busy_timeout_s=0.05, retries=3, retry_delay_s=0.01, **options)
+
+
+def test_a_lock_that_outlives_the_retries_fails_clearly_then_writes_resume(tmp_path):
+    path = tmp_path / "agl.db"
+    store = _quick(path)
+    try:
+        store.add_tasks([Task(task_id="before", input=0)])
+        locker = sqlite3.connect(path, isolation_level=None)
+        locker.execute("BEGIN EXCLUSIVE")
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=rf"sqlite store {path}.*3 retries.*locked"):
+            store.add_tasks([Task(task_id="during", input=1)])
+        assert time.monotonic() - started < 2
+        assert store.get_task("before").input == 0  # WAL: reads go on under the lock
+        locker.execute("ROLLBACK")
+        locker.close()
+        store.add_tasks([Task(task_id="after", input=2)])
+        assert [t.task_id for t in store.query_tasks()] == ["before", "after"]
+    finally:
+        store.close()
+
+
+_LOCKER = textwrap.dedent(
+    """
+    import sqlite3, sys, time
+    conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+    conn.execute("BEGIN EXCLUSIVE")
+    print("locked", flush=True)
+    time.sleep(float(sys.argv[2]))
+    conn.execute("ROLLBACK")
+    """
+)
+
+
+def test_a_lock_held_by_another_process_is_retried_until_it_goes(tmp_path, caplog):
+    path = tmp_path / "agl.db"
+    store = SqliteStore(path, busy_timeout_s=0.05, retries=10, retry_delay_s=0.02)
+    locker = subprocess.Popen([sys.executable, "-c", _LOCKER, str(path), "0.4"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert locker.stdout.readline().strip() == "locked"
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="agl.store.sql"):
+            store.add_tasks([Task(task_id="t", input=1)])
+        assert time.monotonic() - started > 0.2  # it did wait for the other process
+        assert any("locked" in r.getMessage() and "retrying" in r.getMessage() for r in caplog.records)
+        assert store.get_task("t").input == 1
+    finally:
+        locker.wait(10)
+        store.close()
+
+
+def test_a_store_opened_on_a_locked_file_fails_clearly(tmp_path):
+    path = tmp_path / "agl.db"
+    SqliteStore(path).close()
+    locker = sqlite3.connect(path, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreUnavailable, match="locked"):
+            _quick(path)
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys, threading
+    from agl.schema import Span
+    from agl.store.sqlite import SqliteStore
+
+    store = SqliteStore(sys.argv[1])
+    lock = threading.Lock()
+
+    def write(prefix):
+        i = 0
+        while True:
+            span = Span(span_id=f"{prefix}-{i}", rollout_id="ro-kill", name="s", seq=i)
+            store.add_spans([span])             # returns once committed
+            with lock:
+                print(span.span_id, flush=True)  # acknowledged
+            i += 1
+
+    for n in range(4):
+        threading.Thread(target=write, args=(f"w{n}",), daemon=True).start()
+    threading.Event().wait()
+    """
+)
+
+
+def test_a_sigkilled_writer_loses_nothing_it_acknowledged(tmp_path):
+    path = tmp_path / "agl.db"
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+    acknowledged = []
+    try:
+        while len(acknowledged) < 400:
+            line = proc.stdout.readline()
+            assert line, "the writer died on its own"
+            acknowledged.append(line.strip())
+        os.kill(proc.pid, signal.SIGKILL)
+        acknowledged += [line.strip() for line in proc.stdout if line.strip()]  # printed before the kill
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    with SqliteStore(path) as store:
+        stored = {s.span_id for s in store.query_spans(rollout_id="ro-kill")}
+    missing = set(acknowledged) - stored
+    assert not missing, f"{len(missing)} acknowledged spans lost, e.g. {sorted(missing)[:3]}"
+
+
+class _CountingStore(SqliteStore):
+    """Records the size of every group the writer thread commits."""
+
+    def __init__(self, *args, **kwargs):
+        self.groups: list[int] = []
+        super().__init__(*args, **kwargs)
+
+    def _run_in_transaction(self, jobs, **kwargs):
+        self.groups.append(len(jobs))
+        return super()._run_in_transaction(jobs, **kwargs)
+
+
+def test_many_threads_share_group_commits_and_one_bad_write_fails_alone(tmp_path):
+    store = _CountingStore(tmp_path / "agl.db")
+    store.add_tasks([Task(task_id="t", input=0)])
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(33)
+
+    def spans(n):
+        barrier.wait()
+        for i in range(40):
+            store.add_spans([Span(span_id=f"t{n}-{i}", rollout_id=f"ro-{n}", name="s", seq=i)])
+
+    def bad():
+        barrier.wait()
+        for _ in range(20):
+            try:
+                store.enqueue([Rollout(task_id="no-such-task")])
+            except NotFound as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=spans, args=(n,)) for n in range(32)] + [threading.Thread(target=bad)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert store.stats().spans == 32 * 40
+        assert len(errors) == 20 and all("no-such-task" in str(e) for e in errors)
+        assert store.stats().rollouts == {}
+        written = 32 * 40 + 20 + 1
+        assert sum(store.groups) == written + 1  # + the schema
+        assert max(store.groups) > 1 and len(store.groups) < written, "no writes shared a commit"
+    finally:
+        store.close()
+
+
+def test_readers_are_bounded_and_shared_between_threads(tmp_path):
+    store = SqliteStore(tmp_path / "agl.db", max_readers=2)
+    store.add_spans(Span(rollout_id="ro", seq=i, name="s") for i in range(1100))
+    counts: list[int] = []
+
+    def read():
+        counts.append(sum(1 for _ in store.query_spans(rollout_id="ro")))
+
+    threads = [threading.Thread(target=read) for _ in range(12)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert counts == [1100] * 12
+        assert store._pool._count <= 2
+    finally:
+        store.close()
+
+
+def test_a_closed_store_refuses_writes(tmp_path):
+    store = SqliteStore(tmp_path / "agl.db")
+    store.close()
+    with pytest.raises(StoreUnavailable, match="closed"):
+        store.add_tasks([Task(input=1)])
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [({"retries": -1}, "retries"), ({"max_readers": 0}, "max_readers"), ({"busy_timeout_s": -1}, "busy_timeout_s")],
+)
+def test_bad_options_are_named(tmp_path, options, field):
+    with pytest.raises(ValueError, match=field):
+        SqliteStore(tmp_path / "agl.db", **options)
+
+
+def test_memory_databases_are_refused():
+    with pytest.raises(ValueError, match="path"):
+        SqliteStore(":memory:")
