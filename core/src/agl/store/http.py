@@ -1,0 +1,522 @@
+"""The client of the store server: the full :class:`agl.store.Store` interface over HTTP.
+
+``HttpStore("http://127.0.0.1:4317")`` (token from ``token=`` or ``AGL_STORE_TOKEN``)
+talks to ``agl store serve`` (see :mod:`agl.store.server` for the routes).
+
+Writes that many threads make at once are coalesced: ``add_spans``,
+``add_llm_calls``, ``add_rewards``, ``claim`` and ``finish`` calls waiting at the
+same moment travel in one ``/v1/batch`` request, and each caller returns once the
+server has acknowledged its own part. While the sender threads are busy, new
+calls pile up and go in the next request, so batches grow with load and a lone
+caller is never delayed.
+
+Transient failures (connection errors, dropped connections, timeouts, 502/503/504)
+are retried with exponential backoff. Every write is idempotent by id, a claim
+carries a ``claim_id`` made here, and each request sends an ``Idempotency-Key``
+that stays the same across its retries, so a retried write is never stored twice.
+Server errors come back as the exceptions an embedded store raises:
+:class:`~agl.errors.NotFound`, :class:`~agl.errors.InvalidTransition`,
+:class:`~agl.errors.StoreUnavailable`, and :class:`RequestRejected` (a
+``ValueError`` naming the field) for a body the server refused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, TypeAdapter
+
+from agl.errors import AglError, InvalidTransition, NotFound, StoreUnavailable
+from agl.schema import Attempt, LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, StoreStats, Task
+from agl.store.base import Store
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
+
+RETRY_STATUSES = frozenset({502, 503, 504})
+MAX_BATCH_BYTES = 8 * 1024 * 1024
+"""Largest body the coalescer builds; one caller's larger write is split to fit."""
+
+_ADAPTERS: dict[str, TypeAdapter] = {
+    "spans": TypeAdapter(list[Span]),
+    "llm_calls": TypeAdapter(list[LLMCall]),
+    "rewards": TypeAdapter(list[Reward]),
+}
+_MODELS: dict[str, type[BaseModel]] = {"spans": Span, "llm_calls": LLMCall, "rewards": Reward}
+_ROLLOUTS = TypeAdapter(list[Rollout])
+_KINDS = ("spans", "llm_calls", "rewards", "claims", "finishes")
+
+
+class Unauthorized(AglError, PermissionError):
+    """The server refused the bearer token (or none was given)."""
+
+
+class RequestRejected(AglError, ValueError):
+    """The server refused a request body (422, 413): ``field`` says which value and ``reason`` why."""
+
+    def __init__(self, status: int, field: str, reason: str):
+        self.status = status
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+
+def error_from(status: int, error: dict[str, Any]) -> Exception:
+    """The exception for a server error answer (``{"type", "reason", ...}``)."""
+    reason = str(error.get("reason", "no reason given"))
+    if status == 404 and "kind" in error:
+        return NotFound(str(error["kind"]), str(error.get("ident", "")))
+    if status == 409:
+        return InvalidTransition(reason)
+    if status in (413, 422):
+        return RequestRejected(status, str(error.get("field", "body")), reason)
+    if status == 401:
+        return Unauthorized(f"store server: {reason} (pass token= or set AGL_STORE_TOKEN)")
+    if status == 503:
+        return StoreUnavailable(f"store server: {reason}")
+    return AglError(f"store server answered {status}: {error.get('type', 'error')}: {reason}")
+
+
+def _response_error(response: httpx.Response) -> Exception:
+    try:
+        error = response.json()["error"]
+        if not isinstance(error, dict):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        error = {"reason": response.text[:500] or response.reason_phrase}
+    return error_from(response.status_code, error)
+
+
+class _Op:
+    """One caller's part of a coalesced request."""
+
+    __slots__ = ("kind", "payload", "future")
+
+    def __init__(self, kind: str, payload: bytes):
+        self.kind = kind
+        self.payload = payload
+        self.future: Future = Future()
+
+
+class _Coalescer:
+    """Sender threads that send whatever calls are waiting as one ``/v1/batch`` request."""
+
+    def __init__(self, store: "HttpStore", senders: int, max_bytes: int, linger_s: float):
+        self.store = store
+        self.max_bytes = max_bytes
+        self.linger_s = linger_s
+        self._pending: deque[_Op] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"agl-http-sender-{i}", daemon=True) for i in range(senders)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, ops: list[_Op]) -> list[Any]:
+        with self._cond:
+            if self._closed:
+                raise StoreUnavailable("the HTTP store is closed")
+            self._pending.extend(ops)
+            self._cond.notify(len(ops))
+        return [op.future.result() for op in ops]
+
+    def _take(self) -> list[_Op] | None:
+        with self._cond:
+            while not self._pending:
+                if self._closed:
+                    return None
+                self._cond.wait()
+        if self.linger_s:
+            time.sleep(self.linger_s)
+        with self._cond:
+            batch: list[_Op] = []
+            size = 0
+            while self._pending and (not batch or size + len(self._pending[0].payload) <= self.max_bytes):
+                op = self._pending.popleft()
+                size += len(op.payload)
+                batch.append(op)
+            return batch
+
+    def _loop(self) -> None:
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            if batch:
+                self.store._send_batch(batch)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=30)
+
+
+class HttpStore(Store):
+    """A :class:`Store` on a store server (``agl store serve``).
+
+    ``retries`` transient failures are retried per request, with backoff from
+    ``backoff_s`` doubling up to 2 s; then :class:`StoreUnavailable` is raised.
+    ``senders`` threads send coalesced writes; ``linger_s`` makes each wait that
+    long for more calls before sending (0: send as soon as a sender is free).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        timeout_s: float = 30.0,
+        retries: int = 5,
+        backoff_s: float = 0.05,
+        senders: int = 4,
+        linger_s: float = 0.0,
+        max_batch_bytes: int = MAX_BATCH_BYTES,
+        max_connections: int = 64,
+    ):
+        if retries < 0:
+            raise ValueError(f"retries: must be at least 0, got {retries}")
+        if senders < 1:
+            raise ValueError(f"senders: must be at least 1, got {senders}")
+        self.url = url.rstrip("/")
+        token = token if token is not None else os.environ.get("AGL_STORE_TOKEN")
+        self.retries = retries
+        self.backoff_s = backoff_s
+        headers = {"User-Agent": "agl-http-store"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._client = httpx.Client(
+            base_url=self.url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+        self._coalescer = _Coalescer(self, senders, max_batch_bytes, linger_s)
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"HttpStore({self.url!r})"
+
+    # -- transport -----------------------------------------------------------------
+    def _backoff(self, attempt: int, what: str, cause: object) -> None:
+        if attempt >= self.retries:
+            raise StoreUnavailable(f"store server {self.url} unavailable after {self.retries} retries: {cause}")
+        delay = min(self.backoff_s * 2**attempt, 2.0)
+        log.warning("store server %s: %s failed (%s); retrying in %.2fs", self.url, what, cause, delay)
+        time.sleep(delay)
+
+    def _request(self, method: str, path: str, *, body: bytes | None = None, params: Any = None) -> httpx.Response:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        if method == "POST":
+            headers["Idempotency-Key"] = uuid.uuid4().hex
+        attempt = 0
+        while True:
+            try:
+                response = self._client.request(method, path, content=body, params=params, headers=headers)
+            except httpx.TransportError as exc:
+                cause: object = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code < 400:
+                    return response
+                if response.status_code not in RETRY_STATUSES:
+                    raise _response_error(response)
+                cause = _response_error(response)
+            self._backoff(attempt, f"{method} {path}", cause)
+            attempt += 1
+
+    def _get(self, path: str, params: Any = None) -> Any:
+        return self._request("GET", path, params=params).json()
+
+    def _post(self, path: str, payload: Any) -> httpx.Response:
+        body = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
+        return self._request("POST", path, body=body)
+
+    def _stream(self, path: str, filters: dict[str, Any], model: type[M]) -> Iterator[M]:
+        """POST ``filters`` and yield the NDJSON lines as models; a broken stream resumes where it stopped."""
+        body = json.dumps({k: v for k, v in filters.items() if v is not None}, separators=(",", ":")).encode()
+        headers = {"Content-Type": "application/json"}
+        yielded = 0
+        attempt = 0
+        while True:
+            seen = 0
+            try:
+                with self._client.stream("POST", path, content=body, headers=headers) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        if response.status_code not in RETRY_STATUSES:
+                            raise _response_error(response)
+                        raise _RetryableStatus(_response_error(response))
+                    rest = b""
+                    for chunk in response.iter_bytes():
+                        lines = (rest + chunk).split(b"\n")
+                        rest = lines.pop()
+                        for line in lines:
+                            if not line:
+                                continue
+                            if line.startswith(b'{"agl_stream_error"'):
+                                error = json.loads(line)["agl_stream_error"]
+                                raise error_from(_status_of(error), error)
+                            seen += 1
+                            if seen > yielded:
+                                yielded = seen
+                                attempt = 0
+                                yield model.model_validate_json(line)
+                    if rest.strip():
+                        raise StoreUnavailable(f"store server {self.url}: stream of {path} ended mid-line")
+                    return
+            except (httpx.TransportError, _RetryableStatus) as exc:
+                cause = exc.error if isinstance(exc, _RetryableStatus) else f"{type(exc).__name__}: {exc}"
+            self._backoff(attempt, f"POST {path}", cause)
+            attempt += 1
+
+    # -- coalesced writes ----------------------------------------------------------
+    def _send_batch(self, ops: list[_Op]) -> None:
+        """Send ``ops`` as one request and settle each one's future (called by sender threads)."""
+        parts: dict[str, list[bytes]] = {kind: [] for kind in _KINDS}
+        for op in ops:
+            parts[op.kind].append(op.payload)
+        body = b"{" + b",".join(b'"' + k.encode() + b'":[' + b",".join(v) + b"]" for k, v in parts.items() if v) + b"}"
+        try:
+            response = self._request("POST", "/v1/batch", body=body)
+            answer = response.json()
+        except (RequestRejected, AglError) as exc:
+            if len(ops) > 1 and not isinstance(exc, (StoreUnavailable, Unauthorized)):
+                for op in ops:  # find whose part the server refused; the others go through
+                    self._send_batch([op])
+                return
+            for op in ops:
+                op.future.set_exception(exc)
+            return
+        except BaseException as exc:
+            for op in ops:
+                op.future.set_exception(exc)
+            return
+        results = {"claims": iter(answer.get("claims", [])), "finishes": iter(answer.get("finishes", []))}
+        for op in ops:
+            if op.kind not in results:
+                op.future.set_result(None)
+                continue
+            result = next(results[op.kind], None)
+            if result is None:
+                op.future.set_exception(AglError(f"store server {self.url}: batch answer is missing a result"))
+            elif "error" in result:
+                error = result["error"]
+                op.future.set_exception(error_from(_status_of(error), error))
+            else:
+                op.future.set_result(result)
+
+    def _observations(self, kind: str, items: Iterable[Any]) -> None:
+        model = _MODELS[kind]
+        values = [item if isinstance(item, model) else model.model_validate(item) for item in items]
+        if not values:
+            return
+        self._coalescer.submit(self._split(kind, values))
+
+    def _split(self, kind: str, values: list[Any]) -> list[_Op]:
+        payload = _ADAPTERS[kind].dump_json(values)[1:-1]
+        if len(payload) <= self._coalescer.max_bytes or len(values) == 1:
+            return [_Op(kind, payload)]
+        half = len(values) // 2
+        return self._split(kind, values[:half]) + self._split(kind, values[half:])
+
+    # -- tasks ---------------------------------------------------------------------
+    def add_tasks(self, tasks: Iterable[Task]) -> None:
+        body = TypeAdapter(list[Task]).dump_json(list(tasks))
+        self._post("/v1/tasks", b'{"tasks":' + body + b"}")
+
+    def get_task(self, task_id: str) -> Task:
+        return Task.model_validate_json(self._request("GET", f"/v1/tasks/{_seg(task_id)}").content)
+
+    def query_tasks(self, *, split: str | None = None) -> Iterator[Task]:
+        return self._stream("/v1/tasks/query", {"split": split}, Task)
+
+    # -- rollouts ------------------------------------------------------------------
+    def enqueue(self, rollouts: Sequence[Rollout]) -> list[Rollout]:
+        body = _ROLLOUTS.dump_json(list(rollouts))
+        answer = self._post("/v1/rollouts", b'{"rollouts":' + body + b"}")
+        return _ROLLOUTS.validate_python(answer.json()["rollouts"])
+
+    def claim(self, runner_id: str, *, limit: int = 1, claim_id: str | None = None) -> list[Rollout]:
+        if limit < 1:
+            raise ValueError(f"limit: must be at least 1, got {limit}")
+        payload = {"runner_id": runner_id, "limit": limit, "claim_id": claim_id or f"claim-{uuid.uuid4().hex}"}
+        [result] = self._coalescer.submit([_Op("claims", json.dumps(payload).encode())])
+        return _ROLLOUTS.validate_python(result["rollouts"])
+
+    def heartbeat(self, rollout_ids: Sequence[str], runner_id: str) -> None:
+        self._post("/v1/heartbeats", {"runner_id": runner_id, "rollout_ids": list(rollout_ids)})
+
+    def finish(
+        self, rollout_id: str, status: RolloutStatus, *, error: str | None = None, output: object = None
+    ) -> Rollout:
+        payload = {"rollout_id": rollout_id, "status": RolloutStatus(status).value, "error": error, "output": output}
+        try:
+            encoded = json.dumps(payload, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"output: not JSON-serialisable: {exc}") from exc
+        [result] = self._coalescer.submit([_Op("finishes", encoded)])
+        return Rollout.model_validate(result["rollout"])
+
+    def cancel(self, rollout_ids: Sequence[str]) -> None:
+        self._post("/v1/cancellations", {"rollout_ids": list(rollout_ids)})
+
+    def expire(self, *, heartbeat_timeout_s: float, now: float | None = None) -> list[Rollout]:
+        answer = self._post("/v1/expirations", {"heartbeat_timeout_s": heartbeat_timeout_s, "now": now})
+        return _ROLLOUTS.validate_python(answer.json()["rollouts"])
+
+    def get_rollout(self, rollout_id: str) -> Rollout:
+        return Rollout.model_validate_json(self._request("GET", f"/v1/rollouts/{_seg(rollout_id)}").content)
+
+    def query_rollouts(
+        self,
+        *,
+        task_id: str | None = None,
+        status: RolloutStatus | Sequence[RolloutStatus] | None = None,
+        step: int | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        rollout_ids: Sequence[str] | None = None,
+    ) -> Iterator[Rollout]:
+        if status is not None:
+            statuses = [status] if isinstance(status, (str, RolloutStatus)) else list(status)
+            status = [RolloutStatus(s).value for s in statuses]
+        filters = {
+            "task_id": task_id,
+            "status": status,
+            "step": step,
+            "since": since,
+            "until": until,
+            "rollout_ids": None if rollout_ids is None else list(rollout_ids),
+        }
+        return self._stream("/v1/rollouts/query", filters, Rollout)
+
+    def attempts(self, rollout_id: str) -> list[Attempt]:
+        answer = self._get(f"/v1/rollouts/{_seg(rollout_id)}/attempts")
+        return [Attempt.model_validate(a) for a in answer["attempts"]]
+
+    # -- observations --------------------------------------------------------------
+    def add_spans(self, spans: Iterable[Span]) -> None:
+        self._observations("spans", spans)
+
+    def add_llm_calls(self, calls: Iterable[LLMCall]) -> None:
+        self._observations("llm_calls", calls)
+
+    def add_rewards(self, rewards: Iterable[Reward]) -> None:
+        self._observations("rewards", rewards)
+
+    def query_spans(
+        self,
+        *,
+        rollout_id: str | None = None,
+        rollout_ids: Sequence[str] | None = None,
+        kind: str | None = None,
+        production: bool = False,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> Iterator[Span]:
+        filters = {
+            "rollout_id": rollout_id,
+            "rollout_ids": _list(rollout_ids),
+            "kind": kind,
+            "production": production,
+            "since": since,
+            "until": until,
+        }
+        return self._stream("/v1/spans/query", filters, Span)
+
+    def query_llm_calls(
+        self,
+        *,
+        rollout_id: str | None = None,
+        rollout_ids: Sequence[str] | None = None,
+        call_ids: Sequence[str] | None = None,
+        production: bool = False,
+    ) -> Iterator[LLMCall]:
+        filters = {
+            "rollout_id": rollout_id,
+            "rollout_ids": _list(rollout_ids),
+            "call_ids": _list(call_ids),
+            "production": production,
+        }
+        return self._stream("/v1/llm_calls/query", filters, LLMCall)
+
+    def query_rewards(
+        self,
+        *,
+        rollout_id: str | None = None,
+        rollout_ids: Sequence[str] | None = None,
+        production: bool = False,
+    ) -> Iterator[Reward]:
+        filters = {"rollout_id": rollout_id, "rollout_ids": _list(rollout_ids), "production": production}
+        return self._stream("/v1/rewards/query", filters, Reward)
+
+    # -- model versions ------------------------------------------------------------
+    def add_model_version(self, version: ModelVersion) -> None:
+        self._post("/v1/model_versions", version.model_dump_json().encode())
+
+    def get_model_version(self, version: str) -> ModelVersion:
+        return ModelVersion.model_validate_json(self._request("GET", f"/v1/model_versions/{_seg(version)}").content)
+
+    def latest_model_version(self) -> ModelVersion | None:
+        answer = self._get("/v1/model_versions/latest")
+        return None if answer is None else ModelVersion.model_validate(answer)
+
+    # -- the rest ------------------------------------------------------------------
+    def stats(self) -> StoreStats:
+        return StoreStats.model_validate_json(self._request("GET", "/v1/stats").content)
+
+    def flush(self) -> None:
+        self._request("POST", "/v1/flush", body=b"{}")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._coalescer.close()
+        self._client.close()
+
+
+class _RetryableStatus(Exception):
+    def __init__(self, error: Exception):
+        self.error = error
+
+
+_STATUS_BY_TYPE = {
+    "NotFound": 404,
+    "InvalidTransition": 409,
+    "ValidationError": 422,
+    "ValueError": 422,
+    "BodyTooLarge": 413,
+    "StoreUnavailable": 503,
+    "Unauthorized": 401,
+}
+
+
+def _status_of(error: dict[str, Any]) -> int:
+    status = error.get("status")
+    return int(status) if isinstance(status, int) else _STATUS_BY_TYPE.get(str(error.get("type")), 500)
+
+
+def _seg(value: str) -> str:
+    """``value`` as one URL path segment."""
+    from urllib.parse import quote
+
+    return quote(value, safe="")
+
+
+def _list(values: Sequence[str] | None) -> list[str] | None:
+    return None if values is None else list(values)

@@ -1,0 +1,636 @@
+"""The store over HTTP: a JSON API that exposes every :class:`agl.store.Store` method.
+
+``agl store serve`` runs it; :class:`agl.store.http.HttpStore` is its client.
+
+Every route except ``/healthz`` needs ``Authorization: Bearer <token>``.
+Bodies are JSON; queries answer NDJSON (one model per line), streamed straight
+from the store's iterators, so reading a million spans never holds them all.
+
+Routes (``{x}`` is a path parameter; "list body" means ``{"<name>": [ ... ]}``):
+
+==========  ===================================  =============================================
+method      path                                 store method / answer
+==========  ===================================  =============================================
+GET         /healthz                             ``{"ok": true}`` (no token needed)
+GET         /v1/stats                            ``stats()``
+POST        /v1/flush                            ``flush()``
+POST        /v1/tasks                            ``add_tasks``; list body ``tasks``
+GET|POST    /v1/tasks/query                      ``query_tasks``; NDJSON of tasks
+GET         /v1/tasks/{task_id}                  ``get_task``
+POST        /v1/rollouts                         ``enqueue``; list body ``rollouts``
+GET|POST    /v1/rollouts/query                   ``query_rollouts``; NDJSON of rollouts
+GET         /v1/rollouts/{rollout_id}            ``get_rollout``
+GET         /v1/rollouts/{rollout_id}/attempts   ``attempts``; ``{"attempts": [...]}``
+POST        /v1/rollouts/{rollout_id}/finish     ``finish``; ``{"status", "error", "output"}``
+POST        /v1/claims                           ``claim``; ``{"runner_id", "limit", "claim_id"}``
+POST        /v1/heartbeats                       ``heartbeat``; ``{"runner_id", "rollout_ids"}``
+POST        /v1/cancellations                    ``cancel``; ``{"rollout_ids"}``
+POST        /v1/expirations                      ``expire``; ``{"heartbeat_timeout_s", "now"}``
+POST        /v1/spans | /v1/llm_calls | /v1/rewards   ``add_*``; list body of that name
+GET|POST    /v1/spans/query (and llm_calls, rewards)  ``query_*``; NDJSON
+POST        /v1/model_versions                   ``add_model_version``; the model version
+GET         /v1/model_versions/latest            ``latest_model_version`` (``null`` if none)
+GET         /v1/model_versions/{version}         ``get_model_version``
+POST        /v1/batch                            several callers' writes in one request
+==========  ===================================  =============================================
+
+Query filters come as a JSON body (POST) or as query parameters (GET, lists as
+repeated parameters: ``?status=queued&status=running``); both are validated by
+the same model. ``/v1/batch`` is what the client's write coalescing sends:
+``{"spans": [...], "llm_calls": [...], "rewards": [...], "claims": [{runner_id,
+limit, claim_id}], "finishes": [{rollout_id, status, error, output}]}``; the
+observations are stored together and the answer has one result per claim and
+per finish, each ``{"rollouts": [...]}`` / ``{"rollout": {...}}`` or
+``{"error": {...}}``, so one caller's unknown rollout fails only that caller.
+
+Errors answer ``{"error": {"type", "field", "reason", ...}}``: 401 without the
+right token, 404 for an unknown id (``NotFound``, with ``kind`` and ``ident``),
+409 for a status change the status machine forbids (``InvalidTransition``), 413
+for a body over the limit, 422 for a body that fails validation (``field`` is the
+dotted path of the first bad value), 503 when the database stays unavailable.
+A query that fails after its first line ends with one line ``{"agl_stream_error":
+{...}}``. Writes are idempotent by id; an ``Idempotency-Key`` header additionally
+lets the server answer a retried request from a small cache of recent answers.
+
+Late data: a span, LLM call or reward for a rollout that already ended is stored
+like any other and shows in every later query; nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+import anyio
+import anyio.to_thread
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from starlette.applications import Starlette
+from starlette.concurrency import iterate_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from agl.errors import InvalidTransition, NotFound, StoreUnavailable
+from agl.schema import JSON, LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, Task
+from agl.store.base import Store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+STREAM_CHUNK = 256
+"""Models serialised per thread hop while streaming a query."""
+IDEMPOTENCY_CACHE = 4096
+
+
+# -- request bodies ---------------------------------------------------------------
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TasksBody(_Body):
+    tasks: list[Task]
+
+
+class RolloutsBody(_Body):
+    rollouts: list[Rollout]
+
+
+class SpansBody(_Body):
+    spans: list[Span]
+
+
+class LLMCallsBody(_Body):
+    llm_calls: list[LLMCall]
+
+
+class RewardsBody(_Body):
+    rewards: list[Reward]
+
+
+class ClaimBody(_Body):
+    runner_id: str = Field(min_length=1)
+    limit: int = Field(default=1, ge=1, le=10_000)
+    claim_id: str | None = None
+
+
+class FinishBody(_Body):
+    status: RolloutStatus
+    error: str | None = None
+    output: JSON = None
+
+
+class FinishItem(FinishBody):
+    rollout_id: str = Field(min_length=1)
+
+
+class HeartbeatBody(_Body):
+    runner_id: str = Field(min_length=1)
+    rollout_ids: list[str]
+
+
+class CancelBody(_Body):
+    rollout_ids: list[str]
+
+
+class ExpireBody(_Body):
+    heartbeat_timeout_s: float = Field(gt=0)
+    now: float | None = None
+
+
+class BatchBody(_Body):
+    spans: list[Span] = Field(default_factory=list)
+    llm_calls: list[LLMCall] = Field(default_factory=list)
+    rewards: list[Reward] = Field(default_factory=list)
+    claims: list[ClaimBody] = Field(default_factory=list)
+    finishes: list[FinishItem] = Field(default_factory=list)
+
+
+class TaskQuery(_Body):
+    split: str | None = None
+
+
+class RolloutQuery(_Body):
+    task_id: str | None = None
+    status: list[RolloutStatus] | None = None
+    step: int | None = None
+    since: float | None = None
+    until: float | None = None
+    rollout_ids: list[str] | None = None
+
+
+class _ObservationQuery(_Body):
+    rollout_id: str | None = None
+    rollout_ids: list[str] | None = None
+    production: bool = False
+
+
+class SpanQuery(_ObservationQuery):
+    kind: Literal["llm", "tool", "agent", "reward", "custom"] | None = None
+    since: float | None = None
+    until: float | None = None
+
+
+class LLMCallQuery(_ObservationQuery):
+    call_ids: list[str] | None = None
+
+
+class RewardQuery(_ObservationQuery):
+    pass
+
+
+# -- errors -----------------------------------------------------------------------
+class BodyTooLarge(Exception):
+    """A request body over the server's limit."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        super().__init__(f"request body exceeds the limit of {limit} bytes")
+
+
+def _dotted(loc: tuple) -> str:
+    return ".".join(str(part) for part in loc) or "body"
+
+
+def error_payload(exc: BaseException) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and ``error`` object for an exception (500 for the unexpected)."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors(include_url=False)[0]
+        field = _dotted(first["loc"])
+        reason = first["msg"]
+        if first["type"] == "json_invalid":
+            field, reason = "body", f"invalid JSON: {first.get('ctx', {}).get('error', reason)}"
+        return 422, {"type": "ValidationError", "field": field, "reason": reason}
+    if isinstance(exc, NotFound):
+        return 404, {"type": "NotFound", "kind": exc.kind, "ident": exc.ident, "reason": str(exc)}
+    if isinstance(exc, InvalidTransition):
+        return 409, {"type": "InvalidTransition", "reason": str(exc)}
+    if isinstance(exc, StoreUnavailable):
+        return 503, {"type": "StoreUnavailable", "reason": str(exc)}
+    if isinstance(exc, BodyTooLarge):
+        return 413, {"type": "BodyTooLarge", "field": "body", "reason": str(exc), "limit": exc.limit}
+    if isinstance(exc, ValueError):
+        message = str(exc)
+        field, sep, reason = message.partition(": ")
+        if not sep or " " in field:
+            field, reason = "body", message
+        return 422, {"type": "ValueError", "field": field, "reason": reason}
+    log.exception("store server: unexpected error", exc_info=exc)
+    return 500, {"type": type(exc).__name__, "reason": str(exc)}
+
+
+def _error_response(exc: BaseException) -> Response:
+    status, payload = error_payload(exc)
+    return JSONResponse({"error": payload}, status_code=status)
+
+
+# -- helpers ----------------------------------------------------------------------
+_ROLLOUT_LIST = TypeAdapter(list[Rollout])
+
+
+def _json_response(body: bytes | str, status: int = 200) -> Response:
+    return Response(body, status_code=status, media_type="application/json")
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _query_params(request: Request, model: type[_Body]) -> dict[str, Any]:
+    """Query parameters as a dict for ``model``: list fields take repeated parameters."""
+    data: dict[str, Any] = {}
+    for key in request.query_params.keys():
+        values = request.query_params.getlist(key)
+        field = model.model_fields.get(key)
+        is_list = field is not None and "list" in str(field.annotation)
+        data[key] = values if is_list else values[-1]
+    return data
+
+
+def _ndjson(items: Iterator[BaseModel]) -> Iterator[bytes]:
+    """Serialised chunks of ``STREAM_CHUNK`` models; a failure becomes a last error line."""
+    buffer: list[str] = []
+    try:
+        for item in items:
+            buffer.append(item.model_dump_json())
+            if len(buffer) >= STREAM_CHUNK:
+                buffer.append("")
+                yield "\n".join(buffer).encode()
+                buffer = []
+    except Exception as exc:  # headers are sent: the error goes in the stream
+        _, payload = error_payload(exc)
+        buffer.append(json.dumps({"agl_stream_error": payload}))
+    if buffer:
+        buffer.append("")
+        yield "\n".join(buffer).encode()
+
+
+class _IdempotencyCache:
+    """Answers of recent successful writes, by ``Idempotency-Key``."""
+
+    def __init__(self, size: int = IDEMPOTENCY_CACHE):
+        self.size = size
+        self._items: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> tuple[int, bytes] | None:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+            return hit
+
+    def put(self, key: str, status: int, body: bytes) -> None:
+        with self._lock:
+            self._items[key] = (status, body)
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
+# -- the app ----------------------------------------------------------------------
+class _Api:
+    """The route handlers, bound to one store."""
+
+    def __init__(self, store: Store, max_body_bytes: int):
+        self.store = store
+        self.max_body_bytes = max_body_bytes
+        self.cache = _IdempotencyCache()
+
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+    async def body(self, request: Request, model: type[_Body]) -> Any:
+        raw = await _read_body(request, self.max_body_bytes)
+        return model.model_validate_json(raw or b"{}")
+
+    async def filters(self, request: Request, model: type[_Body]) -> dict[str, Any]:
+        if request.method == "GET":
+            parsed = model.model_validate(_query_params(request, model))
+        else:
+            parsed = await self.body(request, model)
+        return parsed.model_dump(exclude_unset=True)
+
+    def stream(self, items: Iterator[BaseModel]) -> Response:
+        return StreamingResponse(iterate_in_threadpool(_ndjson(items)), media_type="application/x-ndjson")
+
+    def write(self, handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
+        """Wrap a mutating handler: answer a repeated ``Idempotency-Key`` from the cache."""
+
+        async def wrapped(request: Request) -> Response:
+            key = request.headers.get("idempotency-key")
+            if key:
+                hit = self.cache.get(key)
+                if hit is not None:
+                    return _json_response(hit[1], hit[0])
+            response = await handler(request)
+            if key and response.status_code == 200 and isinstance(response.body, bytes):
+                self.cache.put(key, response.status_code, response.body)
+            return response
+
+        return wrapped
+
+    # -- handlers ------------------------------------------------------------------
+    async def healthz(self, request: Request) -> Response:
+        return _json_response(b'{"ok":true}')
+
+    async def stats(self, request: Request) -> Response:
+        return _json_response((await self.call(self.store.stats)).model_dump_json())
+
+    async def flush(self, request: Request) -> Response:
+        await self.call(self.store.flush)
+        return _json_response(b'{"ok":true}')
+
+    async def add_tasks(self, request: Request) -> Response:
+        body = await self.body(request, TasksBody)
+        await self.call(self.store.add_tasks, body.tasks)
+        return _json_response(b'{"ok":true}')
+
+    async def query_tasks(self, request: Request) -> Response:
+        filters = await self.filters(request, TaskQuery)
+        return self.stream(self.store.query_tasks(**filters))
+
+    async def get_task(self, request: Request) -> Response:
+        task = await self.call(self.store.get_task, request.path_params["task_id"])
+        return _json_response(task.model_dump_json())
+
+    async def enqueue(self, request: Request) -> Response:
+        body = await self.body(request, RolloutsBody)
+        rollouts = await self.call(self.store.enqueue, body.rollouts)
+        return _json_response(b'{"rollouts":' + _ROLLOUT_LIST.dump_json(rollouts) + b"}")
+
+    async def query_rollouts(self, request: Request) -> Response:
+        filters = await self.filters(request, RolloutQuery)
+        return self.stream(self.store.query_rollouts(**filters))
+
+    async def get_rollout(self, request: Request) -> Response:
+        rollout = await self.call(self.store.get_rollout, request.path_params["rollout_id"])
+        return _json_response(rollout.model_dump_json())
+
+    async def attempts(self, request: Request) -> Response:
+        rollout_id = request.path_params["rollout_id"]
+        attempts = await self.call(self.store.attempts, rollout_id)
+        if not attempts:
+            await self.call(self.store.get_rollout, rollout_id)  # 404 for an unknown rollout
+        return _json_response('{"attempts":[' + ",".join(a.model_dump_json() for a in attempts) + "]}")
+
+    async def finish(self, request: Request) -> Response:
+        body = await self.body(request, FinishBody)
+        rollout = await self.call(
+            self.store.finish, request.path_params["rollout_id"], body.status, error=body.error, output=body.output
+        )
+        return _json_response(rollout.model_dump_json())
+
+    async def claim(self, request: Request) -> Response:
+        body = await self.body(request, ClaimBody)
+        rollouts = await self.call(self.store.claim, body.runner_id, limit=body.limit, claim_id=body.claim_id)
+        return _json_response(b'{"rollouts":' + _ROLLOUT_LIST.dump_json(rollouts) + b"}")
+
+    async def heartbeat(self, request: Request) -> Response:
+        body = await self.body(request, HeartbeatBody)
+        await self.call(self.store.heartbeat, body.rollout_ids, body.runner_id)
+        return _json_response(b'{"ok":true}')
+
+    async def cancel(self, request: Request) -> Response:
+        body = await self.body(request, CancelBody)
+        await self.call(self.store.cancel, body.rollout_ids)
+        return _json_response(b'{"ok":true}')
+
+    async def expire(self, request: Request) -> Response:
+        body = await self.body(request, ExpireBody)
+        rollouts = await self.call(self.store.expire, heartbeat_timeout_s=body.heartbeat_timeout_s, now=body.now)
+        return _json_response(b'{"rollouts":' + _ROLLOUT_LIST.dump_json(rollouts) + b"}")
+
+    async def add_spans(self, request: Request) -> Response:
+        body = await self.body(request, SpansBody)
+        await self.call(self.store.add_spans, body.spans)
+        return _json_response(b'{"ok":true}')
+
+    async def add_llm_calls(self, request: Request) -> Response:
+        body = await self.body(request, LLMCallsBody)
+        await self.call(self.store.add_llm_calls, body.llm_calls)
+        return _json_response(b'{"ok":true}')
+
+    async def add_rewards(self, request: Request) -> Response:
+        body = await self.body(request, RewardsBody)
+        await self.call(self.store.add_rewards, body.rewards)
+        return _json_response(b'{"ok":true}')
+
+    async def query_spans(self, request: Request) -> Response:
+        return self.stream(self.store.query_spans(**await self.filters(request, SpanQuery)))
+
+    async def query_llm_calls(self, request: Request) -> Response:
+        return self.stream(self.store.query_llm_calls(**await self.filters(request, LLMCallQuery)))
+
+    async def query_rewards(self, request: Request) -> Response:
+        return self.stream(self.store.query_rewards(**await self.filters(request, RewardQuery)))
+
+    async def add_model_version(self, request: Request) -> Response:
+        raw = await _read_body(request, self.max_body_bytes)
+        version = ModelVersion.model_validate_json(raw or b"{}")
+        await self.call(self.store.add_model_version, version)
+        return _json_response(b'{"ok":true}')
+
+    async def latest_model_version(self, request: Request) -> Response:
+        version = await self.call(self.store.latest_model_version)
+        return _json_response(b"null" if version is None else version.model_dump_json())
+
+    async def get_model_version(self, request: Request) -> Response:
+        version = await self.call(self.store.get_model_version, request.path_params["version"])
+        return _json_response(version.model_dump_json())
+
+    async def batch(self, request: Request) -> Response:
+        body = await self.body(request, BatchBody)
+        claims: list[bytes] = [b""] * len(body.claims)
+        finishes: list[bytes] = [b""] * len(body.finishes)
+        store = self.store
+
+        async def claim(i: int, item: ClaimBody) -> None:
+            try:
+                got = await self.call(store.claim, item.runner_id, limit=item.limit, claim_id=item.claim_id)
+                claims[i] = b'{"rollouts":' + _ROLLOUT_LIST.dump_json(got) + b"}"
+            except Exception as exc:
+                status, payload = error_payload(exc)
+                claims[i] = json.dumps({"error": payload | {"status": status}}).encode()
+
+        async def finish(i: int, item: FinishItem) -> None:
+            try:
+                done = await self.call(store.finish, item.rollout_id, item.status, error=item.error, output=item.output)
+                finishes[i] = b'{"rollout":' + done.model_dump_json().encode() + b"}"
+            except Exception as exc:
+                status, payload = error_payload(exc)
+                finishes[i] = json.dumps({"error": payload | {"status": status}}).encode()
+
+        # Every part runs at once so the store's writer commits them as one group.
+        async with anyio.create_task_group() as tg:
+            if body.spans:
+                tg.start_soon(self.call, store.add_spans, body.spans)
+            if body.llm_calls:
+                tg.start_soon(self.call, store.add_llm_calls, body.llm_calls)
+            if body.rewards:
+                tg.start_soon(self.call, store.add_rewards, body.rewards)
+            for i, item in enumerate(body.claims):
+                tg.start_soon(claim, i, item)
+            for i, item in enumerate(body.finishes):
+                tg.start_soon(finish, i, item)
+        return _json_response(b'{"claims":[' + b",".join(claims) + b'],"finishes":[' + b",".join(finishes) + b"]}")
+
+    def routes(self) -> list[BaseRoute]:
+        w = self.write
+        return [
+            Route("/healthz", self.healthz, methods=["GET"]),
+            Route("/v1/stats", self.stats, methods=["GET"]),
+            Route("/v1/flush", self.flush, methods=["POST"]),
+            Route("/v1/batch", w(self.batch), methods=["POST"]),
+            Route("/v1/tasks", w(self.add_tasks), methods=["POST"]),
+            Route("/v1/tasks/query", self.query_tasks, methods=["GET", "POST"]),
+            Route("/v1/tasks/{task_id}", self.get_task, methods=["GET"]),
+            Route("/v1/rollouts", w(self.enqueue), methods=["POST"]),
+            Route("/v1/rollouts/query", self.query_rollouts, methods=["GET", "POST"]),
+            Route("/v1/rollouts/{rollout_id}", self.get_rollout, methods=["GET"]),
+            Route("/v1/rollouts/{rollout_id}/attempts", self.attempts, methods=["GET"]),
+            Route("/v1/rollouts/{rollout_id}/finish", w(self.finish), methods=["POST"]),
+            Route("/v1/claims", w(self.claim), methods=["POST"]),
+            Route("/v1/heartbeats", self.heartbeat, methods=["POST"]),
+            Route("/v1/cancellations", w(self.cancel), methods=["POST"]),
+            Route("/v1/expirations", w(self.expire), methods=["POST"]),
+            Route("/v1/spans", w(self.add_spans), methods=["POST"]),
+            Route("/v1/spans/query", self.query_spans, methods=["GET", "POST"]),
+            Route("/v1/llm_calls", w(self.add_llm_calls), methods=["POST"]),
+            Route("/v1/llm_calls/query", self.query_llm_calls, methods=["GET", "POST"]),
+            Route("/v1/rewards", w(self.add_rewards), methods=["POST"]),
+            Route("/v1/rewards/query", self.query_rewards, methods=["GET", "POST"]),
+            Route("/v1/model_versions", w(self.add_model_version), methods=["POST"]),
+            Route("/v1/model_versions/latest", self.latest_model_version, methods=["GET"]),
+            Route("/v1/model_versions/{version}", self.get_model_version, methods=["GET"]),
+        ]
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request but those under ``open_paths`` needs the token."""
+
+    def __init__(self, app: Any, token: str, open_paths: frozenset[str] = frozenset({"/healthz"})):
+        if not token:
+            raise ValueError("token: the store server needs a non-empty bearer token")
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+        self.open_paths = open_paths
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"] not in self.open_paths:
+            given = b""
+            for name, value in scope["headers"]:
+                if name == b"authorization":
+                    given = value
+                    break
+            if not hmac.compare_digest(given, self.expected):
+                reason = "missing bearer token" if not given else "wrong bearer token"
+                response = JSONResponse(
+                    {"error": {"type": "Unauthorized", "field": "Authorization", "reason": reason}},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _plugin_routes(store: Store) -> list[BaseRoute]:
+    from agl.plugins import hook
+
+    routes: list[BaseRoute] = []
+    for extra in hook().agl_store_routes(store=store):
+        routes.extend(extra or [])
+    return routes
+
+
+def create_app(store: Store, *, token: str, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Any:
+    """The ASGI app serving ``store``: the routes in this module's docstring plus plugin routes.
+
+    ``token`` is the bearer token every route but ``/healthz`` requires.
+    """
+    if max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes: must be positive, got {max_body_bytes}")
+    api = _Api(store, max_body_bytes)
+    handlers = {
+        ValidationError: lambda request, exc: _error_response(exc),
+        NotFound: lambda request, exc: _error_response(exc),
+        InvalidTransition: lambda request, exc: _error_response(exc),
+        StoreUnavailable: lambda request, exc: _error_response(exc),
+        BodyTooLarge: lambda request, exc: _error_response(exc),
+        ValueError: lambda request, exc: _error_response(exc),
+    }
+    app = Starlette(routes=[*api.routes(), *_plugin_routes(store)], exception_handlers=handlers)
+    app.state.store = store
+    return BearerAuth(app, token)
+
+
+class ServerThread:
+    """A store server in a background thread of this process (tests, embedding).
+
+    ``with ServerThread(store, token=...) as server:`` starts uvicorn on
+    ``host``:``port`` (port 0 picks a free one; ``server.url`` tells it) and stops
+    it on exit.
+    """
+
+    def __init__(self, store: Store, *, token: str, host: str = "127.0.0.1", port: int = 0, **app_options: Any):
+        import socket
+
+        import uvicorn
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.host, self.port = self.sock.getsockname()[:2]
+        app = create_app(store, token=token, **app_options)
+        config = uvicorn.Config(app, log_level="warning", loop="asyncio", lifespan="off", access_log=False)
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> "ServerThread":
+        import time
+
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise StoreUnavailable(f"store server on {self.url} did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=10)
+        self.sock.close()
+
+    def __enter__(self) -> "ServerThread":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(store: Store, *, token: str, host: str = "127.0.0.1", port: int = 4317, **app_options: Any) -> None:
+    """Serve ``store`` on ``host``:``port`` until interrupted (uvloop and httptools where installed)."""
+    import uvicorn
+
+    app = create_app(store, token=token, **app_options)
+    uvicorn.run(app, host=host, port=port, log_level="warning", lifespan="off", access_log=False, timeout_graceful_shutdown=5)

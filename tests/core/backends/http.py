@@ -1,0 +1,24 @@
+"""The HTTP store: a real server (uvicorn on 127.0.0.1, a free port, a random token)
+over a SqliteStore in ``tmp_path``, and the client that batches."""
+
+import contextlib
+import secrets
+
+from agl.store.http import HttpStore
+from agl.store.server import ServerThread
+from agl.store.sqlite import SqliteStore
+
+
+@contextlib.contextmanager
+def open_backend(tmp_path, **client_options):
+    backing = SqliteStore(tmp_path / "agl-http.db")
+    token = secrets.token_urlsafe(16)
+    try:
+        with ServerThread(backing, token=token) as server:
+            client = HttpStore(server.url, token=token, **client_options)
+            try:
+                yield client
+            finally:
+                client.close()
+    finally:
+        backing.close()
