@@ -584,10 +584,19 @@ class ServerThread:
 
     ``with ServerThread(store, token=...) as server:`` starts uvicorn on
     ``host``:``port`` (port 0 picks a free one; ``server.url`` tells it) and stops
-    it on exit.
+    it on exit. ``middleware`` wraps the ASGI app (fault injection in tests).
     """
 
-    def __init__(self, store: Store, *, token: str, host: str = "127.0.0.1", port: int = 0, **app_options: Any):
+    def __init__(
+        self,
+        store: Store,
+        *,
+        token: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        middleware: Callable[[Any], Any] | None = None,
+        **app_options: Any,
+    ):
         import socket
 
         import uvicorn
@@ -597,6 +606,8 @@ class ServerThread:
         self.sock.bind((host, port))
         self.host, self.port = self.sock.getsockname()[:2]
         app = create_app(store, token=token, **app_options)
+        if middleware is not None:
+            app = middleware(app)
         config = uvicorn.Config(app, log_level="warning", loop="asyncio", lifespan="off", access_log=False)
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
