@@ -1,0 +1,182 @@
+"""Settings of the verl backend, validated before anything heavy starts.
+
+:class:`VerlSettings` holds what both modes share (the algorithm: estimator,
+policy loss, KL, optimizer) and what each mode adds. Names that live in verl's
+registries (advantage estimators, policy losses, KL estimators, loss
+aggregation modes) are checked against the installed verl, so a typo fails at
+construction with the list of known names instead of deep inside a step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agl.errors import ConfigError
+
+KL_PENALTIES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+"""The KL estimators verl's ``kl_penalty`` accepts (``full`` needs whole distributions, not supported here)."""
+
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+# Estimators whose inputs a policy-only backend cannot supply: GAE needs a critic's
+# values, ReMax a greedy baseline rollout, the optimal-token baselines per-token sums of pi^2.
+UNSUPPORTED_ESTIMATORS = {
+    "gae": "needs a critic (values), which agl's backends do not train",
+    "remax": "needs a greedy baseline rollout (reward_baselines) per prompt",
+    "optimal_token_baseline": "needs sum_pi_squared from the actor",
+    "tir_optimal_token_baseline": "needs sum_pi_squared from the actor",
+}
+
+
+class LoraSettings(BaseModel):
+    """A LoRA adapter (peft) instead of full fine-tuning."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    r: int = Field(default=8, ge=1)
+    alpha: float = Field(default=16.0, gt=0)
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: list[str] | str = "all-linear"
+
+
+class DistributedSettings(BaseModel):
+    """What ``mode="distributed"`` adds: the cluster shape and verl's batch sizes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n_gpus_per_node: int = Field(default=8, ge=1)
+    nnodes: int = Field(default=1, ge=1)
+    rollout_n: int = Field(default=8, ge=1, description="rollouts per task (the GRPO group size)")
+    train_batch_size: int = Field(default=32, ge=1, description="tasks per step")
+    ppo_mini_batch_size: int = Field(default=32, ge=1)
+    max_prompt_length: int = Field(default=2048, ge=1)
+    max_response_length: int = Field(default=1024, ge=1)
+    tensor_model_parallel_size: int = Field(default=1, ge=1)
+    gpu_memory_utilization: float = Field(default=0.6, gt=0, le=1)
+    total_training_steps: int | None = Field(default=None, ge=1)
+    total_epochs: int = Field(default=1, ge=1)
+    train_files: str | None = None
+    val_files: str | None = None
+    store_url: str | None = None
+    project_name: str = "agl"
+    experiment_name: str = "agl-verl"
+    rollout_timeout_s: float = Field(default=600.0, gt=0)
+    overrides: list[str] = Field(default_factory=list, description="extra hydra overrides, verbatim")
+
+
+class VerlSettings(BaseModel):
+    """All settings of :class:`agl_verl.backend.VerlBackend`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["local", "distributed"] = "local"
+    model_path: str | None = None
+    adv_estimator: str = "grpo"
+    norm_adv_by_std_in_grpo: bool = True
+    gamma: float = Field(default=1.0, ge=0, le=1)
+    lam: float = Field(default=1.0, ge=0, le=1)
+    policy_loss: str = "vanilla"
+    clip_ratio: float = Field(default=0.2, gt=0)
+    clip_ratio_low: float | None = Field(default=None, gt=0)
+    clip_ratio_high: float | None = Field(default=None, gt=0)
+    clip_ratio_c: float = Field(default=3.0, gt=1)
+    loss_agg_mode: str = "token-mean"
+    kl_coef: float = Field(default=0.0, ge=0)
+    kl_penalty: str = "low_var_kl"
+    entropy_coeff: float = Field(default=0.0, ge=0)
+    temperature: float = Field(default=1.0, gt=0, description="the sampling temperature the engine used")
+    lr: float = Field(default=1e-5, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float | None = Field(default=1.0, gt=0)
+    ppo_epochs: int = Field(default=1, ge=1)
+    mini_batch_size: int | None = Field(default=None, ge=1, description="transitions per optimizer step; None: all")
+    micro_batch_size: int = Field(default=8, ge=1, description="transitions per forward/backward")
+    old_log_probs: Literal["engine", "recompute"] = Field(
+        default="engine", description="engine: the logprobs the engine sampled with; recompute: a forward pass"
+    )
+    text_transitions: Literal["skip", "error"] = "skip"
+    lora: LoraSettings | None = None
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    seed: int = 0
+    workdir: str = "agl-verl-work"
+    max_prompt_length: int | None = Field(default=None, ge=1, description="longer prompts keep their last tokens")
+    max_response_length: int | None = Field(default=None, ge=1, description="longer responses are cut")
+    distributed: DistributedSettings = Field(default_factory=DistributedSettings)
+
+    @field_validator("adv_estimator")
+    @classmethod
+    def _known_estimator(cls, name: str) -> str:
+        from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
+
+        if name in UNSUPPORTED_ESTIMATORS:
+            raise ValueError(f"{name!r} {UNSUPPORTED_ESTIMATORS[name]}")
+        if name not in ADV_ESTIMATOR_REGISTRY:
+            known = sorted(set(ADV_ESTIMATOR_REGISTRY) - set(UNSUPPORTED_ESTIMATORS))
+            raise ValueError(f"unknown advantage estimator {name!r}; known: {', '.join(known)}")
+        return name
+
+    @field_validator("policy_loss")
+    @classmethod
+    def _known_loss(cls, name: str) -> str:
+        from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+
+        if name not in POLICY_LOSS_REGISTRY:
+            raise ValueError(f"unknown policy loss {name!r}; known: {', '.join(sorted(POLICY_LOSS_REGISTRY))}")
+        return name
+
+    @field_validator("kl_penalty")
+    @classmethod
+    def _known_kl(cls, name: str) -> str:
+        if name not in KL_PENALTIES:
+            raise ValueError(f"unknown KL estimator {name!r}; known: {', '.join(KL_PENALTIES)}")
+        return name
+
+    @field_validator("loss_agg_mode")
+    @classmethod
+    def _known_agg(cls, name: str) -> str:
+        if name not in LOSS_AGG_MODES:
+            raise ValueError(f"unknown loss aggregation {name!r}; known: {', '.join(LOSS_AGG_MODES)}")
+        return name
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, device: str) -> str:
+        if device != "cpu" and not device.startswith("cuda"):
+            raise ValueError(f"must be 'cpu' or 'cuda[:N]', got {device!r}")
+        return device
+
+    @model_validator(mode="after")
+    def _mode_needs(self) -> "VerlSettings":
+        if self.model_path is None:
+            raise ValueError("model_path is required: the weights (a local directory) to train")
+        if self.mode == "local" and self.device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ValueError("device is 'cuda' but torch sees no GPU; use device='cpu'")
+        return self
+
+    @property
+    def versions_dir(self) -> Path:
+        """Where :meth:`publish` writes each step's weights."""
+        return Path(self.workdir) / "versions"
+
+
+def parse_settings(config: dict[str, Any]) -> VerlSettings:
+    """Validate ``config``; raise :class:`ConfigError` naming each bad field and why."""
+    try:
+        return VerlSettings.model_validate(config)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"]) or "config"
+            message = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                message = "unknown setting for the verl backend"
+            problems.append(f"{field}: {message}")
+        raise ConfigError("invalid verl backend settings: " + "; ".join(problems)) from None

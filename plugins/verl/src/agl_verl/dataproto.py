@@ -1,0 +1,167 @@
+"""agl transitions → verl ``DataProto`` batches, laid out exactly as verl's trainers expect.
+
+One row per transition (one LLM call):
+
+- ``prompts`` (B, P): prompt ids, left-padded; ``responses`` (B, R): response ids, right-padded;
+- ``input_ids`` = prompts ‖ responses; ``attention_mask`` 1 on real tokens;
+  ``position_ids`` from the mask (verl's ``compute_position_id_with_mask``);
+- ``response_mask`` (B, R): 1 on response tokens;
+- ``token_level_scores`` = ``token_level_rewards`` (B, R): the transition's reward on its
+  last response token, zero elsewhere;
+- ``old_log_probs`` and ``rollout_log_probs`` (B, R): the engine's logprobs, when every
+  transition carries them;
+- ``weights`` (B,): the rollout-level normalization weight;
+- non-tensor ``uid`` = ``task_id`` (the group key verl's estimators take as ``index``),
+  plus ``rollout_id``, ``agent`` and ``model_version``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from verl import DataProto
+from verl.utils.model import compute_position_id_with_mask
+
+from agl.errors import AglError
+from agl.schema import Transition
+
+
+class TextTransitionError(AglError, ValueError):
+    """A text-only transition reached a policy-gradient update."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The transitions a policy-gradient update may use, and what was set aside."""
+
+    usable: list[Transition]
+    text_only: int
+    empty_response: int
+
+
+def select_trainable(transitions: Sequence[Transition], *, on_text: str = "skip") -> Selection:
+    """Drop what cannot feed a policy-gradient update, counting it.
+
+    Text-only transitions (``token_source="text"``) carry no trustworthy ids or
+    logprobs: with ``on_text="error"`` they raise :class:`TextTransitionError`,
+    with ``"skip"`` they are left out and counted. Transitions with an empty
+    response have no token to put the reward on and are counted too.
+    """
+    usable: list[Transition] = []
+    text_only = empty = 0
+    for t in transitions:
+        if t.token_source != "engine":
+            if on_text == "error":
+                raise TextTransitionError(
+                    f"transition {t.rollout_id}#{t.step} has token_source={t.token_source!r}: text-only "
+                    "transitions carry no engine token ids or logprobs and cannot feed a policy-gradient update"
+                )
+            text_only += 1
+        elif len(t.response_ids) == 0:
+            empty += 1
+        else:
+            usable.append(t)
+    return Selection(usable, text_only, empty)
+
+
+def transitions_to_dataproto(
+    transitions: Sequence[Transition],
+    *,
+    pad_token_id: int = 0,
+    max_prompt_length: int | None = None,
+    max_response_length: int | None = None,
+) -> DataProto:
+    """Build one verl batch from engine transitions (see the module docstring for the layout).
+
+    Prompts longer than ``max_prompt_length`` keep their last tokens, responses
+    longer than ``max_response_length`` are cut (the reward then lands on the last
+    kept token); ``meta_info["truncated"]`` counts the rows affected.
+    """
+    if not transitions:
+        raise ValueError("transitions: empty; a batch needs at least one transition")
+    for t in transitions:
+        if t.token_source != "engine":
+            raise TextTransitionError(
+                f"transition {t.rollout_id}#{t.step} has token_source={t.token_source!r}; "
+                "filter with select_trainable() first"
+            )
+        if len(t.response_ids) == 0:
+            raise ValueError(f"transition {t.rollout_id}#{t.step}: response_ids is empty")
+
+    truncated = 0
+    prompts: list[np.ndarray] = []
+    responses: list[np.ndarray] = []
+    logprobs: list[np.ndarray] | None = []
+    for t in transitions:
+        p = np.frombuffer(t.prompt_ids, dtype=np.int32)
+        r = np.frombuffer(t.response_ids, dtype=np.int32)
+        cut = False
+        if max_prompt_length is not None and len(p) > max_prompt_length:
+            p, cut = p[len(p) - max_prompt_length :], True
+        if max_response_length is not None and len(r) > max_response_length:
+            r, cut = r[:max_response_length], True
+        truncated += cut
+        prompts.append(p)
+        responses.append(r)
+        if logprobs is not None:
+            if t.response_logprobs is None:
+                logprobs = None
+            elif len(t.response_logprobs) != len(t.response_ids):
+                raise ValueError(
+                    f"transition {t.rollout_id}#{t.step}: {len(t.response_logprobs)} response_logprobs "
+                    f"for {len(t.response_ids)} response_ids"
+                )
+            else:
+                logprobs.append(np.frombuffer(t.response_logprobs, dtype=np.float32)[: len(r)])
+
+    batch = len(transitions)
+    p_len = max(len(p) for p in prompts)
+    r_len = max(len(r) for r in responses)
+    prompt_arr = np.full((batch, p_len), pad_token_id, dtype=np.int64)
+    prompt_mask = np.zeros((batch, p_len), dtype=np.int64)
+    response_arr = np.full((batch, r_len), pad_token_id, dtype=np.int64)
+    response_mask = np.zeros((batch, r_len), dtype=np.int64)
+    rewards = np.zeros((batch, r_len), dtype=np.float32)
+    for i, (p, r, t) in enumerate(zip(prompts, responses, transitions)):
+        if len(p):
+            prompt_arr[i, p_len - len(p) :] = p
+            prompt_mask[i, p_len - len(p) :] = 1
+        response_arr[i, : len(r)] = r
+        response_mask[i, : len(r)] = 1
+        rewards[i, len(r) - 1] = t.reward
+
+    prompts_t = torch.from_numpy(prompt_arr)
+    responses_t = torch.from_numpy(response_arr)
+    response_mask_t = torch.from_numpy(response_mask)
+    attention_mask = torch.cat([torch.from_numpy(prompt_mask), response_mask_t], dim=1)
+    rewards_t = torch.from_numpy(rewards)
+    tensors: dict[str, torch.Tensor] = {
+        "prompts": prompts_t,
+        "responses": responses_t,
+        "input_ids": torch.cat([prompts_t, responses_t], dim=1),
+        "attention_mask": attention_mask,
+        "position_ids": compute_position_id_with_mask(attention_mask),
+        "response_mask": response_mask_t,
+        "token_level_scores": rewards_t,
+        "token_level_rewards": rewards_t.clone(),
+        "weights": torch.tensor([t.weight for t in transitions], dtype=torch.float32),
+    }
+    if logprobs is not None:
+        lp = np.zeros((batch, r_len), dtype=np.float32)
+        for i, row in enumerate(logprobs):
+            lp[i, : len(row)] = row
+        tensors["rollout_log_probs"] = torch.from_numpy(lp)
+        tensors["old_log_probs"] = tensors["rollout_log_probs"].clone()
+
+    non_tensors = {
+        "uid": np.array([t.task_id for t in transitions], dtype=object),
+        "rollout_id": np.array([t.rollout_id for t in transitions], dtype=object),
+        "agent": np.array([t.agent for t in transitions], dtype=object),
+        "model_version": np.array([t.model_version for t in transitions], dtype=object),
+    }
+    return DataProto.from_dict(
+        tensors=tensors, non_tensors=non_tensors, meta_info={"truncated": truncated, "pad_token_id": pad_token_id}
+    )
