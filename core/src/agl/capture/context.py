@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
+import math
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ class RolloutContext:
 
 _current: contextvars.ContextVar[RolloutContext | None] = contextvars.ContextVar("agl_rollout", default=None)
 _current_span: contextvars.ContextVar[str | None] = contextvars.ContextVar("agl_span", default=None)
-_active: dict[int, RolloutContext] = {}
+_active: dict[int, tuple[RolloutContext, int]] = {}  # id → (context, how many use_rollout blocks hold it)
 _active_lock = threading.Lock()
 _production: RolloutContext | None = None
 _production_lock = threading.Lock()
@@ -59,8 +60,9 @@ def current_rollout() -> RolloutContext | None:
     ctx = _current.get()
     if ctx is not None:
         return ctx
-    if len(_active) == 1:
-        return next(iter(_active.values()), None)
+    with _active_lock:
+        if len(_active) == 1:
+            return next(iter(_active.values()))[0]
     return None
 
 
@@ -97,12 +99,16 @@ def use_rollout(ctx: RolloutContext) -> Iterator[RolloutContext]:
     token = _current.set(ctx)
     key = id(ctx)
     with _active_lock:
-        _active[key] = ctx
+        _active[key] = (ctx, _active.get(key, (ctx, 0))[1] + 1)
     try:
         yield ctx
     finally:
         with _active_lock:
-            _active.pop(key, None)
+            held = _active[key][1] - 1
+            if held:
+                _active[key] = (ctx, held)
+            else:
+                del _active[key]
         _current.reset(token)
 
 
@@ -118,10 +124,17 @@ def emit_reward(value: float, name: str | None = None, *, span_id: str | None = 
     credit assignment; the last one named ``reward`` is also the rollout's
     final reward unless the agent function returns one.
     """
+    # Any real number (int, float, numpy or torch scalars); not bool, str or None.
+    if isinstance(value, (bool, str, bytes)) or not hasattr(type(value), "__float__"):
+        raise ValueError(f"value: a reward must be a real number, got {type(value).__name__} {value!r}")
     try:
         value = float(value)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"value: a reward must be a number, got {value!r}") from exc
+    except (TypeError, ValueError) as exc:  # e.g. a tensor with more than one element
+        raise ValueError(f"value: a reward must be a single real number, got {value!r}: {exc}") from exc
+    if not math.isfinite(value):
+        raise ValueError(f"value: a reward must be finite, got {value!r}")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ValueError(f"name: must be a non-empty string, got {name!r}")
     ctx = capture_context()
     reward = Reward(
         rollout_id=ctx.rollout_id,
