@@ -1,0 +1,134 @@
+"""The one-line integration: a model client wrapper that records every call."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from typing import Any, Literal, Optional, Union
+
+from autogen_core import CancellationToken
+from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, ModelCapabilities, ModelInfo, RequestUsage
+from autogen_core.tools import Tool, ToolSchema
+from pydantic import BaseModel
+
+from agl_autogen import _capture
+from agl_autogen._guard import report
+
+
+class AglChatCompletionClient(ChatCompletionClient):
+    """Wrap any AutoGen ``ChatCompletionClient`` so agl records each of its calls.
+
+    >>> agent = AssistantAgent("solver", model_client=AglChatCompletionClient(client))
+
+    Every ``create`` and ``create_stream`` becomes an agl ``llm`` span with the
+    calling agent's name, the messages, tools, output, usage and (for OpenAI-style
+    clients) the response id. Constructing one also installs agl's agent, team and
+    tool hooks (:func:`agl_autogen.instrument.install_structure_hooks`), which is
+    what makes the agent name reliable. Everything else is delegated to ``inner``.
+    """
+
+    def __init__(self, inner: ChatCompletionClient):
+        if not isinstance(inner, ChatCompletionClient):
+            raise TypeError(f"inner: expected an autogen ChatCompletionClient, got {type(inner).__name__}")
+        self.inner = inner
+        try:
+            from agl_autogen.instrument import install_structure_hooks
+
+            install_structure_hooks()
+        except Exception as exc:
+            report("install structure hooks", exc)
+
+    async def create(
+        self,
+        messages: Sequence[LLMMessage],
+        *,
+        tools: Sequence[Tool | ToolSchema] = [],
+        tool_choice: Tool | Literal["auto", "required", "none"] = "auto",
+        json_output: Optional[bool | type[BaseModel]] = None,
+        extra_create_args: Mapping[str, Any] = {},
+        cancellation_token: Optional[CancellationToken] = None,
+    ) -> CreateResult:
+        opened = _capture.begin_call(self.inner, messages, tools, stream=False)
+        try:
+            result = await self.inner.create(
+                messages,
+                tools=tools,
+                tool_choice=tool_choice,
+                json_output=json_output,
+                extra_create_args=extra_create_args,
+                cancellation_token=cancellation_token,
+            )
+        except BaseException as exc:
+            _capture.end_call(opened, None, exc)
+            raise
+        _capture.end_call(opened, result, None)
+        return result
+
+    async def create_stream(
+        self,
+        messages: Sequence[LLMMessage],
+        *,
+        tools: Sequence[Tool | ToolSchema] = [],
+        tool_choice: Tool | Literal["auto", "required", "none"] = "auto",
+        json_output: Optional[bool | type[BaseModel]] = None,
+        extra_create_args: Mapping[str, Any] = {},
+        cancellation_token: Optional[CancellationToken] = None,
+    ) -> AsyncGenerator[Union[str, CreateResult], None]:
+        stream = self.inner.create_stream(
+            messages,
+            tools=tools,
+            tool_choice=tool_choice,
+            json_output=json_output,
+            extra_create_args=extra_create_args,
+            cancellation_token=cancellation_token,
+        )
+        async for item in capture_stream(self.inner, stream, messages, tools):
+            yield item
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def actual_usage(self) -> RequestUsage:
+        return self.inner.actual_usage()
+
+    def total_usage(self) -> RequestUsage:
+        return self.inner.total_usage()
+
+    def count_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Tool | ToolSchema] = []) -> int:
+        return self.inner.count_tokens(messages, tools=tools)
+
+    def remaining_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Tool | ToolSchema] = []) -> int:
+        return self.inner.remaining_tokens(messages, tools=tools)
+
+    @property
+    def capabilities(self) -> ModelCapabilities:  # type: ignore[override]
+        return self.inner.capabilities  # type: ignore[no-any-return]
+
+    @property
+    def model_info(self) -> ModelInfo:
+        return self.inner.model_info
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else the caller reaches for on the client (client-specific helpers).
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+async def capture_stream(
+    client: Any,
+    stream: AsyncGenerator[Union[str, CreateResult], None],
+    messages: Sequence[Any],
+    tools: Sequence[Any],
+) -> AsyncGenerator[Union[str, CreateResult], None]:
+    """Pass a ``create_stream`` through, recording its final ``CreateResult``."""
+    opened = _capture.begin_call(client, messages, tools, stream=True)
+    result: CreateResult | None = None
+    try:
+        async for item in stream:
+            if isinstance(item, CreateResult):
+                result = item
+            yield item
+    except BaseException as exc:
+        _capture.end_call(opened, None, exc)
+        raise
+    _capture.end_call(opened, result, None)

@@ -1,0 +1,204 @@
+"""The zero-line integration: patch AutoGen so every model client is captured.
+
+:func:`instrument` installs two things, both undone by :func:`uninstrument`:
+
+- structure hooks (also installed by :class:`~agl_autogen.AglChatCompletionClient`):
+  AutoGen's own ``invoke_agent`` tracing context manager is wrapped so each agent
+  invocation becomes an agl ``agent`` span and sets the current agent name; every
+  team run (``BaseGroupChat.run_stream``, which ``run`` uses) becomes an ``agent``
+  span naming the team type and its participants; ``BaseTool.run_json`` (every
+  ``FunctionTool`` call an agent makes) becomes a ``tool`` span; and a filter on
+  AutoGen's event logger reads response ids;
+- client hooks: ``create`` and ``create_stream`` of every ``ChatCompletionClient``
+  class, those defined now and those defined later, record each call.
+
+Setting ``AGL_AUTOGEN_INSTRUMENT=1`` calls :func:`instrument` at interpreter start
+(a ``.pth`` file installed with the package reads it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from agl.schema import now
+
+from agl_autogen import _capture
+from agl_autogen._guard import report
+
+_lock = threading.Lock()
+_patches: list[tuple[Any, str, Any, bool]] = []  # (owner, attribute, original, owner had it in __dict__)
+_structure = False
+_clients = False
+_MARK = "__agl_autogen_original__"
+
+
+def _patch(owner: Any, attr: str, replacement: Any) -> None:
+    had = attr in vars(owner)
+    original = vars(owner).get(attr) if had else getattr(owner, attr, None)
+    setattr(owner, attr, replacement)
+    _patches.append((owner, attr, original, had))
+
+
+def _wrap_invoke_agent(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    @contextlib.contextmanager
+    def trace_invoke_agent_span(agent_name: str, **kwargs: Any) -> Iterator[Any]:
+        agent_id = kwargs.get("agent_id")
+        attrs: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent_name}
+        if agent_id:
+            attrs["gen_ai.agent.id"] = agent_id
+        if kwargs.get("agent_description"):
+            attrs["gen_ai.agent.description"] = kwargs["agent_description"]
+        with _capture.scope(f"invoke_agent {agent_name}", "agent", attrs, _capture.AgentInfo(agent_name, agent_id)):
+            with original(agent_name, **kwargs) as otel_span:
+                yield otel_span
+
+    setattr(trace_invoke_agent_span, _MARK, original)
+    return trace_invoke_agent_span
+
+
+def _wrap_team_run_stream(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    async def run_stream(self: Any, *args: Any, **kwargs: Any) -> Any:
+        attrs: dict[str, Any] = {"gen_ai.operation.name": "invoke_workflow"}
+        try:
+            name = getattr(self, "name", None) or type(self).__name__
+            attrs["gen_ai.agent.name"] = name
+            attrs["agl.team.type"] = type(self).__name__
+            attrs["agl.team.participants"] = [getattr(p, "name", str(p)) for p in getattr(self, "_participants", [])]
+        except Exception as exc:
+            report("team attributes", exc)
+            name = type(self).__name__
+        with _capture.scope(f"invoke_workflow {name}", "agent", attrs, None):
+            async for item in original(self, *args, **kwargs):
+                yield item
+
+    setattr(run_stream, _MARK, original)
+    return run_stream
+
+
+def _wrap_run_json(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    async def run_json(self: Any, args: Any, cancellation_token: Any, call_id: str | None = None) -> Any:
+        start = now()
+        try:
+            result = await original(self, args, cancellation_token, call_id=call_id)
+        except BaseException as exc:
+            _capture.tool_span(self, args, call_id, start, None, exc)
+            raise
+        _capture.tool_span(self, args, call_id, start, result, None)
+        return result
+
+    setattr(run_json, _MARK, original)
+    return run_json
+
+
+def install_structure_hooks() -> None:
+    """Install the agent, team and tool hooks and the event logger tap (idempotent)."""
+    global _structure
+    with _lock:
+        if _structure:
+            return
+        from autogen_agentchat.agents import _base_chat_agent
+        from autogen_agentchat.teams._group_chat import _base_group_chat, _chat_agent_container
+        from autogen_core.tools import BaseTool
+
+        for module in (_base_chat_agent, _chat_agent_container):
+            _patch(module, "trace_invoke_agent_span", _wrap_invoke_agent(module.trace_invoke_agent_span))
+        group_chat = _base_group_chat.BaseGroupChat
+        _patch(group_chat, "run_stream", _wrap_team_run_stream(group_chat.run_stream))
+        _patch(BaseTool, "run_json", _wrap_run_json(BaseTool.run_json))
+        _capture.install_tap()
+        _structure = True
+
+
+def _wrap_create(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    async def create(self: Any, messages: Any, *args: Any, **kwargs: Any) -> Any:
+        opened = _capture.begin_call(self, messages, kwargs.get("tools") or [], stream=False)
+        try:
+            result = await original(self, messages, *args, **kwargs)
+        except BaseException as exc:
+            _capture.end_call(opened, None, exc)
+            raise
+        _capture.end_call(opened, result, None)
+        return result
+
+    setattr(create, _MARK, original)
+    return create
+
+
+def _wrap_create_stream(original: Callable[..., Any]) -> Callable[..., Any]:
+    from agl_autogen.client import capture_stream
+
+    @functools.wraps(original)
+    def create_stream(self: Any, messages: Any, *args: Any, **kwargs: Any) -> Any:
+        return capture_stream(self, original(self, messages, *args, **kwargs), messages, kwargs.get("tools") or [])
+
+    setattr(create_stream, _MARK, original)
+    return create_stream
+
+
+def _patch_client_class(cls: type) -> None:
+    from agl_autogen.client import AglChatCompletionClient
+
+    if issubclass(cls, AglChatCompletionClient):
+        return
+    for attr, wrap in (("create", _wrap_create), ("create_stream", _wrap_create_stream)):
+        method = vars(cls).get(attr)
+        if method is None or getattr(method, "__isabstractmethod__", False) or hasattr(method, _MARK):
+            continue
+        _patch(cls, attr, wrap(method))
+
+
+def _all_subclasses(cls: type) -> Iterator[type]:
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _all_subclasses(sub)
+
+
+def instrument() -> None:
+    """Capture every AutoGen model client, agent, team and tool from now on (idempotent)."""
+    global _clients
+    install_structure_hooks()
+    with _lock:
+        if _clients:
+            return
+        from autogen_core.models import ChatCompletionClient
+
+        for cls in list(_all_subclasses(ChatCompletionClient)):
+            _patch_client_class(cls)
+
+        def __init_subclass__(cls: type, **kwargs: Any) -> None:
+            super(ChatCompletionClient, cls).__init_subclass__(**kwargs)  # type: ignore[misc]
+            try:
+                with _lock:
+                    _patch_client_class(cls)
+            except Exception as exc:
+                report("patch a new model client class", exc)
+
+        _patch(ChatCompletionClient, "__init_subclass__", classmethod(__init_subclass__))
+        _clients = True
+
+
+def uninstrument() -> None:
+    """Undo :func:`instrument` and the structure hooks."""
+    global _structure, _clients
+    with _lock:
+        while _patches:
+            owner, attr, original, had = _patches.pop()
+            if had:
+                setattr(owner, attr, original)
+            else:
+                delattr(owner, attr)
+        _capture.remove_tap()
+        _structure = _clients = False
+
+
+def instrumented() -> bool:
+    """Whether every model client is being captured."""
+    return _clients
