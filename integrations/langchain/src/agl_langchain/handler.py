@@ -1,0 +1,531 @@
+"""The LangChain callback handler that turns runs into agl spans and rewards.
+
+Every LangChain run (chat model, tool, chain, LangGraph node) becomes one
+:class:`agl.Span` when it ends; the start callback only remembers what the end
+needs. Span ids are the LangChain run ids, so a run id handed out by LangChain
+(``config={"run_id": ...}``) is also the id to reward later. Spans go to the
+buffered writer of the current rollout (or the production writer outside one);
+the handler never does I/O itself.
+
+The handler must never break the agent it watches: every callback is guarded,
+an internal failure is logged once, counted in :attr:`AglCallbackHandler.errors`
+and otherwise ignored.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+from uuid import UUID
+
+from agl.capture import BufferedWriter, RolloutContext, capture_context, current_span_id, production_writer
+from agl.schema import Reward, Span, SpanKind, new_id
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import BaseMessage
+
+from agl_langchain.convert import message_to_dict, messages_to_dicts, to_json
+
+log = logging.getLogger("agl_langchain")
+
+REWARD_EVENT = "agl_reward"
+"""The custom event name (``dispatch_custom_event``) the handler records as a reward."""
+
+AGENT_METADATA_KEY = "agl_agent"
+"""Run metadata that names the agent explicitly, overriding the LangGraph node name."""
+
+_HIDDEN_TAG = "langsmith:hidden"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _guarded(method: F) -> F:
+    """Run a callback so that no exception from the handler reaches LangChain."""
+
+    @functools.wraps(method)
+    def wrapper(self: AglCallbackHandler, *args: Any, **kwargs: Any) -> None:
+        try:
+            method(self, *args, **kwargs)
+        except Exception as exc:
+            self._internal_error(method.__name__, exc)
+
+    return wrapper  # type: ignore[return-value]
+
+
+class _Run:
+    """What the start callback of a run keeps until its end callback."""
+
+    __slots__ = ("span_id", "parent_span", "trace_id", "ctx", "kind", "name", "start", "attrs", "prompt", "hidden")
+
+    def __init__(
+        self,
+        span_id: str,
+        parent_span: str | None,
+        trace_id: str,
+        ctx: RolloutContext,
+        kind: SpanKind,
+        name: str,
+        attrs: dict[str, Any],
+        hidden: bool = False,
+    ):
+        self.span_id = span_id
+        self.parent_span = parent_span
+        self.trace_id = trace_id
+        self.ctx = ctx
+        self.kind = kind
+        self.name = name
+        self.start = time.time()
+        self.attrs = attrs
+        self.prompt: Sequence[BaseMessage] | None = None
+        self.hidden = hidden
+
+
+def _agent_attrs(attrs: dict[str, Any], metadata: Mapping[str, Any] | None) -> None:
+    """Copy the agent name (nearest LangGraph node, or ``agl_agent``) and step into ``attrs``."""
+    if not metadata:
+        return
+    agent = metadata.get(AGENT_METADATA_KEY) or metadata.get("langgraph_node")
+    if agent is not None:
+        attrs["gen_ai.agent.name"] = agent
+    step = metadata.get("langgraph_step")
+    if step is not None:
+        attrs["agl.agent.step"] = step
+    ns = metadata.get("checkpoint_ns")
+    if ns:
+        attrs["agl.langgraph.checkpoint_ns"] = ns
+    lc_agent = metadata.get("lc_agent_name")
+    if lc_agent is not None:
+        attrs["agl.langchain.agent_name"] = lc_agent
+
+
+def _error_attrs(error: BaseException) -> dict[str, Any]:
+    return {"error.type": type(error).__name__, "error.message": str(error)}
+
+
+class AglCallbackHandler(BaseCallbackHandler):
+    """Records LangChain and LangGraph runs as agl spans.
+
+    ``graph.invoke(inputs, config={"callbacks": [AglCallbackHandler()]})``, or no
+    code at all with :func:`agl_langchain.instrument` or ``AGL_LANGCHAIN=1``.
+
+    - chat model and LLM runs become ``llm`` spans (``gen_ai.input.messages``,
+      ``gen_ai.tool.definitions``, ``gen_ai.output.messages``,
+      ``gen_ai.request.model``, ``gen_ai.response.id``, ``gen_ai.usage.*``),
+      carrying the nearest LangGraph node as ``gen_ai.agent.name`` and its step
+      as ``agl.agent.step``;
+    - tool and retriever runs become ``tool`` spans;
+    - chain runs and LangGraph nodes become ``agent`` spans (runs LangGraph hides
+      from tracing are skipped and their children attached to the nearest shown
+      ancestor);
+    - ``dispatch_custom_event("agl_reward", {"value": 1.0, "name": ...})`` becomes
+      a :class:`agl.Reward` on the span of the run that dispatched it, and any other
+      custom event a ``custom`` span.
+
+    Args:
+        writer: where spans go; by default the writer of the current rollout, or
+            the production writer outside any rollout.
+        record_chain_io: also record chain and node inputs and outputs
+            (``agl.chain.inputs`` / ``agl.chain.outputs``). Off by default: graph
+            state can be large and the LLM spans already hold every message.
+        max_open_runs: bound on runs started but not yet ended. Past it the oldest
+            is recorded as it stands (``agl.incomplete``) and forgotten, so a
+            stream abandoned without an end callback cannot grow memory forever.
+    """
+
+    run_inline = True
+    raise_error = False
+
+    def __init__(
+        self,
+        *,
+        writer: BufferedWriter | None = None,
+        record_chain_io: bool = False,
+        max_open_runs: int = 10_000,
+    ) -> None:
+        super().__init__()
+        self.writer = writer
+        self.record_chain_io = record_chain_io
+        self.max_open_runs = max_open_runs
+        self.errors = 0
+        """How many internal errors the handler swallowed."""
+        self._runs: dict[UUID, _Run] = {}
+        self._error_lock = threading.Lock()
+
+    # -- bookkeeping -------------------------------------------------------------
+    def _internal_error(self, where: str, exc: BaseException) -> None:
+        with self._error_lock:
+            self.errors += 1
+            first = self.errors == 1
+        if first:
+            log.error(
+                "agl_langchain: internal error in %s (the agent is unaffected; later errors are only counted)",
+                where,
+                exc_info=exc,
+            )
+        else:
+            log.debug("agl_langchain: internal error in %s: %r", where, exc)
+
+    def _open(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        kind: SpanKind,
+        name: str,
+        attrs: dict[str, Any],
+        tags: Sequence[str] | None = None,
+    ) -> _Run:
+        parent = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        span_id = str(run_id)
+        if parent is not None:
+            ctx = parent.ctx
+            trace_id = parent.trace_id
+            parent_span = parent.parent_span if parent.hidden else parent.span_id
+        else:
+            ctx = capture_context()
+            # Inside a rollout every run shares the rollout's trace; outside one each
+            # top-level run is its own trace.
+            trace_id = ctx.trace_id if ctx.rollout_id is not None else span_id
+            parent_span = current_span_id()
+        run = _Run(span_id, parent_span, trace_id, ctx, kind, name, attrs, hidden=bool(tags) and _HIDDEN_TAG in tags)
+        runs = self._runs
+        runs[run_id] = run
+        if len(runs) > self.max_open_runs:
+            self._evict_oldest()
+        return run
+
+    def _evict_oldest(self) -> None:
+        try:
+            oldest_id = next(iter(self._runs))
+        except (StopIteration, RuntimeError):  # emptied or resized by another thread
+            return
+        oldest = self._runs.pop(oldest_id, None)
+        if oldest is not None and not oldest.hidden:
+            oldest.attrs["agl.incomplete"] = True
+            log.warning("agl_langchain: more than %d runs open; recording run %s unfinished", self.max_open_runs, oldest_id)
+            self._emit(oldest, "unset")
+
+    def _close(self, run_id: UUID, status: str, attrs: dict[str, Any] | None = None) -> _Run | None:
+        run = self._runs.pop(run_id, None)
+        if run is None or run.hidden:
+            return None
+        if attrs:
+            run.attrs.update(attrs)
+        self._emit(run, status)
+        return run
+
+    def _emit(self, run: _Run, status: str) -> None:
+        if run.prompt is not None:
+            run.attrs["gen_ai.input.messages"] = messages_to_dicts(run.prompt)
+            run.prompt = None
+        ctx = run.ctx
+        # Built without validation: every field is set here from known-good values.
+        span = Span.model_construct(
+            span_id=run.span_id,
+            trace_id=run.trace_id,
+            parent_id=run.parent_span,
+            rollout_id=ctx.rollout_id,
+            seq=ctx.next_seq(),
+            name=run.name,
+            kind=run.kind,
+            start_time=run.start,
+            end_time=time.time(),
+            status=status,
+            attributes=run.attrs,
+        )
+        self._put(ctx, span)
+
+    def _put(self, ctx: RolloutContext, item: Span | Reward) -> None:
+        (self.writer or ctx.writer or production_writer()).put(item)
+
+    # -- chat models and LLMs ----------------------------------------------------
+    @_guarded
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any] | None,
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        run = self._start_llm(serialized, run_id, parent_run_id, tags, metadata, kwargs)
+        if messages:
+            run.prompt = messages[0]
+            if len(messages) > 1:
+                run.attrs["agl.input.prompts"] = [messages_to_dicts(m) for m in messages]
+
+    @_guarded
+    def on_llm_start(
+        self,
+        serialized: dict[str, Any] | None,
+        prompts: list[str],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        run = self._start_llm(serialized, run_id, parent_run_id, tags, metadata, kwargs)
+        if prompts:
+            run.attrs["gen_ai.input.messages"] = [{"role": "user", "content": prompts[0]}]
+            run.attrs["gen_ai.operation.name"] = "text_completion"
+            if len(prompts) > 1:
+                run.attrs["agl.input.prompts"] = list(prompts)
+
+    def _start_llm(
+        self,
+        serialized: dict[str, Any] | None,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        tags: list[str] | None,
+        metadata: dict[str, Any] | None,
+        kwargs: dict[str, Any],
+    ) -> _Run:
+        params: dict[str, Any] = kwargs.get("invocation_params") or {}
+        attrs: dict[str, Any] = {"gen_ai.operation.name": "chat"}
+        model = params.get("model") or params.get("model_name") or (metadata or {}).get("ls_model_name")
+        if model is not None:
+            attrs["gen_ai.request.model"] = model
+        if metadata:
+            provider = metadata.get("ls_provider")
+            if provider:
+                attrs["gen_ai.provider.name"] = provider
+            _agent_attrs(attrs, metadata)
+        if params:
+            tools = params.get("tools") or params.get("functions")
+            if tools:
+                attrs["gen_ai.tool.definitions"] = to_json(tools)
+            temperature = params.get("temperature")
+            if temperature is not None:
+                attrs["gen_ai.request.temperature"] = temperature
+            max_tokens = params.get("max_tokens") or params.get("max_completion_tokens")
+            if max_tokens is not None:
+                attrs["gen_ai.request.max_tokens"] = max_tokens
+        name = kwargs.get("name") or (serialized or {}).get("name") or "llm"
+        return self._open(run_id, parent_run_id, "llm", name, attrs, tags)
+
+    @_guarded
+    def on_llm_end(self, response: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        attrs = run.attrs
+        llm_output = response.llm_output or {}
+        outputs: list[dict[str, Any]] = []
+        finish_reasons: list[str] = []
+        response_id = llm_output.get("id")
+        usage = None
+        generations = response.generations[0] if response.generations else []
+        for gen in generations:
+            info = gen.generation_info or {}
+            message = getattr(gen, "message", None)
+            if message is None:
+                out: dict[str, Any] = {"role": "assistant", "content": gen.text}
+                meta: Mapping[str, Any] = {}
+            else:
+                out = message_to_dict(message)
+                meta = message.response_metadata or {}
+                if usage is None:
+                    usage = getattr(message, "usage_metadata", None)
+                if response_id is None:
+                    response_id = meta.get("id")
+                model = meta.get("model_name") or meta.get("model")
+                if model and "gen_ai.response.model" not in attrs:
+                    attrs["gen_ai.response.model"] = model
+            finish = info.get("finish_reason") or meta.get("finish_reason") or meta.get("stop_reason")
+            if finish:
+                out["finish_reason"] = finish
+                finish_reasons.append(finish)
+            outputs.append(out)
+        attrs["gen_ai.output.messages"] = outputs
+        if finish_reasons:
+            attrs["gen_ai.response.finish_reasons"] = finish_reasons
+        if response_id is not None:
+            attrs["gen_ai.response.id"] = response_id
+        if usage:
+            attrs["gen_ai.usage.input_tokens"] = usage.get("input_tokens")
+            attrs["gen_ai.usage.output_tokens"] = usage.get("output_tokens")
+        else:
+            token_usage = llm_output.get("token_usage") or llm_output.get("usage")
+            if isinstance(token_usage, Mapping):
+                attrs["gen_ai.usage.input_tokens"] = token_usage.get("prompt_tokens", token_usage.get("input_tokens"))
+                attrs["gen_ai.usage.output_tokens"] = token_usage.get(
+                    "completion_tokens", token_usage.get("output_tokens")
+                )
+        self._close(run_id, "ok")
+
+    @_guarded
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._close(run_id, "error", _error_attrs(error))
+
+    # -- tools and retrievers ----------------------------------------------------
+    @_guarded
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any] | None,
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        name = kwargs.get("name") or (serialized or {}).get("name") or "tool"
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.arguments": to_json(inputs) if inputs is not None else input_str,
+        }
+        call_id = kwargs.get("tool_call_id")
+        if call_id:
+            attrs["gen_ai.tool.call.id"] = call_id
+        _agent_attrs(attrs, metadata)
+        self._open(run_id, parent_run_id, "tool", name, attrs, tags)
+
+    @_guarded
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        if isinstance(output, BaseMessage):
+            result = output.content if isinstance(output.content, str) else to_json(output.content)
+            extra: dict[str, Any] = {"gen_ai.tool.call.result": result}
+            status = getattr(output, "status", None)
+            if status == "error":
+                self._close(run_id, "error", extra)
+                return
+        else:
+            extra = {"gen_ai.tool.call.result": to_json(output)}
+        self._close(run_id, "ok", extra)
+
+    @_guarded
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._close(run_id, "error", _error_attrs(error))
+
+    @_guarded
+    def on_retriever_start(
+        self,
+        serialized: dict[str, Any] | None,
+        query: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        name = kwargs.get("name") or (serialized or {}).get("name") or "retriever"
+        attrs: dict[str, Any] = {"gen_ai.operation.name": "retrieve", "gen_ai.tool.name": name, "agl.retriever.query": query}
+        _agent_attrs(attrs, metadata)
+        self._open(run_id, parent_run_id, "tool", name, attrs, tags)
+
+    @_guarded
+    def on_retriever_end(self, documents: Sequence[Any], *, run_id: UUID, **kwargs: Any) -> None:
+        docs = [{"page_content": d.page_content, "metadata": to_json(d.metadata)} for d in documents]
+        self._close(run_id, "ok", {"agl.retriever.documents": docs})
+
+    @_guarded
+    def on_retriever_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._close(run_id, "error", _error_attrs(error))
+
+    # -- chains and LangGraph nodes ----------------------------------------------
+    @_guarded
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        name = kwargs.get("name") or (serialized or {}).get("name") or "chain"
+        attrs: dict[str, Any] = {}
+        if metadata and metadata.get("langgraph_node") == name and (tags is None or _HIDDEN_TAG not in tags):
+            attrs["gen_ai.operation.name"] = "invoke_agent"
+            _agent_attrs(attrs, metadata)
+        if self.record_chain_io:
+            attrs["agl.chain.inputs"] = to_json(inputs)
+        self._open(run_id, parent_run_id, "agent", name, attrs, tags)
+
+    @_guarded
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._close(run_id, "ok", {"agl.chain.outputs": to_json(outputs)} if self.record_chain_io else None)
+
+    @_guarded
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._close(run_id, "error", _error_attrs(error))
+
+    # -- custom events: rewards from inside the agent ----------------------------
+    @_guarded
+    def on_custom_event(
+        self,
+        name: str,
+        data: Any,
+        *,
+        run_id: UUID,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        run = self._runs.get(run_id)
+        if run is not None:
+            ctx = run.ctx
+            span_id = run.parent_span if run.hidden else run.span_id
+            trace_id = run.trace_id
+        else:
+            ctx = capture_context()
+            span_id = current_span_id()
+            trace_id = ctx.trace_id
+        if name == REWARD_EVENT:
+            reward = _reward_from_event(data, ctx, span_id)
+            if reward is not None:
+                self._put(ctx, reward)
+                return
+            log.warning("agl_langchain: %r event without a numeric value (%r); recorded as a custom span", name, data)
+        t = time.time()
+        attrs: dict[str, Any] = {"agl.event.data": to_json(data)}
+        _agent_attrs(attrs, metadata)
+        seq = ctx.next_seq()
+        span = Span.model_construct(
+            span_id=new_id("event-"),
+            trace_id=trace_id,
+            parent_id=span_id,
+            rollout_id=ctx.rollout_id,
+            seq=seq,
+            name=name,
+            kind="custom",
+            start_time=t,
+            end_time=t,
+            status="ok",
+            attributes=attrs,
+        )
+        self._put(ctx, span)
+
+    # -- introspection -----------------------------------------------------------
+    def open_runs(self) -> int:
+        """How many runs have started and not ended yet."""
+        return len(self._runs)
+
+
+def _reward_from_event(data: Any, ctx: RolloutContext, span_id: str | None) -> Reward | None:
+    """A :class:`Reward` from an ``agl_reward`` event's data: a number or ``{"value", "name"}``."""
+    name = "reward"
+    value = data
+    if isinstance(data, Mapping):
+        value = data.get("value")
+        name = data.get("name") or name
+        span_id = data.get("span_id") or span_id
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return Reward(rollout_id=ctx.rollout_id, span_id=span_id, name=str(name), value=float(value), source="langchain", seq=ctx.next_seq())
+
+
+__all__ = ["AGENT_METADATA_KEY", "REWARD_EVENT", "AglCallbackHandler"]

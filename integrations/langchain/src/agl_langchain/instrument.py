@@ -1,0 +1,99 @@
+"""Zero-line capture: every LangChain run gets an :class:`AglCallbackHandler`.
+
+LangChain builds the callback manager of every run in
+``langchain_core.callbacks.manager._configure``, which consults the hooks
+registered with ``langchain_core.tracers.context.register_configure_hook``:
+for each hook whose variable's ``.get()`` returns a handler, that handler is
+added to the run (once: a run that already has an ``AglCallbackHandler``,
+passed explicitly, is left alone, so nothing is captured twice).
+
+agl registers one hook when this module is imported. Its variable is a small
+switch object rather than a ``ContextVar``, so that the handler it returns is
+seen from every thread (a ``ContextVar`` set in one thread is not seen by a
+bare ``threading.Thread``) and so that :func:`uninstrument` can turn it off
+again (LangChain offers no way to remove a hook). The switch returns a handler
+when :func:`instrument` has been called, or when the ``AGL_LANGCHAIN``
+environment variable is set (read on each run, so it can be flipped at run
+time). See ``agl_langchain._autoload`` for how ``AGL_LANGCHAIN=1`` works
+without importing anything.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from langchain_core.tracers.context import register_configure_hook
+
+from agl_langchain.handler import AglCallbackHandler
+
+ENV_VAR = "AGL_LANGCHAIN"
+"""Set to ``1`` (anything but empty, ``0``, ``false``, ``no``, ``off``) to capture every run."""
+
+_OFF = frozenset({"", "0", "false", "no", "off"})
+
+
+def env_enabled() -> bool:
+    """Whether ``AGL_LANGCHAIN`` asks for zero-line capture."""
+    return os.environ.get(ENV_VAR, "").strip().lower() not in _OFF
+
+
+class _HandlerSwitch:
+    """Quacks like the ``ContextVar`` LangChain expects in a configure hook."""
+
+    def __init__(self) -> None:
+        self.handler: AglCallbackHandler | None = None
+        self._env_handler: AglCallbackHandler | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> AglCallbackHandler | None:
+        handler = self.handler
+        if handler is not None:
+            return handler
+        if ENV_VAR in os.environ and env_enabled():
+            return self._from_env()
+        return None
+
+    def _from_env(self) -> AglCallbackHandler:
+        with self._lock:
+            if self._env_handler is None:
+                self._env_handler = AglCallbackHandler()
+            return self._env_handler
+
+
+_switch = _HandlerSwitch()
+_registered = False
+_register_lock = threading.Lock()
+
+
+def _register() -> None:
+    global _registered
+    with _register_lock:
+        if not _registered:
+            # inheritable: child runs get the handler through their parent's manager.
+            register_configure_hook(_switch, True, AglCallbackHandler)  # type: ignore[arg-type]
+            _registered = True
+
+
+def instrument(handler: AglCallbackHandler | None = None) -> AglCallbackHandler:
+    """Capture every LangChain and LangGraph run in this process, with no callbacks passed.
+
+    Returns the handler in use (``handler``, or a new one), whose ``errors``
+    counter can be inspected. Calling it again replaces the handler.
+    """
+    _register()
+    _switch.handler = handler or _switch.handler or AglCallbackHandler()
+    return _switch.handler
+
+
+def uninstrument() -> None:
+    """Stop the capture :func:`instrument` started (``AGL_LANGCHAIN`` still applies if set)."""
+    _switch.handler = None
+
+
+def active_handler() -> AglCallbackHandler | None:
+    """The handler zero-line capture adds to runs now, or None when it is off."""
+    return _switch.get()
+
+
+_register()
