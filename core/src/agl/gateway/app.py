@@ -1,0 +1,346 @@
+"""The gateway's ASGI application: routes, auth, and the request pipeline.
+
+A plain ASGI callable rather than a framework: the request path is short and runs
+thousands of times a second, so it does only what it must.
+
+Routes (all behind the bearer token, except ``/health``)::
+
+    POST /v1/chat/completions | /v1/completions | /v1/responses   production traffic
+    POST /rollouts/{rollout_id}/v1/...                              traffic of one rollout
+    GET  /v1/models, /rollouts/{rollout_id}/v1/models
+    GET  /admin/status        POST /admin/pause?timeout_s=S   POST /admin/resume
+    POST /admin/model_version {"model_version": "v3"}         POST /admin/upstreams {"upstreams": [...]}
+    POST /admin/flush         GET  /health
+
+``X-Agl-Rollout-Id`` on a ``/v1/...`` request names the rollout too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import uuid
+from typing import Any, Callable
+from urllib.parse import parse_qs
+
+from agl.gateway import chat, responses_api, validate
+from agl.gateway.errors import GatewayError, Saturated, UpstreamUnavailable, invalid
+from agl.gateway.pause import PauseGate
+from agl.gateway.recorder import CallMeta, Recorder
+from agl.gateway.rollouts import RolloutRegistry
+from agl.gateway.routing import Replica, Router
+from agl.gateway.sse import DONE, DONE_EVENT, data_event, iter_sse_data
+
+log = logging.getLogger(__name__)
+
+_JSON = [(b"content-type", b"application/json")]
+_SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+_ROLLOUT_HEADER = b"x-agl-rollout-id"
+_ENDPOINTS = {"chat/completions": "chat.completions", "completions": "completions", "responses": "responses"}
+
+
+async def _read_body(receive: Callable) -> bytes:
+    message = await receive()
+    body = message.get("body", b"")
+    if not message.get("more_body"):
+        return body
+    parts = [body]
+    while message.get("more_body"):
+        message = await receive()
+        parts.append(message.get("body", b""))
+    return b"".join(parts)
+
+
+async def send_json(send: Callable, status: int, payload: bytes, headers: list | None = None) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": _JSON + [(b"content-length", str(len(payload)).encode())] + (headers or [])})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def send_error(send: Callable, err: GatewayError) -> None:
+    headers = [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
+    await send_json(send, err.status, err.encode(), headers)
+
+
+def upstream_error(status: int, body: bytes, req: dict) -> GatewayError:
+    """Map an engine's non-200 answer to what the client sees.
+
+    A 400 (bad request, prompt over the context length) is passed through with the
+    engine's message; anything else is the gateway's 502 naming the engine's answer.
+    """
+    try:
+        err = json.loads(body)
+        detail = err.get("error", err) if isinstance(err, dict) else {"message": str(err)}
+        if isinstance(detail, str):
+            detail = {"message": detail}
+        message = detail.get("message") or detail.get("detail") or body.decode("utf-8", "replace")
+    except ValueError:
+        detail, message = {}, body.decode("utf-8", "replace")
+    message = str(message)[:2000]
+    if status in (400, 413, 422):
+        param = detail.get("param")
+        fmt = req.get("response_format") or (req.get("text") or {}).get("format")
+        if fmt and any(w in message.lower() for w in ("response_format", "json_schema", "guided", "structured")):
+            return GatewayError(400, f"response_format: the engine cannot honour it: {message}",
+                                param="response_format", code="response_format_unsupported")
+        code = detail.get("code")
+        return GatewayError(400, message, param=param if isinstance(param, str) else None,
+                            code=code if isinstance(code, str) else None)
+    if status == 429:
+        return GatewayError(429, f"the engine is overloaded: {message}", type="rate_limit_error",
+                            code="engine_overloaded", headers={"Retry-After": "1"})
+    return GatewayError(502, f"the engine answered {status}: {message}", type="upstream_error", code="engine_error")
+
+
+class GatewayApp:
+    """The ASGI callable; state lives in the parts it is given."""
+
+    def __init__(self, *, router: Router, recorder: Recorder, registry: RolloutRegistry, gate: PauseGate,
+                 token: str | None, flush: Callable[[], None] | None = None):
+        self.router = router
+        self.recorder = recorder
+        self.registry = registry
+        self.gate = gate
+        self._auth = f"Bearer {token}".encode() if token else None
+        self._flush = flush
+
+    # -- ASGI entry ------------------------------------------------------------------
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                while (await receive())["type"] != "lifespan.shutdown":
+                    await send({"type": "lifespan.startup.complete"})
+                await send({"type": "lifespan.shutdown.complete"})
+            return
+        try:
+            await self._dispatch(scope, receive, send)
+        except GatewayError as err:
+            await send_error(send, err)
+        except Exception as exc:  # a bug: answer 500 with its name rather than dropping the connection
+            log.exception("gateway: internal error")
+            await send_error(send, GatewayError(500, f"internal gateway error: {type(exc).__name__}: {exc}",
+                                                type="server_error"))
+
+    async def _dispatch(self, scope: dict, receive: Callable, send: Callable) -> None:
+        path: str = scope["path"]
+        method: str = scope["method"]
+        if path == "/health":
+            return await send_json(send, 200, b'{"ok":true}')
+        self._check_auth(scope)
+        rollout_id: str | None = None
+        if path.startswith("/rollouts/"):
+            rollout_id, _, rest = path[len("/rollouts/"):].partition("/")
+            if not rollout_id or not rest.startswith("v1/"):
+                raise GatewayError(404, f"no route {path}: use /rollouts/{{rollout_id}}/v1/...", code="not_found")
+            endpoint = rest[3:]
+        elif path.startswith("/v1/"):
+            endpoint = path[4:]
+            for name, value in scope["headers"]:
+                if name == _ROLLOUT_HEADER:
+                    rollout_id = value.decode() or None
+        elif path.startswith("/admin/"):
+            return await self._admin(path[len("/admin/"):], method, scope, receive, send)
+        else:
+            raise GatewayError(404, f"no route {path}", code="not_found")
+        endpoint = endpoint.rstrip("/")
+        kind = _ENDPOINTS.get(endpoint)
+        if kind is not None:
+            if method != "POST":
+                raise GatewayError(405, f"{path}: use POST", code="method_not_allowed")
+            return await self._serve(kind, rollout_id, await _read_body(receive), send)
+        if endpoint == "models":
+            if rollout_id is not None:
+                await self.registry.check(rollout_id)
+            return await send_json(send, 200, json.dumps(await self._models()).encode())
+        raise GatewayError(404, f"no route {path}", code="not_found")
+
+    def _check_auth(self, scope: dict) -> None:
+        if self._auth is None:
+            return
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                if hmac.compare_digest(value, self._auth):
+                    return
+                break
+        raise GatewayError(401, "missing or wrong bearer token (Authorization: Bearer <token>)",
+                           type="authentication_error", code="invalid_api_key")
+
+    # -- the LLM pipeline ----------------------------------------------------------------
+    async def served_model(self) -> str | None:
+        """The model the replicas serve, asked of them once."""
+        for replica in self.router.replicas:
+            if replica.served_model:
+                return replica.served_model
+        for replica in self.router.replicas:
+            try:
+                if await replica.fetch_models():
+                    return replica.served_model
+            except (ConnectionError, ValueError, asyncio.IncompleteReadError) as exc:
+                log.warning("gateway: cannot list models of %s: %s", replica.url, exc)
+        return None
+
+    async def _models(self) -> dict:
+        model = await self.served_model()
+        if model is None:
+            raise GatewayError(502, "no engine replica could be asked what it serves", type="upstream_error")
+        return {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "agl", "created": 0}]}
+
+    async def _serve(self, kind: str, rollout_id: str | None, body: bytes, send: Callable) -> None:
+        try:
+            req = json.loads(body)
+        except ValueError as exc:
+            raise GatewayError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+        if not isinstance(req, dict):
+            raise GatewayError(400, "the request body must be a JSON object", code="invalid_json")
+        requested = req.get("model")
+        if requested is not None and not isinstance(requested, str):
+            raise invalid("model", f"must be a string, got {type(requested).__name__}")
+        if kind == "chat.completions":
+            validate.check_chat(req)
+        elif kind == "completions":
+            validate.check_completion(req)
+        else:
+            chat_req = responses_api.to_chat_request(req)
+        n = req.get("n") or 1
+        seqs = [await self.registry.next_seq(rollout_id) for _ in range(n)]
+        prefix = {"chat.completions": "chatcmpl-", "completions": "cmpl-", "responses": "resp_"}[kind]
+        meta = CallMeta(prefix + uuid.uuid4().hex, rollout_id, seqs, kind, requested, req)
+        await self.gate.enter()
+        try:
+            model = await self.served_model()
+            if kind == "chat.completions":
+                upstream = chat.upstream_chat_request(req, model)
+            elif kind == "completions":
+                upstream = chat.upstream_completion_request(req, model)
+            else:
+                upstream = chat.upstream_chat_request(chat_req, model)
+            path = "/completions" if kind == "completions" else "/chat/completions"
+            try:
+                replica, resp = await self.router.send(rollout_id, path, json.dumps(upstream).encode())
+            except Saturated:
+                raise GatewayError(429, "every engine replica is at its limit of requests in flight; retry shortly",
+                                   type="rate_limit_error", code="gateway_saturated", headers={"Retry-After": "1"})
+            except UpstreamUnavailable as exc:
+                raise GatewayError(exc.status, str(exc), type="upstream_error", code="engine_unavailable")
+            try:
+                if resp.status != 200:
+                    raise upstream_error(resp.status, await resp.read(), req)
+                if kind == "responses":
+                    await responses_api.serve(self.recorder, meta, req, resp, model, send)
+                elif req.get("stream"):
+                    await self._relay_stream(kind == "chat.completions", meta, req, resp, model, send)
+                else:
+                    await self._answer(kind == "chat.completions", meta, req, await resp.read(), send)
+            finally:
+                resp.aclose()
+                Router.done(replica)
+        finally:
+            self.gate.exit()
+
+    async def _answer(self, is_chat: bool, meta: CallMeta, req: dict, raw: bytes, send: Callable) -> None:
+        data = json.loads(raw)
+        keep_ids, keep_logprobs = chat.client_wants(req, chat=is_chat)
+        take = chat.take_chat_tokens if is_chat else chat.take_completion_tokens
+        prompt_ids, tokens = take(data, keep_ids=keep_ids, keep_logprobs=keep_logprobs)
+        data["id"] = meta.call_id
+        payload = json.dumps(data).encode()
+        self.recorder.record(meta, prompt_ids, tokens, data)
+        await send_json(send, 200, payload)
+
+    async def _relay_stream(self, is_chat: bool, meta: CallMeta, req: dict, resp: Any, model: str | None,
+                            send: Callable) -> None:
+        keep_ids, keep_logprobs = chat.client_wants(req, chat=is_chat)
+        include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
+        acc = chat.StreamAccumulator(is_chat)
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+        try:
+            async for data in iter_sse_data(resp.iter_chunks()):
+                if data == DONE:
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk and not chunk.get("choices"):
+                    log.warning("gateway: engine error mid-stream: %s", chunk["error"])
+                    await send({"type": "http.response.body", "body": data_event(chunk), "more_body": True})
+                    break
+                acc.feed(chunk)
+                chunk["id"] = meta.call_id
+                chat.strip_chunk(chunk, keep_ids=keep_ids, keep_logprobs=keep_logprobs)
+                if not include_usage:
+                    if not chunk.get("choices") and chunk.get("usage"):
+                        continue
+                    chunk.pop("usage", None)
+                await send({"type": "http.response.body", "body": data_event(chunk), "more_body": True})
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            err = {"error": {"message": f"the engine dropped the stream: {exc}", "type": "upstream_error",
+                             "param": None, "code": "engine_error"}}
+            await send({"type": "http.response.body", "body": data_event(err), "more_body": False})
+            log.warning("gateway: stream of %s cut short, not recorded: %s", meta.call_id, exc)
+            return
+        await send({"type": "http.response.body", "body": DONE_EVENT, "more_body": False})
+        prompt_ids, tokens = acc.tokens()
+        self.recorder.record(meta, prompt_ids, tokens, acc.response(meta.call_id, model))
+
+    # -- admin -----------------------------------------------------------------------------
+    async def _admin(self, action: str, method: str, scope: dict, receive: Callable, send: Callable) -> None:
+        body = await _read_body(receive) if method == "POST" else b""
+        try:
+            args = json.loads(body) if body else {}
+        except ValueError:
+            raise GatewayError(400, "the request body is not valid JSON", code="invalid_json") from None
+        if action == "status" and method == "GET":
+            return await send_json(send, 200, json.dumps(self.status()).encode())
+        if method != "POST":
+            raise GatewayError(405, f"/admin/{action}: use POST", code="method_not_allowed")
+        if action == "pause":
+            query = parse_qs(scope.get("query_string", b"").decode())
+            timeout = args.get("timeout_s", query.get("timeout_s", [None])[0])
+            try:
+                timeout = None if timeout is None else float(timeout)
+            except ValueError:
+                raise invalid("timeout_s", "must be a number of seconds") from None
+            drained = await self.gate.pause(timeout)
+            out = {"paused": True, "drained": drained, "in_flight": self.gate.in_flight}
+        elif action == "resume":
+            self.gate.resume()
+            out = {"paused": False}
+        elif action == "model_version":
+            version = args.get("model_version")
+            if version is not None and not isinstance(version, str):
+                raise invalid("model_version", "must be a string or null")
+            self.recorder.model_version = version
+            out = {"model_version": version}
+        elif action == "upstreams":
+            urls = args.get("upstreams")
+            if not isinstance(urls, list) or not urls or not all(isinstance(u, str) for u in urls):
+                raise invalid("upstreams", "must be a non-empty list of engine URLs")
+            try:
+                dropped = self.router.set_upstreams(urls)
+            except ValueError as exc:
+                raise invalid("upstreams", str(exc)) from None
+            for replica in dropped:
+                await replica.pool.close()
+            out = {"upstreams": [r.url for r in self.router.replicas]}
+        elif action == "flush":
+            if self._flush is not None:
+                await asyncio.to_thread(self._flush)
+            out = {"flushed": True}
+        else:
+            raise GatewayError(404, f"no admin action {action!r}", code="not_found")
+        await send_json(send, 200, json.dumps(out).encode())
+
+    def status(self) -> dict:
+        """What the gateway is doing now."""
+        return {
+            "paused": self.gate.paused,
+            "in_flight": self.gate.in_flight,
+            "model_version": self.recorder.model_version,
+            "recorded": self.recorder.recorded,
+            "pending_writes": self.recorder.writer.pending(),
+            "upstreams": [_replica_status(r) for r in self.router.replicas],
+        }
+
+
+def _replica_status(r: Replica) -> dict:
+    return {"url": r.url, "in_flight": r.in_flight, "served_model": r.served_model}

@@ -1,0 +1,105 @@
+"""Turning an engine's answer into :class:`~agl.schema.LLMCall` records.
+
+Records go to a :class:`~agl.capture.BufferedWriter`, so serving a request never
+waits on the store. A request with ``n > 1`` yields one record per choice, with
+call ids ``<response id>-<choice index>`` and a response holding that choice only;
+with ``n == 1`` the call id is the response id the client received.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from agl.capture.writer import BufferedWriter
+from agl.gateway.errors import GatewayError
+from agl.schema import LLMCall
+
+TOKEN_ID_EXTRAS = ("prompt_token_ids", "prompt_logprobs", "kv_transfer_params")
+
+
+@dataclass(slots=True)
+class CallMeta:
+    """What the gateway knows of a call before the engine answers."""
+
+    call_id: str
+    rollout_id: str | None
+    seqs: list[int]
+    endpoint: str
+    requested_model: str | None
+    request: dict[str, Any]
+    started: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(slots=True)
+class ChoiceTokens:
+    """The ids and logprobs the engine sampled for one choice."""
+
+    index: int
+    ids: list[int]
+    logprobs: list[float] | None
+
+
+def no_ids_error(what: str) -> GatewayError:
+    return GatewayError(
+        502,
+        f"the engine returned no {what}: it must speak vLLM's token-id dialect "
+        "(return_token_ids=true on /v1/chat/completions and /v1/completions)",
+        type="upstream_error",
+        code="engine_without_token_ids",
+    )
+
+
+def chat_logprobs(choice: dict) -> list[float] | None:
+    lp = choice.get("logprobs")
+    content = lp.get("content") if isinstance(lp, dict) else None
+    if content is None:
+        return None
+    return [item["logprob"] for item in content]
+
+
+def completion_logprobs(choice: dict) -> list[float] | None:
+    lp = choice.get("logprobs")
+    values = lp.get("token_logprobs") if isinstance(lp, dict) else None
+    return None if values is None else [float("-inf") if v is None else v for v in values]
+
+
+class Recorder:
+    """Builds call records and hands them to the writer."""
+
+    def __init__(self, writer: BufferedWriter):
+        self.writer = writer
+        self.model_version: str | None = None
+        self.recorded = 0
+
+    def record(self, meta: CallMeta, prompt_ids: list[int], choices: list[ChoiceTokens], response: dict) -> None:
+        """Record one call (or one per choice when there are several)."""
+        latency = time.perf_counter() - meta.started
+        single = len(choices) == 1
+        for k, choice in enumerate(choices):
+            if single:
+                call_id, body = meta.call_id, response
+            else:
+                call_id = f"{meta.call_id}-{choice.index}"
+                body = dict(response, choices=[c for c in response.get("choices", []) if c.get("index") == choice.index])
+            logprobs = choice.logprobs
+            if logprobs is not None and len(logprobs) != len(choice.ids):
+                logprobs = None  # an engine that cut logprobs short: keep the ids, drop what does not line up
+            self.writer.put(
+                LLMCall(
+                    call_id=call_id,
+                    rollout_id=meta.rollout_id,
+                    seq=meta.seqs[k] if k < len(meta.seqs) else meta.seqs[-1],
+                    endpoint=meta.endpoint,
+                    requested_model=meta.requested_model,
+                    request=meta.request,
+                    response=body,
+                    prompt_ids=prompt_ids,
+                    response_ids=choice.ids,
+                    response_logprobs=logprobs,
+                    model_version=self.model_version,
+                    latency_s=latency,
+                )
+            )
+            self.recorded += 1

@@ -1,0 +1,387 @@
+"""The Responses API (``/v1/responses``), served on the engine's chat interface.
+
+A Responses request becomes a chat request (instructions → a system message;
+``function_call`` and ``function_call_output`` items → assistant tool calls and tool
+messages; function tools and ``tool_choice`` → their chat forms; ``text.format`` →
+``response_format``), the engine's chat answer becomes a Response, and a streamed
+chat answer becomes the Responses event stream as it arrives. Token ids are
+recorded exactly as for chat completions, with endpoint ``responses``.
+
+The gateway keeps no conversation state: ``previous_response_id``, ``conversation``
+and stored prompts are refused with a 400 (send the whole input, as the OpenAI
+Agents SDK does by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from typing import Any, Callable
+
+from agl.gateway import validate
+from agl.gateway.chat import StreamAccumulator, take_chat_tokens
+from agl.gateway.errors import invalid
+from agl.gateway.recorder import CallMeta, Recorder
+from agl.gateway.sse import DONE, iter_sse_data, named_event
+
+log = logging.getLogger(__name__)
+
+_IGNORED = frozenset({
+    "model", "store", "metadata", "include", "truncation", "reasoning", "user", "service_tier",
+    "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options",
+    "context_management", "max_tool_calls", "top_logprobs", "stream_options", "background",
+})
+_STATEFUL = ("previous_response_id", "conversation", "prompt")
+_PASSED = ("temperature", "top_p", "parallel_tool_calls", "stream", "seed", "stop", "user")
+
+
+def _text_of(content: Any, where: str) -> str | list:
+    """Chat content for a Responses message content (a string, or parts)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise invalid(f"{where}.content", "must be a string or a list of content parts")
+    texts, parts = [], []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text", "summary_text"):
+            texts.append(part.get("text") or "")
+            parts.append({"type": "text", "text": part.get("text") or ""})
+        elif kind == "refusal":
+            texts.append(part.get("refusal") or "")
+            parts.append({"type": "text", "text": part.get("refusal") or ""})
+        elif kind == "input_image" and part.get("image_url"):
+            parts.append({"type": "image_url", "image_url": {"url": part["image_url"]}})
+        else:
+            raise invalid(f"{where}.content[{j}].type", f"content part {kind!r} is not supported by the gateway")
+    return "\n".join(texts) if len(texts) == len(parts) else parts
+
+
+def _messages(req: dict) -> list[dict]:
+    messages: list[dict] = []
+    instructions = req.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise invalid("instructions", "must be a string")
+        messages.append({"role": "system", "content": instructions})
+    items = req.get("input")
+    if isinstance(items, str):
+        messages.append({"role": "user", "content": items})
+        return messages
+    if not isinstance(items, list) or not items:
+        raise invalid("input", "is required: a string or a non-empty list of input items",
+                      code="missing_required_parameter" if items is None else "invalid_value")
+    prev_assistant = False
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise invalid(where, "must be an object")
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "system", "developer", "assistant"):
+                raise invalid(f"{where}.role", f"must be user, system, developer or assistant, got {role!r}")
+            messages.append({"role": role, "content": _text_of(item.get("content"), where)})
+        elif kind == "function_call":
+            for key in ("call_id", "name", "arguments"):
+                if not isinstance(item.get(key), str):
+                    raise invalid(f"{where}.{key}", "is required (a string) on a function_call item")
+            call = {"id": item["call_id"], "type": "function",
+                    "function": {"name": item["name"], "arguments": item["arguments"]}}
+            if prev_assistant:  # calls right after an assistant turn belong to it
+                messages[-1].setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            if not isinstance(item.get("call_id"), str):
+                raise invalid(f"{where}.call_id", "is required (a string) on a function_call_output item")
+            output = item.get("output")
+            content = output if isinstance(output, str) else _text_of(output, where)
+            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": content})
+        else:
+            raise invalid(f"{where}.type", f"input items of type {kind!r} are not supported by the gateway "
+                          "(message, function_call and function_call_output are)")
+        prev_assistant = kind == "function_call" or (kind == "message" and item.get("role") == "assistant")
+    return messages
+
+
+def _tools(req: dict) -> list[dict] | None:
+    tools = req.get("tools")
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise invalid("tools", "must be a list of tool definitions")
+    out = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            raise invalid(f"tools[{i}].type", f"only 'function' tools are supported by the gateway, got {kind!r}")
+        if not isinstance(tool.get("name"), str) or not tool["name"]:
+            raise invalid(f"tools[{i}].name", "is required (a non-empty string)")
+        fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def _tool_choice(choice: Any) -> Any:
+    if choice is None or choice in ("auto", "none", "required"):
+        return choice
+    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    raise invalid("tool_choice", "must be 'auto', 'none', 'required' or {'type': 'function', 'name': ...}")
+
+
+def _response_format(text: Any) -> dict | None:
+    if text is None:
+        return None
+    if not isinstance(text, dict):
+        raise invalid("text", "must be an object")
+    fmt = text.get("format")
+    if fmt is None or (isinstance(fmt, dict) and fmt.get("type") == "text"):
+        return None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_object":
+        return {"type": "json_object"}
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        if not isinstance(fmt.get("schema"), dict):
+            raise invalid("text.format.schema", "is required for type 'json_schema' (an object)")
+        spec = {k: fmt[k] for k in ("name", "schema", "strict", "description") if fmt.get(k) is not None}
+        spec.setdefault("name", "output")
+        return {"type": "json_schema", "json_schema": spec}
+    raise invalid("text.format.type", "must be 'text', 'json_object' or 'json_schema'")
+
+
+def to_chat_request(req: dict) -> dict:
+    """The chat completion request a Responses request stands for; 400 naming the field if it cannot."""
+    for key in _STATEFUL:
+        if req.get(key) is not None:
+            raise invalid(key, "the gateway keeps no conversation state: send the whole input instead")
+    if req.get("background"):
+        raise invalid("background", "background responses are not supported by the gateway")
+    for key in req:
+        if key not in _IGNORED and key not in _PASSED and key not in (
+                "input", "instructions", "tools", "tool_choice", "max_output_tokens", "text"):
+            raise invalid(key, "unknown parameter for /v1/responses", code="unknown_parameter")
+    body: dict[str, Any] = {"messages": _messages(req)}
+    if isinstance(req.get("model"), str):
+        body["model"] = req["model"]
+    for key in _PASSED:
+        if req.get(key) is not None:
+            body[key] = req[key]
+    tools = _tools(req)
+    if tools:
+        body["tools"] = tools
+    choice = _tool_choice(req.get("tool_choice"))
+    if choice is not None:
+        body["tool_choice"] = choice
+    if req.get("max_output_tokens") is not None:
+        body["max_tokens"] = req["max_output_tokens"]
+    fmt = _response_format(req.get("text"))
+    if fmt is not None:
+        body["response_format"] = fmt
+    if not tools:
+        body.pop("parallel_tool_calls", None)
+    validate.check_chat(body)
+    return body
+
+
+# -- answers ------------------------------------------------------------------------------
+
+def _usage(usage: dict | None) -> dict | None:
+    if not usage:
+        return None
+    inp, out = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
+    return {"input_tokens": inp, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": out,
+            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": inp + out}
+
+
+def _shell(req: dict, resp_id: str, model: str | None, created: float) -> dict:
+    """A Response object with everything but its output, status and usage."""
+    text = req.get("text") if isinstance(req.get("text"), dict) else {"format": {"type": "text"}}
+    return {
+        "id": resp_id, "object": "response", "created_at": created, "status": "in_progress",
+        "model": model or req.get("model") or "agl-policy", "output": [], "usage": None,
+        "error": None, "incomplete_details": None, "instructions": req.get("instructions"),
+        "max_output_tokens": req.get("max_output_tokens"), "metadata": req.get("metadata") or {},
+        "parallel_tool_calls": req.get("parallel_tool_calls", True), "previous_response_id": None,
+        "reasoning": None, "store": False, "temperature": req.get("temperature"), "text": text,
+        "tool_choice": req.get("tool_choice", "auto"), "tools": req.get("tools") or [],
+        "top_p": req.get("top_p"), "truncation": req.get("truncation") or "disabled",
+    }
+
+
+def _finish(resp: dict, finish_reason: str | None, usage: dict | None) -> dict:
+    if finish_reason == "length":
+        resp["status"] = "incomplete"
+        resp["incomplete_details"] = {"reason": "max_output_tokens"}
+    else:
+        resp["status"] = "completed"
+    resp["usage"] = _usage(usage)
+    return resp
+
+
+def _message_item(text: str, item_id: str, status: str = "completed") -> dict:
+    return {"type": "message", "id": item_id, "status": status, "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+
+
+def _call_item(call: dict, item_id: str, status: str = "completed") -> dict:
+    fn = call.get("function") or {}
+    return {"type": "function_call", "id": item_id, "call_id": call.get("id") or f"call_{uuid.uuid4().hex[:24]}",
+            "name": fn.get("name", ""), "arguments": fn.get("arguments", ""), "status": status}
+
+
+def from_chat_response(chat: dict, req: dict, resp_id: str, model: str | None) -> dict:
+    """The Response a chat completion stands for."""
+    resp = _shell(req, resp_id, model, chat.get("created") or time.time())
+    choice = (chat.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    if message.get("content"):
+        resp["output"].append(_message_item(message["content"], f"msg_{uuid.uuid4().hex}"))
+    for call in message.get("tool_calls") or []:
+        resp["output"].append(_call_item(call, f"fc_{uuid.uuid4().hex}"))
+    return _finish(resp, choice.get("finish_reason"), chat.get("usage"))
+
+
+class EventStream:
+    """Turns chat stream chunks into Responses stream events, as they arrive."""
+
+    def __init__(self, req: dict, resp_id: str, model: str | None):
+        self.resp = _shell(req, resp_id, model, time.time())
+        self.seq = 0
+        self.text_item: dict | None = None
+        self.text: list[str] = []
+        self.calls: dict[int, dict] = {}  # chat tool-call index → output item
+        self.open_calls: list[int] = []
+        self.finish_reason: str | None = None
+
+    def _event(self, name: str, **fields: Any) -> bytes:
+        payload = {"type": name, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return named_event(name, payload)
+
+    def start(self) -> list[bytes]:
+        return [self._event("response.created", response=dict(self.resp)),
+                self._event("response.in_progress", response=dict(self.resp))]
+
+    def _close_text(self) -> list[bytes]:
+        if self.text_item is None:
+            return []
+        item, idx = self.text_item, self.resp["output"].index(self.text_item)
+        text = "".join(self.text)
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        item.update(_message_item(text, item["id"]))
+        self.text_item = None
+        return [
+            self._event("response.output_text.done", item_id=item["id"], output_index=idx, content_index=0,
+                        text=text, logprobs=[]),
+            self._event("response.content_part.done", item_id=item["id"], output_index=idx, content_index=0,
+                        part=part),
+            self._event("response.output_item.done", output_index=idx, item=item),
+        ]
+
+    def _close_calls(self) -> list[bytes]:
+        out = []
+        for k in self.open_calls:
+            item = self.calls[k]
+            idx = self.resp["output"].index(item)
+            item["status"] = "completed"
+            out.append(self._event("response.function_call_arguments.done", item_id=item["id"], output_index=idx,
+                                   arguments=item["arguments"], name=item["name"]))
+            out.append(self._event("response.output_item.done", output_index=idx, item=dict(item)))
+        self.open_calls = []
+        return out
+
+    def feed(self, chunk: dict) -> list[bytes]:
+        out: list[bytes] = []
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                if self.text_item is None:
+                    out += self._close_calls()
+                    self.text_item = _message_item("", f"msg_{uuid.uuid4().hex}", "in_progress")
+                    self.text_item["content"] = []
+                    self.resp["output"].append(self.text_item)
+                    idx = len(self.resp["output"]) - 1
+                    out.append(self._event("response.output_item.added", output_index=idx, item=dict(self.text_item)))
+                    out.append(self._event("response.content_part.added", item_id=self.text_item["id"],
+                                           output_index=idx, content_index=0,
+                                           part={"type": "output_text", "text": "", "annotations": [], "logprobs": []}))
+                self.text.append(delta["content"])
+                out.append(self._event("response.output_text.delta", item_id=self.text_item["id"],
+                                       output_index=self.resp["output"].index(self.text_item), content_index=0,
+                                       delta=delta["content"], logprobs=[]))
+            for tc in delta.get("tool_calls") or []:
+                k = tc.get("index", 0)
+                fn = tc.get("function") or {}
+                item = self.calls.get(k)
+                if item is None:
+                    out += self._close_text()
+                    item = _call_item({"id": tc.get("id"), "function": {"name": fn.get("name") or "", "arguments": ""}},
+                                      f"fc_{uuid.uuid4().hex}", "in_progress")
+                    self.calls[k] = item
+                    self.open_calls.append(k)
+                    self.resp["output"].append(item)
+                    out.append(self._event("response.output_item.added", output_index=len(self.resp["output"]) - 1,
+                                           item=dict(item)))
+                elif fn.get("name"):
+                    item["name"] += fn["name"]
+                if fn.get("arguments"):
+                    item["arguments"] += fn["arguments"]
+                    out.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
+                                           output_index=self.resp["output"].index(item), delta=fn["arguments"]))
+            if choice.get("finish_reason") is not None:
+                self.finish_reason = choice["finish_reason"]
+        return out
+
+    def finish(self, usage: dict | None) -> list[bytes]:
+        out = self._close_text() + self._close_calls()
+        _finish(self.resp, self.finish_reason, usage)
+        name = "response.incomplete" if self.resp["status"] == "incomplete" else "response.completed"
+        out.append(self._event(name, response=self.resp))
+        return out
+
+
+async def serve(recorder: Recorder, meta: CallMeta, req: dict, upstream: Any, model: str | None,
+                send: Callable) -> None:
+    """Answer a Responses request from the engine's chat answer ``upstream`` (status 200), and record it."""
+    if not req.get("stream"):
+        chat = json.loads(await upstream.read())
+        prompt_ids, tokens = take_chat_tokens(chat, keep_ids=False, keep_logprobs=False)
+        resp = from_chat_response(chat, req, meta.call_id, model)
+        payload = json.dumps(resp).encode()
+        recorder.record(meta, prompt_ids, tokens[:1], resp)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+        await send({"type": "http.response.body", "body": payload})
+        return
+    events = EventStream(req, meta.call_id, model)
+    acc = StreamAccumulator(chat=True)
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+    await send({"type": "http.response.body", "body": b"".join(events.start()), "more_body": True})
+    try:
+        async for data in iter_sse_data(upstream.iter_chunks()):
+            if data == DONE:
+                break
+            chunk = json.loads(data)
+            if "error" in chunk and not chunk.get("choices"):
+                raise ConnectionError(f"engine error mid-stream: {chunk['error']}")
+            acc.feed(chunk)
+            out = events.feed(chunk)
+            if out:
+                await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+    except (ConnectionError, asyncio.IncompleteReadError) as exc:
+        events.resp["status"] = "failed"
+        events.resp["error"] = {"code": "server_error", "message": f"the engine dropped the stream: {exc}"}
+        failed = events._event("response.failed", response=events.resp)
+        await send({"type": "http.response.body", "body": failed, "more_body": False})
+        log.warning("gateway: stream of %s cut short, not recorded: %s", meta.call_id, exc)
+        return
+    await send({"type": "http.response.body", "body": b"".join(events.finish(acc.usage)), "more_body": False})
+    prompt_ids, tokens = acc.tokens()
+    recorder.record(meta, prompt_ids, tokens[:1], events.resp)

@@ -1,0 +1,214 @@
+"""The :class:`Gateway`: the model gateway run in a background thread of the caller's process."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import socket
+import threading
+from typing import Any
+
+from agl.capture.writer import BufferedWriter
+from agl.gateway.app import GatewayApp
+from agl.gateway.pause import PauseGate
+from agl.gateway.recorder import Recorder
+from agl.gateway.rollouts import RolloutRegistry
+from agl.gateway.routing import Router
+from agl.store.base import Store
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:
+        return asyncio.new_event_loop()
+
+
+def _http_impl() -> str:
+    try:
+        import httptools  # noqa: F401
+
+        return "httptools"
+    except ImportError:
+        return "h11"
+
+
+class Gateway:
+    """An OpenAI-compatible gateway in front of engine replicas that records every call's token ids.
+
+    >>> gw = Gateway(store, upstreams=["http://127.0.0.1:8000/v1"], token="secret")
+    >>> gw.start()
+    >>> client = openai.OpenAI(base_url=gw.rollout_base_url(rollout_id), api_key="secret")
+
+    ``token`` is the bearer token clients must send (a random one when None, readable as
+    ``gw.token``). ``max_in_flight`` bounds requests per replica; beyond it clients get 429.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        upstreams: list[str],
+        *,
+        token: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_in_flight: int = 512,
+        upstream_api_key: str | None = None,
+        model_version: str | None = None,
+        writer: BufferedWriter | None = None,
+    ):
+        self.store = store
+        self.token = token if token is not None else secrets.token_urlsafe(24)
+        self.host = host
+        self.port = port
+        self._own_writer = writer is None
+        self.writer = writer or BufferedWriter(store)
+        self.router = Router(list(upstreams), max_in_flight=max_in_flight, api_key=upstream_api_key)
+        self.recorder = Recorder(self.writer)
+        self.recorder.model_version = model_version
+        self.registry = RolloutRegistry(store)
+        self._gate: PauseGate | None = None
+        self.app: GatewayApp | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    # -- life cycle --------------------------------------------------------------------
+    def start(self, timeout_s: float = 30.0) -> "Gateway":
+        """Serve in a background thread; returns once the gateway is listening."""
+        import uvicorn
+
+        if self._thread is not None:
+            raise RuntimeError("the gateway is already started")
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        self.port = sock.getsockname()[1]
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = _event_loop()
+            asyncio.set_event_loop(loop)
+            self._loop = loop
+            try:
+                self._gate = PauseGate()
+                self.app = GatewayApp(router=self.router, recorder=self.recorder, registry=self.registry,
+                                      gate=self._gate, token=self.token, flush=self.writer.flush)
+                config = uvicorn.Config(self.app, lifespan="off", access_log=False, log_level="warning",
+                                        http=_http_impl(), loop="none", timeout_keep_alive=60, backlog=4096)
+                self._server = uvicorn.Server(config)
+                loop.run_until_complete(self._prime())
+                task = loop.create_task(self._server.serve(sockets=[sock]))
+                loop.call_soon(self._wait_started, ready)
+                loop.run_until_complete(task)
+                loop.run_until_complete(self.router.close())
+            except BaseException as exc:
+                failure.append(exc)
+                ready.set()
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="agl-gateway", daemon=True)
+        self._thread.start()
+        if not ready.wait(timeout_s) or failure:
+            raise RuntimeError(f"the gateway did not start: {failure[0] if failure else 'timed out'}")
+        return self
+
+    async def _prime(self) -> None:
+        """Learn what the replicas serve; a replica that is down is asked again later."""
+        await self.app.served_model()
+
+    def _wait_started(self, ready: threading.Event) -> None:
+        if self._server.started:
+            ready.set()
+        else:
+            self._loop.call_later(0.01, self._wait_started, ready)
+
+    def stop(self) -> None:
+        """Stop serving and write out every recorded call."""
+        if self._thread is None:
+            return
+        self._server.should_exit = True
+        self._thread.join(30)
+        self._thread = None
+        if self._own_writer:
+            self.writer.close()
+        else:
+            self.writer.flush()
+
+    def flush(self) -> None:
+        """Return once every call recorded so far is in the store."""
+        self.writer.flush()
+
+    def __enter__(self) -> "Gateway":
+        return self.start() if self._thread is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- addresses -----------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL for production traffic (calls of no rollout)."""
+        return f"{self.url}/v1"
+
+    def rollout_base_url(self, rollout_id: str) -> str:
+        """The OpenAI base URL an agent uses inside one rollout."""
+        return f"{self.url}/rollouts/{rollout_id}/v1"
+
+    # -- control ---------------------------------------------------------------------------
+    @property
+    def model_version(self) -> str | None:
+        """The model version recorded on every call from now on."""
+        return self.recorder.model_version
+
+    @model_version.setter
+    def model_version(self, version: str | None) -> None:
+        self.recorder.model_version = version
+
+    def _call(self, coro, timeout_s: float | None = None):
+        if self._loop is None or self._thread is None:
+            coro.close()
+            raise RuntimeError("the gateway is not started")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
+
+    def pause(self, timeout_s: float | None = None) -> bool:
+        """Hold new requests; return once in-flight ones finished (False if ``timeout_s`` passed first)."""
+        return self._call(self._gate.pause(timeout_s))
+
+    def resume(self) -> None:
+        """Let held and new requests through."""
+        self._loop.call_soon_threadsafe(self._gate.resume)
+
+    @property
+    def paused(self) -> bool:
+        return self._gate is not None and self._gate.paused
+
+    def set_upstreams(self, upstreams: list[str]) -> None:
+        """Replace the engine replicas; requests in flight finish where they are."""
+
+        async def swap() -> None:
+            for replica in self.router.set_upstreams(list(upstreams)):
+                await replica.pool.close()
+            await self.app.served_model()
+
+        if self._thread is None:
+            self.router.set_upstreams(list(upstreams))
+        else:
+            self._call(swap())
+
+    def status(self) -> dict:
+        """In flight, paused, model version, replicas."""
+        return self._call(_status(self.app))
+
+
+async def _status(app: GatewayApp) -> dict:
+    return app.status()

@@ -1,0 +1,40 @@
+"""Server-sent events: splitting an engine's stream, and writing events to the client."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+DONE = b"[DONE]"
+
+
+async def iter_sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The ``data:`` payloads of an event stream, one per event, as they arrive."""
+    buf = b""
+    async for chunk in chunks:
+        buf += chunk
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n")
+        while True:
+            end = buf.find(b"\n\n")
+            if end < 0:
+                break
+            event, buf = buf[:end], buf[end + 2 :]
+            data = [line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
+            if data:
+                yield b"\n".join(data)
+    if buf.strip().startswith(b"data:"):
+        yield buf.strip()[5:].lstrip(b" ")
+
+
+def data_event(obj: object) -> bytes:
+    """One ``data:`` event carrying ``obj`` as JSON."""
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def named_event(name: str, obj: object) -> bytes:
+    """One event with an ``event:`` name (the Responses API streams these)."""
+    return f"event: {name}\ndata: ".encode() + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+DONE_EVENT = b"data: [DONE]\n\n"
