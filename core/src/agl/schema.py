@@ -186,6 +186,10 @@ class Transition(_Model):
     token_source: Literal["engine", "text"] = "engine"
     call_id: str | None = None
     weight: float = Field(default=1.0, ge=0, description="loss weight (rollout-level normalization)")
+    prompt_messages: list[dict[str, JSON]] | None = Field(
+        default=None, description="the prompt as chat messages (text-only transitions, SFT export)"
+    )
+    response_text: str | None = Field(default=None, description="the response as text (text-only transitions, SFT export)")
 
 
 class ModelVersion(_Model):
