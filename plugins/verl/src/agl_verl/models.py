@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import shutil
+import string
 import tempfile
 from pathlib import Path
 
@@ -125,7 +126,9 @@ def build_tiny_model(
     punctuation; each digit alone when ``individual_digits``), trained with the
     ``tokenizers`` library on ``corpus`` plus the chat-template markup, so every
     character of the corpus and of the template has a token and decoding gives the text
-    back exactly. Characters never seen map to ``<unk>``. ``vocab_size`` is an upper
+    back exactly; every printable ASCII character and the tool-call markup of
+    :mod:`agl_verl.engines.tools` are always in the vocabulary, other characters never seen
+    map to ``<unk>``. ``vocab_size`` is an upper
     bound: a small corpus yields fewer merges. Special tokens: :data:`TINY_SPECIAL_TOKENS`;
     ``<|im_end|>`` ends a turn and is the EOS token. The chat template is ChatML
     (:data:`TINY_CHAT_TEMPLATE`).
@@ -192,7 +195,13 @@ def _train_tokenizer(corpus: list[str], vocab_size: int, individual_digits: bool
         steps.append(pre_tokenizers.Digits(individual_digits=True))
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(steps)
     tokenizer.decoder = decoders.Fuse()
-    markup = ["system\nuser\nassistant\ntool\n"]
+    # every printable ASCII character, the chat roles and the tool-call convention's markup
+    # get tokens whatever the corpus holds
+    markup = [
+        string.printable,
+        "system\nuser\nassistant\ntool\n",
+        '<tool_call>\n{"name": "", "arguments": {}}\n</tool_call>\n<tool_response>\n</tool_response>',
+    ]
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=list(TINY_SPECIAL_TOKENS), min_frequency=1, show_progress=False
     )

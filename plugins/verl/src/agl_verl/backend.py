@@ -1,0 +1,174 @@
+"""``VerlBackend``: agl's :class:`~agl.backend.Backend` on verl's algorithms.
+
+``mode="local"`` (the default) trains a transformers model in this process, on
+the CPU or one GPU (:mod:`agl_verl.local`). ``mode="distributed"`` hands the
+whole loop to verl's own Ray trainer with vLLM rollout servers
+(:mod:`agl_verl.distributed`); there verl drives the steps, so
+:meth:`VerlBackend.train_step` is not used and :meth:`VerlBackend.run_distributed`
+starts the job.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from agl.backend import Backend
+from agl.engine import Engine
+from agl.errors import AglError
+from agl.schema import ModelVersion, Transition
+
+from agl_verl.config import VerlSettings, parse_settings
+
+_STATE_FILE = "backend_state.pt"
+_META_FILE = "backend.json"
+
+
+class VerlBackend(Backend):
+    """verl-based RL backend.
+
+    Keyword arguments are :class:`agl_verl.config.VerlSettings` fields, for example
+    ``VerlBackend(model_path="./model", adv_estimator="grpo", policy_loss="vanilla",
+    clip_ratio=0.2, kl_coef=0.0, lr=1e-5, lora={"r": 8, "alpha": 16})``. Bad values
+    raise :class:`agl.errors.ConfigError` naming the field.
+    """
+
+    def __init__(self, **config: Any):
+        self.settings: VerlSettings = parse_settings(config)
+        self.engine: Engine | None = None
+        self._learner = None
+        self._last_step: int | None = None
+
+    # -- Backend --------------------------------------------------------------------------------
+
+    def setup(self, engine: Engine | None) -> None:
+        """Load the model and optimizer (local mode); remember ``engine`` to publish to."""
+        self.engine = engine
+        if self.settings.mode == "distributed":
+            return
+        if self._learner is None:
+            from agl_verl.local import LocalLearner
+
+            self._learner = LocalLearner(self.settings)
+
+    def train_step(self, transitions: list[Transition], step: int) -> dict[str, float]:
+        """One update from ``transitions``; returns loss, pg_clipfrac, kl, entropy, grad_norm, ….
+
+        Text-only transitions are skipped and counted (``skipped_text``), or raise
+        with ``text_transitions="error"``.
+        """
+        if self.settings.mode == "distributed":
+            raise AglError(
+                "mode='distributed' runs verl's own trainer, which drives the steps itself; "
+                "start it with VerlBackend.run_distributed() instead of train_step()"
+            )
+        learner = self._require_learner()
+        from agl_verl.dataproto import select_trainable, transitions_to_dataproto
+
+        selection = select_trainable(transitions, on_text=self.settings.text_transitions)
+        counts = {
+            "transitions": float(len(selection.usable)),
+            "skipped_text": float(selection.text_only),
+            "skipped_empty": float(selection.empty_response),
+        }
+        if not selection.usable:
+            return counts
+        data = transitions_to_dataproto(
+            selection.usable,
+            pad_token_id=learner.pad_token_id,
+            max_prompt_length=self.settings.max_prompt_length,
+            max_response_length=self.settings.max_response_length,
+        )
+        metrics = learner.update(data)
+        metrics.update(counts)
+        metrics["truncated"] = float(data.meta_info["truncated"])
+        self._last_step = step
+        return metrics
+
+    def publish(self, step: int) -> ModelVersion:
+        """Save the weights (or adapter) under ``workdir/versions/step-N`` and have the engine serve them."""
+        learner = self._require_learner()
+        path = self.settings.versions_dir / f"step-{step}"
+        learner.save_weights(path)
+        self._copy_tokenizer(path)
+        lora = self.settings.lora is not None
+        version = ModelVersion(
+            version=f"step-{step}",
+            path=str(path.resolve()),
+            base_model=self.settings.model_path,
+            step=step,
+            metadata={"adapter": lora, "format": "peft" if lora else "transformers"},
+        )
+        if self.engine is not None:
+            self.engine.load_version(version)
+        return version
+
+    def save_checkpoint(self, directory: Path) -> None:
+        """Save weights, optimizer state and RNG state so a resumed run continues identically."""
+        import torch
+
+        learner = self._require_learner()
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        torch.save(learner.state_dict(), directory / _STATE_FILE)
+        meta = {"last_step": self._last_step, "settings": self.settings.model_dump(mode="json")}
+        (directory / _META_FILE).write_text(json.dumps(meta, indent=1))
+
+    def load_checkpoint(self, directory: Path) -> None:
+        """Restore what :meth:`save_checkpoint` saved."""
+        import torch
+
+        learner = self._require_learner()
+        directory = Path(directory)
+        state_file = directory / _STATE_FILE
+        if not state_file.exists():
+            raise FileNotFoundError(f"{state_file}: no verl backend checkpoint here")
+        learner.load_state_dict(torch.load(state_file, weights_only=False))
+        meta = json.loads((directory / _META_FILE).read_text())
+        self._last_step = meta.get("last_step")
+
+    def close(self) -> None:
+        """Drop the model and optimizer."""
+        self._learner = None
+
+    # -- distributed -------------------------------------------------------------------------------
+
+    def run_distributed(self, tasks_parquet: str | None = None) -> None:
+        """Run verl's trainer on Ray (``mode="distributed"``; needs GPUs, see the README)."""
+        if self.settings.mode != "distributed":
+            raise AglError("run_distributed() needs mode='distributed'")
+        from agl_verl.distributed import run_verl_trainer
+
+        run_verl_trainer(self.settings, train_files=tasks_parquet)
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    @property
+    def learner(self):
+        """The :class:`agl_verl.local.LocalLearner` (after :meth:`setup`)."""
+        return self._require_learner()
+
+    def _require_learner(self):
+        if self.settings.mode != "local":
+            raise AglError(f"this needs mode='local'; the backend runs in mode={self.settings.mode!r}")
+        if self._learner is None:
+            raise AglError("call setup(engine) before training, publishing or checkpointing")
+        return self._learner
+
+    def _copy_tokenizer(self, target: Path) -> None:
+        # The engine loads a version directory as a whole model, tokenizer included.
+        source = Path(self.settings.model_path)
+        for name in (
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "special_tokens_map.json",
+            "vocab.json",
+            "merges.txt",
+            "tokenizer.model",
+            "chat_template.jinja",
+            "generation_config.json",
+        ):
+            if (source / name).exists() and not (target / name).exists():
+                shutil.copy2(source / name, target / name)

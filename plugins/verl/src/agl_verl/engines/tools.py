@@ -1,0 +1,161 @@
+"""The tool-call convention for models whose chat template has no tool section.
+
+Some small models (SmolLM2-135M-Instruct among them) have a chat template that knows
+nothing of tools. For them the engine uses one convention, the Hermes / Qwen2.5 one:
+
+- **Tool definitions** are rendered into the system prompt (appended to the first system
+  message, or as a new first system message) as a ``# Tools`` section listing one JSON
+  object per tool inside ``<tools></tools>`` and asking for calls in the form below.
+- **A call** is written by the model as::
+
+      <tool_call>
+      {"name": "get_weather", "arguments": {"city": "Paris"}}
+      </tool_call>
+
+  Several calls are several blocks. The engine parses them out of the output and returns
+  OpenAI ``tool_calls`` (arguments as a JSON string) with ``finish_reason
+  "tool_calls"``; text outside the blocks is the message ``content``.
+- **History**: an assistant message with ``tool_calls`` is rendered as its content
+  followed by one block per call; ``tool`` messages become a ``user`` turn holding
+  ``<tool_response>...</tool_response>`` (consecutive ones share that turn).
+- **tool_choice**: ``"none"`` leaves the tools out of the prompt and parses nothing;
+  ``"auto"`` lets the model choose; ``"required"`` forces the response to start with
+  ``<tool_call>\\n{"name": "`` and a named function forces
+  ``<tool_call>\\n{"name": "NAME", "arguments": `` (constrained decoding by a forced
+  prefix; the forced tokens are part of the response ids and carry their logprobs). If
+  the result still does not parse, the request is retried a few times.
+
+Models whose template has a tool section get the tools through the template; their output
+is parsed by the same ``<tool_call>`` convention, which is the one such templates (Qwen2.5,
+Hermes) ask for. The recorded prompt ids are always the ids of the rendered prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
+
+
+@dataclass
+class ToolChoice:
+    """``mode`` is none, auto, required or function (then ``name`` is set)."""
+
+    mode: str = "auto"
+    name: str | None = None
+
+
+def template_supports_tools(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template renders a ``tools`` argument."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        template = template.get("tool_use") or template.get("default") or ""
+    return isinstance(template, str) and "tools" in template
+
+
+def tools_system_prompt(tools: list[dict], choice: ToolChoice) -> str:
+    """The ``# Tools`` section the convention appends to the system prompt."""
+    lines = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+    text = (
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n"
+        f"<tools>\n{lines}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments within "
+        "<tool_call></tool_call> XML tags:\n"
+        '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+    )
+    if choice.mode == "required":
+        text += "\n\nYou must call at least one function."
+    elif choice.mode == "function":
+        text += f"\n\nYou must call the function {choice.name}."
+    return text
+
+
+def forced_prefix(choice: ToolChoice) -> str:
+    """Text the response is forced to start with for ``choice`` ("" when free)."""
+    if choice.mode == "required":
+        return TOOL_CALL_OPEN + '\n{"name": "'
+    if choice.mode == "function":
+        return TOOL_CALL_OPEN + "\n" + json.dumps({"name": choice.name})[:-1] + ', "arguments": '
+    return ""
+
+
+def format_call(name: str, arguments: Any) -> str:
+    """One call as the convention writes it."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            pass
+    body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    return f"{TOOL_CALL_OPEN}\n{body}\n{TOOL_CALL_CLOSE}"
+
+
+def render_messages(messages: list[dict], tools: list[dict] | None, choice: ToolChoice) -> list[dict]:
+    """Rewrite OpenAI messages (already text-only) into plain role/content turns by the convention."""
+    out: list[dict] = []
+    for message in messages:
+        role = message["role"]
+        content = message.get("content") or ""
+        if role == "assistant" and message.get("tool_calls"):
+            blocks = [format_call(c["function"]["name"], c["function"].get("arguments", {})) for c in message["tool_calls"]]
+            content = "\n".join(([content] if content else []) + blocks)
+            out.append({"role": "assistant", "content": content})
+        elif role == "tool":
+            block = f"<tool_response>\n{content}\n</tool_response>"
+            if out and out[-1].get("_tool_turn"):
+                out[-1]["content"] += "\n" + block
+            else:
+                out.append({"role": "user", "content": block, "_tool_turn": True})
+        else:
+            out.append({"role": role, "content": content})
+    for message in out:
+        message.pop("_tool_turn", None)
+    if tools and choice.mode != "none":
+        section = tools_system_prompt(tools, choice)
+        if out and out[0]["role"] == "system":
+            out[0]["content"] = (out[0]["content"] + "\n\n" + section) if out[0]["content"] else section
+        else:
+            out.insert(0, {"role": "system", "content": section})
+    return out
+
+
+def parse_tool_calls(text: str, *, allowed: set[str] | None = None) -> tuple[str | None, list[dict]]:
+    """Split model output into (content, OpenAI tool_calls).
+
+    Returns no calls when there is no block, or when any block is not a JSON object with a
+    string ``name`` (and, given ``allowed``, a known one): a half-valid set of calls is
+    not returned as if it were whole. An unterminated last block (the model stopped right
+    after the JSON) counts.
+    """
+    if TOOL_CALL_OPEN not in text:
+        return (text or None), []
+    calls = []
+    for body in _BLOCK.findall(text):
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            return (text or None), []
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            return (text or None), []
+        if allowed is not None and obj["name"] not in allowed:
+            return (text or None), []
+        arguments = obj.get("arguments", obj.get("parameters", {}))
+        calls.append(
+            {
+                "id": "call_" + uuid.uuid4().hex[:24],
+                "type": "function",
+                "function": {
+                    "name": obj["name"],
+                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False),
+                },
+            }
+        )
+    content = _BLOCK.sub("", text).strip()
+    return (content or None), calls

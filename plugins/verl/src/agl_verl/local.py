@@ -1,0 +1,303 @@
+"""The local learner: a transformers model on the CPU or one GPU, updated with verl's algorithms.
+
+Everything algorithmic is verl's: advantages from ``ray_trainer.compute_advantage``
+(which dispatches to the ``core_algos`` estimator registry), the policy loss from
+``get_policy_loss_fn`` with an ``ActorConfig``, ``agg_loss``, ``kl_penalty``,
+``logprobs_from_logits`` and ``entropy_from_logits``. This module only runs the
+model, the optimizer and the bookkeeping around them.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from verl import DataProto
+from verl.trainer.config import AlgoConfig
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.ray_trainer import compute_advantage
+from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits, masked_mean
+from verl.workers.config import ActorConfig
+
+from agl_verl.config import VerlSettings
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (CPU and CUDA)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    """Every random generator's state, for a checkpoint."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def actor_config(settings: VerlSettings, rollout_n: int) -> ActorConfig:
+    """verl's ActorConfig for the policy loss functions (they read clip ratios and aggregation from it)."""
+    low = settings.clip_ratio_low if settings.clip_ratio_low is not None else settings.clip_ratio
+    high = settings.clip_ratio_high if settings.clip_ratio_high is not None else settings.clip_ratio
+    return ActorConfig(
+        strategy="fsdp",
+        rollout_n=rollout_n,
+        ppo_micro_batch_size_per_gpu=settings.micro_batch_size,
+        clip_ratio=settings.clip_ratio,
+        clip_ratio_low=low,
+        clip_ratio_high=high,
+        clip_ratio_c=settings.clip_ratio_c,
+        loss_agg_mode=settings.loss_agg_mode,
+        entropy_coeff=settings.entropy_coeff,
+        ppo_epochs=settings.ppo_epochs,
+        use_torch_compile=False,
+    )
+
+
+def algo_config(settings: VerlSettings) -> AlgoConfig:
+    """verl's AlgoConfig for the advantage estimators."""
+    return AlgoConfig(
+        adv_estimator=settings.adv_estimator,
+        gamma=settings.gamma,
+        lam=settings.lam,
+        norm_adv_by_std_in_grpo=settings.norm_adv_by_std_in_grpo,
+        kl_penalty=settings.kl_penalty,
+    )
+
+
+class LocalLearner:
+    """A policy (plus optional frozen reference) and its optimizer, in one process."""
+
+    def __init__(self, settings: VerlSettings):
+        from transformers import AutoModelForCausalLM
+
+        self.settings = settings
+        self.device = torch.device(settings.device)
+        seed_everything(settings.seed)
+        dtype = _DTYPES[settings.dtype]
+        model = AutoModelForCausalLM.from_pretrained(settings.model_path, dtype=dtype)
+        self.reference: torch.nn.Module | None = None
+        if settings.lora is not None:
+            from peft import LoraConfig, get_peft_model
+
+            lora = settings.lora
+            model = get_peft_model(
+                model,
+                LoraConfig(
+                    r=lora.r,
+                    lora_alpha=lora.alpha,
+                    lora_dropout=lora.dropout,
+                    target_modules=lora.target_modules,
+                    task_type="CAUSAL_LM",
+                ),
+            )
+        elif settings.kl_coef > 0:
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False).to(self.device)
+        self.model = model.to(self.device)
+        self.model.train()
+        self.pad_token_id = self._pad_token_id()
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.trainable, lr=settings.lr, betas=settings.betas, weight_decay=settings.weight_decay
+        )
+        self.policy_loss_fn = core_algos.get_policy_loss_fn(settings.policy_loss)
+        self.algo = algo_config(settings)
+
+    def _pad_token_id(self) -> int:
+        config = self.model.config
+        for name in ("pad_token_id", "eos_token_id"):
+            value = getattr(config, name, None)
+            if isinstance(value, list):
+                value = value[0] if value else None
+            if value is not None:
+                return int(value)
+        return 0
+
+    # -- log-probs ---------------------------------------------------------------------------
+
+    def _forward(self, data: DataProto, *, with_entropy: bool, reference: bool = False):
+        """Per-token log-probs (and entropies) of the responses under the policy or the reference."""
+        batch = data.batch
+        responses = batch["responses"].to(self.device)
+        r_len = responses.shape[1]
+        kwargs = dict(
+            input_ids=batch["input_ids"].to(self.device),
+            attention_mask=batch["attention_mask"].to(self.device),
+            position_ids=batch["position_ids"].to(self.device),
+            use_cache=False,
+        )
+        if reference and self.reference is None:
+            # LoRA: the reference is the base model, the adapter switched off.
+            with self.model.disable_adapter():
+                logits = self.model(**kwargs).logits
+        else:
+            model = self.reference if reference else self.model
+            logits = model(**kwargs).logits
+        logits = logits[:, -r_len - 1 : -1, :].float() / self.settings.temperature
+        log_probs = logprobs_from_logits(logits, responses)
+        entropy = None
+        if with_entropy:
+            # Entropy is a metric unless it is part of the loss: no graph for it then.
+            with torch.set_grad_enabled(torch.is_grad_enabled() and self.settings.entropy_coeff > 0):
+                entropy = entropy_from_logits(logits)
+        return log_probs, entropy
+
+    @torch.no_grad()
+    def log_probs(self, data: DataProto, *, reference: bool = False) -> torch.Tensor:
+        """Log-probs of each response token, micro-batched, without gradients."""
+        chunks = []
+        for micro in data.split(self.settings.micro_batch_size):
+            lp, _ = self._forward(micro, with_entropy=False, reference=reference)
+            chunks.append(lp.cpu())
+        return torch.cat(chunks, dim=0)
+
+    # -- one update --------------------------------------------------------------------------
+
+    def update(self, data: DataProto) -> dict[str, float]:
+        """Advantages, then ``ppo_epochs`` passes of clipped policy-gradient updates over ``data``."""
+        s = self.settings
+        started = time.perf_counter()
+        metrics: dict[str, float] = {}
+        if "old_log_probs" not in data.batch.keys() or s.old_log_probs == "recompute":
+            self.model.eval()
+            data.batch["old_log_probs"] = self.log_probs(data)
+            self.model.train()
+        if s.kl_coef > 0:
+            data.batch["ref_log_prob"] = self.log_probs(data, reference=True)
+
+        n_groups = max(1, len(set(data.non_tensor_batch["uid"].tolist())))
+        data = compute_advantage(
+            data,
+            adv_estimator=s.adv_estimator,
+            gamma=s.gamma,
+            lam=s.lam,
+            num_repeat=max(1, len(data) // n_groups),
+            norm_adv_by_std_in_grpo=s.norm_adv_by_std_in_grpo,
+            config=self.algo,
+        )
+        mask = data.batch["response_mask"].float()
+        adv = data.batch["advantages"]
+        valid_adv = adv[mask.bool()]
+        metrics["advantages/mean"] = valid_adv.mean().item()
+        metrics["advantages/std"] = valid_adv.std().item() if valid_adv.numel() > 1 else 0.0
+        # Rollout-level normalization: each transition's loss scaled by its weight.
+        # Every registered policy loss is linear in the advantage, so this is that weighting.
+        data.batch["advantages"] = adv * data.batch["weights"].unsqueeze(1)
+        if "rollout_log_probs" in data.batch.keys() and s.old_log_probs == "recompute":
+            diff = (data.batch["old_log_probs"] - data.batch["rollout_log_probs"]).abs()
+            metrics["engine_logprob_diff"] = masked_mean(diff, mask).item()
+
+        totals: dict[str, list[float]] = {}
+        config = actor_config(s, rollout_n=max(1, len(data) // n_groups))
+        mini_size = s.mini_batch_size or len(data)
+        generator = torch.Generator().manual_seed(s.seed)
+        for epoch in range(s.ppo_epochs):
+            order = torch.randperm(len(data), generator=generator) if mini_size < len(data) else None
+            shuffled = data.select_idxs(order) if order is not None else data
+            for mini in shuffled.split(mini_size):
+                for key, value in self._mini_step(mini, config).items():
+                    totals.setdefault(key, []).append(value)
+        metrics.update({key: float(np.mean(values)) for key, values in totals.items()})
+
+        elapsed = time.perf_counter() - started
+        tokens = int(data.batch["attention_mask"].sum().item())
+        metrics["response_length/mean"] = float(data.batch["response_mask"].sum(-1).float().mean().item())
+        metrics["tokens"] = float(tokens)
+        metrics["tokens_per_s"] = tokens * s.ppo_epochs / elapsed if elapsed > 0 else 0.0
+        metrics["update_s"] = elapsed
+        return metrics
+
+    def _mini_step(self, mini: DataProto, config: ActorConfig) -> dict[str, float]:
+        """One optimizer step over a mini-batch, accumulating gradients over micro-batches."""
+        s = self.settings
+        mask_all = mini.batch["response_mask"]
+        # agg_loss normalizes each micro-batch by these mini-batch totals, so the summed
+        # micro-batch losses equal the mini-batch loss.
+        config.global_batch_info.update(
+            dp_size=1,
+            batch_num_tokens=int(mask_all.sum().item()),
+            global_batch_size=int((mask_all.sum(-1) > 0).sum().item()),
+        )
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+        micro_batches = mini.split(s.micro_batch_size)
+        for micro in micro_batches:
+            share = len(micro) / len(mini)
+            mask = micro.batch["response_mask"].to(self.device)
+            log_prob, entropy = self._forward(micro, with_entropy=True)
+            pg_loss, pg_metrics = self.policy_loss_fn(
+                old_log_prob=micro.batch["old_log_probs"].to(self.device),
+                log_prob=log_prob,
+                advantages=micro.batch["advantages"].to(self.device),
+                response_mask=mask,
+                loss_agg_mode=s.loss_agg_mode,
+                config=config,
+            )
+            loss = pg_loss
+            entropy_loss = core_algos.agg_loss(entropy, mask, s.loss_agg_mode, **config.global_batch_info)
+            if s.entropy_coeff > 0:
+                loss = loss - s.entropy_coeff * entropy_loss
+            if s.kl_coef > 0:
+                kl = core_algos.kl_penalty(log_prob, micro.batch["ref_log_prob"].to(self.device), s.kl_penalty)
+                kl_loss = core_algos.agg_loss(kl, mask, s.loss_agg_mode, **config.global_batch_info)
+                loss = loss + s.kl_coef * kl_loss
+                sums["kl"] = sums.get("kl", 0.0) + kl_loss.item()
+            loss.backward()
+            sums["loss"] = sums.get("loss", 0.0) + loss.item()
+            sums["pg_loss"] = sums.get("pg_loss", 0.0) + pg_loss.item()
+            sums["entropy"] = sums.get("entropy", 0.0) + entropy_loss.item()
+            for key, value in pg_metrics.items():
+                name = key.removeprefix("actor/")
+                sums[name] = sums.get(name, 0.0) + share * float(value)
+        if s.grad_clip is not None:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, s.grad_clip)
+        else:
+            grad_norm = torch.linalg.vector_norm(
+                torch.stack([p.grad.norm() for p in self.trainable if p.grad is not None])
+            )
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+        sums["grad_norm"] = float(grad_norm)
+        sums.setdefault("kl", 0.0)
+        return sums
+
+    # -- weights and state ---------------------------------------------------------------------
+
+    def save_weights(self, directory: Path) -> None:
+        """Write the full weights, or only the LoRA adapter, with ``save_pretrained``."""
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(directory)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Trainable weights, optimizer and RNG: what a resumed run needs."""
+        trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
+        weights = {k: v.detach().cpu() for k, v in self.model.state_dict().items() if k in trainable}
+        if self.settings.lora is None:
+            weights = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        return {"model": weights, "optimizer": self.optimizer.state_dict(), "rng": rng_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        missing, unexpected = self.model.load_state_dict(state["model"], strict=False)
+        if unexpected or (self.settings.lora is None and missing):
+            raise ValueError(f"checkpoint does not match the model: missing={missing[:5]} unexpected={unexpected[:5]}")
+        self.optimizer.load_state_dict(state["optimizer"])
+        set_rng_state(state["rng"])
