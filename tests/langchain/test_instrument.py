@@ -1,0 +1,96 @@
+"""Zero-line capture: instrument(), the AGL_LANGCHAIN variable, and the .pth autoload."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import agl
+import agl_langchain
+from agl.store.sqlite import SqliteStore
+from agl_langchain import AglCallbackHandler
+
+from tests.langchain.fakes import fake_model
+from tests.langchain.test_graph import writer_graph
+
+REPLIES = ["a draft", "bad", "a better draft", "good"]
+
+
+@pytest.fixture(autouse=True)
+def _off(monkeypatch):
+    monkeypatch.delenv("AGL_LANGCHAIN", raising=False)
+    agl_langchain.uninstrument()
+    yield
+    agl_langchain.uninstrument()
+
+
+def test_instrument_and_uninstrument(cap):
+    handler = agl_langchain.instrument()
+    assert agl_langchain.active_handler() is handler
+    with agl.use_rollout(cap.ctx):
+        writer_graph(fake_model(REPLIES)).invoke({"topic": "owls"})
+    llm = cap.spans(kind="llm")
+    assert [s.attributes["gen_ai.agent.name"] for s in sorted(llm, key=lambda s: s.seq)] == [
+        "write", "check", "rewrite", "check"]
+
+    agl_langchain.uninstrument()
+    assert agl_langchain.active_handler() is None
+    other = agl.RolloutContext(rollout_id="ro-after", writer=cap.writer)
+    with agl.use_rollout(other):
+        writer_graph(fake_model(REPLIES)).invoke({"topic": "owls"})
+    assert cap.spans("ro-after") == []
+
+
+def test_explicit_handler_is_not_doubled(cap):
+    agl_langchain.instrument()
+    with agl.use_rollout(cap.ctx):
+        fake_model(["hi"]).invoke("hello", config={"callbacks": [AglCallbackHandler()]})
+    assert len(cap.spans(kind="llm")) == 1
+
+
+def test_env_var_in_process(cap, monkeypatch):
+    monkeypatch.setenv("AGL_LANGCHAIN", "1")
+    with agl.use_rollout(cap.ctx):
+        fake_model(["hi"]).invoke("hello")
+    assert len(cap.spans(kind="llm")) == 1
+    monkeypatch.setenv("AGL_LANGCHAIN", "0")
+    off = agl.RolloutContext(rollout_id="ro-off", writer=cap.writer)
+    with agl.use_rollout(off):
+        fake_model(["hi"]).invoke("hello")
+    assert cap.spans("ro-off") == []
+
+
+AGENT = textwrap.dedent(
+    """
+    import sys
+    from langchain_core.language_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    model = GenericFakeChatModel(messages=iter([AIMessage("pong")]))
+    assert model.invoke("ping").content == "pong"
+    print("loaded" if "agl_langchain" in sys.modules else "not loaded")
+    """
+)
+
+
+@pytest.mark.parametrize("flag", ["1", ""])
+def test_env_var_with_no_import_at_all(tmp_path, flag):
+    """The agent program names neither agl nor agl_langchain: the installed .pth does it."""
+    db = tmp_path / "prod.db"
+    env = {**os.environ, "AGL_STORE_URL": f"sqlite:///{db}", "AGL_LANGCHAIN": flag}
+    done = subprocess.run([sys.executable, "-c", AGENT], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ("loaded" if flag else "not loaded")
+    if not flag:
+        assert not db.exists()
+        return
+    store = SqliteStore(db)
+    try:
+        (llm,) = list(store.query_spans(production=True, kind="llm"))
+    finally:
+        store.close()
+    assert llm.rollout_id is None
+    assert llm.attributes["gen_ai.output.messages"] == [{"role": "assistant", "content": "pong"}]

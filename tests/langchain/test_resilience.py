@@ -1,0 +1,67 @@
+"""The handler never breaks the agent: internal failures are logged once and counted."""
+
+from __future__ import annotations
+
+import logging
+from uuid import uuid4
+
+import agl
+from agl_langchain import AglCallbackHandler
+
+from tests.langchain.fakes import fake_model
+from tests.langchain.test_graph import writer_graph
+
+
+class BrokenWriter:
+    """A writer whose every put fails, standing in for a store that is gone."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def put(self, item):
+        self.calls += 1
+        raise OSError("disk on fire")
+
+
+def test_internal_failure_leaves_the_result_unchanged(caplog):
+    replies = ["a draft", "bad", "a better draft", "good"]
+    expected = writer_graph(fake_model(replies)).invoke({"topic": "owls"})
+
+    broken = BrokenWriter()
+    handler = AglCallbackHandler(writer=broken)  # type: ignore[arg-type]
+    with caplog.at_level(logging.DEBUG, logger="agl_langchain"):
+        got = writer_graph(fake_model(replies)).invoke({"topic": "owls"}, config={"callbacks": [handler]})
+
+    assert got == expected
+    assert broken.calls > 5 and handler.errors == broken.calls
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "disk on fire" in str(errors[0].exc_info[1])
+    assert handler.open_runs() == 0
+
+
+async def test_internal_failure_in_async_runs(cap):
+    handler = AglCallbackHandler(writer=BrokenWriter())  # type: ignore[arg-type]
+    model = fake_model(["fine"])
+    assert (await model.ainvoke("hi", config={"callbacks": [handler]})).content == "fine"
+    assert handler.errors == 1
+
+
+def test_bad_callback_arguments_are_counted_not_raised():
+    handler = AglCallbackHandler()
+    handler.on_llm_end(object(), run_id=uuid4())  # unknown run: ignored
+    run_id = uuid4()
+    handler.on_chat_model_start(None, "not messages", run_id=run_id)  # type: ignore[arg-type]
+    handler.on_llm_end(object(), run_id=run_id)  # not an LLMResult
+    assert handler.errors >= 1
+
+
+def test_open_runs_are_bounded(cap):
+    handler = AglCallbackHandler(writer=cap.writer, max_open_runs=3)
+    ids = [uuid4() for _ in range(5)]
+    with agl.use_rollout(cap.ctx):
+        for run_id in ids:
+            handler.on_chain_start({}, {}, run_id=run_id, name=f"c{ids.index(run_id)}")
+    assert handler.open_runs() == 3
+    evicted = cap.spans()
+    assert [s.name for s in evicted] == ["c0", "c1"]
+    assert all(s.attributes["agl.incomplete"] is True and s.status == "unset" for s in evicted)
