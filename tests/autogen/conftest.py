@@ -36,3 +36,11 @@ def instrumented():
     agl_autogen.instrument()
     yield
     agl_autogen.uninstrument()
+
+
+@pytest.fixture
+def gateway_rollout(sqlite_store):
+    from tests.autogen.gateway_rig import gateway_rollout as rig
+
+    with rig(sqlite_store) as r:
+        yield r
