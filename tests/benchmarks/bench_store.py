@@ -1,0 +1,512 @@
+"""Store throughput, latency and memory: W1 (a realistic rollout) and W2 (empty rollouts).
+
+Run: ``.venv/bin/python -m tests.benchmarks.bench_store [--quick]``
+
+W1: N rollouts (1000; 200 with --quick), each claimed, given 6 LLM spans (about 2 KB
+of prompt/response text in attributes), 6 LLM call records (500 prompt and 100
+response token ids, with logprobs) and a reward, then finished; with 1, 32 and 256
+concurrent writer threads. The 6 spans go in one ``add_spans`` call, as the capture
+writer's buffer would send them. Measured for the embedded SQLite store, the HTTP
+server in a subprocess (``agl store serve``, client load in this process) and
+PostgreSQL (when tests/pg.py can start one).
+
+W2: claim + finish of 10,000 empty rollouts (2,000 with --quick) by 256 runner
+threads over HTTP.
+
+Baselines measured in the same run: for the embedded store, plain sqlite3 with one
+INSERT per row and a commit per rollout (what a naive store does); over HTTP, the
+same server driven without coalescing (one request per store call).
+
+Latency is per store call (claim, add_spans, add_llm_calls, add_rewards, finish).
+Peak RSS is sampled every 20 ms during the run: this process for the embedded
+store, server and client for HTTP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+
+from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task, new_id
+from agl.store.base import Store
+from agl.store.http import _ADAPTERS as _LISTS
+from agl.store.http import HttpStore
+from agl.store.sqlite import SqliteStore
+
+ROOT = Path(__file__).resolve().parents[2]
+SPANS_PER_ROLLOUT = 6
+PROMPT_TEXT = ("You are a careful assistant. Solve the task step by step and answer briefly. " * 13)[:1000]
+RESPONSE_TEXT = ("Let me think about this. First we add the numbers, then we check the result. " * 13)[:1000]
+PROMPT_IDS = list(range(1000, 1500))
+RESPONSE_IDS = list(range(2000, 2100))
+LOGPROBS = [-0.25] * 100
+
+
+class RssSampler:
+    """The peak resident memory of some processes, sampled on a thread."""
+
+    def __init__(self, pids: list[int], every_s: float = 0.02):
+        self.procs = [psutil.Process(pid) for pid in pids]
+        self.peaks = [p.memory_info().rss for p in self.procs]
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            for i, p in enumerate(self.procs):
+                with contextlib.suppress(psutil.Error):
+                    self.peaks[i] = max(self.peaks[i], p.memory_info().rss)
+
+    def __enter__(self) -> "RssSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f}"
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# -- workloads --------------------------------------------------------------------
+def _seed(store: Store, rollouts: int) -> None:
+    tasks = [Task(task_id=f"task-{i}", input={"question": f"what is {i} + {i}?", "answer": 2 * i}) for i in range(100)]
+    store.add_tasks(tasks)
+    for start in range(0, rollouts, 500):
+        store.enqueue([Rollout(task_id=f"task-{i % 100}") for i in range(start, min(rollouts, start + 500))])
+
+
+def _templates() -> tuple[Span, LLMCall]:
+    span = Span(
+        rollout_id="ro-template",
+        name="chat",
+        kind="llm",
+        status="ok",
+        end_time=time.time(),
+        attributes={
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": "policy",
+            "gen_ai.response.id": "chatcmpl-template",
+            "gen_ai.agent.name": "solver",
+            "gen_ai.usage.input_tokens": 500,
+            "gen_ai.usage.output_tokens": 100,
+            "gen_ai.input.messages": PROMPT_TEXT,
+            "gen_ai.output.messages": RESPONSE_TEXT,
+        },
+    )
+    call = LLMCall(
+        call_id="chatcmpl-template",
+        requested_model="policy",
+        request={"messages": [{"role": "user", "content": "hi"}]},
+        response={"id": "chatcmpl-template"},
+        prompt_ids=PROMPT_IDS,
+        response_ids=RESPONSE_IDS,
+        response_logprobs=LOGPROBS,
+        model_version="v0",
+        latency_s=0.05,
+    )
+    return span, call
+
+
+_SPAN, _CALL = _templates()
+
+
+def _rollout_payload(rollout_id: str) -> tuple[list[Span], list[LLMCall], list[Reward]]:
+    """This rollout's observations, copied from templates (the agent has built them already)."""
+    spans, calls = [], []
+    for k in range(SPANS_PER_ROLLOUT):
+        call_id = f"chatcmpl-{rollout_id}-{k}"
+        attributes = dict(_SPAN.attributes, **{"gen_ai.response.id": call_id})
+        spans.append(
+            _SPAN.model_copy(update={"span_id": new_id(), "rollout_id": rollout_id, "seq": k, "attributes": attributes})
+        )
+        calls.append(_CALL.model_copy(update={"call_id": call_id, "rollout_id": rollout_id, "seq": k}))
+    return spans, calls, [Reward(rollout_id=rollout_id, value=1.0)]
+
+
+def _timed(latencies: list[float], fn: Callable[[], object]) -> object:
+    t0 = time.perf_counter()
+    result = fn()
+    latencies.append(time.perf_counter() - t0)
+    return result
+
+
+def run_w1(store: Store, writers: int, rollouts: int) -> dict[str, float]:
+    """Claim, observe and finish ``rollouts`` rollouts with ``writers`` threads."""
+    latencies: list[list[float]] = [[] for _ in range(writers)]
+    done = [0] * writers
+    errors: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        lat = latencies[w]
+        try:
+            while True:
+                claimed = _timed(lat, lambda: store.claim(f"runner-{w}"))
+                if not claimed:
+                    return
+                rollout_id = claimed[0].rollout_id
+                spans, calls, rewards = _rollout_payload(rollout_id)
+                _timed(lat, lambda: store.add_spans(spans))
+                _timed(lat, lambda: store.add_llm_calls(calls))
+                _timed(lat, lambda: store.add_rewards(rewards))
+                _timed(lat, lambda: store.finish(rollout_id, RolloutStatus.SUCCEEDED, output="4"))
+                done[w] += 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"{len(errors)} writers failed; first: {errors[0]!r}") from errors[0]
+    if sum(done) != rollouts:
+        raise RuntimeError(f"finished {sum(done)} of {rollouts} rollouts")
+    flat = [x for lat in latencies for x in lat]
+    return {
+        "rollouts/s": rollouts / elapsed,
+        "spans/s": rollouts * SPANS_PER_ROLLOUT / elapsed,
+        "p50 ms": statistics.median(flat) * 1000,
+        "p99 ms": _pct(flat, 0.99) * 1000,
+        "seconds": elapsed,
+    }
+
+
+def run_w2(store: Store, runners: int, rollouts: int) -> dict[str, float]:
+    """Claim and finish ``rollouts`` empty rollouts with ``runners`` threads."""
+    latencies: list[list[float]] = [[] for _ in range(runners)]
+    done = [0] * runners
+    errors: list[BaseException] = []
+
+    def runner(w: int) -> None:
+        try:
+            while True:
+                claimed = _timed(latencies[w], lambda: store.claim(f"runner-{w}"))
+                if not claimed:
+                    return
+                _timed(latencies[w], lambda: store.finish(claimed[0].rollout_id, RolloutStatus.SUCCEEDED))
+                done[w] += 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=runner, args=(w,)) for w in range(runners)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"{len(errors)} runners failed; first: {errors[0]!r}") from errors[0]
+    flat = [x for lat in latencies for x in lat]
+    return {
+        "rollouts/s": sum(done) / elapsed,
+        "p50 ms": statistics.median(flat) * 1000,
+        "p99 ms": _pct(flat, 0.99) * 1000,
+        "seconds": elapsed,
+    }
+
+
+# -- baselines --------------------------------------------------------------------
+class NaiveSqliteStore:
+    """Baseline: plain sqlite3, one INSERT per row, a commit per store call, one lock."""
+
+    def __init__(self, path: Path):
+        self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.execute("CREATE TABLE rollouts (rollout_id TEXT PRIMARY KEY, status TEXT, body TEXT)")
+        self.conn.execute("CREATE TABLE rows (id TEXT PRIMARY KEY, rollout_id TEXT, body TEXT)")
+        self.lock = threading.Lock()
+
+    def add_tasks(self, tasks) -> None:
+        pass
+
+    def enqueue(self, rollouts) -> None:
+        with self.lock:
+            self.conn.execute("BEGIN")
+            for r in rollouts:
+                self.conn.execute("INSERT INTO rollouts VALUES (?, 'queued', ?)", (r.rollout_id, r.model_dump_json()))
+            self.conn.execute("COMMIT")
+
+    def claim(self, runner_id: str) -> list[Rollout]:
+        with self.lock:
+            row = self.conn.execute("SELECT rollout_id FROM rollouts WHERE status = 'queued' LIMIT 1").fetchone()
+            if row is None:
+                return []
+            self.conn.execute("UPDATE rollouts SET status = 'running' WHERE rollout_id = ?", row)
+            return [Rollout(rollout_id=row[0], task_id="t", status=RolloutStatus.RUNNING)]
+
+    def _insert(self, rows) -> None:
+        with self.lock:
+            self.conn.execute("BEGIN")
+            for key, rollout_id, body in rows:
+                self.conn.execute("INSERT INTO rows VALUES (?, ?, ?)", (key, rollout_id, body))
+            self.conn.execute("COMMIT")
+
+    def add_spans(self, spans) -> None:
+        self._insert((s.span_id, s.rollout_id, s.model_dump_json()) for s in spans)
+
+    def add_llm_calls(self, calls) -> None:
+        self._insert((c.call_id, c.rollout_id, c.model_dump_json()) for c in calls)
+
+    def add_rewards(self, rewards) -> None:
+        self._insert((r.reward_id, r.rollout_id, r.model_dump_json()) for r in rewards)
+
+    def finish(self, rollout_id, status, **_) -> None:
+        with self.lock:
+            self.conn.execute("UPDATE rollouts SET status = ? WHERE rollout_id = ?", (RolloutStatus(status).value, rollout_id))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class UncoalescedHttpStore(HttpStore):
+    """Baseline: the same server, one request per store call (no coalescing)."""
+
+    def add_spans(self, spans) -> None:
+        self._post("/v1/spans", b'{"spans":' + _LISTS["spans"].dump_json(list(spans)) + b"}")
+
+    def add_llm_calls(self, calls) -> None:
+        self._post("/v1/llm_calls", b'{"llm_calls":' + _LISTS["llm_calls"].dump_json(list(calls)) + b"}")
+
+    def add_rewards(self, rewards) -> None:
+        self._post("/v1/rewards", b'{"rewards":' + _LISTS["rewards"].dump_json(list(rewards)) + b"}")
+
+    def claim(self, runner_id, *, limit=1, claim_id=None):
+        answer = self._post("/v1/claims", {"runner_id": runner_id, "limit": limit, "claim_id": claim_id or secrets.token_hex(8)})
+        return [Rollout.model_validate(r) for r in answer.json()["rollouts"]]
+
+    def finish(self, rollout_id, status, *, error=None, output=None):
+        answer = self._post(f"/v1/rollouts/{rollout_id}/finish", {"status": RolloutStatus(status).value, "error": error, "output": output})
+        return Rollout.model_validate_json(answer.content)
+
+
+# -- backends ---------------------------------------------------------------------
+@contextlib.contextmanager
+def http_server(db: Path) -> Iterator[tuple[str, str, int]]:
+    """``agl store serve`` in a subprocess over a SQLite file; yields (url, token, pid)."""
+    sock = __import__("socket").socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    token = secrets.token_urlsafe(16)
+    code = "import sys; from agl.cli import main; sys.exit(main())"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "store", "serve", "--store", f"sqlite:///{db}", "--port", str(port), "--token", token],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("agl store serve did not start") from None
+                time.sleep(0.05)
+        yield url, token, proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextlib.contextmanager
+def postgres_store() -> Iterator[Store | str]:
+    """A PostgresStore on a throwaway server, or a string saying why not."""
+    try:
+        from agl.store.postgres import PostgresStore
+        from tests.pg import create_database, postgres_server
+    except ImportError as exc:
+        yield f"tests/pg.py not available ({exc})"
+        return
+    try:
+        server = postgres_server()
+        base_url = server.__enter__()
+    except Exception as exc:  # noqa: BLE001 - no PostgreSQL on this machine: reported, not fatal
+        yield f"could not start PostgreSQL ({exc})"
+        return
+    try:
+        store = PostgresStore(create_database(base_url))
+        try:
+            yield store
+        finally:
+            store.close()
+    finally:
+        server.__exit__(None, None, None)
+
+
+# -- the run ----------------------------------------------------------------------
+ROWS: list[tuple[str, ...]] = []
+
+
+def report(workload: str, backend: str, writers: int, result: dict[str, float], rss: str) -> None:
+    row = (
+        workload,
+        backend,
+        str(writers),
+        f"{result['rollouts/s']:.0f}",
+        f"{result['spans/s']:.0f}" if "spans/s" in result else "",
+        f"{result['p50 ms']:.2f}",
+        f"{result['p99 ms']:.1f}",
+        rss,
+    )
+    ROWS.append(row)
+    print("  " + "  ".join(row), flush=True)
+
+
+def bench_embedded(tmp: Path, writer_counts: list[int], rollouts: int) -> None:
+    for writers in writer_counts:
+        naive = NaiveSqliteStore(tmp / f"naive-{writers}.db")
+        _seed(naive, rollouts)
+        with RssSampler([os.getpid()]) as rss:
+            result = run_w1(naive, writers, rollouts)
+        naive.close()
+        report("W1", "baseline: sqlite3, row at a time", writers, result, _mib(rss.peaks[0]))
+        store = SqliteStore(tmp / f"embedded-{writers}.db")
+        _seed(store, rollouts)
+        with RssSampler([os.getpid()]) as rss:
+            result = run_w1(store, writers, rollouts)
+        store.close()
+        report("W1", "embedded SQLite", writers, result, _mib(rss.peaks[0]))
+
+
+def bench_growth(tmp: Path, rounds: int, rollouts: int) -> None:
+    """Peak RSS per round while the same store grows by ``rollouts`` each round."""
+    store = SqliteStore(tmp / "growth.db")
+    peaks = []
+    for r in range(rounds):
+        _seed(store, rollouts)
+        with RssSampler([os.getpid()]) as rss:
+            run_w1(store, 32, rollouts)
+        # reading everything back streams: memory stays flat as the store grows
+        with RssSampler([os.getpid()]) as read_rss:
+            n = sum(1 for _ in store.query_spans())
+        peaks.append((store.stats().spans, rss.peaks[0], read_rss.peaks[0], n))
+    store.close()
+    print("  RSS as the embedded store grows (32 writers):", flush=True)
+    for spans, write_peak, read_peak, n in peaks:
+        print(f"    {spans:>7} spans stored: write peak {_mib(write_peak)} MiB, full scan of {n} spans peak {_mib(read_peak)} MiB")
+
+
+def bench_http(tmp: Path, writer_counts: list[int], rollouts: int) -> None:
+    for writers in writer_counts:
+        for label, cls in (("baseline: HTTP, request per call", UncoalescedHttpStore), ("HTTP server (coalescing)", HttpStore)):
+            db = tmp / f"http-{label[:4]}-{writers}.db"
+            with http_server(db) as (url, token, pid):
+                store = cls(url, token=token)
+                _seed(store, rollouts)
+                with RssSampler([pid, os.getpid()]) as rss:
+                    result = run_w1(store, writers, rollouts)
+                store.close()
+            report("W1", label, writers, result, f"{_mib(rss.peaks[0])} srv / {_mib(rss.peaks[1])} cli")
+
+
+def bench_postgres(writer_counts: list[int], rollouts: int) -> None:
+    with postgres_store() as store:
+        if isinstance(store, str):
+            print(f"  postgres: skipped ({store})", flush=True)
+            return
+    for writers in writer_counts:
+        with postgres_store() as store:
+            if isinstance(store, str):
+                print(f"  postgres: skipped ({store})", flush=True)
+                return
+            _seed(store, rollouts)
+            with RssSampler([os.getpid()]) as rss:
+                result = run_w1(store, writers, rollouts)
+            report("W1", "PostgreSQL", writers, result, _mib(rss.peaks[0]))
+
+
+def bench_w2(tmp: Path, runners: int, rollouts: int) -> None:
+    for label, cls in (("baseline: HTTP, request per call", UncoalescedHttpStore), ("HTTP server (coalescing)", HttpStore)):
+        with http_server(tmp / f"w2-{label[:4]}.db") as (url, token, pid):
+            store = cls(url, token=token)
+            store.add_tasks([Task(task_id="t", input={})])
+            for start in range(0, rollouts, 1000):
+                store.enqueue([Rollout(task_id="t") for _ in range(min(1000, rollouts - start))])
+            with RssSampler([pid, os.getpid()]) as rss:
+                result = run_w2(store, runners, rollouts)
+            stats = store.stats()
+            store.close()
+        assert stats.rollouts == {"succeeded": rollouts}, stats.rollouts
+        report("W2", label, runners, result, f"{_mib(rss.peaks[0])} srv / {_mib(rss.peaks[1])} cli")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smaller run (200 W1 rollouts, 2,000 W2 rollouts)")
+    parser.add_argument("--only", choices=["embedded", "http", "postgres", "w2", "growth"], action="append")
+    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    args = parser.parse_args(argv)
+    w1_rollouts = 200 if args.quick else 1000
+    w2_rollouts = 2000 if args.quick else 10_000
+    writer_counts = [1, 32, 256]
+    only = set(args.only or ["embedded", "growth", "http", "postgres", "w2"])
+    print(f"store benchmark on {os.cpu_count()} CPUs; W1 = {w1_rollouts} rollouts x {SPANS_PER_ROLLOUT} spans", flush=True)
+    print("  workload  backend  writers  rollouts/s  spans/s  p50 ms  p99 ms  peak RSS MiB", flush=True)
+    with tempfile.TemporaryDirectory(prefix="agl-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        if "embedded" in only:
+            bench_embedded(tmp, writer_counts, w1_rollouts)
+        if "growth" in only:
+            bench_growth(tmp, 4, w1_rollouts)
+        if "http" in only:
+            bench_http(tmp, writer_counts, w1_rollouts)
+        if "postgres" in only:
+            bench_postgres(writer_counts, w1_rollouts)
+        if "w2" in only:
+            bench_w2(tmp, 256, w2_rollouts)
+    _print_table()
+    if args.json:
+        Path(args.json).write_text(json.dumps(ROWS, indent=1))
+    return 0
+
+
+def _print_table() -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("workload", "backend", "writers", "rollouts/s", "spans/s", "p50 ms", "p99 ms", "peak RSS MiB",
+                  title="store benchmark (targets: W1 embedded >= 20,000 spans/s, W1 HTTP >= 5,000 spans/s, W2 >= 1,000 rollouts/s)")
+    for row in ROWS:
+        table.add_row(*row)
+    Console(width=160).print(table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
