@@ -288,10 +288,11 @@ class FakeEngine:
         chunks = []
         for c in full["choices"]:
             ids = c.get("token_ids") or list(c["text"].encode())
+            visible = c["text"].encode()
             for k in range(0, max(len(ids), 1), _STREAM_PIECE):
                 piece = ids[k:k + _STREAM_PIECE]
                 done = k + _STREAM_PIECE >= len(ids)
-                choice = {"index": c["index"], "text": bytes(piece).decode("utf-8", "ignore").replace(END, ""),
+                choice = {"index": c["index"], "text": visible[k:k + _STREAM_PIECE].decode("utf-8", "ignore"),
                           "finish_reason": c["finish_reason"] if done else None,
                           "logprobs": {"token_logprobs": [logprob(t) for t in piece]} if c.get("logprobs") else None}
                 if req.get("return_token_ids"):

@@ -1,0 +1,58 @@
+"""Fixtures: a fake engine (a test double for a model, see tests/fake_engine.py), a real SQLite
+store, and the gateway in front of them on 127.0.0.1.
+
+To run these tests against a real engine, start it and point ``engine_url`` at it; the
+tests that depend on the fake's byte-level "model" say so by using ``render_chat``.
+"""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from agl.gateway import Gateway
+from agl.schema import Rollout, Task
+from tests.fake_engine import FakeEngine
+
+TOKEN = "test-token"
+
+
+@pytest.fixture
+def engine():
+    with FakeEngine() as eng:
+        yield eng
+
+
+@pytest.fixture
+def store(sqlite_store):
+    sqlite_store.add_tasks([Task(task_id="task-1", input={"q": "x"})])
+    return sqlite_store
+
+
+def new_rollout(store, rollout_id: str = "ro-1") -> str:
+    store.enqueue([Rollout(rollout_id=rollout_id, task_id="task-1")])
+    return rollout_id
+
+
+@pytest.fixture
+def rollout(store) -> str:
+    return new_rollout(store)
+
+
+@pytest.fixture
+def gateway(store, engine):
+    gw = Gateway(store, [engine.url], token=TOKEN, model_version="v1").start()
+    yield gw
+    gw.stop()
+
+
+@pytest.fixture
+def client(gateway, rollout) -> openai.OpenAI:
+    """The real openai client, pointed at the gateway for one rollout."""
+    with openai.OpenAI(base_url=gateway.rollout_base_url(rollout), api_key=TOKEN, max_retries=0) as c:
+        yield c
+
+
+def calls_of(gateway, store, rollout_id):
+    gateway.flush()
+    return list(store.query_llm_calls(rollout_id=rollout_id))
