@@ -1,0 +1,61 @@
+"""Fixtures for the agl-verl engine tests: a tiny model (fast) and SmolLM2 (slow), one of each per session."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+TINY_CORPUS = [
+    "what is 12 + 34 ? the answer is 46 .",
+    "the weather in paris is sunny today , said the assistant .",
+    "call the add tool with a = 2 and b = 3 , then report the sum .",
+    "hello world ! how are you ? fine , thanks .",
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    from agl_verl.models import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", TINY_CORPUS, vocab_size=200, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_model_dir):
+    from agl_verl.engines.transformers_engine import TransformersEngine
+
+    engine = TransformersEngine(tiny_model_dir, max_batch_size=32, max_model_len=1024, api_key="engine-secret")
+    engine.start()
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    from agl_verl.models import smollm2_dir
+
+    return smollm2_dir()
+
+
+@pytest.fixture(scope="session")
+def smollm2_engine(smollm2_path):
+    from agl_verl.engines.transformers_engine import TransformersEngine
+
+    engine = TransformersEngine(smollm2_path, max_batch_size=16)
+    engine.start()
+    yield engine
+    engine.stop()
+
+
+def reference_logprobs(model, prompt_ids: list[int], response_ids: list[int]) -> list[float]:
+    """Logprobs of ``response_ids`` after ``prompt_ids`` from one fp32 forward pass, as training computes them."""
+    import torch
+
+    ids = torch.tensor([prompt_ids + response_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].float()
+    logp = torch.log_softmax(logits[len(prompt_ids) - 1 : -1], dim=-1)
+    return logp.gather(1, torch.tensor(response_ids).unsqueeze(1)).squeeze(1).tolist()
