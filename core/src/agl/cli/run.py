@@ -1,0 +1,159 @@
+"""``agl run -- python their_agent.py``: an unmodified script as one rollout.
+
+Which rollout:
+
+- ``--rollout-id ID``: that rollout; it must be running (claimed by whoever started
+  ``agl run``, for example a runner whose agent launches the script);
+- otherwise the next queued rollout is claimed; when the queue is empty a task
+  (input from ``--input``, default ``{"argv": [...]}``) and a rollout for it are
+  created and claimed.
+
+The child gets ``OPENAI_BASE_URL`` and ``OPENAI_API_BASE`` (this rollout's gateway
+route), ``OPENAI_API_KEY`` (the gateway token), ``AGL_ROLLOUT_ID``,
+``AGL_STORE_URL`` and ``AGL_TASK_INPUT`` (the task's input as JSON), on top of
+the caller's environment. Exit code 0 marks the rollout ``succeeded``; any other
+code (or a signal) marks it ``failed`` with the code and the tail of the child's
+stderr; running past ``--timeout`` kills it and marks it ``timed_out``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("run", help="run an unmodified command as one rollout (agl run -- python agent.py)")
+    p.add_argument("--store", default=None, help="store URL (default: $AGL_STORE_URL or .agl/agl.db)")
+    p.add_argument("--gateway", default=os.environ.get("AGL_GATEWAY_URL"),
+                   help="the gateway's root URL, e.g. http://127.0.0.1:8088 (default: $AGL_GATEWAY_URL)")
+    p.add_argument("--gateway-token", default=os.environ.get("AGL_GATEWAY_TOKEN", "agl"),
+                   help="the gateway's bearer token, given to the child as OPENAI_API_KEY")
+    p.add_argument("--rollout-id", default=None, help="run as this rollout instead of claiming the next one")
+    p.add_argument("--input", default=None, help="task input (JSON) when a new task has to be created")
+    p.add_argument("--timeout", type=float, default=None, help="kill the command after this many seconds")
+    p.add_argument("--heartbeat", type=float, default=5.0, help="seconds between heartbeats (default 5)")
+    p.add_argument("command", nargs="+", help="the command, after --")
+    p.set_defaults(func=run)
+
+
+def _resolve_rollout(store, args, runner_id: str):
+    from agl.errors import AglError
+    from agl.schema import Rollout, RolloutStatus, Task
+
+    if args.rollout_id:
+        rollout = store.get_rollout(args.rollout_id)
+        if rollout.status == RolloutStatus.RUNNING:
+            rollout.task = store.get_task(rollout.task_id)
+            return rollout, rollout.runner_id or runner_id
+        raise AglError(
+            f"--rollout-id: rollout {rollout.rollout_id} is {rollout.status.value}, not running; "
+            "claim it first, or leave out --rollout-id to claim the next queued rollout"
+        )
+    claimed = store.claim(runner_id, limit=1)
+    if claimed:
+        return claimed[0], runner_id
+    try:
+        task_input = json.loads(args.input) if args.input is not None else {"argv": args.command}
+    except ValueError as exc:
+        raise AglError(f"--input: not JSON: {exc}") from None
+    task = Task(input=task_input, split="run")
+    store.add_tasks([task])
+    store.enqueue([Rollout(task_id=task.task_id, mode="production", timeout_s=args.timeout)])
+    claimed = store.claim(runner_id, limit=1)
+    if not claimed:
+        raise AglError("the rollout just enqueued was claimed by another runner; run again")
+    return claimed[0], runner_id
+
+
+def run(args) -> int:
+    from agl.errors import ConfigError
+    from agl.schema import RolloutStatus, new_id
+    from agl.store import open_store
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise ConfigError("command: give the command to run after --, e.g. agl run -- python agent.py")
+    if args.timeout is not None and args.timeout <= 0:
+        raise ConfigError(f"--timeout: must be positive, got {args.timeout}")
+    store_url = args.store or os.environ.get("AGL_STORE_URL") or "sqlite:///.agl/agl.db"
+    store = open_store(store_url)
+    try:
+        rollout, runner_id = _resolve_rollout(store, args, f"agl-run-{os.getpid()}-{new_id()[:6]}")
+        env = dict(os.environ)
+        env.update({"AGL_ROLLOUT_ID": rollout.rollout_id, "AGL_STORE_URL": store_url,
+                    "AGL_TASK_INPUT": json.dumps(rollout.task.input if rollout.task else None),
+                    "OPENAI_API_KEY": args.gateway_token})
+        if args.gateway:
+            base = f"{args.gateway.rstrip('/')}/rollouts/{rollout.rollout_id}/v1"
+            env["OPENAI_BASE_URL"] = env["OPENAI_API_BASE"] = base
+        timeout = args.timeout or rollout.timeout_s
+        print(f"agl run: rollout {rollout.rollout_id} (attempt {rollout.attempt}): {' '.join(command)}",
+              file=sys.stderr, flush=True)
+        code, timed_out, tail = _run_child(command, env, timeout, lambda: store.heartbeat([rollout.rollout_id], runner_id),
+                                           args.heartbeat)
+        if timed_out:
+            status, error = RolloutStatus.TIMED_OUT, f"TimeoutError: the command ran past {timeout}s and was killed"
+        elif code == 0:
+            status, error = RolloutStatus.SUCCEEDED, None
+        else:
+            why = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            status, error = RolloutStatus.FAILED, f"CommandFailed: {why}" + (f"\n{tail}" if tail else "")
+        ended = store.finish(rollout.rollout_id, status, error=error)
+        print(f"agl run: rollout {rollout.rollout_id} {status.value}"
+              + (" (queued again)" if ended.status == RolloutStatus.QUEUED else ""), file=sys.stderr, flush=True)
+        return code if code >= 0 else 128 - code
+    finally:
+        store.close()
+
+
+def _run_child(command, env, timeout, beat, heartbeat_s) -> tuple[int, bool, str]:
+    """Run the command, forwarding its stderr while keeping the last lines; heartbeat meanwhile."""
+    from agl.errors import AglError
+
+    try:
+        child = subprocess.Popen(command, env=env, stderr=subprocess.PIPE)
+    except OSError as exc:
+        raise AglError(f"command: cannot start {command[0]!r}: {exc}") from None
+    tail: deque[str] = deque(maxlen=20)
+
+    def pump() -> None:
+        for raw in child.stderr:
+            sys.stderr.buffer.write(raw)
+            sys.stderr.buffer.flush()
+            tail.append(raw.decode("utf-8", "replace").rstrip("\n"))
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    previous = {sig: signal.signal(sig, lambda s, _f: child.send_signal(s)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    deadline = None if timeout is None else time.monotonic() + timeout
+    timed_out = False
+    try:
+        while True:
+            wait = heartbeat_s if deadline is None else max(0.0, min(heartbeat_s, deadline - time.monotonic()))
+            try:
+                child.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                if deadline is not None and time.monotonic() >= deadline:
+                    timed_out = True
+                    child.kill()
+                    child.wait()
+                    break
+                try:
+                    beat()
+                except Exception as exc:  # a missed beat is not fatal; the next one tries again
+                    print(f"agl run: heartbeat failed: {exc}", file=sys.stderr)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    reader.join(timeout=5)
+    return child.returncode, timed_out, "\n".join(tail)

@@ -1,0 +1,406 @@
+"""The runner: claims rollouts from the store and runs the user's agent on them.
+
+The agent is a plain function, sync or ``async``::
+
+    def agent(task_input, ctx: agl.RolloutContext): ...   # or agent(task_input)
+
+``ctx`` carries this rollout's gateway base URL (``ctx.base_url``), the model name,
+the api key and resources such as prompt templates. What the agent returns is read
+like this:
+
+- a number (``int``, ``float`` or ``bool``) is the rollout's final reward;
+- an :class:`RolloutResult` gives both: ``RolloutResult(output=..., reward=...)``;
+- None means the rewards come from ``agl.emit_reward`` or a reward plugin;
+- anything else is the rollout's *output* (stored on the rollout, JSON), for a
+  reward plugin to score.
+
+A returned reward is stored as a :class:`~agl.schema.Reward` with source
+``return``, which outranks plugin and emitted rewards (see :mod:`agl.transitions`).
+
+Many rollouts run at once per process: async agents as asyncio tasks, sync agents
+in a thread pool with the context variables copied. Each runs inside
+``agl.use_rollout(ctx)`` with the runner's :class:`~agl.BufferedWriter`, which is
+flushed when the rollout ends, *before* the rollout is marked finished, so a
+trainer that sees a finished rollout sees all its observations.
+
+An agent that raises ends its attempt ``failed``; one that runs past the rollout's
+timeout ends it ``timed_out``; the error (type, message, short traceback) is stored
+on the rollout and the store's retry policy (``max_attempts``) queues it again if
+attempts are left. The loop goes on either way. A sync agent past its timeout
+cannot be interrupted: its thread is abandoned (it keeps its pool slot until it
+returns; the pool has room for ``concurrency`` more). A rollout cancelled in the
+store (or taken back by :meth:`Store.expire`) while running is cancelled here at
+the next heartbeat and not finished twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import logging
+import os
+import socket
+import threading
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from agl.capture import BufferedWriter, RolloutContext, use_rollout
+from agl.errors import AglError, InvalidTransition
+from agl.schema import JSON, Reward, Rollout, RolloutStatus, new_id
+from agl.store.base import Store
+from agl.transitions import RETURN_SOURCE
+
+log = logging.getLogger(__name__)
+
+Agent = Callable[..., Any]
+
+
+class RolloutResult(BaseModel):
+    """What an agent may return to give both an output and a reward."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    output: JSON = None
+    reward: float | None = None
+
+
+def read_result(value: Any) -> tuple[Any, float | None]:
+    """Split what an agent returned into ``(output, reward)`` (see the module docstring)."""
+    if value is None:
+        return None, None
+    if isinstance(value, RolloutResult):
+        return value.output, value.reward
+    if isinstance(value, (bool, int, float)):
+        return None, float(value)
+    return value, None
+
+
+def format_error(exc: BaseException, *, limit: int = 6, max_chars: int = 4000) -> str:
+    """``Type: message`` and the last frames of the traceback, short enough to store."""
+    head = f"{type(exc).__name__}: {exc}"
+    frames = traceback.format_tb(exc.__traceback__, limit=-limit) if exc.__traceback__ else []
+    text = head + ("\n" + "".join(frames).rstrip() if frames else "")
+    return text if len(text) <= max_chars else text[: max_chars - 15] + "\n… (truncated)"
+
+
+def _jsonable(value: Any) -> Any:
+    """The output as JSON; a value JSON cannot hold is stored as its repr (and said so)."""
+    import json
+
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        log.warning("agent output of type %s is not JSON; storing its repr", type(value).__name__)
+        return repr(value)
+
+
+def _takes_context(agent: Agent) -> bool:
+    try:
+        params = list(inspect.signature(agent).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+
+
+def _is_async(agent: Agent) -> bool:
+    return inspect.iscoroutinefunction(agent) or inspect.iscoroutinefunction(getattr(agent, "__call__", None))
+
+
+def load_agent(spec: str) -> Agent:
+    """Import ``module:function`` (or ``path/to/file.py:function``)."""
+    import importlib
+    import importlib.util
+    import sys
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise AglError(f"agent: expected 'module:function', got {spec!r}")
+    if module_name.endswith(".py"):
+        path = os.path.abspath(module_name)
+        if not os.path.exists(path):
+            raise AglError(f"agent: file {module_name!r} does not exist")
+        mod_spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+        module = importlib.util.module_from_spec(mod_spec)
+        sys.modules[mod_spec.name] = module
+        mod_spec.loader.exec_module(module)
+    else:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise AglError(f"agent: cannot import module {module_name!r}: {exc}") from exc
+    try:
+        fn = getattr(module, attr)
+    except AttributeError:
+        raise AglError(f"agent: module {module_name!r} has no attribute {attr!r}") from None
+    if not callable(fn):
+        raise AglError(f"agent: {spec!r} is not callable")
+    return fn
+
+
+class Runner:
+    """Runs an agent on rollouts claimed from a store, ``concurrency`` at a time.
+
+    ``gateway_url`` is the gateway's root (``http://127.0.0.1:PORT``); each rollout
+    reaches it at ``{gateway_url}/rollouts/{rollout_id}/v1``. ``api_key`` is the
+    gateway's bearer token. ``resources`` land in ``ctx.resources``.
+    ``default_timeout_s`` applies to rollouts enqueued without a timeout.
+    With ``set_env=True`` (allowed only with ``concurrency=1``, since the
+    environment is process-wide) ``OPENAI_BASE_URL``, ``OPENAI_API_BASE`` and
+    ``OPENAI_API_KEY`` are set for each rollout, for agents that read them.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        store: Store,
+        *,
+        gateway_url: str | None = None,
+        model: str = "agl-policy",
+        api_key: str = "agl",
+        resources: dict[str, Any] | None = None,
+        concurrency: int = 4,
+        runner_id: str | None = None,
+        default_timeout_s: float | None = None,
+        heartbeat_s: float = 5.0,
+        poll_s: float = 0.05,
+        writer: BufferedWriter | None = None,
+        set_env: bool = False,
+    ):
+        if concurrency < 1:
+            raise AglError(f"concurrency: must be at least 1, got {concurrency}")
+        if set_env and concurrency != 1:
+            raise AglError("set_env: the environment is process-wide; it needs concurrency=1")
+        if heartbeat_s <= 0:
+            raise AglError(f"heartbeat_s: must be positive, got {heartbeat_s}")
+        self.agent = agent
+        self.store = store
+        self.gateway_url = gateway_url.rstrip("/") if gateway_url else None
+        self.model = model
+        self.api_key = api_key
+        self.resources = dict(resources or {})
+        self.concurrency = concurrency
+        self.runner_id = runner_id or f"{socket.gethostname()}-{os.getpid()}-{new_id()[:8]}"
+        self.default_timeout_s = default_timeout_s
+        self.heartbeat_s = heartbeat_s
+        self.poll_s = poll_s
+        self.set_env = set_env
+        self._own_writer = writer is None
+        self.writer = writer or BufferedWriter(store)
+        self._async = _is_async(agent)
+        self._with_ctx = _takes_context(agent)
+        self._active: dict[str, asyncio.Task] = {}
+        self._taken_back: set[str] = set()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool = ThreadPoolExecutor(max_workers=concurrency * 2, thread_name_prefix="agl-agent")
+        self.counts: dict[str, int] = {}
+
+    # -- the loop --------------------------------------------------------------------------
+    async def run(self, *, max_rollouts: int | None = None, until_idle: bool = False) -> dict[str, int]:
+        """Claim and run rollouts until :meth:`stop`, ``max_rollouts`` started, or (``until_idle``) an empty queue.
+
+        Returns how many attempts ended in each status.
+        """
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        started = 0
+        heartbeat = asyncio.create_task(self._heartbeat_loop())
+        try:
+            while not self._stop.is_set():
+                free = self.concurrency - len(self._active)
+                if max_rollouts is not None:
+                    free = min(free, max_rollouts - started)
+                claimed: list[Rollout] = []
+                if free > 0:
+                    claimed = await asyncio.to_thread(self.store.claim, self.runner_id, limit=free)
+                for rollout in claimed:
+                    task = asyncio.create_task(self._run_one(rollout), name=f"agl-rollout-{rollout.rollout_id}")
+                    self._active[rollout.rollout_id] = task
+                    task.add_done_callback(lambda _t, rid=rollout.rollout_id: self._active.pop(rid, None))
+                started += len(claimed)
+                if max_rollouts is not None and started >= max_rollouts and not self._active:
+                    break
+                if until_idle and not claimed and not self._active:
+                    break
+                await self._wait(self.poll_s)
+        finally:
+            heartbeat.cancel()
+            await self._cancel_active()
+            await asyncio.to_thread(self.writer.flush)
+        return dict(self.counts)
+
+    def run_sync(self, **kwargs: Any) -> dict[str, int]:
+        """:meth:`run` in a fresh event loop (for scripts and threads)."""
+        return asyncio.run(self.run(**kwargs))
+
+    def stop(self) -> None:
+        """Ask the loop to end. Thread-safe.
+
+        In-flight rollouts are cancelled and their attempt ends ``failed`` with a
+        ``RunnerStopped`` error, so the store's retry policy gives them to another runner.
+        """
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    def close(self) -> None:
+        """Release the thread pool and the writer the runner opened."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._own_writer:
+            self.writer.close()
+
+    async def _wait(self, seconds: float) -> None:
+        waiters = [asyncio.ensure_future(self._stop.wait())]
+        if self._active:
+            waiters.append(asyncio.ensure_future(asyncio.wait(list(self._active.values()), return_when=asyncio.FIRST_COMPLETED)))
+        done, pending = await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        for w in pending:
+            w.cancel()
+
+    async def _cancel_active(self) -> None:
+        tasks = list(self._active.values())
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            ids = list(self._active)
+            if not ids:
+                continue
+            try:
+                await asyncio.to_thread(self.store.heartbeat, ids, self.runner_id)
+                current = await asyncio.to_thread(lambda: list(self.store.query_rollouts(rollout_ids=ids)))
+            except Exception as exc:  # the store is down for a moment; the next beat tries again
+                log.warning("runner %s: heartbeat failed: %s", self.runner_id, exc)
+                continue
+            for r in current:
+                if r.status != RolloutStatus.RUNNING or r.runner_id != self.runner_id:
+                    task = self._active.get(r.rollout_id)
+                    if task is not None:
+                        log.info("rollout %s was taken back by the store (%s); stopping it", r.rollout_id, r.status.value)
+                        self._taken_back.add(r.rollout_id)
+                        task.cancel()
+
+    # -- one rollout -----------------------------------------------------------------------
+    def context_for(self, rollout: Rollout) -> RolloutContext:
+        """The context an agent gets for ``rollout``."""
+        base_url = f"{self.gateway_url}/rollouts/{rollout.rollout_id}/v1" if self.gateway_url else None
+        resources = dict(self.resources)
+        resources.setdefault("mode", rollout.mode)
+        return RolloutContext(
+            rollout_id=rollout.rollout_id, task=rollout.task, base_url=base_url, model=self.model,
+            api_key=self.api_key, resources=resources, writer=self.writer,
+        )
+
+    async def _run_one(self, rollout: Rollout) -> None:
+        ctx = self.context_for(rollout)
+        timeout = rollout.timeout_s or self.default_timeout_s
+        status, error, output, reward = RolloutStatus.SUCCEEDED, None, None, None
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                value = await self._invoke(ctx, rollout)
+            output, reward = read_result(value)
+            output = _jsonable(output)
+        except TimeoutError as exc:
+            if deadline.expired():
+                status, error = RolloutStatus.TIMED_OUT, f"TimeoutError: the agent ran past the rollout's timeout of {timeout}s"
+            else:  # the agent's own TimeoutError (a socket, a client) is a failure like any other
+                status, error = RolloutStatus.FAILED, format_error(exc)
+        except asyncio.CancelledError:
+            # The runner is stopping (or the store took the rollout back, and then it is not finished
+            # here): the attempt failed through no fault of the agent, so the retry policy decides.
+            status, error = RolloutStatus.FAILED, "RunnerStopped: the runner stopped before the agent finished"
+        except Exception as exc:
+            status, error = RolloutStatus.FAILED, format_error(exc)
+        await self._end(rollout, ctx, status, error, output, reward)
+
+    async def _invoke(self, ctx: RolloutContext, rollout: Rollout) -> Any:
+        task_input = rollout.task.input if rollout.task is not None else None
+        args = (task_input, ctx) if self._with_ctx else (task_input,)
+        if self._async:
+            with use_rollout(ctx), self._env(ctx):
+                return await self.agent(*args)
+
+        def call() -> Any:
+            with use_rollout(ctx), self._env(ctx):
+                return self.agent(*args)
+
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self._pool, context.run, call)
+
+    def _env(self, ctx: RolloutContext):
+        import contextlib
+
+        if not self.set_env or ctx.base_url is None:
+            return contextlib.nullcontext()
+        return _environment({"OPENAI_BASE_URL": ctx.base_url, "OPENAI_API_BASE": ctx.base_url,
+                             "OPENAI_API_KEY": ctx.api_key, "AGL_ROLLOUT_ID": ctx.rollout_id or ""})
+
+    async def _end(self, rollout: Rollout, ctx: RolloutContext, status: RolloutStatus, error: str | None,
+                   output: Any, reward: float | None) -> None:
+        rid = rollout.rollout_id
+        if reward is not None:
+            self.writer.put(Reward(reward_id=f"rw-{rid}-a{rollout.attempt}-return", rollout_id=rid,
+                                   value=reward, source=RETURN_SOURCE, seq=ctx.next_seq()))
+        # shielded: the observations and the outcome are written even while the runner is being cancelled
+        await asyncio.shield(asyncio.to_thread(self._flush_and_finish, rollout, status, error, output))
+
+    def _flush_and_finish(self, rollout: Rollout, status: RolloutStatus, error: str | None, output: Any) -> None:
+        rid = rollout.rollout_id
+        self.writer.flush()
+        if rid in self._taken_back:
+            self._count("taken_back")
+            return
+        try:
+            ended = self.store.finish(rid, status, error=error, output=output)
+        except InvalidTransition as exc:  # the store took it back meanwhile (expired or cancelled)
+            log.info("rollout %s: not finished here: %s", rid, exc)
+            self._count("taken_back")
+            return
+        self._count(status.value)
+        if status != RolloutStatus.SUCCEEDED:
+            again = " (queued again)" if ended.status == RolloutStatus.QUEUED else ""
+            log.warning("rollout %s attempt %d %s%s: %s", rid, rollout.attempt, status.value, again,
+                        (error or "").splitlines()[0] if error else "")
+
+    def _count(self, key: str) -> None:
+        with _count_lock:
+            self.counts[key] = self.counts.get(key, 0) + 1
+
+
+_count_lock = threading.Lock()
+
+
+class _environment:
+    """Set environment variables for a block, and put the old values back after."""
+
+    def __init__(self, values: dict[str, str]):
+        self.values = values
+        self.saved: dict[str, str | None] = {}
+
+    def __enter__(self) -> None:
+        for k, v in self.values.items():
+            self.saved[k] = os.environ.get(k)
+            os.environ[k] = v
+
+    def __exit__(self, *exc: Any) -> None:
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+__all__ = ["Runner", "RolloutResult", "format_error", "load_agent", "read_result"]
