@@ -64,9 +64,9 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
-import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from starlette.applications import Starlette
@@ -85,6 +85,8 @@ DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 STREAM_CHUNK = 256
 """Models serialised per thread hop while streaming a query."""
 IDEMPOTENCY_CACHE = 4096
+BATCH_WORKERS = 64
+"""Threads that run the parts of ``/v1/batch`` requests side by side."""
 
 
 # -- request bodies ---------------------------------------------------------------
@@ -223,6 +225,11 @@ def error_payload(exc: BaseException) -> tuple[int, dict[str, Any]]:
     return 500, {"type": type(exc).__name__, "reason": str(exc)}
 
 
+def _error_item(exc: BaseException) -> bytes:
+    status, payload = error_payload(exc)
+    return json.dumps({"error": payload | {"status": status}}).encode()
+
+
 def _error_response(exc: BaseException) -> Response:
     status, payload = error_payload(exc)
     return JSONResponse({"error": payload}, status_code=status)
@@ -310,6 +317,11 @@ class _Api:
         self.store = store
         self.max_body_bytes = max_body_bytes
         self.cache = _IdempotencyCache()
+        self.pool = ThreadPoolExecutor(max_workers=BATCH_WORKERS, thread_name_prefix="agl-store-batch")
+
+    def close(self) -> None:
+        """Stop the batch threads (the store itself belongs to the caller)."""
+        self.pool.shutdown(wait=True)
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
@@ -455,39 +467,43 @@ class _Api:
 
     async def batch(self, request: Request) -> Response:
         body = await self.body(request, BatchBody)
-        claims: list[bytes] = [b""] * len(body.claims)
-        finishes: list[bytes] = [b""] * len(body.finishes)
-        store = self.store
+        return _json_response(await self.call(self._run_batch, body))
 
-        async def claim(i: int, item: ClaimBody) -> None:
-            try:
-                got = await self.call(store.claim, item.runner_id, limit=item.limit, claim_id=item.claim_id)
-                claims[i] = b'{"rollouts":' + _ROLLOUT_LIST.dump_json(got) + b"}"
-            except Exception as exc:
-                status, payload = error_payload(exc)
-                claims[i] = json.dumps({"error": payload | {"status": status}}).encode()
+    def _run_batch(self, body: BatchBody) -> bytes:
+        """Run every part of a batch at once, so the store's writer commits them as one group."""
+        store, pool = self.store, self.pool
+        writes = []
+        if body.spans:
+            writes.append(pool.submit(store.add_spans, body.spans))
+        if body.llm_calls:
+            writes.append(pool.submit(store.add_llm_calls, body.llm_calls))
+        if body.rewards:
+            writes.append(pool.submit(store.add_rewards, body.rewards))
+        claims = [pool.submit(self._claim_one, item) for item in body.claims]
+        finishes = [pool.submit(self._finish_one, item) for item in body.finishes]
+        for write in writes:
+            write.result()  # a failed observation write fails the request: the client retries all of it
+        return (
+            b'{"claims":['
+            + b",".join(f.result() for f in claims)
+            + b'],"finishes":['
+            + b",".join(f.result() for f in finishes)
+            + b"]}"
+        )
 
-        async def finish(i: int, item: FinishItem) -> None:
-            try:
-                done = await self.call(store.finish, item.rollout_id, item.status, error=item.error, output=item.output)
-                finishes[i] = b'{"rollout":' + done.model_dump_json().encode() + b"}"
-            except Exception as exc:
-                status, payload = error_payload(exc)
-                finishes[i] = json.dumps({"error": payload | {"status": status}}).encode()
+    def _claim_one(self, item: ClaimBody) -> bytes:
+        try:
+            got = self.store.claim(item.runner_id, limit=item.limit, claim_id=item.claim_id)
+        except Exception as exc:
+            return _error_item(exc)
+        return b'{"rollouts":' + _ROLLOUT_LIST.dump_json(got) + b"}"
 
-        # Every part runs at once so the store's writer commits them as one group.
-        async with anyio.create_task_group() as tg:
-            if body.spans:
-                tg.start_soon(self.call, store.add_spans, body.spans)
-            if body.llm_calls:
-                tg.start_soon(self.call, store.add_llm_calls, body.llm_calls)
-            if body.rewards:
-                tg.start_soon(self.call, store.add_rewards, body.rewards)
-            for i, item in enumerate(body.claims):
-                tg.start_soon(claim, i, item)
-            for i, item in enumerate(body.finishes):
-                tg.start_soon(finish, i, item)
-        return _json_response(b'{"claims":[' + b",".join(claims) + b'],"finishes":[' + b",".join(finishes) + b"]}")
+    def _finish_one(self, item: FinishItem) -> bytes:
+        try:
+            done = self.store.finish(item.rollout_id, item.status, error=item.error, output=item.output)
+        except Exception as exc:
+            return _error_item(exc)
+        return b'{"rollout":' + done.model_dump_json().encode() + b"}"
 
     def routes(self) -> list[BaseRoute]:
         w = self.write
@@ -576,7 +592,9 @@ def create_app(store: Store, *, token: str, max_body_bytes: int = DEFAULT_MAX_BO
     }
     app = Starlette(routes=[*api.routes(), *_plugin_routes(store)], exception_handlers=handlers)
     app.state.store = store
-    return BearerAuth(app, token)
+    auth = BearerAuth(app, token)
+    auth.close = api.close
+    return auth
 
 
 class ServerThread:
@@ -606,6 +624,7 @@ class ServerThread:
         self.sock.bind((host, port))
         self.host, self.port = self.sock.getsockname()[:2]
         app = create_app(store, token=token, **app_options)
+        self._close_app = app.close
         if middleware is not None:
             app = middleware(app)
         config = uvicorn.Config(app, log_level="warning", loop="asyncio", lifespan="off", access_log=False)
@@ -631,6 +650,7 @@ class ServerThread:
         self.server.should_exit = True
         self._thread.join(timeout=10)
         self.sock.close()
+        self._close_app()
 
     def __enter__(self) -> "ServerThread":
         return self.start()
@@ -644,4 +664,8 @@ def serve(store: Store, *, token: str, host: str = "127.0.0.1", port: int = 4317
     import uvicorn
 
     app = create_app(store, token=token, **app_options)
-    uvicorn.run(app, host=host, port=port, log_level="warning", lifespan="off", access_log=False, timeout_graceful_shutdown=5)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning", lifespan="off", access_log=False,
+                    timeout_graceful_shutdown=5)
+    finally:
+        app.close()
