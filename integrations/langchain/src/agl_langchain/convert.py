@@ -70,15 +70,19 @@ def message_to_dict(message: BaseMessage) -> dict[str, Any]:
     out: dict[str, Any] = {"role": role, "content": content if isinstance(content, str) else to_json(content)}
     if message.name:
         out["name"] = message.name
-    tool_calls = getattr(message, "tool_calls", None)
-    if tool_calls:
-        out["tool_calls"] = [tool_call_to_openai(c) for c in tool_calls]
-    invalid = getattr(message, "invalid_tool_calls", None)
-    if invalid:
-        out["invalid_tool_calls"] = to_json(invalid)
-    tool_call_id = getattr(message, "tool_call_id", None)
-    if tool_call_id:
-        out["tool_call_id"] = tool_call_id
+    # Only the message types that have these fields are asked for them: a missing
+    # attribute on a pydantic model costs an exception, several µs per message.
+    if role == "assistant":
+        tool_calls = getattr(message, "tool_calls", None)
+        if tool_calls:
+            out["tool_calls"] = [tool_call_to_openai(c) for c in tool_calls]
+        invalid = getattr(message, "invalid_tool_calls", None)
+        if invalid:
+            out["invalid_tool_calls"] = to_json(invalid)
+    elif role == "tool":
+        tool_call_id = getattr(message, "tool_call_id", None)
+        if tool_call_id:
+            out["tool_call_id"] = tool_call_id
     return out
 
 

@@ -221,8 +221,7 @@ class AglCallbackHandler(BaseCallbackHandler):
             run.attrs["gen_ai.input.messages"] = messages_to_dicts(run.prompt)
             run.prompt = None
         ctx = run.ctx
-        # Built without validation: every field is set here from known-good values.
-        span = Span.model_construct(
+        span = Span(
             span_id=run.span_id,
             trace_id=run.trace_id,
             parent_id=run.parent_span,
@@ -494,7 +493,7 @@ class AglCallbackHandler(BaseCallbackHandler):
         attrs: dict[str, Any] = {"agl.event.data": to_json(data)}
         _agent_attrs(attrs, metadata)
         seq = ctx.next_seq()
-        span = Span.model_construct(
+        span = Span(
             span_id=new_id("event-"),
             trace_id=trace_id,
             parent_id=span_id,
