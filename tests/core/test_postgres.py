@@ -49,21 +49,31 @@ def _ours(url: str, application_name: str) -> list[tuple[str, str]]:
 
 _CLAIMER = textwrap.dedent(
     """
-    import json, sys
-    from agl.schema import RolloutStatus
+    import json, sys, threading
+    from agl.schema import RolloutStatus, Span
     from agl.store.postgres import PostgresStore
 
     store = PostgresStore(sys.argv[1])      # every process creates the schema at once
     print("ready", flush=True)
     sys.stdin.readline()                    # go
-    got = []
-    while True:
-        claimed = store.claim(sys.argv[2], limit=3)
-        if not claimed:
-            break
-        for r in claimed:
-            got.append(r.rollout_id)
-            store.finish(r.rollout_id, RolloutStatus.SUCCEEDED, output=sys.argv[2])
+    got, lock = [], threading.Lock()
+
+    def run():                              # three threads: their writes share group commits
+        while True:
+            claimed = store.claim(sys.argv[2], limit=2)
+            if not claimed:
+                return
+            for r in claimed:
+                store.add_spans([Span(rollout_id=r.rollout_id, name="step", seq=0)])
+                store.finish(r.rollout_id, RolloutStatus.SUCCEEDED, output=sys.argv[2])
+            with lock:
+                got.extend(r.rollout_id for r in claimed)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     store.close()
     print(json.dumps(got), flush=True)
     """
@@ -91,6 +101,7 @@ def test_claims_are_atomic_across_processes(pg_url):
             assert sorted(claimed) == sorted(r.rollout_id for r in rollouts)
             assert sum(1 for ids in per_process if ids) >= 2, "the claims did not actually run concurrently"
             assert store.stats().rollouts == {"succeeded": 240}
+            assert store.stats().spans == 240
             for i, ids in enumerate(per_process):  # each rollout was finished by the process that claimed it
                 for r in store.query_rollouts(rollout_ids=ids):
                     assert r.output == f"proc-{i}" and r.attempt == 1
@@ -203,6 +214,15 @@ def test_a_server_that_goes_away_fails_writes_clearly_and_never_shows_the_passwo
             store.get_task("t")
     finally:
         store.close()
+
+
+def test_a_retried_finish_of_a_requeued_attempt_is_a_no_op(pg_store):
+    pg_store.add_tasks([Task(task_id="t", input=0)])
+    [r] = pg_store.enqueue([Rollout(task_id="t", max_attempts=2)])
+    pg_store.claim("r")
+    assert pg_store.finish(r.rollout_id, "failed").status == "queued"
+    assert pg_store.finish(r.rollout_id, "failed").status == "queued"
+    assert len(pg_store.attempts(r.rollout_id)) == 1
 
 
 def test_open_store_picks_postgres(pg_url):

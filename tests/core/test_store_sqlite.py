@@ -218,3 +218,16 @@ def test_bad_options_are_named(tmp_path, options, field):
 def test_memory_databases_are_refused():
     with pytest.raises(ValueError, match="path"):
         SqliteStore(":memory:")
+
+
+def test_a_retried_finish_of_a_requeued_attempt_is_a_no_op(tmp_path):
+    with SqliteStore(tmp_path / "agl.db") as store:
+        store.add_tasks([Task(task_id="t", input=0)])
+        [r] = store.enqueue([Rollout(task_id="t", max_attempts=2)])
+        store.claim("r")
+        first = store.finish(r.rollout_id, "failed", error="boom")
+        again = store.finish(r.rollout_id, "failed", error="boom")  # the reply to the first was lost
+        assert first.status == again.status == "queued" and again.attempt == 1
+        assert [a.status for a in store.attempts(r.rollout_id)] == ["failed"]
+        with pytest.raises(ValueError, match="cannot go from 'queued' to 'succeeded'"):
+            store.finish(r.rollout_id, "succeeded")

@@ -530,6 +530,14 @@ class SqlStore(Store):
             current = RolloutStatus(row[2])
             if current == status:
                 return  # a retried finish
+            if current == RolloutStatus.QUEUED and row[3] > 0:
+                # A retried finish of an attempt the retry policy already put back in the
+                # queue (the first call's reply was lost): the attempt record says so.
+                cur.execute(self._sql("SELECT status FROM attempts WHERE rollout_id = ? AND attempt = ?"),
+                            (rollout_id, row[3]))
+                ended = cur.fetchone()
+                if ended is not None and ended[0] == status.value:
+                    return
             if status not in ALLOWED_TRANSITIONS[current]:
                 raise InvalidTransition(f"rollout {rollout_id}: cannot go from {current.value!r} to {status.value!r}")
             self._end_attempt(cur, row, status, error, output, now())
