@@ -346,26 +346,22 @@ def http_server(db: Path) -> Iterator[tuple[str, str, int]]:
 
 
 @contextlib.contextmanager
-def postgres_store() -> Iterator[Store | str]:
-    """A PostgresStore on a throwaway server, or a string saying why not."""
+def postgres_databases() -> Iterator[Callable[[], Store] | str]:
+    """A factory of PostgresStores, each on a fresh database of one throwaway server, or why not."""
     try:
         from agl.store.postgres import PostgresStore
         from tests.pg import create_database, postgres_server
     except ImportError as exc:
         yield f"tests/pg.py not available ({exc})"
         return
+    server = postgres_server()
     try:
-        server = postgres_server()
         base_url = server.__enter__()
     except Exception as exc:  # noqa: BLE001 - no PostgreSQL on this machine: reported, not fatal
         yield f"could not start PostgreSQL ({exc})"
         return
     try:
-        store = PostgresStore(create_database(base_url))
-        try:
-            yield store
-        finally:
-            store.close()
+        yield lambda: PostgresStore(create_database(base_url))
     finally:
         server.__exit__(None, None, None)
 
@@ -437,18 +433,18 @@ def bench_http(tmp: Path, writer_counts: list[int], rollouts: int) -> None:
 
 
 def bench_postgres(writer_counts: list[int], rollouts: int) -> None:
-    with postgres_store() as store:
-        if isinstance(store, str):
-            print(f"  postgres: skipped ({store})", flush=True)
+    with postgres_databases() as open_store:
+        if isinstance(open_store, str):
+            print(f"  postgres: skipped ({open_store})", flush=True)
             return
-    for writers in writer_counts:
-        with postgres_store() as store:
-            if isinstance(store, str):
-                print(f"  postgres: skipped ({store})", flush=True)
-                return
-            _seed(store, rollouts)
-            with RssSampler([os.getpid()]) as rss:
-                result = run_w1(store, writers, rollouts)
+        for writers in writer_counts:
+            store = open_store()
+            try:
+                _seed(store, rollouts)
+                with RssSampler([os.getpid()]) as rss:
+                    result = run_w1(store, writers, rollouts)
+            finally:
+                store.close()
             report("W1", "PostgreSQL", writers, result, _mib(rss.peaks[0]))
 
 
