@@ -31,6 +31,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -126,12 +127,32 @@ def postgres_server(*, durable: bool = False, max_connections: int = 400) -> Ite
                 if attempt == 2:
                     log = (workdir / "server.log").read_text(errors="replace")[-2000:]
                     raise RuntimeError(f"PostgreSQL did not start; its log ends with:\n{log}") from None
+        watchdog = _start_watchdog(bindir, workdir)
         yield f"postgresql://{USER}:{password}@127.0.0.1:{port}"
     finally:
         if started:
             with contextlib.suppress(Exception):
                 _run([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"])
         shutil.rmtree(workdir, ignore_errors=True)
+        if started:
+            watchdog.stdin.close()
+            watchdog.wait(30)
+
+
+_WATCHDOG = """
+import shutil, subprocess, sys
+sys.stdin.read()  # returns when the process that started the server ends, however it ends
+subprocess.run(sys.argv[2:], capture_output=True)
+shutil.rmtree(sys.argv[1], ignore_errors=True)
+"""
+
+
+def _start_watchdog(bindir: Path, workdir: Path) -> subprocess.Popen:
+    """A process that stops the server and deletes its files once our process is gone,
+    so a test run killed by a timeout or a signal leaves no server behind."""
+    stop = _as_owner([str(bindir / "pg_ctl"), "-D", str(workdir / "data"), "-m", "immediate", "stop"])
+    return subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(workdir), *stop], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def create_database(base_url: str, name: str | None = None) -> str:
