@@ -1,0 +1,43 @@
+"""An OpenTelemetry instrumentor: ``opentelemetry-instrument python my_agent.py`` captures into agl."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
+
+from agl_otel.processor import AglSpanProcessor
+
+
+class AglInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """Adds an :class:`AglSpanProcessor` to the tracer provider.
+
+    Registered under the ``opentelemetry_instrumentor`` entry point as ``agl``, so
+    ``opentelemetry-instrument`` loads it next to the GenAI instrumentations
+    (``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=agl`` leaves it out). With no SDK tracer
+    provider configured it installs one.
+    """
+
+    processor: AglSpanProcessor | None = None
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return ()
+
+    def _instrument(self, **kwargs: Any) -> None:
+        provider = kwargs.get("tracer_provider") or trace.get_tracer_provider()
+        if not hasattr(provider, "add_span_processor"):
+            from opentelemetry.sdk.trace import TracerProvider
+
+            provider = TracerProvider()
+            trace.set_tracer_provider(provider)
+            provider = trace.get_tracer_provider()
+        self.processor = AglSpanProcessor()
+        provider.add_span_processor(self.processor)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        # The SDK cannot remove a processor: make it idle instead.
+        if self.processor is not None:
+            self.processor.enabled = False
+            self.processor = None
