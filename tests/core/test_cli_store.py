@@ -107,3 +107,44 @@ def test_spans_list_over_http(filled, capsys):
         assert "unknown rollout" in capsys.readouterr().err
         assert main(["store", "stats", "--store", server.url, "--token", "wrong"]) == 2
         assert "wrong bearer token" in capsys.readouterr().err
+
+
+def test_store_serve_without_a_token_prints_a_new_one(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import httpx
+
+    from agl.store.http import HttpStore
+    from tests.conftest import free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("AGL_STORE_TOKEN", "AGL_STORE_URL")}
+    code = "import sys; from agl.cli import main; sys.exit(main())"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "store", "serve", "--store", f"sqlite:///{tmp_path / 'agl.db'}", "--port", str(port)],
+        cwd=Path(__file__).resolve().parents[2], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        first = proc.stdout.readline()
+        assert "AGL_STORE_TOKEN=" in first
+        token = first.split("AGL_STORE_TOKEN=")[1].strip(" )\n")
+        assert len(token) >= 24
+        assert "serving SqliteStore" in (second := proc.stdout.readline()) and f"http://127.0.0.1:{port}" in second
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(200):
+            try:
+                httpx.get(f"{url}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        assert httpx.get(f"{url}/v1/stats").status_code == 401
+        with HttpStore(url, token=token) as store:
+            assert store.stats().spans == 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        proc.stdout.close()

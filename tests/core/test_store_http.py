@@ -312,3 +312,20 @@ def test_plugin_routes_are_mounted_behind_the_token(tmp_path):
             assert httpx.get(f"{server.url}/v1/plugin/ping").status_code == 401
     finally:
         plugins.unregister(name="test-routes")
+
+
+def test_ids_with_slashes_and_spaces_round_trip(tmp_path):
+    with served(tmp_path) as (_, client, _raw, _server):
+        client.add_tasks([Task(task_id="gsm8k/train 17", input={"q": 1})])
+        assert client.get_task("gsm8k/train 17").task_id == "gsm8k/train 17"
+        [r] = client.enqueue([Rollout(rollout_id="ro/1", task_id="gsm8k/train 17")])
+        client.claim("r")
+        assert client.finish("ro/1", RolloutStatus.SUCCEEDED).status == RolloutStatus.SUCCEEDED
+        assert [a.attempt for a in client.attempts("ro/1")] == [1]
+        assert client.get_rollout("ro/1").rollout_id == "ro/1"
+        from agl.schema import ModelVersion
+
+        client.add_model_version(ModelVersion(version="ckpt/step-10"))
+        assert client.get_model_version("ckpt/step-10").version == "ckpt/step-10"
+        with pytest.raises(NotFound, match="ckpt/none"):
+            client.get_model_version("ckpt/none")

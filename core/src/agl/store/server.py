@@ -34,6 +34,8 @@ GET         /v1/model_versions/{version}         ``get_model_version``
 POST        /v1/batch                            several callers' writes in one request
 ==========  ===================================  =============================================
 
+Ids in paths may contain ``/`` (``task-set/17``), percent-encoded or not; the
+fixed routes (``/v1/tasks/query``, ``/v1/model_versions/latest``) take precedence.
 Query filters come as a JSON body (POST) or as query parameters (GET, lists as
 repeated parameters: ``?status=queued&status=running``); both are validated by
 the same model. ``/v1/batch`` is what the client's write coalescing sends:
@@ -514,12 +516,12 @@ class _Api:
             Route("/v1/batch", w(self.batch), methods=["POST"]),
             Route("/v1/tasks", w(self.add_tasks), methods=["POST"]),
             Route("/v1/tasks/query", self.query_tasks, methods=["GET", "POST"]),
-            Route("/v1/tasks/{task_id}", self.get_task, methods=["GET"]),
+            Route("/v1/tasks/{task_id:path}", self.get_task, methods=["GET"]),
             Route("/v1/rollouts", w(self.enqueue), methods=["POST"]),
             Route("/v1/rollouts/query", self.query_rollouts, methods=["GET", "POST"]),
-            Route("/v1/rollouts/{rollout_id}", self.get_rollout, methods=["GET"]),
-            Route("/v1/rollouts/{rollout_id}/attempts", self.attempts, methods=["GET"]),
-            Route("/v1/rollouts/{rollout_id}/finish", w(self.finish), methods=["POST"]),
+            Route("/v1/rollouts/{rollout_id:path}/attempts", self.attempts, methods=["GET"]),
+            Route("/v1/rollouts/{rollout_id:path}/finish", w(self.finish), methods=["POST"]),
+            Route("/v1/rollouts/{rollout_id:path}", self.get_rollout, methods=["GET"]),
             Route("/v1/claims", w(self.claim), methods=["POST"]),
             Route("/v1/heartbeats", self.heartbeat, methods=["POST"]),
             Route("/v1/cancellations", w(self.cancel), methods=["POST"]),
@@ -532,7 +534,7 @@ class _Api:
             Route("/v1/rewards/query", self.query_rewards, methods=["GET", "POST"]),
             Route("/v1/model_versions", w(self.add_model_version), methods=["POST"]),
             Route("/v1/model_versions/latest", self.latest_model_version, methods=["GET"]),
-            Route("/v1/model_versions/{version}", self.get_model_version, methods=["GET"]),
+            Route("/v1/model_versions/{version:path}", self.get_model_version, methods=["GET"]),
         ]
 
 
