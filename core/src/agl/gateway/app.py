@@ -18,6 +18,7 @@ Routes (all behind the bearer token, except ``/health``)::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -114,14 +115,26 @@ class GatewayApp:
                     await send({"type": "lifespan.startup.complete"})
                 await send({"type": "lifespan.shutdown.complete"})
             return
+        started = False
+
+        async def tracked_send(message: dict) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
         try:
-            await self._dispatch(scope, receive, send)
-        except GatewayError as err:
-            await send_error(send, err)
-        except Exception as exc:  # a bug: answer 500 with its name rather than dropping the connection
-            log.exception("gateway: internal error")
-            await send_error(send, GatewayError(500, f"internal gateway error: {type(exc).__name__}: {exc}",
-                                                type="server_error"))
+            await self._dispatch(scope, receive, tracked_send)
+        except Exception as exc:
+            if started:  # the answer is under way: all that is left is to end it
+                log.exception("gateway: error after the response started")
+                with contextlib.suppress(Exception):
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+            elif isinstance(exc, GatewayError):
+                await send_error(send, exc)
+            else:  # a bug: answer 500 with its name rather than dropping the connection
+                log.exception("gateway: internal error")
+                await send_error(send, GatewayError(500, f"internal gateway error: {type(exc).__name__}: {exc}",
+                                                    type="server_error"))
 
     async def _dispatch(self, scope: dict, receive: Callable, send: Callable) -> None:
         path: str = scope["path"]

@@ -257,10 +257,10 @@ class EventStream:
         self.open_calls: list[int] = []
         self.finish_reason: str | None = None
 
-    def _event(self, name: str, **fields: Any) -> bytes:
-        payload = {"type": name, "sequence_number": self.seq, **fields}
+    def _event(self, event_type: str, /, **fields: Any) -> bytes:
+        payload = {"type": event_type, "sequence_number": self.seq, **fields}
         self.seq += 1
-        return named_event(name, payload)
+        return named_event(event_type, payload)
 
     def start(self) -> list[bytes]:
         return [self._event("response.created", response=dict(self.resp)),

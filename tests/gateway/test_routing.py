@@ -1,0 +1,111 @@
+"""Several replicas: stickiness, load spreading, retries, saturation, pause/resume, admin routes."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+
+import httpx
+import pytest
+
+from agl.gateway import Gateway
+from tests.conftest import free_port
+from tests.fake_engine import FakeEngine
+from tests.gateway.conftest import TOKEN, calls_of, new_rollout
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def chat(url: str, rollout: str | None = None, **kw) -> httpx.Response:
+    path = f"/rollouts/{rollout}/v1/chat/completions" if rollout else "/v1/chat/completions"
+    return httpx.post(f"{url}{path}", json=BODY, headers=AUTH, timeout=30, **kw)
+
+
+@pytest.fixture
+def two_engines():
+    with FakeEngine(delay_s=0.05) as a, FakeEngine(delay_s=0.05) as b:
+        yield a, b
+
+
+def test_a_rollout_sticks_to_one_replica_and_load_spreads(store, two_engines):
+    a, b = two_engines
+    rollouts = [new_rollout(store, f"ro-{i}") for i in range(8)]
+    with Gateway(store, [a.url, b.url], token=TOKEN) as gw:
+        with cf.ThreadPoolExecutor(8) as pool:
+            for _ in range(3):  # three turns per rollout, the rollouts concurrent
+                assert all(r.status_code == 200 for r in pool.map(lambda r: chat(gw.url, r), rollouts))
+        served = {}
+        for engine in (a, b):
+            for req in engine.requests:
+                served.setdefault(req["messages"][0]["content"], set())
+        gw.flush()
+    # each rollout's three calls went to one replica: count per replica is a multiple of 3
+    assert len(a.requests) % 3 == 0 and len(b.requests) % 3 == 0
+    assert len(a.requests) > 0 and len(b.requests) > 0, "concurrent rollouts should spread over both replicas"
+    sticky = gw.router._sticky
+    assert {sticky[r].url for r in rollouts} == {a.url, b.url}
+
+
+def test_transient_errors_are_retried_on_another_replica(store, rollout):
+    with FakeEngine() as a, FakeEngine() as b:
+        a.fail_next.append(503)
+        b.fail_next.append(503)
+        with Gateway(store, [a.url, b.url], token=TOKEN) as gw:
+            r = chat(gw.url, rollout)  # first replica 503 → second replica 503 → 503 to the client
+            assert r.status_code == 503
+            r = chat(gw.url, rollout)
+            assert r.status_code == 200
+            dead = f"http://127.0.0.1:{free_port()}/v1"
+            gw.set_upstreams([dead, a.url])
+            assert all(chat(gw.url).status_code == 200 for _ in range(3))  # connect errors retried on a
+            assert [c.call_id for c in calls_of(gw, store, rollout)] == [r.json()["id"]]
+
+
+def test_saturation_answers_429_with_retry_after(store):
+    with FakeEngine(delay_s=0.5) as eng, Gateway(store, [eng.url], token=TOKEN, max_in_flight=1) as gw:
+        with cf.ThreadPoolExecutor(2) as pool:
+            slow = pool.submit(chat, gw.url)
+            time.sleep(0.2)
+            r = chat(gw.url)
+            assert r.status_code == 429 and r.headers["retry-after"] == "1"
+            assert r.json()["error"]["code"] == "gateway_saturated"
+            assert slow.result().status_code == 200
+
+
+def test_pause_drains_in_flight_and_holds_new_requests(store):
+    with FakeEngine(delay_s=0.3) as eng, Gateway(store, [eng.url], token=TOKEN) as gw:
+        with cf.ThreadPoolExecutor(2) as pool:
+            first = pool.submit(chat, gw.url)
+            time.sleep(0.1)
+            t0 = time.monotonic()
+            assert gw.pause(timeout_s=5) is True
+            assert time.monotonic() - t0 > 0.1 and eng.in_flight == 0  # pause waited for the request in flight
+            assert first.result(timeout=2).status_code == 200
+            held = pool.submit(chat, gw.url)
+            time.sleep(0.3)
+            assert not held.done() and len(eng.requests) == 1  # waiting at the gate, not failed
+            gw.resume()
+            assert held.result(timeout=5).status_code == 200
+
+
+def test_admin_routes_drive_a_gateway_from_another_process(store, engine):
+    with Gateway(store, [engine.url], token=TOKEN) as gw:
+        admin = httpx.Client(base_url=f"{gw.url}/admin", headers=AUTH, timeout=10)
+        assert httpx.post(f"{gw.url}/admin/pause").status_code == 401
+        assert admin.post("/pause", params={"timeout_s": 5}).json() == {"paused": True, "drained": True,
+                                                                        "in_flight": 0}
+        assert admin.get("/status").json()["paused"] is True
+        assert admin.post("/model_version", json={"model_version": "v7"}).json() == {"model_version": "v7"}
+        assert admin.post("/resume").json() == {"paused": False}
+        r = chat(gw.url)
+        assert r.status_code == 200
+        admin.post("/flush")
+        [call] = store.query_llm_calls(production=True)
+        assert call.model_version == "v7" and gw.model_version == "v7"
+        status = admin.get("/status").json()
+        assert status["recorded"] == 1 and status["upstreams"][0]["served_model"] == "fake-policy"
+        assert admin.post("/model_version", json={"model_version": 3}).json()["error"]["param"] == "model_version"
+        assert admin.post("/upstreams", json={"upstreams": []}).status_code == 400
+        assert admin.post("/upstreams", json={"upstreams": [engine.url]}).json() == {"upstreams": [engine.url]}
+        assert admin.post("/nope").status_code == 404
