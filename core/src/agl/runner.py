@@ -151,7 +151,9 @@ class Runner:
 
     ``gateway_url`` is the gateway's root (``http://127.0.0.1:PORT``); each rollout
     reaches it at ``{gateway_url}/rollouts/{rollout_id}/v1``. ``api_key`` is the
-    gateway's bearer token. ``resources`` land in ``ctx.resources``.
+    gateway's bearer token. ``resources`` land in ``ctx.resources``, updated by
+    ``mode_resources[rollout.mode]`` (e.g. ``{"val": {"temperature": 0}}``), and
+    ``resources["mode"]`` says whether the rollout is for training or evaluation.
     ``default_timeout_s`` applies to rollouts enqueued without a timeout.
     With ``set_env=True`` (allowed only with ``concurrency=1``, since the
     environment is process-wide) ``OPENAI_BASE_URL``, ``OPENAI_API_BASE`` and
@@ -174,6 +176,7 @@ class Runner:
         poll_s: float = 0.05,
         writer: BufferedWriter | None = None,
         set_env: bool = False,
+        mode_resources: dict[str, dict[str, Any]] | None = None,
     ):
         if concurrency < 1:
             raise AglError(f"concurrency: must be at least 1, got {concurrency}")
@@ -187,6 +190,7 @@ class Runner:
         self.model = model
         self.api_key = api_key
         self.resources = dict(resources or {})
+        self.mode_resources = {k: dict(v) for k, v in (mode_resources or {}).items()}
         self.concurrency = concurrency
         self.runner_id = runner_id or f"{socket.gethostname()}-{os.getpid()}-{new_id()[:8]}"
         self.default_timeout_s = default_timeout_s
@@ -296,7 +300,7 @@ class Runner:
     def context_for(self, rollout: Rollout) -> RolloutContext:
         """The context an agent gets for ``rollout``."""
         base_url = f"{self.gateway_url}/rollouts/{rollout.rollout_id}/v1" if self.gateway_url else None
-        resources = dict(self.resources)
+        resources = {**self.resources, **self.mode_resources.get(rollout.mode, {})}
         resources.setdefault("mode", rollout.mode)
         return RolloutContext(
             rollout_id=rollout.rollout_id, task=rollout.task, base_url=base_url, model=self.model,

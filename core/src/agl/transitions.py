@@ -548,6 +548,8 @@ class TransitionBuilder:
         self.config = config or TransitionConfig()
         self.strategy = resolve("credit_assignment", self.config.credit)
         self.report = BuildReport()
+        self.finals: dict[str, float] = {}
+        """Each built rollout's final reward (after precedence and the failed/missing defaults)."""
         self._agents = None if self.config.agents is None else frozenset(self.config.agents)
         self._reader = _reader_for(store, self.config.with_text)
         pm = get_plugin_manager()
@@ -622,9 +624,6 @@ class TransitionBuilder:
             report.stale_records += n - len(calls) - len(spans) - len(rewards)
 
         steps = self._join(rid, calls, spans)
-        if not steps:
-            report.drop("no_calls")
-            return
 
         value, chosen = final_reward([*rewards, *plugin], self._plugin_names)
         if value is None:
@@ -637,12 +636,16 @@ class TransitionBuilder:
             if value is None:
                 report.drop(reason)
                 return
+        self.finals[rid] = value
         intermediate = []
         if rewards:
             times = [s.time for s in steps]
             for w in rewards:
                 if w is not chosen and w.source != RETURN_SOURCE:
                     intermediate.append((_index_before(times, w.created_at), w.value))
+        if not steps:
+            report.drop("no_calls")
+            return
         per_call = self.strategy(len(steps), RolloutRewards(final=value, emitted=intermediate), **cfg.credit_options)
         if len(per_call) != len(steps):
             raise ValueError(

@@ -1,0 +1,82 @@
+"""``agl train my_module:agent --config train.yaml``: train an agent.
+
+Flags override the config file: ``--tasks``/``--val`` (JSONL), ``--backend``,
+``--model`` (the weights both the backend trains and, when no engine is configured,
+a ``transformers`` engine serves), ``--workdir``, ``--steps``, ``--store`` and any
+field as ``--set rollout.concurrency=8`` (the value is parsed as JSON when it can be).
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("train", help="train an agent with reinforcement learning")
+    p.add_argument("agent", nargs="?", default=None,
+                   help="the agent function, module:function or file.py:function (leave out with external runners)")
+    p.add_argument("--config", default=None, help="trainer config file (.yaml, .json or .toml)")
+    p.add_argument("--tasks", default=None, help="training tasks, JSONL (one task a line)")
+    p.add_argument("--val", default=None, help="held-out tasks, JSONL")
+    p.add_argument("--backend", default=None, help="algorithm backend name (e.g. verl)")
+    p.add_argument("--engine", default=None, help="inference engine name (e.g. transformers, vllm)")
+    p.add_argument("--model", default=None, help="model weights (a local directory) to train and serve")
+    p.add_argument("--workdir", default=None, help="where checkpoints, metrics and plots go")
+    p.add_argument("--steps", type=int, default=None, help="training steps")
+    p.add_argument("--store", default=None, help="store URL (default: SQLite in the workdir)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    p.set_defaults(func=run)
+
+
+def build_config(args):
+    """The config from the file and the flags; errors name the flag or field."""
+    from agl.config import apply_overrides, load_config, parse_config
+    from agl.errors import ConfigError
+
+    overrides: dict = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set: expected KEY=VALUE, got {item!r}")
+        try:
+            overrides[key] = json.loads(value)
+        except ValueError:
+            overrides[key] = value
+    for flag, key in [("workdir", "workdir"), ("steps", "steps"), ("store", "store")]:
+        if getattr(args, flag) is not None:
+            overrides[key] = getattr(args, flag)
+    if args.backend is not None:
+        overrides["backend.name"] = args.backend
+    if args.engine is not None:
+        overrides["engine.name"] = args.engine
+    config = load_config(args.config, overrides) if args.config else parse_config(apply_overrides({}, overrides), "flags")
+    if args.model is not None:
+        data = config.model_dump(mode="json")
+        if data.get("backend") is None:
+            raise ConfigError("--model: name a backend too (--backend verl, or backend: in the config)")
+        data["backend"]["config"]["model_path"] = args.model
+        if data.get("engine") is None and not data.get("engine_urls"):
+            data["engine"] = {"name": "transformers", "config": {}}
+        if data.get("engine") is not None:
+            data["engine"]["config"].setdefault("model_path", args.model)
+        config = parse_config(data, "flags")
+    return config
+
+
+def run(args) -> int:
+    from agl.errors import ConfigError
+    from agl.runner import load_agent
+    from agl.trainer import Trainer, load_tasks_jsonl
+
+    config = build_config(args)
+    if config.rollout.runners == "inprocess" and args.agent is None:
+        raise ConfigError("agent: give module:function (or set rollout.runners=external and start `agl runner`s)")
+    if args.tasks is None:
+        raise ConfigError("--tasks: a JSONL file of training tasks is required")
+    agent = load_agent(args.agent) if args.agent else None
+    train = load_tasks_jsonl(args.tasks, "train")
+    val = load_tasks_jsonl(args.val, "val") if args.val else []
+    result = Trainer(config).fit(agent, train, val)
+    print(f"agl train: {result.steps_completed} steps, model version {result.model_version}"
+          + (f", reward curve {result.reward_curve}" if result.reward_curve else ""))
+    return 0

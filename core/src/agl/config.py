@@ -1,0 +1,170 @@
+"""The trainer's configuration, loadable from YAML, JSON or TOML.
+
+Every field has a default except what only the user knows (the backend and the
+model live in ``backend.config``). A file may hold the config at its top level or
+under a ``trainer`` key. Unknown keys are errors that name the key, so a typo
+never silently falls back to a default.
+
+.. code-block:: yaml
+
+    workdir: runs/sql-agent
+    steps: 20
+    batch_size: 8          # tasks per step
+    n_rollouts: 4          # rollouts per task (the group)
+    val_every: 5
+    transitions: {credit: emitted, agents: [writer]}
+    backend: {name: verl, config: {model: ./my-model, mode: local}}
+    engine: {name: transformers, config: {model: ./my-model}}
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agl.errors import ConfigError
+from agl.transitions import TransitionConfig
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ComponentConfig(_Config):
+    """A plugin component: its registry name and its own config."""
+
+    name: str = Field(min_length=1)
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class GatewayConfig(_Config):
+    """The model gateway: started in-process unless ``url`` names a running one."""
+
+    url: str | None = Field(default=None, description="root URL of a running gateway (http://host:port)")
+    token: str | None = Field(default=None, description="its bearer token (a random one for an in-process gateway)")
+    port: int = Field(default=0, ge=0, lt=65536, description="port for the in-process gateway (0: any free one)")
+    settle_s: float = Field(
+        default=1.0, ge=0, description="wait after a batch ends for an external gateway's buffered records to land"
+    )
+
+
+class RolloutConfig(_Config):
+    """How rollouts run."""
+
+    runners: Literal["inprocess", "external"] = Field(
+        default="inprocess", description="'external': `agl runner` processes claim the rollouts"
+    )
+    concurrency: int = Field(default=4, ge=1, description="rollouts at once in the in-process runner")
+    timeout_s: float | None = Field(default=300.0, gt=0, description="per-rollout timeout")
+    max_attempts: int = Field(default=2, ge=1, description="attempts per rollout (retry policy)")
+    heartbeat_s: float = Field(default=5.0, gt=0)
+    heartbeat_timeout_s: float = Field(default=60.0, gt=0, description="a silent runner's rollouts are taken back after this")
+    wait_timeout_s: float | None = Field(default=None, gt=0, description="give up on a step's rollouts after this")
+    model: str = Field(default="agl-policy", description="model name given to the agent")
+    resources: dict[str, Any] = Field(default_factory=dict, description="given to the agent as ctx.resources")
+
+
+class TrainerConfig(_Config):
+    """Everything :class:`agl.Trainer` needs besides the agent and the tasks."""
+
+    workdir: Path = Field(default=Path(".agl/run"), description="checkpoints, metrics, plots")
+    store: str | None = Field(default=None, description="store URL (default: sqlite in the workdir)")
+    steps: int = Field(default=10, ge=1, description="training steps")
+    batch_size: int = Field(default=8, ge=1, description="tasks per step")
+    n_rollouts: int = Field(default=4, ge=1, description="rollouts per task (the group)")
+    seed: int = 0
+    val_every: int = Field(default=0, ge=0, description="evaluate on the val split every k steps (0: only before/after)")
+    val_before: bool = Field(default=True, description="evaluate before the first step (the 'before' of the table)")
+    val_max_tasks: int | None = Field(default=None, ge=1, description="evaluate on at most this many val tasks")
+    val_temperature: float = Field(default=0.0, ge=0, description="given to val rollouts as resources['temperature']")
+    success_threshold: float = Field(default=1.0, description="a rollout whose final reward reaches this is a success")
+    transitions: TransitionConfig = Field(default_factory=TransitionConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    backend: ComponentConfig | None = Field(default=None, description="the algorithm backend (registry name + config)")
+    engine: ComponentConfig | None = Field(default=None, description="the inference engine started in-process")
+    engine_urls: list[str] = Field(default_factory=list, description="base URLs of running engine replicas instead")
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    plot: bool = Field(default=True, description="write reward_curve.png at the end (needs matplotlib)")
+    progress: bool = Field(default=True, description="show progress bars")
+
+    @model_validator(mode="after")
+    def _one_engine_source(self) -> "TrainerConfig":
+        if self.engine is not None and self.engine_urls:
+            raise ValueError("engine and engine_urls: give one of them, not both")
+        return self
+
+    def store_url(self) -> str:
+        """The store URL, defaulting to a SQLite file in the workdir."""
+        return self.store or f"sqlite:///{Path(self.workdir).resolve() / 'agl.db'}"
+
+
+def _explain(exc: ValidationError, source: str) -> ConfigError:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"{where}: {err['msg']}")
+    return ConfigError(f"{source}: " + "; ".join(lines))
+
+
+def parse_config(data: dict[str, Any], source: str = "config") -> TrainerConfig:
+    """Validate a config dict; errors name the field and the reason."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    if set(data) == {"trainer"}:
+        data = data["trainer"]
+    try:
+        return TrainerConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _explain(exc, source) from None
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainerConfig:
+    """Read a config file (``.yaml``/``.yml``, ``.json`` or ``.toml``), then apply dotted ``overrides``."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {path}: {exc.strerror}") from None
+    suffix = path.suffix.lower()
+    try:
+        if suffix in (".yaml", ".yml"):
+            try:
+                import yaml
+            except ImportError:
+                raise ConfigError(f"config: {path} is YAML; install PyYAML (pip install pyyaml) or use JSON/TOML") from None
+            data = yaml.safe_load(text) or {}
+        elif suffix == ".json":
+            data = json.loads(text)
+        elif suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        else:
+            raise ConfigError(f"config: {path}: unknown format {suffix!r} (use .yaml, .json or .toml)")
+    except ConfigError:
+        raise
+    except Exception as exc:  # each parser raises its own error type
+        raise ConfigError(f"config: {path} does not parse: {exc}") from None
+    if overrides:
+        data = apply_overrides(data if isinstance(data, dict) else {}, overrides)
+    return parse_config(data, str(path))
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Set ``{"rollout.concurrency": 8}``-style dotted keys in a nested dict (a copy)."""
+    out = json.loads(json.dumps(data, default=str))
+    for dotted, value in overrides.items():
+        node = out
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            if node.get(key) is None:
+                node[key] = {}
+            node = node[key]
+        node[leaf] = value
+    return out
+
+
+__all__ = ["ComponentConfig", "GatewayConfig", "RolloutConfig", "TrainerConfig", "apply_overrides", "load_config", "parse_config"]

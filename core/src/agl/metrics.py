@@ -1,0 +1,195 @@
+"""Training metrics: what a step measured, where it goes, and the end-of-run report.
+
+- :func:`step_metrics` turns a step's rollouts, transitions and timings into numbers;
+- :class:`MetricsLog` appends them to ``metrics.jsonl`` (one JSON object a line);
+- :func:`console_line` is the one-line summary printed per step;
+- :func:`plot_reward_curve` draws ``reward_curve.png`` (matplotlib, imported only here);
+- :func:`before_after` compares held-out evaluations before and after training.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agl.schema import Rollout, RolloutStatus, Transition
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and population standard deviation (0, 0 for no values)."""
+    if not values:
+        return 0.0, 0.0
+    m = sum(values) / len(values)
+    return m, math.sqrt(sum((v - m) ** 2 for v in values) / len(values))
+
+
+def reward_metrics(finals: dict[str, float], rollouts: Iterable[Rollout], success_threshold: float,
+                   prefix: str = "") -> dict[str, float]:
+    """Reward mean/std, success rate and outcome counts over rollouts (a rollout with no final reward counts as 0)."""
+    rollouts = list(rollouts)
+    values = [finals.get(r.rollout_id, 0.0) for r in rollouts]
+    m, s = mean_std(values)
+    out = {
+        f"{prefix}reward_mean": m,
+        f"{prefix}reward_std": s,
+        f"{prefix}success_rate": (sum(v >= success_threshold for v in values) / len(values)) if values else 0.0,
+        f"{prefix}rollouts": float(len(rollouts)),
+    }
+    for status in (RolloutStatus.FAILED, RolloutStatus.TIMED_OUT, RolloutStatus.CANCELLED):
+        out[f"{prefix}rollouts_{status.value}"] = float(sum(r.status == status for r in rollouts))
+    return out
+
+
+def transition_metrics(transitions: Sequence[Transition], version_steps: dict[str | None, int], current_step: int,
+                       update_s: float) -> dict[str, float]:
+    """Sizes, training tokens/s and staleness (steps between a transition's model version and now)."""
+    if not transitions:
+        return {"transitions": 0.0}
+    response = [len(t.response_ids) for t in transitions]
+    prompt = [len(t.prompt_ids) for t in transitions]
+    staleness = [current_step - version_steps.get(t.model_version, current_step) for t in transitions]
+    tokens = sum(response) + sum(prompt)
+    return {
+        "transitions": float(len(transitions)),
+        "response_length_mean": sum(response) / len(response),
+        "response_length_max": float(max(response)),
+        "prompt_length_mean": sum(prompt) / len(prompt),
+        "tokens_per_s": tokens / update_s if update_s > 0 else 0.0,
+        "staleness_mean": sum(staleness) / len(staleness),
+        "staleness_max": float(max(staleness)),
+    }
+
+
+class MetricsLog:
+    """``metrics.jsonl`` in a workdir: one record per step (and per evaluation)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Append one record and make it durable."""
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record, allow_nan=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every record, oldest first (a torn last line from a crash is skipped)."""
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records of steps after ``step`` (work of a step that did not complete before a crash)."""
+        keep = [r for r in self.read() if r.get("step", 0) <= step]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r, allow_nan=True) + "\n" for r in keep))
+        os.replace(tmp, self.path)
+
+
+def console_line(record: dict[str, Any], total_steps: int) -> str:
+    """``step 3/20  reward 0.41±0.12  success 38%  …`` for one step's record."""
+    parts = [f"step {record['step']}/{total_steps}"]
+    if "reward_mean" in record:
+        parts.append(f"reward {record['reward_mean']:.3f}±{record.get('reward_std', 0):.3f}")
+        parts.append(f"success {100 * record.get('success_rate', 0):.0f}%")
+    for key, label, fmt in [("val_reward_mean", "val", "{:.3f}"), ("loss", "loss", "{:.4f}"), ("kl", "kl", "{:.4f}"),
+                            ("entropy", "entropy", "{:.3f}"), ("transitions", "trans", "{:.0f}"),
+                            ("response_length_mean", "resp", "{:.1f}"), ("tokens_per_s", "tok/s", "{:.0f}"),
+                            ("staleness_mean", "stale", "{:.2f}")]:
+        if key in record and isinstance(record[key], (int, float)):
+            parts.append(f"{label} {fmt.format(record[key])}")
+    phases = [f"{k[5:-2]} {record[k]:.1f}s" for k in ("time_rollout_s", "time_transitions_s", "time_update_s",
+                                                      "time_publish_s", "time_val_s") if k in record]
+    if phases:
+        parts.append("(" + ", ".join(phases) + ")")
+    return "  ".join(parts)
+
+
+def plot_reward_curve(records: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
+    """Draw training reward per step (with ±std) and validation reward; None when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    train = [r for r in records if r.get("kind") == "train" and "reward_mean" in r]
+    val = [r for r in records if "val_reward_mean" in r]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if train:
+        xs = [r["step"] for r in train]
+        ys = [r["reward_mean"] for r in train]
+        sd = [r.get("reward_std", 0.0) for r in train]
+        ax.plot(xs, ys, marker="o", label="train reward (mean)")
+        ax.fill_between(xs, [y - s for y, s in zip(ys, sd)], [y + s for y, s in zip(ys, sd)], alpha=0.2)
+    if val:
+        ax.plot([r["step"] for r in val], [r["val_reward_mean"] for r in val], marker="s", label="val reward (mean)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("reward")
+    ax.set_title("agl training")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def before_after(before: dict[str, float] | None, after: dict[str, float] | None) -> list[tuple[str, str, str, str]]:
+    """Rows ``(metric, before, after, change)`` for the held-out evaluation."""
+    rows = []
+    for key, label in [("val_reward_mean", "reward (mean)"), ("val_reward_std", "reward (std)"),
+                       ("val_success_rate", "success rate"), ("val_rollouts", "rollouts"),
+                       ("val_rollouts_failed", "failed"), ("val_rollouts_timed_out", "timed out")]:
+        b = None if before is None else before.get(key)
+        a = None if after is None else after.get(key)
+        if b is None and a is None:
+            continue
+        change = f"{a - b:+.3f}" if a is not None and b is not None else ""
+        rows.append((label, "" if b is None else f"{b:.3f}", "" if a is None else f"{a:.3f}", change))
+    return rows
+
+
+def before_after_markdown(rows: list[tuple[str, str, str, str]]) -> str:
+    """The before/after rows as a Markdown table."""
+    lines = ["| held-out | before | after | change |", "|---|---:|---:|---:|"]
+    lines += [f"| {m} | {b} | {a} | {c} |" for m, b, a, c in rows]
+    return "\n".join(lines) + "\n"
+
+
+def print_before_after(rows: list[tuple[str, str, str, str]], console: Any = None) -> None:
+    """Print the before/after rows as a rich table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("held-out", "before", "after", "change", title="before / after training")
+    for row in rows:
+        table.add_row(*row)
+    (console or Console()).print(table)
+
+
+__all__ = [
+    "MetricsLog",
+    "before_after",
+    "before_after_markdown",
+    "console_line",
+    "mean_std",
+    "plot_reward_curve",
+    "print_before_after",
+    "reward_metrics",
+    "transition_metrics",
+]

@@ -1,0 +1,498 @@
+"""The training loop: rollouts → transitions → backend update → new model version.
+
+.. code-block:: python
+
+    trainer = agl.Trainer({"steps": 20, "backend": {"name": "verl", "config": {...}}})
+    trainer.fit(agent, train_tasks, val_tasks)
+
+Each step ``s`` (1-based):
+
+1. enqueue ``n_rollouts`` rollouts for each task of the step's batch (ids derived
+   from the run, the step and the task, so enqueueing again after a crash is a
+   no-op), recording the step and the model version;
+2. run them (an in-process :class:`~agl.runner.Runner` by default, or external
+   ``agl runner`` processes) and wait until every one has ended, taking back the
+   rollouts of silent runners with :meth:`Store.expire`;
+3. build transitions (:mod:`agl.transitions`), keep those with engine token ids,
+   and call ``agl_rollout_ended`` / ``agl_transitions_built``;
+4. ``backend.train_step``; then publish: pause the gateway, ``backend.publish``,
+   register the version in the store, point the gateway at it, resume;
+5. evaluate on the val split every ``val_every`` steps (mode ``val`` rollouts,
+   not trained on; ``resources["temperature"] = val_temperature``);
+6. checkpoint: ``backend.save_checkpoint`` into ``workdir/checkpoints/step-s``,
+   the step's metrics into ``metrics.jsonl`` (and ``agl_step_ended``), then
+   ``trainer_state.json`` atomically. That last write is what makes the step done.
+
+Resume: starting again on the same workdir continues after the last completed
+step. The backend reloads that step's checkpoint; the interrupted step's rollouts
+are enqueued again under the same ids (a no-op for those that exist), those
+that ended are kept as they are, and those left running by the dead process go
+back to the queue through the retry policy (the interrupted attempt counts
+against ``max_attempts``). So no rollout is lost, none is run again once ended,
+and no step's data is trained on twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agl.backend import Backend
+from agl.capture import BufferedWriter
+from agl.config import TrainerConfig, parse_config
+from agl.engine import Engine
+from agl.errors import ConfigError, InvalidTransition
+from agl.metrics import (
+    MetricsLog,
+    before_after,
+    before_after_markdown,
+    console_line,
+    plot_reward_curve,
+    print_before_after,
+    reward_metrics,
+    transition_metrics,
+)
+from agl.runner import Agent, Runner
+from agl.schema import ModelVersion, Rollout, RolloutStatus, Task, Transition, new_id
+from agl.store.base import Store, open_store
+from agl.transitions import TransitionBuilder
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "trainer_state.json"
+
+
+@dataclass
+class TrainResult:
+    """What :meth:`Trainer.fit` returns."""
+
+    steps_completed: int
+    model_version: str | None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    before: dict[str, float] | None = None
+    after: dict[str, float] | None = None
+    reward_curve: Path | None = None
+
+
+def as_tasks(items: Iterable[Task | dict[str, Any] | Any], split: str) -> list[Task]:
+    """Tasks from Task objects, ``{"task_id"?, "input", ...}`` dicts, or bare inputs.
+
+    A task given without an id gets one derived from its position and content, so
+    the same dataset gets the same ids on every run (what resume relies on).
+    """
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, Task):
+            out.append(item if item.split == split else item.model_copy(update={"split": split}))
+            continue
+        if isinstance(item, dict) and "input" in item and set(item) <= {"task_id", "input", "metadata", "split"}:
+            data = dict(item)
+        else:
+            data = {"input": item}
+        if not data.get("task_id"):
+            digest = hashlib.sha1(json.dumps(data["input"], sort_keys=True, default=str).encode()).hexdigest()[:10]
+            data["task_id"] = f"{split}-{i}-{digest}"
+        data["split"] = split
+        try:
+            out.append(Task.model_validate(data))
+        except Exception as exc:
+            raise ConfigError(f"{split} tasks: item {i}: {exc}") from None
+    return out
+
+
+def load_tasks_jsonl(path: str | Path, split: str) -> list[Task]:
+    """Tasks from a JSONL file: one JSON object a line (an ``input`` key, or the whole object as input)."""
+    tasks = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            tasks.append(json.loads(line))
+        except ValueError as exc:
+            raise ConfigError(f"{path}: line {n} is not JSON: {exc}") from None
+    return as_tasks(tasks, split)
+
+
+class Trainer:
+    """Trains an agent with a backend; see the module docstring for the loop.
+
+    ``config`` is a :class:`~agl.config.TrainerConfig` or a dict of one. A
+    ``backend``, ``engine`` or ``store`` object given here is used instead of the
+    one the config names (the trainer then does not close the store).
+    """
+
+    def __init__(self, config: TrainerConfig | dict[str, Any] | None = None, *, backend: Backend | None = None,
+                 engine: Engine | None = None, store: Store | None = None):
+        self.config = config if isinstance(config, TrainerConfig) else parse_config(config or {})
+        self.workdir = Path(self.config.workdir)
+        self._backend = backend
+        self._engine = engine
+        self._store = store
+        self._own_store = store is None
+        self.gateway: Any = None
+        self.runner: Runner | None = None
+        self._runner_thread: threading.Thread | None = None
+        self._version_steps: dict[str | None, int] = {}
+        self._writer: BufferedWriter | None = None
+        self.console: Any = None
+
+    # -- entry point ---------------------------------------------------------------------
+    def fit(self, agent: Agent | None, train_tasks: Iterable[Any], val_tasks: Iterable[Any] | None = None) -> TrainResult:
+        """Train; returns the final version, the metrics history and the before/after evaluation.
+
+        ``agent`` may be None when rollouts run in external ``agl runner`` processes.
+        """
+        cfg = self.config
+        if agent is None and cfg.rollout.runners == "inprocess":
+            raise ConfigError("agent: needed for in-process runners (or set rollout.runners: external)")
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        train = as_tasks(train_tasks, "train")
+        val = as_tasks(val_tasks or [], "val")
+        if not train:
+            raise ConfigError("train_tasks: no tasks given")
+        if cfg.val_max_tasks is not None:
+            val = val[: cfg.val_max_tasks]
+        store = self._store = self._store or open_store(cfg.store_url())
+        store.add_tasks(train + val)
+        state = self._load_state()
+        metrics = MetricsLog(self.workdir / "metrics.jsonl")
+        metrics.truncate_after(state["completed_step"])
+        try:
+            self._start(agent, state)
+            self._recover(state)
+            self._save_state(state)
+            if val and cfg.val_before and state.get("before") is None:
+                state["before"] = self._evaluate(val, 0, state, label="before")
+                self._save_state(state)
+                metrics.append({"kind": "val", "step": 0, **state["before"]})
+            for step in range(state["completed_step"] + 1, cfg.steps + 1):
+                record = self._step(step, train, val, state)
+                ckpt = self.workdir / "checkpoints" / f"step-{step}"
+                if self.backend is not None:
+                    self.backend.save_checkpoint(ckpt)
+                metrics.append(record)
+                self._hook("agl_step_ended", step=step, metrics=record)
+                state["completed_step"] = step
+                state["checkpoint"] = str(ckpt)
+                self._save_state(state)
+                self._prune_checkpoints(keep=ckpt)
+                self.console.print(console_line(record, cfg.steps))
+            if val and state.get("after") is None:
+                state["after"] = self._evaluate(val, cfg.steps + 1, state, label="after")
+                self._save_state(state)
+                metrics.append({"kind": "val", "step": cfg.steps + 1, **state["after"]})
+            return self._report(state, metrics)
+        finally:
+            self._stop()
+
+    # -- state ---------------------------------------------------------------------------
+    def _load_state(self) -> dict[str, Any]:
+        path = self.workdir / STATE_FILE
+        if path.exists():
+            state = json.loads(path.read_text())
+            log.info("resuming run %s after step %d", state["run_id"], state["completed_step"])
+            return state
+        return {"run_id": new_id("run-")[:16], "completed_step": 0, "model_version": None, "runner_ids": [],
+                "checkpoint": None, "before": None, "after": None}
+
+    def _save_state(self, state: dict[str, Any]) -> None:
+        path = self.workdir / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(state, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def _prune_checkpoints(self, keep: Path) -> None:
+        root = self.workdir / "checkpoints"
+        for child in root.iterdir() if root.exists() else []:
+            if child != keep and child.name.startswith("step-"):
+                shutil.rmtree(child, ignore_errors=True)
+
+    # -- components ----------------------------------------------------------------------
+    @property
+    def backend(self) -> Backend | None:
+        return self._backend
+
+    def _start(self, agent: Agent | None, state: dict[str, Any]) -> None:
+        cfg = self.config
+        from agl.plugins import resolve
+
+        engine_urls = list(cfg.engine_urls)
+        if self._engine is None and cfg.engine is not None:
+            self._engine = resolve("engine", cfg.engine.name, cfg.engine.config)
+        if self._engine is not None:
+            engine_urls = self._engine.start()
+        if self._backend is None and cfg.backend is not None:
+            self._backend = resolve("backend", cfg.backend.name, cfg.backend.config)
+        if self._backend is None:
+            log.warning("no backend configured: rollouts run and transitions are built, but nothing is trained")
+        else:
+            self._backend.setup(self._engine)
+            if state["checkpoint"] and state["completed_step"] > 0:
+                self._backend.load_checkpoint(Path(state["checkpoint"]))
+        version = state["model_version"]
+        if version is None:
+            version = (self._engine.model_version if self._engine is not None else None) or "base"
+            state["model_version"] = version
+        self._store.add_model_version(ModelVersion(version=version, step=state["completed_step"]))
+        if self._engine is not None and state["completed_step"] > 0:
+            try:
+                mv = self._store.get_model_version(version)
+                if mv.path and self._engine.model_version != version:
+                    self._engine.load_version(mv)
+            except KeyError:
+                pass
+        self._remember_version(version, state["completed_step"])
+        gateway_url, token = cfg.gateway.url, cfg.gateway.token or "agl"
+        # One writer for the in-process gateway and runner: the runner flushes it before it marks a
+        # rollout finished, so the gateway's records of that rollout are in the store by then too.
+        self._writer = BufferedWriter(self._store)
+        if gateway_url is None and engine_urls:
+            from agl.gateway import Gateway
+
+            self.gateway = Gateway(self._store, engine_urls, token=cfg.gateway.token, port=cfg.gateway.port,
+                                   model_version=version, writer=self._writer).start()
+            gateway_url, token = self.gateway.url, self.gateway.token
+        if cfg.rollout.runners == "inprocess":
+            self.runner = Runner(agent, self._store, gateway_url=gateway_url, api_key=token, model=cfg.rollout.model,
+                                 resources=cfg.rollout.resources, concurrency=cfg.rollout.concurrency,
+                                 heartbeat_s=cfg.rollout.heartbeat_s, writer=self._writer,
+                                 mode_resources={"val": {"temperature": cfg.val_temperature}})
+            state["runner_ids"].append(self.runner.runner_id)
+            self._runner_thread = threading.Thread(target=self.runner.run_sync, name="agl-runner", daemon=True)
+            self._runner_thread.start()
+
+    def _recover(self, state: dict[str, Any]) -> None:
+        """Give back to the queue what a previous, killed trainer's in-process runner left running."""
+        previous = set(state["runner_ids"][:-1] if self.runner is not None else state["runner_ids"])
+        if not previous:
+            return
+        running = [r for r in self._store.query_rollouts(status=RolloutStatus.RUNNING)
+                   if r.runner_id in previous and r.rollout_id.startswith(state["run_id"])]
+        for r in running:
+            try:
+                self._store.finish(r.rollout_id, RolloutStatus.FAILED,
+                                   error="TrainerRestarted: the trainer running this attempt was stopped")
+            except InvalidTransition:
+                pass
+        if running:
+            log.info("gave %d interrupted rollout(s) back to the queue", len(running))
+
+    def _stop(self) -> None:
+        if self.runner is not None:
+            self.runner.stop()
+            if self._runner_thread is not None:
+                self._runner_thread.join(30)
+            self.runner.close()
+            self.runner = None
+        if self.gateway is not None:
+            self.gateway.stop()
+            self.gateway = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._backend is not None:
+            self._backend.close()
+        if self._engine is not None:
+            self._engine.stop()
+        if self._store is not None and self._own_store:
+            self._store.close()
+            self._store = None
+
+    def _remember_version(self, version: str | None, step: int) -> None:
+        self._version_steps[version] = step
+
+    def _steps_of(self, transitions: list[Transition]) -> dict[str | None, int]:
+        """The training step of each model version the transitions ran on (for staleness)."""
+        for v in {t.model_version for t in transitions} - set(self._version_steps) - {None}:
+            try:
+                self._version_steps[v] = self._store.get_model_version(v).step or 0
+            except KeyError:
+                log.warning("model version %r is not registered in the store; its staleness counts as 0", v)
+        return self._version_steps
+
+    # -- one step ------------------------------------------------------------------------
+    def _batch(self, step: int, tasks: Sequence[Task]) -> list[Task]:
+        """The step's tasks: ``batch_size`` positions of an endless sequence of seeded shuffles of the data."""
+        size = self.config.batch_size
+        out = []
+        for pos in range((step - 1) * size, step * size):
+            epoch, index = divmod(pos, len(tasks))
+            order = list(range(len(tasks)))
+            random.Random(self.config.seed * 1_000_003 + epoch).shuffle(order)
+            out.append(tasks[order[index]])
+        return out
+
+    def _step(self, step: int, train: list[Task], val: list[Task], state: dict[str, Any]) -> dict[str, Any]:
+        cfg = self.config
+        version = state["model_version"]
+        batch = self._batch(step, train)
+        rollouts = [
+            Rollout(rollout_id=f"{state['run_id']}-s{step}-b{b}-r{k}", task_id=task.task_id, step=step, mode="train",
+                    model_version=version, timeout_s=cfg.rollout.timeout_s, max_attempts=cfg.rollout.max_attempts)
+            for b, task in enumerate(batch) for k in range(cfg.n_rollouts)
+        ]
+        t0 = time.perf_counter()
+        ended = self._run_rollouts(rollouts, f"step {step}/{cfg.steps}")
+        t1 = time.perf_counter()
+        for r in ended:
+            self._hook("agl_rollout_ended", rollout=r)
+        builder = TransitionBuilder(self._store, cfg.transitions)
+        transitions = [t for t in builder.iter(ended) if t.token_source == "engine"]
+        self._hook("agl_transitions_built", step=step, transitions=transitions)
+        t2 = time.perf_counter()
+        record: dict[str, Any] = {"kind": "train", "step": step, "model_version": version}
+        record.update(reward_metrics(builder.finals, ended, cfg.success_threshold))
+        report = builder.report.as_metrics()
+        record.update({f"build_{k}": v for k, v in report.items() if v})
+        update_metrics: dict[str, float] = {}
+        if self.backend is not None and transitions:
+            update_metrics = dict(self.backend.train_step(transitions, step))
+        elif not transitions:
+            log.warning("step %d: no transitions with engine token ids; the backend is not called", step)
+        t3 = time.perf_counter()
+        record.update(update_metrics)
+        record.update(transition_metrics(transitions, self._steps_of(transitions), step - 1, t3 - t2))
+        if self.backend is not None and transitions:
+            new = self._publish(step)
+            state["model_version"] = new.version
+        t4 = time.perf_counter()
+        record.update({"time_rollout_s": t1 - t0, "time_transitions_s": t2 - t1, "time_update_s": t3 - t2,
+                       "time_publish_s": t4 - t3})
+        if val and cfg.val_every and step % cfg.val_every == 0 and step != cfg.steps:
+            tv = time.perf_counter()
+            record.update(self._evaluate(val, step, state))
+            record["time_val_s"] = time.perf_counter() - tv
+        record["time_step_s"] = time.perf_counter() - t0
+        return record
+
+    def _publish(self, step: int) -> ModelVersion:
+        gw = self.gateway
+        if gw is not None:
+            gw.pause()
+        try:
+            version = self.backend.publish(step)
+            if version.step is None:
+                version = version.model_copy(update={"step": step})
+            self._store.add_model_version(version)
+            if gw is not None:
+                gw.model_version = version.version
+        finally:
+            if gw is not None:
+                gw.resume()
+        self._remember_version(version.version, step)
+        return version
+
+    def _evaluate(self, val: list[Task], step: int, state: dict[str, Any], label: str | None = None) -> dict[str, float]:
+        cfg = self.config
+        rollouts = [
+            Rollout(rollout_id=f"{state['run_id']}-val{step}-{i}", task_id=task.task_id, step=step, mode="val",
+                    model_version=state["model_version"], timeout_s=cfg.rollout.timeout_s,
+                    max_attempts=cfg.rollout.max_attempts)
+            for i, task in enumerate(val)
+        ]
+        ended = self._run_rollouts(rollouts, f"eval {label or f'step {step}'}")
+        val_cfg = cfg.transitions.model_copy(update={"agents": None, "missing_reward": 0.0, "failed_reward": 0.0})
+        builder = TransitionBuilder(self._store, val_cfg)
+        for _ in builder.iter(ended):
+            pass
+        return reward_metrics(builder.finals, ended, cfg.success_threshold, prefix="val_")
+
+    def _run_rollouts(self, rollouts: list[Rollout], label: str) -> list[Rollout]:
+        """Enqueue (idempotently) and wait until every rollout has ended."""
+        cfg = self.config
+        store = self._store
+        store.enqueue(rollouts)
+        ids = [r.rollout_id for r in rollouts]
+        deadline = None if cfg.rollout.wait_timeout_s is None else time.monotonic() + cfg.rollout.wait_timeout_s
+        last_expire = 0.0
+        with self._progress() as progress:
+            bar = progress.add_task(label, total=len(ids)) if progress is not None else None
+            while True:
+                current = list(store.query_rollouts(rollout_ids=ids))
+                done = sum(r.status.terminal for r in current)
+                if progress is not None:
+                    progress.update(bar, completed=done)
+                if done == len(ids):
+                    break
+                if self._runner_thread is not None and not self._runner_thread.is_alive():
+                    raise RuntimeError("the in-process runner stopped unexpectedly")
+                if deadline is not None and time.monotonic() > deadline:
+                    pending = [r.rollout_id for r in current if not r.status.terminal]
+                    store.cancel(pending)
+                    log.warning("%s: cancelled %d rollout(s) still pending after %.0fs", label, len(pending),
+                                cfg.rollout.wait_timeout_s)
+                    break
+                if time.monotonic() - last_expire > max(1.0, cfg.rollout.heartbeat_s):
+                    store.expire(heartbeat_timeout_s=cfg.rollout.heartbeat_timeout_s)
+                    last_expire = time.monotonic()
+                time.sleep(0.05)
+        self._settle()
+        order = {rid: i for i, rid in enumerate(ids)}
+        return sorted(store.query_rollouts(rollout_ids=ids), key=lambda r: order[r.rollout_id])
+
+    def _settle(self) -> None:
+        """Make sure the gateway's records of ended rollouts are in the store before they are read."""
+        if self.gateway is not None:
+            self.gateway.flush()
+        elif self.config.gateway.url is not None and self.config.gateway.settle_s:
+            time.sleep(self.config.gateway.settle_s)  # an external gateway writes its records every ~0.2 s
+
+    def _progress(self):
+        import contextlib
+
+        if not self.config.progress:
+            return contextlib.nullcontext()
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=self.console, transient=True)
+
+    @staticmethod
+    def _hook(name: str, **kwargs: Any) -> None:
+        from agl.plugins import hook
+
+        try:
+            getattr(hook(), name)(**kwargs)
+        except Exception as exc:  # a logger plugin failing must not stop training
+            log.warning("hook %s failed: %s: %s", name, type(exc).__name__, exc)
+
+    # -- the end -------------------------------------------------------------------------
+    def _report(self, state: dict[str, Any], metrics: MetricsLog) -> TrainResult:
+        records = metrics.read()
+        curve = None
+        if self.config.plot:
+            curve = plot_reward_curve(records, self.workdir / "reward_curve.png")
+            if curve is None:
+                log.warning("matplotlib is not installed: no reward curve (pip install matplotlib)")
+        rows = before_after(state.get("before"), state.get("after"))
+        if rows:
+            print_before_after(rows, self.console)
+            (self.workdir / "before_after.md").write_text(before_after_markdown(rows))
+        train = [r for r in records if r.get("kind") == "train"]
+        if train:
+            self.console.print(
+                f"agl: trained {state['completed_step']} steps; final model version {state['model_version']}; "
+                f"train reward {train[0].get('reward_mean', 0):.3f} → {train[-1].get('reward_mean', 0):.3f}; "
+                f"metrics in {self.workdir / 'metrics.jsonl'}"
+            )
+        return TrainResult(steps_completed=state["completed_step"], model_version=state["model_version"],
+                           history=records, before=state.get("before"), after=state.get("after"), reward_curve=curve)
+
+
+__all__ = ["TrainResult", "Trainer", "as_tasks", "load_tasks_jsonl"]

@@ -1,0 +1,273 @@
+"""The trainer loop on real parts: SqliteStore, the gateway, the in-process runner, a real subprocess killed with SIGKILL.
+
+The model behind the gateway is tests/fake_engine.py (a test double for a model). The
+backend is TinyBackend below: a real, cheap implementation of agl.backend.Backend, since
+what is under test is the seam (what the trainer hands the backend, when, and how it
+resumes), not learning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+import agl
+from agl.backend import Backend
+from agl.config import load_config
+from agl.errors import ConfigError
+from agl.plugins import register, unregister
+from agl.schema import ModelVersion, RolloutStatus
+from agl.store.sqlite import SqliteStore
+from agl.trainer import Trainer
+from tests.fake_engine import FakeEngine
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class TinyBackend(Backend):
+    """A cheap real backend: its 'weights' are the steps it trained and the reward mass it saw."""
+
+    def __init__(self, log_path: Path):
+        self.log_path = Path(log_path)
+        self.weights = {"trained": [], "reward_mass": 0.0}
+        self.engine = None
+        self.closed = False
+
+    def setup(self, engine):
+        self.engine = engine
+
+    def train_step(self, transitions, step):
+        with open(self.log_path, "a") as f:
+            f.write(json.dumps({"step": step, "call_ids": [t.call_id for t in transitions],
+                                "tasks": sorted({t.task_id for t in transitions}),
+                                "sources": sorted({t.token_source for t in transitions}),
+                                "versions": sorted({t.model_version for t in transitions})}) + "\n")
+        self.weights["trained"].append(step)
+        self.weights["reward_mass"] += sum(t.reward * t.weight for t in transitions)
+        return {"loss": 1.0 / step, "kl": 0.01 * step, "entropy": 0.5}
+
+    def publish(self, step):
+        return ModelVersion(version=f"v{step}", step=step)
+
+    def save_checkpoint(self, directory):
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "weights.json").write_text(json.dumps(self.weights))
+
+    def load_checkpoint(self, directory):
+        self.weights = json.loads((directory / "weights.json").read_text())
+
+    def close(self):
+        self.closed = True
+
+
+def agent(task_input, ctx):
+    """Two model calls through the gateway, then a reward: 1 when the reply holds the task's word."""
+    with httpx.Client(base_url=ctx.base_url, headers={"Authorization": f"Bearer {ctx.api_key}"}, timeout=30) as client:
+        reply = ""
+        for turn in range(2):
+            r = client.post("/chat/completions", json={"model": ctx.model, "messages": [
+                {"role": "user", "content": f"{task_input['word']} {turn}"}]})
+            r.raise_for_status()
+            reply = r.json()["choices"][0]["message"]["content"]
+    if task_input.get("sleep"):
+        time.sleep(task_input["sleep"])
+    log = os.environ.get("AGENT_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(ctx.rollout_id + "\n")
+    agl.emit_reward(float(task_input["word"] in reply and task_input["word"] != "miss"))
+
+
+class Hooks:
+    def __init__(self):
+        self.steps, self.built, self.ended = [], [], 0
+
+    @agl.hookimpl
+    def agl_step_ended(self, step, metrics):
+        self.steps.append((step, metrics["reward_mean"]))
+
+    @agl.hookimpl
+    def agl_transitions_built(self, step, transitions):
+        self.built.append((step, len(transitions)))
+
+    @agl.hookimpl
+    def agl_rollout_ended(self, rollout):
+        self.ended += 1
+
+
+@pytest.fixture
+def engine():
+    with FakeEngine() as eng:
+        yield eng
+
+
+def _tasks(n, prefix="w", **extra):
+    return [{"input": {"word": "miss" if i % 2 else f"{prefix}{i}", **extra}} for i in range(n)]
+
+
+def test_a_short_loop_end_to_end(tmp_path, engine):
+    hooks = Hooks()
+    register(hooks, name="test-hooks")
+    backend = TinyBackend(tmp_path / "calls.jsonl")
+    config = {"workdir": str(tmp_path / "run"), "steps": 3, "batch_size": 2, "n_rollouts": 2, "val_every": 2,
+              "engine_urls": [engine.url], "progress": False, "rollout": {"concurrency": 4, "heartbeat_s": 0.2}}
+    try:
+        result = Trainer(config, backend=backend).fit(agent, _tasks(4), _tasks(2, prefix="v"))
+    finally:
+        unregister(name="test-hooks")
+    assert result.steps_completed == 3 and result.model_version == "v3"
+    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert [c["step"] for c in calls] == [1, 2, 3]
+    for c in calls:  # 2 tasks × 2 rollouts × 2 calls, from the gateway, grouped by 2 task ids
+        assert len(c["call_ids"]) == len(set(c["call_ids"])) == 8
+        assert len(c["tasks"]) == 2 and c["sources"] == ["engine"]
+    # rollouts ran against the version published by the step before, and the gateway recorded it
+    assert [c["versions"] for c in calls] == [["base"], ["v1"], ["v2"]]
+    store = SqliteStore(tmp_path / "run" / "agl.db")
+    try:
+        for step, version in [(1, "base"), (2, "v1"), (3, "v2")]:
+            train = [r for r in store.query_rollouts(step=step) if r.mode == "train"]
+            assert len(train) == 4 and {r.model_version for r in train} == {version}
+            assert all(r.status == RolloutStatus.SUCCEEDED for r in train)
+        assert [v.version for v in [store.get_model_version(f"v{i}") for i in (1, 2, 3)]] == ["v1", "v2", "v3"]
+        val = [r for r in store.query_rollouts() if r.mode == "val"]
+        assert len(val) == 2 * 3  # before, at step 2, after
+    finally:
+        store.close()
+    records = result.history
+    assert [(r["kind"], r["step"]) for r in records] == [("val", 0), ("train", 1), ("train", 2), ("train", 3), ("val", 4)]
+    step2 = records[2]
+    for key in ("reward_mean", "reward_std", "success_rate", "response_length_mean", "tokens_per_s", "staleness_mean",
+                "time_rollout_s", "time_transitions_s", "time_update_s", "time_publish_s", "time_val_s", "loss", "kl"):
+        assert key in step2, key
+    assert step2["staleness_max"] == 0 and step2["transitions"] == 8
+    assert 0 <= step2["reward_mean"] <= 1 and step2["val_rollouts"] == 2
+    assert result.before["val_rollouts"] == 2 and result.before["val_reward_mean"] == 0.5  # "v0" hits, "miss" misses
+    assert result.reward_curve.exists() and result.reward_curve.stat().st_size > 1000
+    assert "| reward (mean) | 0.500 | 0.500 | +0.000 |" in (tmp_path / "run" / "before_after.md").read_text()
+    assert [s for s, _ in hooks.steps] == [1, 2, 3] and hooks.built == [(1, 8), (2, 8), (3, 8)] and hooks.ended == 12
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-3"]
+    assert json.loads((tmp_path / "run" / "trainer_state.json").read_text())["completed_step"] == 3
+    assert backend.closed
+
+
+def _child(workdir: Path, engine_url: str, agent_log: Path) -> subprocess.Popen:
+    code = (
+        "import sys, logging; logging.basicConfig(level=logging.INFO)\n"
+        "from pathlib import Path\n"
+        "from agl.trainer import Trainer\n"
+        "from tests.core.test_trainer import TinyBackend, agent, _tasks\n"
+        f"w = Path({str(workdir)!r})\n"
+        "cfg = {'workdir': str(w), 'steps': 4, 'batch_size': 2, 'n_rollouts': 2, 'progress': False, 'plot': False,\n"
+        f"       'engine_urls': [{engine_url!r}], 'rollout': {{'concurrency': 2, 'heartbeat_s': 0.2}}}}\n"
+        "Trainer(cfg, backend=TinyBackend(w / 'calls.jsonl')).fit(agent, _tasks(4, sleep=0.15))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO), AGENT_LOG=str(agent_log))
+    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_sigkill_mid_step_then_resume_loses_nothing_and_counts_nothing_twice(tmp_path, engine):
+    workdir = tmp_path / "run"
+    agent_log = tmp_path / "agent_runs.log"
+    child = _child(workdir, engine.url, agent_log)
+    db = workdir / "agl.db"
+    deadline = time.monotonic() + 60
+    while not db.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    store = SqliteStore(db)
+    try:
+        # Kill while step 2 is running: step 1 completed, some of step 2's rollouts in flight.
+        while time.monotonic() < deadline:
+            rollouts = list(store.query_rollouts(step=2))
+            if any(r.status == RolloutStatus.RUNNING for r in rollouts):
+                break
+            assert child.poll() is None, child.stdout.read()
+            time.sleep(0.01)
+        else:
+            pytest.fail("step 2 never started")
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+        ended_before_kill = {r.rollout_id for r in store.query_rollouts() if r.status.terminal}
+        interrupted = {r.rollout_id for r in store.query_rollouts(status=RolloutStatus.RUNNING)}
+        assert interrupted, "the kill should catch rollouts in flight"
+        state = json.loads((workdir / "trainer_state.json").read_text())
+        assert state["completed_step"] == 1
+
+        again = _child(workdir, engine.url, agent_log)
+        out, _ = again.communicate(timeout=120)
+        assert again.returncode == 0, out
+        assert "resuming run" in out
+
+        # The backend's weights hold every step exactly once (the resumed one reloaded step 1's checkpoint).
+        weights = json.loads((workdir / "checkpoints" / "step-4" / "weights.json").read_text())
+        assert weights["trained"] == [1, 2, 3, 4]
+        calls = [json.loads(line) for line in (workdir / "calls.jsonl").read_text().splitlines()]
+        assert [c["step"] for c in calls] == [1, 2, 3, 4]
+        for c in calls:
+            assert len(c["call_ids"]) == len(set(c["call_ids"])) == 8  # one attempt's calls per rollout, none twice
+        # Every step has its 4 rollouts, each ended once, succeeded; the interrupted ones were retried.
+        for step in (1, 2, 3, 4):
+            rollouts = list(store.query_rollouts(step=step))
+            assert len(rollouts) == 4 and all(r.status == RolloutStatus.SUCCEEDED for r in rollouts)
+        for rid in interrupted:
+            attempts = store.attempts(rid)
+            assert len(attempts) == 2 and "TrainerRestarted" in attempts[0].error
+        runs = Counter((agent_log.read_text()).split())
+        assert all(runs[rid] == 1 for rid in ended_before_kill)  # ended rollouts were not run again
+        records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3, 4]
+    finally:
+        store.close()
+        if child.poll() is None:
+            child.kill()
+
+
+def test_config_files_load_in_every_format_and_errors_name_the_field(tmp_path):
+    (tmp_path / "t.yaml").write_text("steps: 3\nrollout:\n  concurrency: 8\ntransitions:\n  credit: emitted\n")
+    (tmp_path / "t.json").write_text(json.dumps({"trainer": {"steps": 3, "rollout": {"concurrency": 8}}}))
+    (tmp_path / "t.toml").write_text("steps = 3\n[rollout]\nconcurrency = 8\n")
+    for name in ("t.yaml", "t.json", "t.toml"):
+        cfg = load_config(tmp_path / name)
+        assert cfg.steps == 3 and cfg.rollout.concurrency == 8
+    assert load_config(tmp_path / "t.yaml", {"rollout.timeout_s": 5}).rollout.timeout_s == 5
+    (tmp_path / "bad.yaml").write_text("steps: 0\nrollout:\n  concurency: 8\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "bad.yaml")
+    assert "steps: Input should be greater than or equal to 1" in str(err.value)
+    assert "rollout.concurency: Extra inputs are not permitted" in str(err.value)
+    with pytest.raises(ConfigError, match="unknown format '.ini'"):
+        (tmp_path / "x.ini").write_text("")
+        load_config(tmp_path / "x.ini")
+
+
+def test_agl_train_cli_runs_a_loop_from_a_config_file(tmp_path, engine):
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in _tasks(2)))
+    (tmp_path / "train.yaml").write_text(
+        f"workdir: {tmp_path / 'run'}\nsteps: 1\nbatch_size: 2\nn_rollouts: 1\nprogress: false\nplot: false\n"
+        f"engine_urls: ['{engine.url}']\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-c", "import sys; from agl.cli import main; sys.exit(main(sys.argv[1:]))",
+                           "train", "tests.core.test_trainer:agent", "--config", str(tmp_path / "train.yaml"),
+                           "--tasks", str(tmp_path / "tasks.jsonl")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "agl train: 1 steps" in proc.stdout
+    assert "no backend configured" in proc.stderr
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["step"] == 1 and records[0]["rollouts"] == 2 and records[0]["transitions"] == 4
+    bad = subprocess.run([sys.executable, "-c", "import sys; from agl.cli import main; sys.exit(main(sys.argv[1:]))",
+                          "train", "tests.core.test_trainer:agent", "--set", "steps=0", "--tasks", str(tmp_path / "tasks.jsonl")],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "steps: Input should be greater than or equal to 1" in bad.stderr
