@@ -70,7 +70,7 @@ def _as_owner(argv: list[str]) -> list[str]:
 
 
 def _run(argv: list[str]) -> None:
-    proc = subprocess.run(_as_owner(argv), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(_as_owner(argv), check=False, capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise RuntimeError(f"{Path(argv[0]).name} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
 

@@ -11,10 +11,8 @@ import textwrap
 import threading
 import time
 
-import pytest
-
 import agl
-from agl.capture import context as capture_module
+import pytest
 from agl.capture import (
     BufferedWriter,
     RolloutContext,
@@ -26,6 +24,7 @@ from agl.capture import (
     span,
     use_rollout,
 )
+from agl.capture import context as capture_module
 from agl.errors import StoreUnavailable
 from agl.schema import Reward, Span
 from agl.store.sqlite import SqliteStore
@@ -159,17 +158,15 @@ def test_one_context_used_by_two_blocks_stays_active_until_both_end():
 
 @pytest.mark.parametrize("bad", ["1.0", None, True, [1.0], {"v": 1}, b"1"])
 def test_emit_reward_rejects_non_numbers_naming_value(bad, writer):
-    with use_rollout(RolloutContext(rollout_id="ro", writer=writer)):
-        with pytest.raises(ValueError, match=r"^value: .*real number"):
-            emit_reward(bad)
+    with use_rollout(RolloutContext(rollout_id="ro", writer=writer)), pytest.raises(ValueError, match=r"^value: .*real"):
+        emit_reward(bad)
     assert writer.pending() == 0
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_emit_reward_rejects_non_finite_values(bad, writer):
-    with use_rollout(RolloutContext(rollout_id="ro", writer=writer)):
-        with pytest.raises(ValueError, match=r"^value: .*finite"):
-            emit_reward(bad)
+    with use_rollout(RolloutContext(rollout_id="ro", writer=writer)), pytest.raises(ValueError, match=r"^value: .*finite"):
+        emit_reward(bad)
 
 
 def test_emit_reward_rejects_a_bad_name(writer):
@@ -210,10 +207,8 @@ def test_rewards_and_spans_nest_and_reach_the_store(store, writer):
 
 
 def test_a_span_records_the_error_and_lets_it_through(store, writer):
-    with use_rollout(RolloutContext(rollout_id="ro-err", writer=writer)):
-        with pytest.raises(KeyError):
-            with span("lookup", kind="tool"):
-                raise KeyError("missing")
+    with use_rollout(RolloutContext(rollout_id="ro-err", writer=writer)), pytest.raises(KeyError), span("lookup", kind="tool"):
+        raise KeyError("missing")
     writer.flush()
     [recorded] = store.query_spans(rollout_id="ro-err")
     assert recorded.status == "error" and recorded.attributes["error.type"] == "KeyError"
@@ -318,7 +313,7 @@ _EXITING = textwrap.dedent(
 
 def test_writer_loses_nothing_at_interpreter_exit(tmp_path):
     path = tmp_path / "agl.db"
-    proc = subprocess.run([sys.executable, "-c", _EXITING, str(path)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", _EXITING, str(path)], check=False, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "1000"  # all still buffered when the script ended
     with SqliteStore(path) as store:

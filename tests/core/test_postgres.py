@@ -13,11 +13,11 @@ import time
 
 import psycopg
 import pytest
-
 from agl.errors import StoreUnavailable
 from agl.schema import Rollout, RolloutStatus, Span, Task
 from agl.store import open_store
 from agl.store.postgres import PostgresDialect, PostgresStore
+
 from tests.pg import create_database, drop_database, postgres_server, shared_server_url
 
 pytestmark = pytest.mark.postgres

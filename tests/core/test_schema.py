@@ -9,8 +9,6 @@ import struct
 from array import array
 
 import pytest
-from pydantic import ValidationError
-
 from agl.schema import (
     ALLOWED_TRANSITIONS,
     TERMINAL_STATUSES,
@@ -26,6 +24,7 @@ from agl.schema import (
     Transition,
 )
 from agl.tokens import float32_array, int32_array, to_bytes
+from pydantic import ValidationError
 
 TASK = Task(task_id="t1", input={"question": "2+3?", "answer": 5, "nested": [1, {"a": None}]}, split="val",
             metadata={"source": "gsm8k"})

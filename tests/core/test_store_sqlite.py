@@ -13,7 +13,6 @@ import threading
 import time
 
 import pytest
-
 from agl.errors import NotFound, StoreUnavailable
 from agl.schema import Rollout, Span, Task
 from agl.store.sqlite import SqliteStore

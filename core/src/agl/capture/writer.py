@@ -24,7 +24,6 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import Union
 
 from agl.errors import StoreUnavailable
 from agl.schema import LLMCall, Reward, Span
@@ -32,7 +31,7 @@ from agl.store.base import Store
 
 log = logging.getLogger(__name__)
 
-Item = Union[Span, Reward, LLMCall]
+Item = Span | Reward | LLMCall
 
 _MAX_BACKOFF_S = 5.0
 

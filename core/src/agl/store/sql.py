@@ -433,7 +433,7 @@ class SqlStore(Store):
                 cur.execute(self._sql(f"SELECT task_id FROM tasks WHERE task_id IN ({marks})"), task_ids)
                 missing = set(task_ids) - {row[0] for row in cur.fetchall()}
                 if missing:
-                    raise NotFound("task", sorted(missing)[0])
+                    raise NotFound("task", min(missing))
             rows = []
             for r in rollouts:
                 if r.status != RolloutStatus.QUEUED:
