@@ -15,7 +15,7 @@ from starlette.routing import Route
 
 import agl
 from agl import plugins
-from agl.errors import InvalidTransition, NotFound
+from agl.errors import InvalidTransition, NotFound, StoreUnavailable
 from agl.schema import Rollout, RolloutStatus, Span, Task
 from agl.store.http import HttpStore, RequestRejected, Unauthorized
 from agl.store.server import ServerThread
@@ -43,8 +43,12 @@ class CountingStore(SqliteStore):
         self._count("claim")
         return super().claim(runner_id, limit=limit, claim_id=claim_id)
 
+    fail_after: int | None = None
+
     def query_spans(self, **filters):
         for span in super().query_spans(**filters):
+            if self.fail_after is not None and self.spans_read >= self.fail_after:
+                raise StoreUnavailable("database went away mid-query")
             self.spans_read += 1
             yield span
 
@@ -329,3 +333,26 @@ def test_ids_with_slashes_and_spaces_round_trip(tmp_path):
         assert client.get_model_version("ckpt/step-10").version == "ckpt/step-10"
         with pytest.raises(NotFound, match="ckpt/none"):
             client.get_model_version("ckpt/none")
+
+
+def test_a_query_failing_midway_ends_with_an_error_line(tmp_path):
+    with served(tmp_path) as (backing, client, raw, _server):
+        backing.add_spans(Span(rollout_id="ro-1", seq=i, name="s") for i in range(1000))
+        backing.fail_after = 600
+        lines = raw.post("/v1/spans/query", json={}).text.splitlines()
+        assert len(lines) == 601
+        assert json.loads(lines[-1])["agl_stream_error"]["type"] == "StoreUnavailable"
+        backing.spans_read = 0
+        seen = []
+        with pytest.raises(StoreUnavailable, match="mid-query"):
+            for span in client.query_spans():
+                seen.append(span.seq)
+        assert seen == list(range(600))  # what came before the failure is not lost or repeated
+
+
+def test_one_large_write_is_split_to_fit_the_batch_limit(tmp_path):
+    with served(tmp_path) as (backing, _client, _raw, server):
+        with HttpStore(server.url, token=server.token, max_batch_bytes=20_000) as small:
+            small.add_spans([Span(span_id=f"s{i}", name="s", attributes={"pad": "x" * 1000}) for i in range(60)])
+        assert backing.stats().spans == 60
+        assert backing.calls["add_spans"] >= 3

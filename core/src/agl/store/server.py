@@ -621,6 +621,7 @@ class ServerThread:
 
         import uvicorn
 
+        self.token = token
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
