@@ -1,0 +1,42 @@
+"""``agl export transitions``: transitions as JSONL or Parquet, for SFT or offline use."""
+
+from __future__ import annotations
+
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("export", help="export training data from a store")
+    sub = p.add_subparsers(dest="export_command", metavar="WHAT", required=True)
+    t = sub.add_parser("transitions", help="transitions (text and token ids) of ended rollouts")
+    t.add_argument("--store", default=None, help="store URL (default: $AGL_STORE_URL or .agl/agl.db)")
+    t.add_argument("--step", type=int, default=None, help="only rollouts of this training step")
+    t.add_argument("--mode", choices=["train", "val", "production"], default=None, help="only rollouts of this mode")
+    t.add_argument("--format", choices=["jsonl", "parquet"], default=None, help="default: from the file name")
+    t.add_argument("--agent", action="append", default=None, help="only this agent's calls (repeat for several)")
+    t.add_argument("--credit", default="broadcast", help="credit-assignment strategy (default broadcast)")
+    t.add_argument("--missing-reward", type=float, default=None,
+                   help="reward for rollouts nobody rewarded (default: leave them out, counted)")
+    t.add_argument("--no-text-only", action="store_true", help="leave out text-only transitions")
+    t.add_argument("-o", "--output", required=True, help="the file to write")
+    t.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from agl.export import export_transitions, format_for
+    from agl.store import open_store
+    from agl.transitions import TransitionConfig
+
+    fmt = format_for(args.output, args.format)
+    config = TransitionConfig(credit=args.credit, agents=args.agent, missing_reward=args.missing_reward,
+                              text_only=not args.no_text_only)
+    store = open_store(args.store)
+    try:
+        n, report = export_transitions(store, args.output, step=args.step, mode=args.mode, format=fmt, config=config)
+    finally:
+        store.close()
+    dropped = ", ".join(f"{v} {k}" for k, v in sorted(report.dropped_rollouts.items()))
+    print(f"agl export: {n} transitions from {report.rollouts} rollouts to {args.output} ({fmt})"
+          + (f"; rollouts left out: {dropped}" if dropped else "")
+          + (f"; {report.unmatched_spans} unmatched spans" if report.unmatched_spans else ""), file=sys.stderr)
+    return 0
