@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -128,8 +129,11 @@ def postgres_server(*, durable: bool = False, max_connections: int = 400) -> Ite
                     log = (workdir / "server.log").read_text(errors="replace")[-2000:]
                     raise RuntimeError(f"PostgreSQL did not start; its log ends with:\n{log}") from None
         watchdog = _start_watchdog(bindir, workdir)
-        yield f"postgresql://{USER}:{password}@127.0.0.1:{port}"
+        url = f"postgresql://{USER}:{password}@127.0.0.1:{port}"
+        _clusters[url] = (bindir, data, f"-p {port} {options}")
+        yield url
     finally:
+        _clusters.pop(locals().get("url", ""), None)
         if started:
             with contextlib.suppress(Exception):
                 _run([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"])
@@ -137,6 +141,21 @@ def postgres_server(*, durable: bool = False, max_connections: int = 400) -> Ite
         if started:
             watchdog.stdin.close()
             watchdog.wait(30)
+
+
+_clusters: dict[str, tuple[Path, Path, str]] = {}  # base URL → (binaries, data directory, server options)
+
+
+def restart(base_url: str, *, down_s: float = 0.0) -> None:
+    """Stop the server at ``base_url`` (a fast shutdown that ends every connection),
+    keep it down for ``down_s`` seconds, and start it again on the same port."""
+    if base_url not in _clusters:
+        raise ValueError(f"base_url: {base_url!r} is not a server started by postgres_server()")
+    bindir, data, options = _clusters[base_url]
+    _run([str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"])
+    time.sleep(down_s)
+    _run([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(data.parent / "server.log"), "-w", "-t", "60",
+          "-o", options, "start"])
 
 
 _WATCHDOG = """

@@ -5,6 +5,7 @@ PostgreSQL too (tests/core/backends/postgres.py); this adds what only a server h
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -18,7 +19,7 @@ from agl.schema import Rollout, RolloutStatus, Span, Task
 from agl.store import open_store
 from agl.store.postgres import PostgresDialect, PostgresStore
 
-from tests.pg import create_database, drop_database, postgres_server, shared_server_url
+from tests.pg import create_database, drop_database, postgres_server, restart, shared_server_url
 
 pytestmark = pytest.mark.postgres
 
@@ -197,6 +198,28 @@ def test_an_unreachable_server_fails_clearly():
     with pytest.raises(StoreUnavailable, match=rf"postgresql store at 127\.0\.0\.1:{port}/nowhere.*2 retries"):
         PostgresStore(f"postgresql://agl:secret@127.0.0.1:{port}/nowhere", retries=2, connect_timeout_s=1)
     assert time.monotonic() - started < 10
+
+
+def test_a_server_that_restarts_is_ridden_out(caplog):
+    caplog.set_level(logging.WARNING, logger="agl.store.sql")
+    with postgres_server() as base:
+        url = create_database(base)
+        with PostgresStore(url, retries=10, retry_delay_s=0.05, connect_timeout_s=2) as store:
+            store.add_tasks([Task(task_id="t", input=0)])
+            store.get_task("t")
+            outage = threading.Thread(target=restart, args=(base,), kwargs={"down_s": 0.5})
+            outage.start()
+            written = []
+            deadline = time.monotonic() + 1.5  # spans the whole outage
+            while time.monotonic() < deadline:
+                rollout = Rollout(task_id="t")
+                store.enqueue([rollout])  # each returns only once committed
+                written.append(rollout.rollout_id)
+                time.sleep(0.01)
+            outage.join()
+            assert {r.rollout_id for r in store.query_rollouts()} == set(written)
+            assert store.get_task("t").input == 0
+    assert any("transient error" in r.getMessage() for r in caplog.records), "the writes never met the outage"
 
 
 def test_a_server_that_goes_away_fails_writes_clearly_and_never_shows_the_password():
