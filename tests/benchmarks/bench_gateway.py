@@ -116,15 +116,19 @@ def run_load(base_url: str, path: str, body: dict, requests: int, concurrency: i
     return {"p50_ms": _pct(lat, 50) * 1e3, "p99_ms": _pct(lat, 99) * 1e3, "calls_s": len(lat) / wall}
 
 
-def compare(direct: str, via: str, path: str, body: dict, requests: int, levels: list[int], label: str) -> list[dict]:
-    """Warm both paths, then measure each concurrency level: baseline first, then through the gateway."""
+
+
+def compare(direct: str, via: str, path: str, body: dict, requests: int, levels: list[int], label: str,
+            via_path: str | None = None, via_body: dict | None = None) -> list[dict]:
+    """Warm both paths, then measure each concurrency level: the baseline first, then the measured path."""
+    via_path, via_body = via_path or path, via_body or body
     run_load(direct, path, body, 200, 8)
-    run_load(via, path, body, 200, 8)
+    run_load(via, via_path, via_body, 200, 8)
     rows = []
     for c in levels:
         base = run_load(direct, path, body, requests, c)
-        gw = run_load(via, path, body, requests, c)
-        rows.append({"label": label, "concurrency": c, "base": base, "gw": gw})
+        measured = run_load(via, via_path, via_body, requests, c)
+        rows.append({"label": label, "concurrency": c, "base": base, "gw": measured})
     return rows
 
 
@@ -147,7 +151,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64])
     args = parser.parse_args()
-    print(f"machine: {os.cpu_count()} cores; engine, gateway and load generator in separate processes")
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
+          "engine, gateway and load generator in separate processes")
     tmp = tempfile.mkdtemp(prefix="agl-bench-")
     try:
         with servers(tmp) as (direct, via, db):
@@ -158,6 +163,7 @@ def main() -> None:
             recorded = store.stats().llm_calls
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} (other work on the machine skews the figures)")
     print_rows(rows, "direct", "gateway")
     sent = 200 + args.requests * len(args.concurrency)
     print(f"recorded {recorded} LLM calls for {sent} requests through the gateway")
