@@ -40,6 +40,39 @@ from agl.store import Store, open_store
 
 __version__ = "0.1.0"
 
+_LAZY = {
+    "Trainer": "agl.trainer",
+    "TrainerConfig": "agl.config",
+    "Runner": "agl.runner",
+    "RolloutResult": "agl.runner",
+}
+
+
+def __getattr__(name: str):
+    """The runner and trainer, imported on first use so ``import agl`` stays light inside agents."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'agl' has no attribute {name!r}")
+
+_LAZY = {
+    "Trainer": "agl.trainer",
+    "TrainerConfig": "agl.config",
+    "Runner": "agl.runner",
+    "RolloutResult": "agl.runner",
+}
+
+
+def __getattr__(name: str):
+    # The training loop is imported on first use: an agent that only records
+    # spans and rewards never pays for it.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'agl' has no attribute {name!r}")
+
 __all__ = [
     "Attempt",
     "BufferedWriter",
@@ -48,10 +81,16 @@ __all__ = [
     "Reward",
     "Rollout",
     "RolloutContext",
+    "RolloutResult",
+    "Runner",
+    "RolloutResult",
     "RolloutStatus",
+    "Runner",
     "Span",
     "Store",
     "Task",
+    "Trainer",
+    "TrainerConfig",
     "Transition",
     "annotate",
     "current_rollout",
