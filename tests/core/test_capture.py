@@ -371,12 +371,12 @@ def test_one_bad_item_does_not_hold_back_the_rest(tmp_path):
 
 
 def test_put_never_waits_for_a_slow_store(tmp_path):
-    store = FlakyStore(tmp_path / "agl.db", delay_s=0.1)
-    w = BufferedWriter(store, batch_size=100, interval_s=0.01)
+    store = FlakyStore(tmp_path / "agl.db", delay_s=0.3)
+    w = BufferedWriter(store, batch_size=1000, interval_s=0.01)
     durations = []
     try:
-        items = iter(_spans(2000))
-        for _ in range(20):  # 0.4 s of puts, while the store spends 0.1 s on every write
+        items = iter(_spans(3000))
+        for _ in range(30):  # 0.6 s of puts, while the store spends 0.3 s on every write
             for _ in range(100):
                 item = next(items)
                 t0 = time.perf_counter()
@@ -387,7 +387,7 @@ def test_put_never_waits_for_a_slow_store(tmp_path):
         assert statistics.median(durations) < 50e-6, f"median put {statistics.median(durations) * 1e6:.1f} µs"
         assert max(durations) < store.delay_s / 2, f"a put waited {max(durations):.3f}s, like a store write"
         w.flush(timeout_s=30)
-        assert _stored(store) == 2000
+        assert _stored(store) == 3000
     finally:
         w.close()
         store.close()
