@@ -162,11 +162,22 @@ class _Step:
         return None if self.span is None else self.span.agent
 
 
+@dataclass(slots=True)
+class _Reward:
+    """The fields of a stored reward the build reads (duck-types :class:`~agl.schema.Reward`)."""
+
+    reward_id: str
+    name: str
+    value: float
+    source: str
+    created_at: float
+
+
 @dataclass
 class _Chunk:
     calls: dict[str, list[_Call]]
     spans: dict[str, list[_LlmSpan]]
-    rewards: dict[str, list[Reward]]
+    rewards: dict[str, list[Reward | _Reward]]
 
 
 # -- readers ------------------------------------------------------------------------------
@@ -273,8 +284,14 @@ class _SqliteReader:
             chunk.spans.setdefault(rid, []).append(
                 _LlmSpan(sid, seq or 0, end or start, _opt_str(resp_id), _opt_str(agent))
             )
-        for rid, body in self._q(f"SELECT rollout_id, body FROM rewards WHERE rollout_id IN ({m}) ORDER BY pk", rollout_ids):
-            chunk.rewards.setdefault(rid, []).append(Reward.model_validate_json(body))
+        rows = self._q(
+            "SELECT rollout_id, reward_id, json_extract(body, '$.name'), json_extract(body, '$.value'), "
+            "json_extract(body, '$.source'), json_extract(body, '$.created_at') "
+            f"FROM rewards WHERE rollout_id IN ({m}) ORDER BY pk",
+            rollout_ids,
+        )
+        for rid, wid, name, value, source, t in rows:
+            chunk.rewards.setdefault(rid, []).append(_Reward(wid, name, float(value), source, t or 0.0))
         return chunk
 
     def load_span(self, span: _LlmSpan) -> None:
@@ -439,15 +456,11 @@ def _output_text(messages: Any) -> str | None:
 # -- rewards ----------------------------------------------------------------------------
 
 
-def _plugin_rewards(rollout: Rollout, store: Store, report: BuildReport) -> list[Reward]:
-    """Run every ``agl_reward`` implementation; return what they gave as Reward rows."""
-    from agl.plugins import get_plugin_manager
-
-    pm = get_plugin_manager()
-    impls = pm.hook.agl_reward.get_hookimpls()
+def _plugin_rewards(rollout: Rollout, store: Store, report: BuildReport, impls: list[tuple[str, Any]]) -> list[Reward]:
+    """Run every ``agl_reward`` implementation (``(plugin name, hookimpl)``); return what they gave as Reward rows."""
     out: list[Reward] = []
     lazy: dict[str, Any] = {}
-    for impl in impls:
+    for source, impl in impls:
         kwargs: dict[str, Any] = {}
         for name in impl.argnames:
             if name == "rollout":
@@ -461,7 +474,6 @@ def _plugin_rewards(rollout: Rollout, store: Store, report: BuildReport) -> list
                     lazy[name] = list(store.query_rewards(rollout_id=rollout.rollout_id))
             if name != "rollout":
                 kwargs[name] = lazy[name]
-        source = pm.get_name(impl.plugin) or impl.plugin_name
         try:
             answer = impl.function(**kwargs)
         except Exception as exc:
@@ -554,32 +566,41 @@ class TransitionBuilder:
         self._reader = _reader_for(store, self.config.with_text)
         pm = get_plugin_manager()
         impls = pm.hook.agl_reward.get_hookimpls() if self.config.reward_plugins else []
+        self._impls = [(pm.get_name(i.plugin) or i.plugin_name, i) for i in impls]
         self._has_plugins = bool(impls)
-        self._plugin_names = frozenset(pm.get_name(i.plugin) or i.plugin_name for i in impls)
+        self._plugin_names = frozenset(name for name, _ in self._impls)
 
     def build(self, rollouts: Iterable[Rollout]) -> list[Transition]:
         """All transitions of these rollouts, as a list."""
         return list(self.iter(rollouts))
 
     def iter(self, rollouts: Iterable[Rollout]) -> Iterator[Transition]:
-        """Stream the transitions of these rollouts, one chunk of rollouts at a time."""
-        batch: list[Rollout] = []
-        for rollout in rollouts:
-            batch.append(rollout)
-            if len(batch) >= CHUNK:
-                yield from self._chunk(batch)
-                batch = []
-        if batch:
-            yield from self._chunk(batch)
+        """Stream the transitions of these rollouts, one chunk of rollouts at a time.
+
+        The next chunk is read from the store on a helper thread while this one is
+        processed (the database releases the GIL while it reads).
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="agl-transitions") as pool:
+            pending = None
+            for live in self._live_chunks(rollouts):
+                ahead = (live, pool.submit(self._reader.read, [r.rollout_id for r in live]))
+                if pending is not None:
+                    yield from self._chunk(pending[0], pending[1].result())
+                pending = ahead
+            if pending is not None:
+                yield from self._chunk(pending[0], pending[1].result())
         if self.report.unmatched_spans:
             log.warning(
                 "%d LLM span(s) could not be matched to a gateway record and were left out, e.g. %s",
                 self.report.unmatched_spans, ", ".join(f"{r}/{s}" for r, s in self.report.unmatched[:5]),
             )
 
-    def _chunk(self, rollouts: list[Rollout]) -> Iterator[Transition]:
+    def _live_chunks(self, rollouts: Iterable[Rollout]) -> Iterator[list[Rollout]]:
+        """Ended rollouts in chunks of ``CHUNK``; the others are counted and left out."""
         report = self.report
-        live = []
+        live: list[Rollout] = []
         for r in rollouts:
             if r.status == RolloutStatus.CANCELLED:
                 report.drop("cancelled")
@@ -587,9 +608,14 @@ class TransitionBuilder:
                 report.drop("not_ended")
             else:
                 live.append(r)
-        if not live:
-            return
-        chunk = self._reader.read([r.rollout_id for r in live])
+                if len(live) >= CHUNK:
+                    yield live
+                    live = []
+        if live:
+            yield live
+
+    def _chunk(self, live: list[Rollout], chunk: _Chunk) -> Iterator[Transition]:
+        report = self.report
         plugin_rewards: dict[str, list[Reward]] = {}
         if self._has_plugins:
             missing = sorted({r.task_id for r in live if r.task is None})
@@ -598,9 +624,10 @@ class TransitionBuilder:
             for r in live:
                 if r.task is None and r.task_id in tasks:
                     r = r.model_copy(update={"task": tasks[r.task_id]})
-                got = _plugin_rewards(r, self.store, report)
+                got = _plugin_rewards(r, self.store, report, self._impls)
                 plugin_rewards[r.rollout_id] = got
-                new.extend(got)
+                stored = {w.reward_id for w in chunk.rewards.get(r.rollout_id, ())}
+                new.extend(w for w in got if w.reward_id not in stored)
             if new:
                 self.store.add_rewards(new)
         for r in live:
