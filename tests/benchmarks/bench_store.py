@@ -41,7 +41,6 @@ from pathlib import Path
 
 import httpx
 import psutil
-
 from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task, new_id
 from agl.store.base import Store
 from agl.store.http import _ADAPTERS as _LISTS
@@ -73,7 +72,7 @@ class RssSampler:
                 with contextlib.suppress(psutil.Error):
                     self.peaks[i] = max(self.peaks[i], p.memory_info().rss)
 
-    def __enter__(self) -> "RssSampler":
+    def __enter__(self) -> RssSampler:
         self._thread.start()
         return self
 
@@ -350,6 +349,7 @@ def postgres_databases() -> Iterator[Callable[[], Store] | str]:
     """A factory of PostgresStores, each on a fresh database of one throwaway server, or why not."""
     try:
         from agl.store.postgres import PostgresStore
+
         from tests.pg import create_database, postgres_server
     except ImportError as exc:
         yield f"tests/pg.py not available ({exc})"

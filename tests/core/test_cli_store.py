@@ -5,7 +5,6 @@ from __future__ import annotations
 import secrets
 
 import pytest
-
 from agl.cli import main
 from agl.schema import Reward, Rollout, RolloutStatus, Span, Task
 from agl.store.server import ServerThread
@@ -117,8 +116,8 @@ def test_store_serve_without_a_token_prints_a_new_one(tmp_path):
     from pathlib import Path
 
     import httpx
-
     from agl.store.http import HttpStore
+
     from tests.conftest import free_port
 
     port = free_port()

@@ -8,18 +8,17 @@ import secrets
 import threading
 import time
 
+import agl
 import httpx
 import pytest
-from starlette.responses import JSONResponse
-from starlette.routing import Route
-
-import agl
 from agl import plugins
 from agl.errors import InvalidTransition, NotFound, StoreUnavailable
 from agl.schema import Rollout, RolloutStatus, Span, Task
 from agl.store.http import HttpStore, RequestRejected, Unauthorized
 from agl.store.server import ServerThread
 from agl.store.sqlite import SqliteStore
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 
 class CountingStore(SqliteStore):

@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 
 import httpx
-
 from agl.errors import StoreUnavailable
 from agl.schema import Rollout, RolloutStatus, Span, Task
 from agl.store.http import HttpStore
 from agl.store.server import ServerThread
 from agl.store.sqlite import SqliteStore
+
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

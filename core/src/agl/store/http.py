@@ -101,7 +101,7 @@ def _response_error(response: httpx.Response) -> Exception:
 class _Op:
     """One caller's part of a coalesced request."""
 
-    __slots__ = ("kind", "payload", "future")
+    __slots__ = ("future", "kind", "payload")
 
     def __init__(self, kind: str, payload: bytes):
         self.kind = kind
@@ -112,7 +112,7 @@ class _Op:
 class _Coalescer:
     """Sender threads that send whatever calls are waiting as one ``/v1/batch`` request."""
 
-    def __init__(self, store: "HttpStore", senders: int, max_bytes: int, linger_s: float):
+    def __init__(self, store: HttpStore, senders: int, max_bytes: int, linger_s: float):
         self.store = store
         self.max_bytes = max_bytes
         self.linger_s = linger_s

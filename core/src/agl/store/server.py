@@ -638,7 +638,7 @@ class ServerThread:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> "ServerThread":
+    def start(self) -> ServerThread:
         import time
 
         self._thread.start()
@@ -655,7 +655,7 @@ class ServerThread:
         self.sock.close()
         self._close_app()
 
-    def __enter__(self) -> "ServerThread":
+    def __enter__(self) -> ServerThread:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
