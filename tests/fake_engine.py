@@ -104,6 +104,8 @@ class FakeEngine:
         self.requests: deque[dict] = deque(maxlen=1000)
         self.fail_next: deque[int] = deque()
         """Statuses to answer the next requests with (for example 503), one each."""
+        self.break_stream_after: int | None = None
+        """Drop the connection after this many chunks of the next stream (a crash mid-answer)."""
         self.in_flight = 0
         self.max_seen_in_flight = 0
         self._server: Any = None
@@ -322,7 +324,10 @@ class FakeEngine:
             await send({"type": "http.response.body", "body": data})
             return
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
-        for chunk in stream:
+        for k, chunk in enumerate(stream):
+            if self.break_stream_after is not None and k >= self.break_stream_after:
+                self.break_stream_after = None
+                raise ConnectionAbortedError("the fake engine drops this stream on purpose")
             if self.chunk_delay_s:
                 await asyncio.sleep(self.chunk_delay_s)
             await send({"type": "http.response.body", "body": b"data: " + json.dumps(chunk).encode() + b"\n\n",

@@ -161,3 +161,16 @@ def test_models_lists_the_served_model(client):
 
 def test_health_needs_no_token(gateway):
     assert httpx.get(f"{gateway.url}/health").json() == {"ok": True}
+
+
+def test_engine_dropping_a_stream_gives_the_client_an_error_and_records_nothing(client, gateway, store, rollout,
+                                                                                 engine):
+    engine.break_stream_after = 2
+    with pytest.raises(openai.APIError, match="dropped the stream"):
+        list(client.chat.completions.create(model="m", messages=MESSAGES, stream=True))
+    engine.break_stream_after = 2
+    with client.responses.stream(model="m", input="hello") as stream:
+        events = list(stream)
+    assert events[-1].type == "response.failed" and "middle of its answer" in events[-1].response.error.message
+    assert calls_of(gateway, store, rollout) == []
+    assert client.chat.completions.create(model="m", messages=MESSAGES).choices[0].message.content == "echo: hello"

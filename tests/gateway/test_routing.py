@@ -109,3 +109,13 @@ def test_admin_routes_drive_a_gateway_from_another_process(store, engine):
         assert admin.post("/upstreams", json={"upstreams": []}).status_code == 400
         assert admin.post("/upstreams", json={"upstreams": [engine.url]}).json() == {"upstreams": [engine.url]}
         assert admin.post("/nope").status_code == 404
+
+
+def test_pause_times_out_while_a_request_is_still_running(store):
+    with FakeEngine(delay_s=1.0) as eng, Gateway(store, [eng.url], token=TOKEN) as gw:
+        with cf.ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(chat, gw.url)
+            time.sleep(0.2)
+            assert gw.pause(timeout_s=0.1) is False and gw.paused
+            gw.resume()
+            assert slow.result().status_code == 200 and not gw.paused

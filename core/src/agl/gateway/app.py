@@ -240,6 +240,11 @@ class GatewayApp:
             try:
                 if resp.status != 200:
                     raise upstream_error(resp.status, await resp.read(), req)
+                if not req.get("stream"):
+                    try:
+                        await resp.read()
+                    except ConnectionError as exc:
+                        raise GatewayError(502, str(exc), type="upstream_error", code="engine_error") from None
                 if kind == "responses":
                     await responses_api.serve(self.recorder, meta, req, resp, model, send)
                 elif req.get("stream"):

@@ -8,6 +8,7 @@ with ``n == 1`` the call id is the response id the client received.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 from agl.capture.writer import BufferedWriter
 from agl.gateway.errors import GatewayError
 from agl.schema import LLMCall
+
+log = logging.getLogger(__name__)
 
 TOKEN_ID_EXTRAS = ("prompt_token_ids", "prompt_logprobs", "kv_transfer_params")
 
@@ -85,7 +88,9 @@ class Recorder:
                 body = dict(response, choices=[c for c in response.get("choices", []) if c.get("index") == choice.index])
             logprobs = choice.logprobs
             if logprobs is not None and len(logprobs) != len(choice.ids):
-                logprobs = None  # an engine that cut logprobs short: keep the ids, drop what does not line up
+                log.warning("gateway: %s has %d logprobs for %d response ids; recording the ids without logprobs",
+                            call_id, len(logprobs), len(choice.ids))
+                logprobs = None
             self.writer.put(
                 LLMCall(
                     call_id=call_id,

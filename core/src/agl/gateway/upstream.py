@@ -58,7 +58,7 @@ class _Conn:
 class UpstreamResponse:
     """An answer from a replica: status, lower-cased headers, and a body read at once or streamed."""
 
-    __slots__ = ("status", "headers", "_conn", "_pool", "_chunked", "_length", "_done")
+    __slots__ = ("status", "headers", "_conn", "_pool", "_chunked", "_length", "_done", "_body")
 
     def __init__(self, status: int, headers: dict[str, str], conn: _Conn, pool: "ConnectionPool"):
         self.status = status
@@ -69,11 +69,22 @@ class UpstreamResponse:
         length = headers.get("content-length")
         self._length = int(length) if length is not None else None
         self._done = False
+        self._body: bytes | None = None
 
     async def read(self) -> bytes:
-        """The whole body."""
+        """The whole body (read once, then kept)."""
+        if self._body is None:
+            self._body = await self._read()
+        return self._body
+
+    async def _read(self) -> bytes:
         if self._length is not None:
-            body = await self._conn.reader.readexactly(self._length) if self._length else b""
+            try:
+                body = await self._conn.reader.readexactly(self._length) if self._length else b""
+            except asyncio.IncompleteReadError as exc:
+                self.aclose()
+                raise UpstreamConnectError(f"{self._pool.endpoint.url} closed the connection in the middle of its "
+                                           "answer") from exc
             self._finish()
             return body
         return b"".join([chunk async for chunk in self.iter_chunks()])
@@ -104,6 +115,10 @@ class UpstreamResponse:
                 self._length = -1
                 while data := await reader.read(1 << 16):
                     yield data
+        except asyncio.IncompleteReadError as exc:
+            self.aclose()
+            raise UpstreamConnectError(f"{self._pool.endpoint.url} closed the connection in the middle of its answer") \
+                from exc
         except BaseException:
             self.aclose()
             raise
