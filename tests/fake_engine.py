@@ -101,6 +101,8 @@ class FakeEngine:
         self.chunk_delay_s = chunk_delay_s
         self.api_key = api_key
         self.model = model
+        self.extra_models: list[str] = []
+        """More names /v1/models lists after ``model`` (adapters or versions an engine also serves)."""
         self.requests: deque[dict] = deque(maxlen=1000)
         self.fail_next: deque[int] = deque()
         """Statuses to answer the next requests with (for example 503), one each."""
@@ -341,8 +343,9 @@ class FakeEngine:
                 return 401, self._error("bad api key", 401), None
         path = scope["path"]
         if path == "/v1/models":
-            return 200, {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "fake",
-                                                     "max_model_len": self.max_model_len}]}, None
+            return 200, {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "fake",
+                                                     "max_model_len": self.max_model_len}
+                                                    for m in [self.model, *self.extra_models]]}, None
         if path not in ("/v1/chat/completions", "/v1/completions"):
             return 404, self._error(f"no route {path}", 404), None
         self.in_flight += 1

@@ -119,3 +119,27 @@ def test_pause_times_out_while_a_request_is_still_running(store):
             assert gw.pause(timeout_s=0.1) is False and gw.paused
             gw.resume()
             assert slow.result().status_code == 200 and not gw.paused
+
+
+def test_a_new_model_version_is_served_under_its_own_name_when_the_engine_lists_it(store, engine):
+    with Gateway(store, [engine.url], token=TOKEN) as gw:
+        assert chat(gw.url).status_code == 200 and engine.requests[-1]["model"] == "fake-policy"
+        engine.extra_models = ["v2"]  # the engine loaded v2 as a model of its own (a LoRA adapter, say)
+        gw.model_version = "v2"
+        assert chat(gw.url).status_code == 200 and engine.requests[-1]["model"] == "v2"
+        gw.model_version = "v3"  # a version the engine does not list by name: its first model
+        assert chat(gw.url).status_code == 200 and engine.requests[-1]["model"] == "fake-policy"
+        gw.flush()
+        assert [c.model_version for c in store.query_llm_calls(production=True)] == [None, "v2", "v3"]
+
+
+def test_stop_while_paused_answers_held_requests(store, engine):
+    gw = Gateway(store, [engine.url], token=TOKEN).start()
+    gw.pause()
+    with cf.ThreadPoolExecutor(1) as pool:
+        held = pool.submit(chat, gw.url)
+        time.sleep(0.2)
+        assert not held.done()
+        t0 = time.monotonic()
+        gw.stop()
+        assert held.result(timeout=5).status_code == 200 and time.monotonic() - t0 < 5

@@ -188,7 +188,7 @@ class GatewayApp:
                 return replica.served_model
         for replica in self.router.replicas:
             try:
-                if await replica.fetch_models():
+                if await replica.fetch_models(prefer=self.recorder.model_version):
                     return replica.served_model
             except (ConnectionError, ValueError, asyncio.IncompleteReadError) as exc:
                 log.warning("gateway: cannot list models of %s: %s", replica.url, exc)
@@ -327,7 +327,7 @@ class GatewayApp:
             version = args.get("model_version")
             if version is not None and not isinstance(version, str):
                 raise invalid("model_version", "must be a string or null")
-            self.recorder.model_version = version
+            self.set_model_version(version)
             out = {"model_version": version}
         elif action == "upstreams":
             urls = args.get("upstreams")
@@ -347,6 +347,12 @@ class GatewayApp:
         else:
             raise GatewayError(404, f"no admin action {action!r}", code="not_found")
         await send_json(send, 200, json.dumps(out).encode())
+
+    def set_model_version(self, version: str | None) -> None:
+        """Record ``version`` on calls from now on, and ask the replicas again what they serve."""
+        self.recorder.model_version = version
+        for replica in self.router.replicas:
+            replica.served_model = None
 
     def status(self) -> dict:
         """What the gateway is doing now."""

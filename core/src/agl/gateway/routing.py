@@ -27,13 +27,14 @@ _DOWN_FOR_S = 2.0
 class Replica:
     """One engine server and what the gateway knows of it."""
 
-    __slots__ = ("endpoint", "pool", "in_flight", "served_model", "max_model_len", "down_until")
+    __slots__ = ("endpoint", "pool", "in_flight", "models", "served_model", "max_model_len", "down_until")
 
     def __init__(self, url: str, *, api_key: str | None = None, connect_timeout_s: float = 5.0):
         self.endpoint = Endpoint.parse(url)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self.pool = ConnectionPool(self.endpoint, connect_timeout_s=connect_timeout_s, headers=headers)
         self.in_flight = 0
+        self.models: list[str] = []
         self.served_model: str | None = None
         self.max_model_len: int | None = None
         self.down_until = 0.0
@@ -42,16 +43,23 @@ class Replica:
     def url(self) -> str:
         return self.endpoint.url
 
-    async def fetch_models(self) -> str | None:
-        """Ask the replica what it serves (``GET /models``); remember the first model."""
+    async def fetch_models(self, prefer: str | None = None) -> str | None:
+        """Ask the replica what it serves (``GET /models``).
+
+        The served model is ``prefer`` (the current model version) when the replica
+        lists it, as an engine serving each version under its own name does, else the
+        first model listed.
+        """
         resp = await self.pool.request("GET", "/models")
         body = await resp.read()
         if resp.status != 200:
             raise UpstreamConnectError(f"{self.url}/models answered {resp.status}")
         data = json.loads(body).get("data") or []
+        self.models = [m.get("id") for m in data if isinstance(m, dict) and m.get("id")]
         if data:
-            self.served_model = data[0].get("id")
-            self.max_model_len = data[0].get("max_model_len")
+            chosen = next((m for m in data if m.get("id") == prefer), data[0])
+            self.served_model = chosen.get("id")
+            self.max_model_len = chosen.get("max_model_len")
         return self.served_model
 
 

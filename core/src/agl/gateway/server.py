@@ -98,7 +98,8 @@ class Gateway:
                 self.app = GatewayApp(router=self.router, recorder=self.recorder, registry=self.registry,
                                       gate=self._gate, token=self.token, flush=self.writer.flush)
                 config = uvicorn.Config(self.app, lifespan="off", access_log=False, log_level="warning",
-                                        http=_http_impl(), loop="none", proxy_headers=False, timeout_keep_alive=60, backlog=4096)
+                                        http=_http_impl(), loop="none", proxy_headers=False, timeout_keep_alive=60, backlog=4096,
+                                        timeout_graceful_shutdown=10)
                 self._server = uvicorn.Server(config)
                 loop.run_until_complete(self._prime())
                 task = loop.create_task(self._server.serve(sockets=[sock]))
@@ -131,6 +132,8 @@ class Gateway:
         """Stop serving and write out every recorded call."""
         if self._thread is None:
             return
+        if self._gate is not None:
+            self._loop.call_soon_threadsafe(self._gate.resume)  # held requests are answered, not stranded
         self._server.should_exit = True
         self._thread.join(30)
         self._thread = None
@@ -172,7 +175,10 @@ class Gateway:
 
     @model_version.setter
     def model_version(self, version: str | None) -> None:
-        self.recorder.model_version = version
+        if self.app is not None and self._thread is not None:
+            self._call(_apply(self.app.set_model_version, version))
+        else:
+            self.recorder.model_version = version
 
     def _call(self, coro, timeout_s: float | None = None):
         if self._loop is None or self._thread is None:
@@ -208,6 +214,10 @@ class Gateway:
     def status(self) -> dict:
         """In flight, paused, model version, replicas."""
         return self._call(_status(self.app))
+
+
+async def _apply(fn, *args):
+    return fn(*args)
 
 
 async def _status(app: GatewayApp) -> dict:
