@@ -169,7 +169,7 @@ def _child(workdir: Path, engine_url: str, agent_log: Path) -> subprocess.Popen:
         f"w = Path({str(workdir)!r})\n"
         "cfg = {'workdir': str(w), 'steps': 4, 'batch_size': 2, 'n_rollouts': 2, 'progress': False, 'plot': False,\n"
         f"       'engine_urls': [{engine_url!r}], 'rollout': {{'concurrency': 2, 'heartbeat_s': 0.2}}}}\n"
-        "Trainer(cfg, backend=TinyBackend(w / 'calls.jsonl')).fit(agent, _tasks(4, sleep=0.15))\n"
+        "Trainer(cfg, backend=TinyBackend(w / 'calls.jsonl')).fit(agent, _tasks(4, sleep=0.3))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO), AGENT_LOG=str(agent_log))
     return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO, stdout=subprocess.PIPE,
