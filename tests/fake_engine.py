@@ -373,7 +373,7 @@ class FakeEngine:
             self.in_flight -= 1
 
     # -- life cycle ------------------------------------------------------------------------
-    def start(self) -> "FakeEngine":
+    def start(self) -> FakeEngine:
         import uvicorn
 
         sock = socket.socket()
@@ -399,7 +399,7 @@ class FakeEngine:
             self._thread.join(10)
             self._server = None
 
-    def __enter__(self) -> "FakeEngine":
+    def __enter__(self) -> FakeEngine:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -25,8 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-
 from agl.gateway.upstream import ConnectionPool, Endpoint
+
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

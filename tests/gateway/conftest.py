@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import openai
 import pytest
-
 from agl.gateway import Gateway
 from agl.schema import Rollout, Task
+
 from tests.fake_engine import FakeEngine
 
 TOKEN = "test-token"

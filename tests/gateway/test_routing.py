@@ -7,8 +7,8 @@ import time
 
 import httpx
 import pytest
-
 from agl.gateway import Gateway
+
 from tests.conftest import free_port
 from tests.fake_engine import FakeEngine
 from tests.gateway.conftest import TOKEN, calls_of, new_rollout

@@ -23,7 +23,8 @@ import hmac
 import json
 import logging
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import parse_qs
 
 from agl.gateway import chat, responses_api, validate

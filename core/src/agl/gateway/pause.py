@@ -41,7 +41,7 @@ class PauseGate:
         self._open.clear()
         try:
             await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 

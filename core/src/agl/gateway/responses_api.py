@@ -19,7 +19,8 @@ import json
 import logging
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from agl.gateway import validate
 from agl.gateway.chat import StreamAccumulator, take_chat_tokens

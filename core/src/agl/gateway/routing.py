@@ -27,7 +27,7 @@ _DOWN_FOR_S = 2.0
 class Replica:
     """One engine server and what the gateway knows of it."""
 
-    __slots__ = ("endpoint", "pool", "in_flight", "models", "served_model", "max_model_len", "down_until")
+    __slots__ = ("down_until", "endpoint", "in_flight", "max_model_len", "models", "pool", "served_model")
 
     def __init__(self, url: str, *, api_key: str | None = None, connect_timeout_s: float = 5.0):
         self.endpoint = Endpoint.parse(url)

@@ -76,7 +76,7 @@ class Gateway:
         self._thread: threading.Thread | None = None
 
     # -- life cycle --------------------------------------------------------------------
-    def start(self, timeout_s: float = 30.0) -> "Gateway":
+    def start(self, timeout_s: float = 30.0) -> Gateway:
         """Serve in a background thread; returns once the gateway is listening."""
         import uvicorn
 
@@ -146,7 +146,7 @@ class Gateway:
         """Return once every call recorded so far is in the store."""
         self.writer.flush()
 
-    def __enter__(self) -> "Gateway":
+    def __enter__(self) -> Gateway:
         return self.start() if self._thread is None else self
 
     def __exit__(self, *exc) -> None:

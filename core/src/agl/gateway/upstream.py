@@ -33,7 +33,7 @@ class Endpoint:
     tls: bool
 
     @classmethod
-    def parse(cls, url: str) -> "Endpoint":
+    def parse(cls, url: str) -> Endpoint:
         parts = urlsplit(url.rstrip("/"))
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"upstream {url!r}: expected http://host:port/v1")
@@ -58,9 +58,9 @@ class _Conn:
 class UpstreamResponse:
     """An answer from a replica: status, lower-cased headers, and a body read at once or streamed."""
 
-    __slots__ = ("status", "headers", "_conn", "_pool", "_chunked", "_length", "_done", "_body")
+    __slots__ = ("_body", "_chunked", "_conn", "_done", "_length", "_pool", "headers", "status")
 
-    def __init__(self, status: int, headers: dict[str, str], conn: _Conn, pool: "ConnectionPool"):
+    def __init__(self, status: int, headers: dict[str, str], conn: _Conn, pool: ConnectionPool):
         self.status = status
         self.headers = headers
         self._conn: _Conn | None = conn
@@ -163,7 +163,7 @@ class ConnectionPool:
                 asyncio.open_connection(self.endpoint.host, self.endpoint.port, ssl=ctx, limit=_READ_LIMIT),
                 self.connect_timeout_s,
             )
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise UpstreamConnectError(f"cannot connect to {self.endpoint.url}: {exc or type(exc).__name__}") from exc
         return _Conn(reader, writer)
 
