@@ -303,12 +303,14 @@ def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
     url = f"sqlite:///{db}"
     script = _write_script(tmp_path, """
         import json, os, sys
+        import agl
         from openai import OpenAI
         client = OpenAI()  # OPENAI_BASE_URL and OPENAI_API_KEY from the environment, as such scripts do
         reply = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hello"}])
         keys = ["OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY", "AGL_ROLLOUT_ID", "AGL_STORE_URL", "AGL_TASK_INPUT"]
         json.dump({k: os.environ.get(k) for k in keys} | {"reply": reply.choices[0].message.content},
                   open(sys.argv[1], "w"))
+        agl.emit_reward(0.75)  # lands on the rollout agl run created (AGL_ROLLOUT_ID, AGL_STORE_URL)
         sys.exit(int(sys.argv[2]))
     """)
     store = SqliteStore(db)
@@ -329,6 +331,9 @@ def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
             assert store.get_rollout(rid).status == RolloutStatus.SUCCEEDED
             (call,) = store.query_llm_calls(rollout_id=rid)
             assert call.requested_model == "gpt-4o" and call.model_version == "v7"
+            assert [(w.value, w.source) for w in store.query_rewards(rollout_id=rid)] == [(0.75, "agent")]
+            (t,) = build_transitions(store, [store.get_rollout(rid)])[0]
+            assert t.reward == 0.75 and t.token_source == "engine" and t.call_id == call.call_id
 
             bad = subprocess.run([*AGL, "run", "--store", url, "--gateway", gw.url, "--gateway-token", "tok",
                                   "--", sys.executable, "-c", "import sys; print('it broke', file=sys.stderr); sys.exit(3)"],

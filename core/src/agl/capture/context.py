@@ -7,7 +7,8 @@ active in the process, it is the current one everywhere.
 
 Outside any rollout, observations are production traffic: they are written with
 no rollout id to the store named by ``AGL_STORE_URL`` (or ``.agl/agl.db``), and
-can be rewarded later by span id.
+can be rewarded later by span id. In a process started by ``agl run`` (which sets
+``AGL_ROLLOUT_ID``) they belong to that rollout instead.
 """
 
 from __future__ import annotations
@@ -75,7 +76,10 @@ def _production_context() -> RolloutContext:
     global _production
     with _production_lock:
         if _production is None:
-            _production = RolloutContext(rollout_id=None)
+            # A process started by `agl run` is one rollout as a whole: AGL_ROLLOUT_ID names it.
+            import os
+
+            _production = RolloutContext(rollout_id=os.environ.get("AGL_ROLLOUT_ID") or None)
         return _production
 
 
