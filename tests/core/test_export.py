@@ -77,6 +77,7 @@ def test_bad_format_is_a_clear_error(filled, tmp_path):
         export_transitions(filled, tmp_path / "out.csv")
 
 
+@pytest.mark.slow
 def test_the_command(filled, tmp_path):
     out = tmp_path / "cli.parquet"
     proc = subprocess.run([*AGL, "export", "transitions", "--store", f"sqlite:///{filled.path}", "--step", "1",

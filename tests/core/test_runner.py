@@ -295,6 +295,7 @@ def _write_script(tmp_path: Path, body: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
     from agl.gateway import Gateway
     from agl.store.sqlite import SqliteStore

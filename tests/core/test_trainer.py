@@ -251,6 +251,7 @@ def test_config_files_load_in_every_format_and_errors_name_the_field(tmp_path):
         load_config(tmp_path / "x.ini")
 
 
+@pytest.mark.slow
 def test_agl_train_cli_runs_a_loop_from_a_config_file(tmp_path, engine):
     (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in _tasks(2)))
     (tmp_path / "train.yaml").write_text(

@@ -83,6 +83,19 @@ class TrainResult:
     after: dict[str, float] | None = None
     reward_curve: Path | None = None
 
+    def summary(self) -> str:
+        """A few lines: steps, final version, and the held-out reward before and after."""
+        lines = [f"{self.steps_completed} steps; model version {self.model_version}"]
+        for label, key in [("held-out reward", "val_reward_mean"), ("held-out success", "val_success_rate")]:
+            b = None if self.before is None else self.before.get(key)
+            a = None if self.after is None else self.after.get(key)
+            if b is not None or a is not None:
+                fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+                lines.append(f"{label}: {fmt(b)} -> {fmt(a)}")
+        if self.reward_curve is not None:
+            lines.append(f"reward curve: {self.reward_curve}")
+        return "\n".join(lines)
+
 
 def as_tasks(items: Iterable[Task | dict[str, Any] | Any], split: str) -> list[Task]:
     """Tasks from Task objects, ``{"task_id"?, "input", ...}`` dicts, or bare inputs.
