@@ -60,6 +60,7 @@ def test_streaming_records_the_same_ids_as_plain(client, gateway, store, rollout
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "echo: hello"
     assert all(c.usage is None for c in chunks) and all(c.choices for c in chunks)
     assert all("token_ids" not in (c.choices[0].model_extra or {}) for c in chunks)
+    assert len(gateway.router.replicas[0].pool._idle) == 1  # the engine connection went back to the pool
     plain = client.chat.completions.create(model="m", messages=MESSAGES)
     streamed_call, plain_call = calls_of(gateway, store, rollout)
     assert streamed_call.call_id == chunks[0].id

@@ -33,7 +33,7 @@ from agl.gateway.pause import PauseGate
 from agl.gateway.recorder import CallMeta, Recorder
 from agl.gateway.rollouts import RolloutRegistry
 from agl.gateway.routing import Replica, Router
-from agl.gateway.sse import DONE, DONE_EVENT, data_event, iter_sse_data
+from agl.gateway.sse import DONE, DONE_EVENT, data_event, iter_sse_batches
 
 log = logging.getLogger(__name__)
 
@@ -275,22 +275,26 @@ class GatewayApp:
         acc = chat.StreamAccumulator(is_chat)
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
         try:
-            async for data in iter_sse_data(resp.iter_chunks()):
-                if data == DONE:
-                    break
-                chunk = json.loads(data)
-                if "error" in chunk and not chunk.get("choices"):
-                    log.warning("gateway: engine error mid-stream: %s", chunk["error"])
-                    await send({"type": "http.response.body", "body": data_event(chunk), "more_body": True})
-                    break
-                acc.feed(chunk)
-                chunk["id"] = meta.call_id
-                chat.strip_chunk(chunk, keep_ids=keep_ids, keep_logprobs=keep_logprobs)
-                if not include_usage:
-                    if not chunk.get("choices") and chunk.get("usage"):
+            done = False
+            async for batch in iter_sse_batches(resp.iter_chunks()):
+                out = []
+                for data in batch:
+                    if done or data == DONE:
+                        done = True  # read on to the end of the body, so the connection can be reused
                         continue
-                    chunk.pop("usage", None)
-                await send({"type": "http.response.body", "body": data_event(chunk), "more_body": True})
+                    chunk = json.loads(data)
+                    if "error" in chunk and not chunk.get("choices"):
+                        raise ConnectionError(f"engine error mid-stream: {chunk['error']}")
+                    acc.feed(chunk)
+                    chunk["id"] = meta.call_id
+                    chat.strip_chunk(chunk, keep_ids=keep_ids, keep_logprobs=keep_logprobs)
+                    if not include_usage:
+                        if not chunk.get("choices") and chunk.get("usage"):
+                            continue
+                        chunk.pop("usage", None)
+                    out.append(data_event(chunk))
+                if out:
+                    await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             err = {"error": {"message": f"the engine dropped the stream: {exc}", "type": "upstream_error",
                              "param": None, "code": "engine_error"}}
