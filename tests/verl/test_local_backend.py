@@ -257,6 +257,7 @@ def test_lora_trains_adapter_only_and_publishes_it(tiny_model, digit_ids, tmp_pa
     assert engine.loaded[-1] is version
 
 
+@pytest.mark.slow
 def test_checkpoint_resume_continues_identically(tiny_model, digit_ids, tmp_path):
     def batches():
         rng = random.Random(5)
