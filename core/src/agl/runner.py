@@ -30,7 +30,10 @@ attempts are left. The loop goes on either way. A sync agent past its timeout
 cannot be interrupted: its thread is abandoned (it keeps its pool slot until it
 returns; the pool has room for ``concurrency`` more). A rollout cancelled in the
 store (or taken back by :meth:`Store.expire`) while running is cancelled here at
-the next heartbeat and not finished twice.
+the next heartbeat and not finished twice. Stopping the runner (:meth:`Runner.stop`,
+SIGINT/SIGTERM to ``agl runner``) cancels what is in flight and ends those attempts
+``failed`` with a ``RunnerStopped`` error, so the retry policy hands them to
+another runner.
 """
 
 from __future__ import annotations

@@ -726,6 +726,12 @@ class TransitionBuilder:
         if not spans:
             report.gateway_only += len(calls)
             return [_Step(c.time, c, None) for c in calls]
+        if len(spans) == len(calls):
+            # The common case: every call has its span, joined by response id; the gateway's order stands.
+            span_of = {sp.response_id: sp for sp in spans}
+            if len(span_of) == len(calls) and all(c.call_id in span_of for c in calls):
+                report.joined_by_id += len(calls)
+                return [_Step(c.time, c, span_of[c.call_id]) for c in calls]
         spans.sort(key=lambda s: s.seq)
         by_id = {c.call_id: c for c in calls}
         taken: set[str] = set()
