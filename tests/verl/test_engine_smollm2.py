@@ -50,7 +50,7 @@ def test_ids_text_and_logprobs(smollm2_engine, hf):
 
 def test_tool_choice_required_yields_a_parseable_call(smollm2_engine, hf):
     tokenizer, _ = hf
-    out = chat(smollm2_engine, QUESTION, tools=[WEATHER], tool_choice="required", max_tokens=40, temperature=0)
+    out = chat(smollm2_engine, QUESTION, tools=[WEATHER], tool_choice="required", max_tokens=64, temperature=0)
     choice = out["choices"][0]
     assert choice["finish_reason"] == "tool_calls", choice
     call = choice["message"]["tool_calls"][0]
@@ -64,7 +64,7 @@ def test_tool_choice_required_yields_a_parseable_call(smollm2_engine, hf):
 def test_named_tool_and_history_round_trip(smollm2_engine, hf):
     tokenizer, model = hf
     first = chat(smollm2_engine, QUESTION, tools=[WEATHER],
-                 tool_choice={"type": "function", "function": {"name": "get_weather"}}, max_tokens=40, temperature=0)
+                 tool_choice={"type": "function", "function": {"name": "get_weather"}}, max_tokens=64, temperature=0)
     message = first["choices"][0]["message"]
     assert first["choices"][0]["finish_reason"] == "tool_calls"
     history = QUESTION + [message, {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"],

@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator
 
 from agl_verl.engines.batching import Batcher, SamplingParams, Sequence, WeightSlot
 from agl_verl.engines.protocol import ChatRequest, CompletionRequest, RequestError, Sampling
-from agl_verl.engines.tools import forced_prefix, parse_tool_calls, render_messages, template_supports_tools
+from agl_verl.engines.tools import ToolChoice, forced_prefix, parse_tool_calls, render_messages, template_supports_tools
 
 TOOL_RETRIES = 2
 
@@ -73,7 +73,11 @@ class Replica:
             )
         except Exception as exc:  # noqa: BLE001 - template errors are the request's fault
             raise RequestError("messages", f"the chat template could not render these messages: {exc}") from exc
-        prefix = forced_prefix(req.tool_choice) if tools_active else ""
+        choice = req.tool_choice
+        if choice.mode == "required" and req.tools and len(req.tools) == 1:
+            # one tool: "required" can only mean that one, so its name is forced as well
+            choice = ToolChoice("function", req.tools[0]["function"]["name"])
+        prefix = forced_prefix(choice) if tools_active else ""
         forced = self.tokenizer.encode(prefix, add_special_tokens=False) if prefix else []
         return _Prepared(
             prompt_ids=list(ids),

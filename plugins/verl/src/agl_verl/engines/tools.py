@@ -22,8 +22,10 @@ nothing of tools. For them the engine uses one convention, the Hermes / Qwen2.5 
   ``"auto"`` lets the model choose; ``"required"`` forces the response to start with
   ``<tool_call>\\n{"name": "`` and a named function forces
   ``<tool_call>\\n{"name": "NAME", "arguments": `` (constrained decoding by a forced
-  prefix; the forced tokens are part of the response ids and carry their logprobs). If
-  the result still does not parse, the request is retried a few times.
+  prefix; the forced tokens are part of the response ids and carry their logprobs). With
+  a single tool, ``"required"`` forces that tool's name too. If the result still does not
+  parse, the request is retried a few times (with ``seed`` given, retries use other seeds;
+  at temperature 0 a retry repeats the same output).
 
 Models whose template has a tool section get the tools through the template; their output
 is parsed by the same ``<tool_call>`` convention, which is the one such templates (Qwen2.5,
@@ -131,16 +133,16 @@ def parse_tool_calls(text: str, *, allowed: set[str] | None = None) -> tuple[str
 
     Returns no calls when there is no block, or when any block is not a JSON object with a
     string ``name`` (and, given ``allowed``, a known one): a half-valid set of calls is
-    not returned as if it were whole. An unterminated last block (the model stopped right
+    not returned as if it were whole. Up to two missing closing braces at the end of a
+    block are restored. An unterminated last block (the model stopped right
     after the JSON) counts.
     """
     if TOOL_CALL_OPEN not in text:
         return (text or None), []
     calls = []
     for body in _BLOCK.findall(text):
-        try:
-            obj = json.loads(body)
-        except ValueError:
+        obj = _load_call(body)
+        if obj is None:
             return (text or None), []
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
             return (text or None), []
@@ -159,3 +161,13 @@ def parse_tool_calls(text: str, *, allowed: set[str] | None = None) -> tuple[str
         )
     content = _BLOCK.sub("", text).strip()
     return (content or None), calls
+
+
+def _load_call(body: str) -> Any:
+    """The JSON object of one block; small models often drop the final brace(s), which are restored."""
+    for suffix in ("", "}", "}}"):
+        try:
+            return json.loads(body + suffix)
+        except ValueError:
+            continue
+    return None
