@@ -1,10 +1,14 @@
 """The store on a SQL database, shared by the SQLite and PostgreSQL backends.
 
-Writes go through one writer thread per store that commits them in groups: every
-caller waiting at the same moment shares one transaction (each in its own
-savepoint, so one caller's bad input fails only that caller). A write returns
-once its transaction has committed, so whatever was acknowledged survives a
-SIGKILL of the process. Reads use per-thread connections and page through
+Writes are committed in groups on one writer connection per store: every caller
+waiting at the same moment shares one transaction. There is no writer thread:
+the first caller to find the writer free leads, running its own write and
+whatever else is queued, and hands the lead to the next waiting caller when its
+own write has committed, so a lone caller never waits on another thread. A group
+runs without savepoints; if one caller's write fails, the group is rolled back
+and run again with each write in its own savepoint, so one caller's bad input
+fails only that caller. A write returns once its transaction has committed, so
+whatever was acknowledged survives a SIGKILL of the process. Reads use per-thread connections and page through
 results by primary key, so a query over millions of rows holds one page at a time.
 
 A backend supplies a :class:`Dialect`: how to connect, its column types, its
@@ -13,13 +17,13 @@ placeholder and how it locks rows for a claim.
 
 from __future__ import annotations
 
+import _thread
 import json
 import logging
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future
 from typing import Any
 
 from agl.errors import InvalidTransition, NotFound, StoreUnavailable
@@ -44,6 +48,8 @@ log = logging.getLogger(__name__)
 
 PAGE_SIZE = 500
 MAX_GROUP = 256
+TASK_CACHE_BYTES = 8 * 1024 * 1024
+"""Task bodies a store keeps in memory for claims (tasks never change once stored)."""
 
 
 class Dialect:
@@ -142,11 +148,35 @@ def _rollout_from_row(row: Sequence[Any]) -> Rollout:
 
 
 class _Job:
-    __slots__ = ("fn", "future")
+    """One caller's write: the function to run in the group's transaction and its outcome.
+
+    ``lock`` is held from creation; the caller blocks on it and is woken exactly
+    once: when a leader has settled the job, or when it is made the leader itself.
+    """
+
+    __slots__ = ("abandoned", "done", "fn", "lead", "lock", "ok", "value")
 
     def __init__(self, fn: Callable[[Any], Any]):
         self.fn = fn
-        self.future: Future = Future()
+        self.lock = _thread.allocate_lock()
+        self.lock.acquire()
+        self.done = False
+        self.ok = False
+        self.value: Any = None
+        self.lead = False  # this job's caller is (or was made) the leader: settling must not wake it
+        self.abandoned = False  # its caller stopped waiting (interrupted): never hand it the lead
+
+    def settle(self, ok: bool, value: Any) -> None:
+        self.ok = ok
+        self.value = value
+        self.done = True
+        if not self.lead:
+            self.lock.release()
+
+    def outcome(self) -> Any:
+        if self.ok:
+            return self.value
+        raise self.value
 
 
 class _ReaderPool:
@@ -221,12 +251,18 @@ class SqlStore(Store):
         self.retries = retries
         self.retry_delay_s = retry_delay_s
         self._pool = _ReaderPool(lambda: dialect.connect(writer=False), max_readers)
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._pending: deque[_Job] = deque()
+        self._mutex = threading.Lock()
+        self._leading = False  # some caller is running a group (or about to)
+        self._idle = threading.Condition(self._mutex)  # notified when the lead is given up
         self._closed = False
         self._writer_conn: Any = None
-        self._run_in_transaction([_Job(self._create_schema)], raise_errors=True)
-        self._writer = threading.Thread(target=self._write_loop, name=f"agl-{dialect.name}-writer", daemon=True)
-        self._writer.start()
+        self._task_bodies: dict[str, str] = {}
+        self._task_bytes = 0
+        schema = _Job(self._create_schema)
+        schema.lead = True
+        self._run_in_transaction([schema])
+        schema.outcome()
 
     # -- plumbing ------------------------------------------------------------------
     def _sql(self, text: str) -> str:
@@ -268,81 +304,133 @@ class SqlStore(Store):
             _close_quietly(self._writer_conn)
             self._writer_conn = None
 
-    def _run_in_transaction(self, jobs: list[_Job], *, raise_errors: bool = False) -> None:
-        """Run every job in one transaction on the writer connection, each in its own savepoint.
+    def _run_in_transaction(self, jobs: list[_Job]) -> None:
+        """Run every job in one transaction on the writer connection and settle each one.
 
-        A transient error anywhere rolls the whole group back and runs it again, so
-        each job must be safe to run twice (they are: inserts ignore duplicates and a
-        claim is found again by its claim id).
+        The group first runs without savepoints. If a job fails (not transiently),
+        the transaction is rolled back and the group runs again with each job in its
+        own savepoint, so the failure is that job's alone. A transient error anywhere
+        rolls the whole group back and runs it again, so each job must be safe to run
+        twice (they are: inserts ignore duplicates and a claim is found again by its
+        claim id).
         """
+        guarded = [False]
 
         def attempt() -> list[tuple[bool, Any]]:
             results: list[tuple[bool, Any]] = []
             cur = self._writer_connection().cursor()
             cur.execute(self.dialect.begin)
             try:
-                for i, job in enumerate(jobs):
-                    cur.execute(f"SAVEPOINT j{i}")
+                if not guarded[0]:
                     try:
-                        results.append((True, job.fn(cur)))
-                        cur.execute(f"RELEASE SAVEPOINT j{i}")
+                        for job in jobs:
+                            results.append((True, job.fn(cur)))
                     except Exception as exc:
                         if self.dialect.is_transient(exc):
                             raise
-                        cur.execute(f"ROLLBACK TO SAVEPOINT j{i}")
-                        cur.execute(f"RELEASE SAVEPOINT j{i}")
-                        results.append((False, exc))
+                        cur.execute("ROLLBACK")
+                        if len(jobs) == 1:
+                            return [(False, exc)]
+                        guarded[0] = True  # run again, each job in its own savepoint
+                        results = []
+                        cur.execute(self.dialect.begin)
+                if guarded[0]:
+                    for i, job in enumerate(jobs):
+                        cur.execute(f"SAVEPOINT j{i}")
+                        try:
+                            results.append((True, job.fn(cur)))
+                            cur.execute(f"RELEASE SAVEPOINT j{i}")
+                        except Exception as exc:
+                            if self.dialect.is_transient(exc):
+                                raise
+                            cur.execute(f"ROLLBACK TO SAVEPOINT j{i}")
+                            cur.execute(f"RELEASE SAVEPOINT j{i}")
+                            results.append((False, exc))
                 cur.execute("COMMIT")
             except BaseException:
                 try:
                     cur.execute("ROLLBACK")
-                except Exception:  # the connection may be gone; the retry reconnects
+                except Exception:  # the connection may be gone (or the transaction already ended); the retry reconnects
                     pass
                 raise
+            self._committed(len(jobs))
             return results
 
         try:
             results = self._with_retries(attempt, on_transient=self._drop_broken_writer)
         except BaseException as exc:
-            if raise_errors:
-                raise
             for job in jobs:
-                job.future.set_exception(exc)
+                job.settle(False, exc)
             return
         for job, (ok, value) in zip(jobs, results):
-            if ok:
-                job.future.set_result(value)
-            elif raise_errors:
-                raise value
-            else:
-                job.future.set_exception(value)
+            job.settle(ok, value)
 
-    def _write_loop(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            group = [job]
-            stop = False
-            while len(group) < MAX_GROUP:
-                try:
-                    nxt = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    stop = True
-                    break
-                group.append(nxt)
-            self._run_in_transaction(group)
-            if stop:
-                return
+    def _committed(self, jobs: int) -> None:
+        """Called on the writer after each commit (the SQLite store schedules checkpoints here)."""
 
     def _write(self, fn: Callable[[Any], Any]) -> Any:
-        if self._closed:
-            raise StoreUnavailable(f"{self.dialect.describe()} is closed")
+        """Run ``fn(cursor)`` in a group transaction; return its result once committed."""
         job = _Job(fn)
-        self._jobs.put(job)
-        return job.future.result()
+        with self._mutex:
+            if self._closed:
+                raise StoreUnavailable(f"{self.dialect.describe()} is closed")
+            self._pending.append(job)
+            if self._leading:
+                lead = False
+            else:
+                self._leading = lead = job.lead = True
+        if not lead:
+            try:
+                job.lock.acquire()  # woken once: settled, or made the leader
+            except BaseException:
+                # Interrupted while waiting: the write stays queued (it may still commit),
+                # and a lead handed to this caller must not be lost.
+                with self._mutex:
+                    job.abandoned = True
+                    handed = job.lead and not job.done
+                if handed:
+                    self._lead()
+                raise
+            if job.done:
+                return job.outcome()
+        self._lead()
+        return job.outcome()
+
+    def _lead(self) -> None:
+        """Run the queued jobs as group transactions, then pass the lead to the next caller in line.
+
+        The leader's own job is in the first group. The lead passes to the caller
+        at the head of the queue, who wakes to run the next group; a caller that
+        stopped waiting (interrupted) is skipped by running its group here.
+        """
+        while True:
+            group: list[_Job] = []
+            try:
+                with self._mutex:
+                    group = [self._pending.popleft() for _ in range(min(len(self._pending), MAX_GROUP))]
+                self._run_in_transaction(group)
+            except BaseException as exc:  # an interrupt on the leader's thread: fail its group, not the others
+                for job in group:
+                    if not job.done:
+                        job.settle(False, exc)
+                self._pass_lead()
+                raise
+            if self._pass_lead():
+                return
+
+    def _pass_lead(self) -> bool:
+        """Hand the lead on; False when the head of the queue stopped waiting (lead on)."""
+        with self._mutex:
+            if not self._pending:
+                self._leading = False
+                self._idle.notify_all()
+                return True
+            nxt = self._pending[0]
+            if nxt.abandoned:
+                return False
+            nxt.lead = True
+            nxt.lock.release()  # the next caller in line runs the next group
+            return True
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Run one query and return all its rows; the connection goes back to the pool at once."""
@@ -450,43 +538,65 @@ class SqlStore(Store):
     def claim(self, runner_id: str, *, limit: int = 1, claim_id: str | None = None) -> list[Rollout]:
         if limit < 1:
             raise ValueError(f"limit: must be at least 1, got {limit}")
+        repeatable = claim_id is not None  # a claim id made here cannot have been used before
         claim_id = claim_id or new_id("claim-")
+        bodies = self._task_bodies
 
         def run(cur):
-            cur.execute(self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE claim_id = ? AND status = ?"),
-                        (claim_id, RolloutStatus.RUNNING.value))
-            already = cur.fetchall()
-            if already:
-                return already
-            t = now()
-            cur.execute(
-                self._sql(
-                    f"""UPDATE rollouts SET status = ?, attempt = attempt + 1, runner_id = ?, claim_id = ?,
-                        started_at = ?, heartbeat_at = ?, ended_at = NULL, error = NULL
-                    WHERE rollout_id IN (
-                        SELECT rollout_id FROM rollouts WHERE status = ? ORDER BY pk LIMIT ? {self.dialect.skip_locked})
-                    RETURNING {_ROLLOUT_SELECT}"""
-                ),
-                (RolloutStatus.RUNNING.value, runner_id, claim_id, t, t, RolloutStatus.QUEUED.value, limit),
-            )
-            rows = cur.fetchall()
-            cur.executemany(
-                self._sql("INSERT INTO attempts (rollout_id, attempt, runner_id, status, started_at) VALUES (?, ?, ?, ?, ?)"),
-                [(row[0], row[3], runner_id, RolloutStatus.RUNNING.value, t) for row in rows],
-            )
-            return rows
+            if repeatable:
+                cur.execute(self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE claim_id = ? AND status = ?"),
+                            (claim_id, RolloutStatus.RUNNING.value))
+                rows = cur.fetchall()
+            else:
+                rows = None
+            if not rows:
+                t = now()
+                cur.execute(
+                    self._sql(
+                        f"""UPDATE rollouts SET status = ?, attempt = attempt + 1, runner_id = ?, claim_id = ?,
+                            started_at = ?, heartbeat_at = ?, ended_at = NULL, error = NULL
+                        WHERE rollout_id IN (
+                            SELECT rollout_id FROM rollouts WHERE status = ? ORDER BY pk LIMIT ? {self.dialect.skip_locked})
+                        RETURNING {_ROLLOUT_SELECT}"""
+                    ),
+                    (RolloutStatus.RUNNING.value, runner_id, claim_id, t, t, RolloutStatus.QUEUED.value, limit),
+                )
+                rows = cur.fetchall()
+                if rows:
+                    cur.executemany(
+                        self._sql(
+                            "INSERT INTO attempts (rollout_id, attempt, runner_id, status, started_at) VALUES (?, ?, ?, ?, ?)"
+                        ),
+                        [(row[0], row[3], runner_id, RolloutStatus.RUNNING.value, t) for row in rows],
+                    )
+            # Tasks never change once stored, so their bodies are cached; the rest are read here.
+            missing = sorted(tid for tid in {row[1] for row in rows} if tid not in bodies)
+            if missing:
+                marks = ", ".join("?" for _ in missing)
+                cur.execute(self._sql(f"SELECT task_id, body FROM tasks WHERE task_id IN ({marks})"), missing)
+                return rows, dict(cur.fetchall())
+            return rows, None
 
-        rollouts = [_rollout_from_row(row) for row in self._write(run)]
-        if rollouts:
-            tasks = {}
-            marks = ", ".join("?" for _ in rollouts)
-            for (body,) in self._read(f"SELECT body FROM tasks WHERE task_id IN ({marks})", [r.task_id for r in rollouts]):
-                task = Task.model_validate_json(body)
-                tasks[task.task_id] = task
-            for r in rollouts:
-                r.task = tasks.get(r.task_id)
+        rows, read = self._write(run)
+        if read:
+            self._remember_tasks(read)
+        rollouts = []
+        for row in rows:
+            rollout = _rollout_from_row(row)
+            body = bodies.get(rollout.task_id) if read is None else read.get(rollout.task_id, bodies.get(rollout.task_id))
+            rollout.task = None if body is None else Task.model_validate_json(body)
+            rollouts.append(rollout)
         rollouts.sort(key=lambda r: r.created_at)
         return rollouts
+
+    def _remember_tasks(self, bodies: dict[str, str]) -> None:
+        """Cache task bodies (bounded by total size; tasks are immutable once stored)."""
+        size = sum(len(b) for b in bodies.values())
+        if self._task_bytes + size > TASK_CACHE_BYTES:
+            self._task_bodies = {}  # claims in flight keep the dict they started with
+            self._task_bytes = 0
+        self._task_bodies.update(bodies)
+        self._task_bytes += size
 
     def heartbeat(self, rollout_ids: Sequence[str], runner_id: str) -> None:
         ids = list(rollout_ids)
@@ -521,29 +631,51 @@ class SqlStore(Store):
         status = RolloutStatus(status)
         if not status.terminal:
             raise InvalidTransition(f"status: finish needs a terminal status, got {status.value!r}")
+        encoded = _dumps(output)
+        retryable = status in (RolloutStatus.FAILED, RolloutStatus.TIMED_OUT)
+        if retryable:  # the retry policy, in the statement: attempts left put the rollout back in the queue
+            new_status = f"CASE WHEN attempt < max_attempts THEN '{RolloutStatus.QUEUED.value}' ELSE ? END"
+            ended = "CASE WHEN attempt < max_attempts THEN NULL ELSE ? END"
+        else:
+            new_status = ended = "?"
+        fast = self._sql(
+            f"""UPDATE rollouts SET status = {new_status}, ended_at = {ended}, error = ?, output = ?, claim_id = NULL
+            WHERE rollout_id = ? AND status = ? RETURNING {_ROLLOUT_SELECT}"""
+        )
 
         def run(cur):
+            t = now()
+            # The usual case, a running rollout, in one statement that returns the new row.
+            cur.execute(fast, (status.value, t, error, encoded, rollout_id, RolloutStatus.RUNNING.value))
+            row = cur.fetchone()
+            if row is not None:
+                cur.execute(
+                    self._sql("UPDATE attempts SET status = ?, ended_at = ?, error = ? WHERE rollout_id = ? AND attempt = ?"),
+                    (status.value, t, error, rollout_id, row[3]),
+                )
+                return row
             cur.execute(self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE rollout_id = ?{self.dialect.for_update}"), (rollout_id,))
             row = cur.fetchone()
             if row is None:
                 raise NotFound("rollout", rollout_id)
             current = RolloutStatus(row[2])
             if current == status:
-                return  # a retried finish
+                return row  # a retried finish
             if current == RolloutStatus.QUEUED and row[3] > 0:
                 # A retried finish of an attempt the retry policy already put back in the
                 # queue (the first call's reply was lost): the attempt record says so.
                 cur.execute(self._sql("SELECT status FROM attempts WHERE rollout_id = ? AND attempt = ?"),
                             (rollout_id, row[3]))
-                ended = cur.fetchone()
-                if ended is not None and ended[0] == status.value:
-                    return
+                ended_attempt = cur.fetchone()
+                if ended_attempt is not None and ended_attempt[0] == status.value:
+                    return row
             if status not in ALLOWED_TRANSITIONS[current]:
                 raise InvalidTransition(f"rollout {rollout_id}: cannot go from {current.value!r} to {status.value!r}")
-            self._end_attempt(cur, row, status, error, output, now())
+            self._end_attempt(cur, row, status, error, output, t)
+            cur.execute(self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE rollout_id = ?"), (rollout_id,))
+            return cur.fetchone()
 
-        self._write(run)
-        return self.get_rollout(rollout_id)
+        return _rollout_from_row(self._write(run))
 
     def cancel(self, rollout_ids: Sequence[str]) -> None:
         ids = list(rollout_ids)
@@ -716,20 +848,13 @@ class SqlStore(Store):
         )
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._jobs.put(None)
-        self._writer.join()
-        # A write that raced with close() and queued behind the stop marker fails
-        # loudly rather than waiting forever.
-        while True:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:
-                job.future.set_exception(StoreUnavailable(f"{self.dialect.describe()} was closed"))
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            # Writes already queued are committed; later ones are refused.
+            while self._leading:
+                self._idle.wait()
         if self._writer_conn is not None:
             _close_quietly(self._writer_conn)
         self._pool.close()

@@ -1,12 +1,30 @@
-"""The embedded default store: one SQLite file in WAL mode, nothing to start."""
+"""The embedded default store: one SQLite file in WAL mode, nothing to start.
+
+Commits only append to the write-ahead log (``synchronous=NORMAL``: durable against
+a crash of the process, which is what the store promises). Copying the log back
+into the database file (a checkpoint, with its two fsyncs) is kept off the commit
+path: a background thread checkpoints a few times a second while writes come in,
+and the writer connection checkpoints itself only when the log has grown past
+``WAL_BACKSTOP_PAGES`` (by then there is little left to copy), which lets the log
+start over from its beginning, so it stays bounded under sustained writes.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
+import threading
 from pathlib import Path
 
 from agl.store.sql import Dialect, SqlStore
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_INTERVAL_S = 0.25
+"""How often the background thread checkpoints while there are new commits."""
+WAL_BACKSTOP_PAGES = 8192
+"""The writer's own ``wal_autocheckpoint``: the log is reset at about 32 MiB at most."""
 
 
 class SqliteDialect(Dialect):
@@ -26,6 +44,9 @@ class SqliteDialect(Dialect):
         # or power loss can take back the last commits.
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+        if writer:
+            conn.execute(f"PRAGMA wal_autocheckpoint={WAL_BACKSTOP_PAGES}")
+            conn.execute("PRAGMA journal_size_limit=67108864")  # a log that once grew large is cut back
         return conn
 
     def is_transient(self, exc: BaseException) -> bool:
@@ -61,9 +82,42 @@ class SqliteStore(SqlStore):
             raise ValueError(f"busy_timeout_s: must be at least 0, got {busy_timeout_s}")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self._commits = 0
         super().__init__(
             SqliteDialect(path, busy_timeout_s), retries=retries, retry_delay_s=retry_delay_s, max_readers=max_readers
         )
+        self._stop_checkpoints = threading.Event()
+        self._checkpointer = threading.Thread(target=self._checkpoint_loop, name="agl-sqlite-checkpoint", daemon=True)
+        self._checkpointer.start()
 
     def __repr__(self) -> str:
         return f"SqliteStore({self.path!r})"
+
+    def _committed(self, jobs: int) -> None:
+        self._commits += 1
+
+    def _checkpoint_loop(self) -> None:
+        conn = None
+        seen = self._commits
+        try:
+            while not self._stop_checkpoints.wait(CHECKPOINT_INTERVAL_S):
+                if self._commits == seen:
+                    continue
+                seen = self._commits
+                try:
+                    if conn is None:
+                        conn = self.dialect.connect(writer=False)
+                    # PASSIVE never waits for readers or the writer; what it cannot copy now
+                    # it copies next time.
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error as exc:  # the next round (or the writer's backstop) catches up
+                    log.debug("%s: background checkpoint failed: %s", self.dialect.describe(), exc)
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def close(self) -> None:
+        self._stop_checkpoints.set()
+        if self._checkpointer.is_alive() and self._checkpointer is not threading.current_thread():
+            self._checkpointer.join()
+        super().close()
