@@ -312,6 +312,22 @@ class _IdempotencyCache:
 
 
 # -- the app ----------------------------------------------------------------------
+_BATCHED_METHODS = ("add_spans", "add_llm_calls", "add_rewards", "claim", "finish")
+
+
+def _batch_writer(store: Store) -> Callable[..., Any] | None:
+    """The store's own way to queue a whole batch at once (SQL stores), unless a subclass
+    changed one of the methods a batch stands for: then each part goes through that method."""
+    from agl.store.sql import SqlStore
+
+    if not isinstance(store, SqlStore):
+        return None
+    cls = type(store)
+    if any(getattr(cls, name) is not getattr(SqlStore, name) for name in _BATCHED_METHODS):
+        return None
+    return store._write_batch
+
+
 class _Api:
     """The route handlers, bound to one store."""
 
@@ -320,6 +336,8 @@ class _Api:
         self.max_body_bytes = max_body_bytes
         self.cache = _IdempotencyCache()
         self.pool = ThreadPoolExecutor(max_workers=BATCH_WORKERS, thread_name_prefix="agl-store-batch")
+        self.together = _batch_writer(store)
+
 
     def close(self) -> None:
         """Stop the batch threads (the store itself belongs to the caller)."""
@@ -474,6 +492,28 @@ class _Api:
     def _run_batch(self, body: BatchBody) -> bytes:
         """Run every part of a batch at once, so the store's writer commits them as one group."""
         store, pool = self.store, self.pool
+        together = self.together
+        if together is not None:  # a SQL store queues every part in one go, on this thread
+            claimed, finished = together(
+                spans=body.spans,
+                llm_calls=body.llm_calls,
+                rewards=body.rewards,
+                claims=[(c.runner_id, c.limit, c.claim_id) for c in body.claims],
+                finishes=[(f.rollout_id, f.status, f.error, f.output) for f in body.finishes],
+            )
+            return (
+                b'{"claims":['
+                + b",".join(
+                    _error_item(got) if isinstance(got, BaseException) else b'{"rollouts":' + _ROLLOUT_LIST.dump_json(got) + b"}"
+                    for got in claimed
+                )
+                + b'],"finishes":['
+                + b",".join(
+                    _error_item(done) if isinstance(done, BaseException) else b'{"rollout":' + done.model_dump_json().encode() + b"}"
+                    for done in finished
+                )
+                + b"]}"
+            )
         writes = []
         if body.spans:
             writes.append(pool.submit(store.add_spans, body.spans))

@@ -137,6 +137,9 @@ def _schema(d: Dialect) -> list[str]:
     ]
 
 
+_TOKEN_FIELDS = frozenset({"prompt_ids", "response_ids", "response_logprobs"})
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), allow_nan=True)
 
@@ -370,31 +373,43 @@ class SqlStore(Store):
 
     def _write(self, fn: Callable[[Any], Any]) -> Any:
         """Run ``fn(cursor)`` in a group transaction; return its result once committed."""
-        job = _Job(fn)
+        [job] = self._write_all([fn])
+        return job.outcome()
+
+    def _write_all(self, fns: Sequence[Callable[[Any], Any]]) -> list[_Job]:
+        """Queue several writes at once (they share a group) and return their settled jobs."""
+        jobs = [_Job(fn) for fn in fns]
+        if not jobs:
+            return jobs
         with self._mutex:
             if self._closed:
                 raise StoreUnavailable(f"{self.dialect.describe()} is closed")
-            self._pending.append(job)
+            self._pending.extend(jobs)
             if self._leading:
                 lead = False
             else:
-                self._leading = lead = job.lead = True
-        if not lead:
+                self._leading = lead = jobs[0].lead = True
+        if lead:
+            self._lead()
+        for job in jobs:
+            if job.done:
+                continue
             try:
                 job.lock.acquire()  # woken once: settled, or made the leader
             except BaseException:
-                # Interrupted while waiting: the write stays queued (it may still commit),
+                # Interrupted while waiting: the writes stay queued (they may still commit),
                 # and a lead handed to this caller must not be lost.
                 with self._mutex:
-                    job.abandoned = True
-                    handed = job.lead and not job.done
+                    handed = False
+                    for other in jobs:
+                        other.abandoned = True
+                        handed = handed or (other.lead and not other.done)
                 if handed:
                     self._lead()
                 raise
-            if job.done:
-                return job.outcome()
-        self._lead()
-        return job.outcome()
+            if not job.done:
+                self._lead()  # made the leader: this job heads the queue, so the first group runs it
+        return jobs
 
     def _lead(self) -> None:
         """Run the queued jobs as group transactions, then pass the lead to the next caller in line.
@@ -536,6 +551,10 @@ class SqlStore(Store):
         return rollouts
 
     def claim(self, runner_id: str, *, limit: int = 1, claim_id: str | None = None) -> list[Rollout]:
+        fn, post = self._claim_op(runner_id, limit, claim_id)
+        return post(self._write(fn))
+
+    def _claim_op(self, runner_id: str, limit: int, claim_id: str | None):
         if limit < 1:
             raise ValueError(f"limit: must be at least 1, got {limit}")
         repeatable = claim_id is not None  # a claim id made here cannot have been used before
@@ -570,20 +589,31 @@ class SqlStore(Store):
                         [(row[0], row[3], runner_id, RolloutStatus.RUNNING.value, t) for row in rows],
                     )
             # Tasks never change once stored, so their bodies are cached; the rest are read here.
-            missing = sorted(tid for tid in {row[1] for row in rows} if tid not in bodies)
+            found, missing = {}, []
+            for task_id in {row[1] for row in rows}:
+                body = bodies.get(task_id)
+                if body is None:
+                    missing.append(task_id)
+                else:
+                    found[task_id] = body
+            read = None
             if missing:
                 marks = ", ".join("?" for _ in missing)
-                cur.execute(self._sql(f"SELECT task_id, body FROM tasks WHERE task_id IN ({marks})"), missing)
-                return rows, dict(cur.fetchall())
-            return rows, None
+                cur.execute(self._sql(f"SELECT task_id, body FROM tasks WHERE task_id IN ({marks})"), sorted(missing))
+                read = dict(cur.fetchall())
+                found.update(read)
+            return rows, found, read
 
-        rows, read = self._write(run)
+        return run, self._claimed
+
+    def _claimed(self, result) -> list[Rollout]:
+        rows, found, read = result
         if read:
             self._remember_tasks(read)
         rollouts = []
         for row in rows:
             rollout = _rollout_from_row(row)
-            body = bodies.get(rollout.task_id) if read is None else read.get(rollout.task_id, bodies.get(rollout.task_id))
+            body = found.get(rollout.task_id)
             rollout.task = None if body is None else Task.model_validate_json(body)
             rollouts.append(rollout)
         rollouts.sort(key=lambda r: r.created_at)
@@ -628,6 +658,10 @@ class SqlStore(Store):
         )
 
     def finish(self, rollout_id: str, status: RolloutStatus, *, error: str | None = None, output: object = None) -> Rollout:
+        fn, post = self._finish_op(rollout_id, status, error, output)
+        return post(self._write(fn))
+
+    def _finish_op(self, rollout_id: str, status: RolloutStatus, error: str | None, output: object):
         status = RolloutStatus(status)
         if not status.terminal:
             raise InvalidTransition(f"status: finish needs a terminal status, got {status.value!r}")
@@ -675,7 +709,7 @@ class SqlStore(Store):
             cur.execute(self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE rollout_id = ?"), (rollout_id,))
             return cur.fetchone()
 
-        return _rollout_from_row(self._write(run))
+        return run, _rollout_from_row
 
     def cancel(self, rollout_ids: Sequence[str]) -> None:
         ids = list(rollout_ids)
@@ -765,22 +799,89 @@ class SqlStore(Store):
         return [Attempt.model_validate(dict(zip(keys, row))) for row in rows]
 
     # -- observations --------------------------------------------------------------
-    def add_spans(self, spans: Iterable[Span]) -> None:
-        rows = [(s.span_id, s.rollout_id, s.kind, s.start_time, s.model_dump_json()) for s in spans]
-        self._write(lambda cur: self._insert_ignore(cur, "spans", ("span_id", "rollout_id", "kind", "start_time", "body"), rows))
+    _SPAN_COLUMNS = ("span_id", "rollout_id", "kind", "start_time", "body")
+    _CALL_COLUMNS = ("call_id", "rollout_id", "body", "prompt_ids", "response_ids", "response_logprobs")
+    _REWARD_COLUMNS = ("reward_id", "rollout_id", "body")
 
-    def add_llm_calls(self, calls: Iterable[LLMCall]) -> None:
+    def _spans_op(self, spans: Iterable[Span]) -> Callable[[Any], Any]:
+        rows = [(s.span_id, s.rollout_id, s.kind, s.start_time, s.model_dump_json()) for s in spans]
+        return lambda cur: self._insert_ignore(cur, "spans", self._SPAN_COLUMNS, rows)
+
+    def _llm_calls_op(self, calls: Iterable[LLMCall]) -> Callable[[Any], Any]:
         rows = []
         for c in calls:
-            body = c.model_dump_json(exclude={"prompt_ids", "response_ids", "response_logprobs"})
+            body = c.model_dump_json(exclude=_TOKEN_FIELDS)
             logprobs = None if c.response_logprobs is None else to_bytes(c.response_logprobs)
             rows.append((c.call_id, c.rollout_id, body, to_bytes(c.prompt_ids), to_bytes(c.response_ids), logprobs))
-        columns = ("call_id", "rollout_id", "body", "prompt_ids", "response_ids", "response_logprobs")
-        self._write(lambda cur: self._insert_ignore(cur, "llm_calls", columns, rows))
+        return lambda cur: self._insert_ignore(cur, "llm_calls", self._CALL_COLUMNS, rows)
+
+    def _rewards_op(self, rewards: Iterable[Reward]) -> Callable[[Any], Any]:
+        rows = [(r.reward_id, r.rollout_id, r.model_dump_json()) for r in rewards]
+        return lambda cur: self._insert_ignore(cur, "rewards", self._REWARD_COLUMNS, rows)
+
+    def add_spans(self, spans: Iterable[Span]) -> None:
+        self._write(self._spans_op(spans))
+
+    def add_llm_calls(self, calls: Iterable[LLMCall]) -> None:
+        self._write(self._llm_calls_op(calls))
 
     def add_rewards(self, rewards: Iterable[Reward]) -> None:
-        rows = [(r.reward_id, r.rollout_id, r.model_dump_json()) for r in rewards]
-        self._write(lambda cur: self._insert_ignore(cur, "rewards", ("reward_id", "rollout_id", "body"), rows))
+        self._write(self._rewards_op(rewards))
+
+    def _write_batch(
+        self,
+        *,
+        spans: Sequence[Span] = (),
+        llm_calls: Sequence[LLMCall] = (),
+        rewards: Sequence[Reward] = (),
+        claims: Sequence[tuple[str, int, str | None]] = (),
+        finishes: Sequence[tuple[str, RolloutStatus, str | None, Any]] = (),
+    ) -> tuple[list[list[Rollout] | BaseException], list[Rollout | BaseException]]:
+        """Several callers' writes queued together, so they share one group commit (the store server's batch).
+
+        A failed observation write raises. Each claim and finish has its own outcome:
+        its result, or the exception it raised.
+        """
+        fns: list[Callable[[Any], Any]] = []
+        if spans:
+            fns.append(self._spans_op(spans))
+        if llm_calls:
+            fns.append(self._llm_calls_op(llm_calls))
+        if rewards:
+            fns.append(self._rewards_op(rewards))
+        observed = len(fns)
+        posts: list[Callable[[Any], Any] | BaseException] = []
+        for runner_id, limit, claim_id in claims:
+            try:
+                fn, post = self._claim_op(runner_id, limit, claim_id)
+            except Exception as exc:
+                posts.append(exc)
+                continue
+            fns.append(fn)
+            posts.append(post)
+        split = len(posts)
+        for rollout_id, status, error, output in finishes:
+            try:
+                fn, post = self._finish_op(rollout_id, status, error, output)
+            except Exception as exc:
+                posts.append(exc)
+                continue
+            fns.append(fn)
+            posts.append(post)
+        jobs = iter(self._write_all(fns))
+        for _ in range(observed):
+            next(jobs).outcome()
+        outcomes: list[Any] = []
+        for post in posts:
+            if isinstance(post, BaseException):
+                outcomes.append(post)
+                continue
+            job = next(jobs)
+            try:
+                outcomes.append(post(job.outcome()))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes[:split], outcomes[split:]
 
     def query_spans(self, *, rollout_id=None, rollout_ids=None, kind=None, production=False, since=None, until=None):
         where, params = ["1 = 1"], []
