@@ -80,3 +80,16 @@ def test_tiny_model_is_deterministic_and_round_trips(tmp_path):
     assert tokenizer.convert_ids_to_tokens(tokenizer.encode("123", add_special_tokens=False)) == ["1", "2", "3"]
     with pytest.raises(ValueError, match="corpus"):
         build_tiny_model(tmp_path / "d", [])
+
+
+def test_forced_prefix_starts_the_named_functions_arguments():
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    add = {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
+    bare = {"type": "function", "function": {"name": "handoff", "parameters": {"type": "object", "properties": {}}}}
+    assert forced_prefix(ToolChoice("function", "get_weather"), weather).endswith('"arguments": {"city": "')
+    assert forced_prefix(ToolChoice("function", "add"), add).endswith('"arguments": {"a": ')
+    whole = forced_prefix(ToolChoice("function", "handoff"), bare)
+    assert parse_tool_calls(whole)[1][0]["function"] == {"name": "handoff", "arguments": "{}"}
+    assert forced_prefix(ToolChoice("function", "get_weather"), TOOLS[0]).endswith('"arguments": ')

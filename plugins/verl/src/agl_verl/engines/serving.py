@@ -77,7 +77,8 @@ class Replica:
         if choice.mode == "required" and req.tools and len(req.tools) == 1:
             # one tool: "required" can only mean that one, so its name is forced as well
             choice = ToolChoice("function", req.tools[0]["function"]["name"])
-        prefix = forced_prefix(choice) if tools_active else ""
+        named = next((t for t in req.tools or [] if t["function"]["name"] == choice.name), None)
+        prefix = forced_prefix(choice, named) if tools_active else ""
         forced = self.tokenizer.encode(prefix, add_special_tokens=False) if prefix else []
         return _Prepared(
             prompt_ids=list(ids),

@@ -79,13 +79,36 @@ def tools_system_prompt(tools: list[dict], choice: ToolChoice) -> str:
     return text
 
 
-def forced_prefix(choice: ToolChoice) -> str:
-    """Text the response is forced to start with for ``choice`` ("" when free)."""
+def forced_prefix(choice: ToolChoice, tool: dict | None = None) -> str:
+    """Text the response is forced to start with for ``choice`` ("" when free).
+
+    Given the named function's definition (``tool``), the start of its arguments is
+    forced too: the whole call for a function without parameters, else ``{"KEY": `` for
+    its first required parameter (and the opening quote when that one is a string).
+    Small models otherwise tend to copy the schema itself as the arguments.
+    """
     if choice.mode == "required":
         return TOOL_CALL_OPEN + '\n{"name": "'
     if choice.mode == "function":
-        return TOOL_CALL_OPEN + "\n" + json.dumps({"name": choice.name})[:-1] + ', "arguments": '
+        return TOOL_CALL_OPEN + "\n" + json.dumps({"name": choice.name})[:-1] + ', "arguments": ' + _arguments_start(tool)
     return ""
+
+
+def _arguments_start(tool: dict | None) -> str:
+    params = ((tool or {}).get("function") or {}).get("parameters")
+    if not isinstance(params, dict):
+        return ""
+    properties = params.get("properties")
+    if properties == {}:
+        return "{}}\n" + TOOL_CALL_CLOSE
+    required = params.get("required")
+    if not isinstance(properties, dict) or not isinstance(required, list) or not required:
+        return ""
+    key = required[0]
+    if not isinstance(key, str) or not isinstance(properties.get(key), dict):
+        return ""
+    start = "{" + json.dumps(key, ensure_ascii=False) + ": "
+    return start + '"' if properties[key].get("type") == "string" else start
 
 
 def format_call(name: str, arguments: Any) -> str:
