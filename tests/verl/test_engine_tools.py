@@ -93,3 +93,11 @@ def test_forced_prefix_starts_the_named_functions_arguments():
     whole = forced_prefix(ToolChoice("function", "handoff"), bare)
     assert parse_tool_calls(whole)[1][0]["function"] == {"name": "handoff", "arguments": "{}"}
     assert forced_prefix(ToolChoice("function", "get_weather"), TOOLS[0]).endswith('"arguments": ')
+
+
+def test_a_call_cut_short_in_its_arguments_keeps_the_complete_members():
+    text = ('<tool_call>\n{"name": "summarize", "arguments": {"text": "Owls hunt, at night.", '
+            '"properties": {"type": "object", "description": "The ow')
+    (call,) = parse_tool_calls(text, allowed={"summarize"})[1]
+    assert json.loads(call["function"]["arguments"]) == {"text": "Owls hunt, at night."}
+    assert parse_tool_calls('<tool_call>\n{"name": "summarize", "arguments": {"text": "Owls hu')[1] == []

@@ -158,7 +158,8 @@ def parse_tool_calls(text: str, *, allowed: set[str] | None = None) -> tuple[str
     string ``name`` (and, given ``allowed``, a known one): a half-valid set of calls is
     not returned as if it were whole. Up to two missing closing braces at the end of a
     block are restored. An unterminated last block (the model stopped right
-    after the JSON) counts.
+    after the JSON) counts; one cut short inside its arguments keeps their complete
+    leading members.
     """
     if TOOL_CALL_OPEN not in text:
         return (text or None), []
@@ -187,10 +188,22 @@ def parse_tool_calls(text: str, *, allowed: set[str] | None = None) -> tuple[str
 
 
 def _load_call(body: str) -> Any:
-    """The JSON object of one block; small models often drop the final brace(s), which are restored."""
+    """The JSON object of one block; small models often drop the final brace(s), which are restored.
+
+    A block cut short inside its arguments (``max_tokens`` reached while a small model
+    rambled on after the first argument) keeps the arguments' complete leading members:
+    it is cut at the last comma that leaves a valid call with an ``arguments`` object.
+    """
     for suffix in ("", "}", "}}"):
         try:
             return json.loads(body + suffix)
         except ValueError:
             continue
+    for cut in reversed([m.start() for m in re.finditer(",", body)]):
+        try:
+            obj = json.loads(body[:cut] + "}}")
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("arguments"), dict) and obj["arguments"]:
+            return obj
     return None
