@@ -41,7 +41,11 @@ def measure(model_dir, max_batch_size: int, levels: list[int], tokens: int) -> d
     with TransformersEngine(model_dir, max_batch_size=max_batch_size) as engine:
         url = engine.urls[0]
         asyncio.run(run_level(url, 1, 4))  # warm-up
-        return {level: asyncio.run(run_level(url, level, tokens)) for level in levels}
+        results = {}
+        for level in levels:
+            results[level] = elapsed, count = asyncio.run(run_level(url, level, tokens))
+            print(f"  max_batch_size={max_batch_size:<2} concurrent={level:<3} {count / elapsed:7.1f} tok/s", flush=True)
+        return results
 
 
 def main() -> None:
