@@ -101,3 +101,9 @@ def test_a_call_cut_short_in_its_arguments_keeps_the_complete_members():
     (call,) = parse_tool_calls(text, allowed={"summarize"})[1]
     assert json.loads(call["function"]["arguments"]) == {"text": "Owls hunt, at night."}
     assert parse_tool_calls('<tool_call>\n{"name": "summarize", "arguments": {"text": "Owls hu')[1] == []
+
+
+def test_a_complete_call_followed_by_stray_text_is_that_call():
+    text = '<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 30}}, "type": "function"}\n\nThe function is'
+    (call,) = parse_tool_calls(text, allowed={"add"})[1]
+    assert json.loads(call["function"]["arguments"]) == {"a": 12, "b": 30}

@@ -190,8 +190,9 @@ def parse_tool_calls(text: str, *, allowed: set[str] | None = None) -> tuple[str
 def _load_call(body: str) -> Any:
     """The JSON object of one block; small models often drop the final brace(s), which are restored.
 
-    A block cut short inside its arguments (``max_tokens`` reached while a small model
-    rambled on after the first argument) keeps the arguments' complete leading members:
+    A complete call followed by stray text (a small model that wrote the call, then
+    rambled on without ``</tool_call>``) is that call. A block cut short inside its
+    arguments (``max_tokens`` reached) keeps the arguments' complete leading members:
     it is cut at the last comma that leaves a valid call with an ``arguments`` object.
     """
     for suffix in ("", "}", "}}"):
@@ -199,11 +200,18 @@ def _load_call(body: str) -> Any:
             return json.loads(body + suffix)
         except ValueError:
             continue
-    for cut in reversed([m.start() for m in re.finditer(",", body)]):
-        try:
-            obj = json.loads(body[:cut] + "}}")
-        except ValueError:
-            continue
-        if isinstance(obj, dict) and isinstance(obj.get("arguments"), dict) and obj["arguments"]:
+    try:
+        obj = json.JSONDecoder().raw_decode(body)[0]
+        if isinstance(obj, dict) and "name" in obj:
             return obj
+    except ValueError:
+        pass
+    for cut in reversed([m.start() for m in re.finditer(",", body)]):
+        for suffix in ("}}", "}"):
+            try:
+                obj = json.loads(body[:cut] + suffix)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("arguments"), dict) and obj["arguments"]:
+                return obj
     return None
