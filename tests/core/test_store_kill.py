@@ -138,6 +138,7 @@ def test_sigkilled_server_loses_nothing_acknowledged(tmp_path):
         writers.wait_for(300)
         _kill(server)  # mid-stream: requests are in flight right now
         before_restart = len(writers.acked_spans)
+        time.sleep(0.6)  # down for longer than the client's retries (0.35 s), however fast the restart
         server = _start_server(db, port, token)
         writers.wait_for(before_restart + 300)
         writers.stop()

@@ -164,7 +164,8 @@ class _DirectTransport:
                 response = conn.getresponse()
                 content = response.read()
             except _STALE as exc:
-                conn.close()
+                if conn is not None:
+                    conn.close()
                 conn = None
                 if reused:  # a kept-alive connection the server had closed: once more on a fresh one
                     reused = False
