@@ -15,8 +15,8 @@ from langchain_openai import ChatOpenAI
 
 from agl_langchain import AglCallbackHandler
 
-SYSTEM_PROMPT = "You read digits. Answer with the first digit only."
-USER_PROMPT = "Digits: {digits}. First digit?"
+SYSTEM_PROMPT = "Say the first digit."
+USER_PROMPT = "{digits}"
 
 prompt = ChatPromptTemplate.from_messages([("system", SYSTEM_PROMPT), ("user", USER_PROMPT)])
 

@@ -51,11 +51,11 @@ def tiny_preset(workdir: Path, steps: int) -> dict:
         "n_rollouts": 8,
         "val_every": 10,
         "backend": {"name": "verl", "config": {
-            "model_path": str(model), "lr": 3e-3, "adv_estimator": "grpo", "policy_loss": "vanilla",
+            "model_path": str(model), "lr": 1.5e-3, "adv_estimator": "grpo", "policy_loss": "vanilla",
             "micro_batch_size": 128, "seed": 0, "workdir": str(workdir / "verl"),
         }},
         "engine": {"name": "transformers", "config": {"model_path": str(model), "seed": 0, "max_batch_size": 64}},
-        "rollout": {"concurrency": 32, "timeout_s": 60, "resources": {"max_tokens": 2}},
+        "rollout": {"concurrency": 32, "timeout_s": 60, "resources": {"max_tokens": 1}},
     }
 
 
@@ -78,7 +78,7 @@ def smollm2_preset(workdir: Path, steps: int) -> dict:
     }
 
 
-PRESETS = {"tiny": (tiny_preset, 60), "smollm2": (smollm2_preset, 20)}
+PRESETS = {"tiny": (tiny_preset, 150), "smollm2": (smollm2_preset, 20)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     result = agl.Trainer(config).fit(
         first_digit_agent,
         train_tasks=make_tasks(256, seed=1),
-        val_tasks=make_tasks(64, seed=2),
+        val_tasks=make_tasks(200, seed=2),
     )
     print(f"\ntrained {args.preset} in {time.monotonic() - started:.0f}s; workdir {workdir}")
     print(result.summary() if hasattr(result, "summary") else result)

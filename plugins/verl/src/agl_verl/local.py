@@ -24,6 +24,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits, masked_mean
 from verl.workers.config import ActorConfig
 
+from agl_verl.quiet import no_progress_bars
 from agl_verl.config import VerlSettings
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -284,7 +285,8 @@ class LocalLearner:
     def save_weights(self, directory: Path) -> None:
         """Write the full weights, or only the LoRA adapter, with ``save_pretrained``."""
         directory.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(directory)
+        with no_progress_bars():
+            self.model.save_pretrained(directory)
 
     def state_dict(self) -> dict[str, Any]:
         """Trainable weights, optimizer and RNG: what a resumed run needs."""

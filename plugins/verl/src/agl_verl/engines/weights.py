@@ -26,7 +26,10 @@ def load_model(path: str | os.PathLike, dtype: torch.dtype, device: str) -> Any:
     """A causal LM from a Hugging Face directory, in eval mode on ``device``."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    from agl_verl.quiet import no_progress_bars
+
+    with no_progress_bars():
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     return model.to(device).eval()
 
 
