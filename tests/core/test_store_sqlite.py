@@ -230,3 +230,67 @@ def test_a_retried_finish_of_a_requeued_attempt_is_a_no_op(tmp_path):
         assert [a.status for a in store.attempts(r.rollout_id)] == ["failed"]
         with pytest.raises(ValueError, match="cannot go from 'queued' to 'succeeded'"):
             store.finish(r.rollout_id, "succeeded")
+
+
+def test_checkpoints_run_off_the_commit_path_and_the_log_stays_bounded(tmp_path, monkeypatch):
+    import agl.store.sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "CHECKPOINT_INTERVAL_S", 0.05)
+    path = tmp_path / "agl.db"
+    pad = "x" * 2000
+    with SqliteStore(path) as store:
+        for i in range(300):  # about 4 MiB, well under the writer's own checkpoint threshold
+            store.add_spans([Span(span_id=f"s{i}-{k}", rollout_id=f"ro-{i}", seq=k, name="s", attributes={"pad": pad})
+                             for k in range(6)])
+        deadline = time.monotonic() + 10
+        while os.path.getsize(path) < 3 * 2**20:  # the background thread copies the log into the file
+            assert time.monotonic() < deadline, f"no checkpoint: database file {os.path.getsize(path)} bytes"
+            time.sleep(0.05)
+        for i in range(300, 2000):  # sustained writes: the writer's own checkpoint bounds the log
+            store.add_spans([Span(span_id=f"s{i}-{k}", rollout_id=f"ro-{i}", seq=k, name="s", attributes={"pad": pad})
+                             for k in range(6)])
+        page = store._read("PRAGMA page_size")[0][0]
+        # (the writer's checkpoint is skipped while the background one holds the checkpoint lock,
+        # and tried again on the next commit, so the bound is soft)
+        assert os.path.getsize(f"{path}-wal") < 2 * sqlite_module.WAL_BACKSTOP_PAGES * (page + 24)
+        assert store.stats().spans == 12000
+
+
+def test_a_caller_interrupted_while_waiting_does_not_stall_the_writes(tmp_path):
+    """A caller that stops waiting (KeyboardInterrupt in the main thread) leaves its write
+    queued, and the lead it would have been handed passes on: later writes still go through."""
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum, frame):
+        raise Interrupted
+
+    store = SqliteStore(tmp_path / "agl.db")
+    started = threading.Event()
+
+    def slow_write():
+        def run(cur):
+            started.set()
+            time.sleep(0.5)  # the leader is busy: the main thread's write waits behind it
+
+        store._write(run)
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    leader = threading.Thread(target=slow_write)
+    try:
+        leader.start()
+        assert started.wait(5)
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(Interrupted):
+            store.add_tasks([Task(task_id="interrupted", input=0)])
+        leader.join(10)
+        done = threading.Event()
+        threading.Thread(target=lambda: (store.add_tasks([Task(task_id="after", input=1)]), done.set())).start()
+        assert done.wait(10), "writes stalled after an interrupted caller"
+        assert {t.task_id for t in store.query_tasks()} == {"interrupted", "after"}  # the queued write still committed
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        store.close()

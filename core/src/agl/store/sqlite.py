@@ -23,8 +23,8 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_INTERVAL_S = 0.25
 """How often the background thread checkpoints while there are new commits."""
-WAL_BACKSTOP_PAGES = 8192
-"""The writer's own ``wal_autocheckpoint``: the log is reset at about 32 MiB at most."""
+WAL_BACKSTOP_PAGES = 4096
+"""The writer's own ``wal_autocheckpoint``: under sustained writes the log starts over at about 16 MiB."""
 
 
 class SqliteDialect(Dialect):
