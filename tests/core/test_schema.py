@@ -179,3 +179,10 @@ def test_the_status_machine():
     assert set(ALLOWED_TRANSITIONS) == set(RolloutStatus)
     assert Q not in ALLOWED_TRANSITIONS[Q] and S not in ALLOWED_TRANSITIONS[Q]
     assert RolloutStatus("timed_out") is T
+
+
+def test_transition_logprobs_must_match_the_response_ids():
+    from agl.schema import Transition
+
+    with pytest.raises(ValidationError, match="response_logprobs"):
+        Transition(rollout_id="r", task_id="t", step=0, prompt_ids=[1], response_ids=[1, 2], response_logprobs=[-0.1], reward=1.0)

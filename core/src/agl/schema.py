@@ -132,6 +132,13 @@ class Span(_Model):
     attributes: dict[str, JSON] = Field(default_factory=dict)
 
 
+def _logprobs_match_ids(value, info):
+    ids = info.data.get("response_ids")
+    if value is not None and ids is not None and len(value) != len(ids):
+        raise ValueError(f"has {len(value)} values for {len(ids)} response ids")
+    return value
+
+
 class LLMCall(_Model):
     """What the gateway recorded of one model call: the token truth."""
 
@@ -149,13 +156,7 @@ class LLMCall(_Model):
     latency_s: float | None = None
     created_at: float = Field(default_factory=now)
 
-    @field_validator("response_logprobs")
-    @classmethod
-    def _logprobs_match_ids(cls, value, info):
-        ids = info.data.get("response_ids")
-        if value is not None and ids is not None and len(value) != len(ids):
-            raise ValueError(f"has {len(value)} values for {len(ids)} response ids")
-        return value
+    _check_logprobs = field_validator("response_logprobs")(_logprobs_match_ids)
 
 
 class Reward(_Model):
@@ -190,6 +191,8 @@ class Transition(_Model):
         default=None, description="the prompt as chat messages (text-only transitions, SFT export)"
     )
     response_text: str | None = Field(default=None, description="the response as text (text-only transitions, SFT export)")
+
+    _check_logprobs = field_validator("response_logprobs")(_logprobs_match_ids)
 
 
 class ModelVersion(_Model):
