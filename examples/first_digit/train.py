@@ -67,7 +67,8 @@ def smollm2_preset(workdir: Path, steps: int) -> dict:
         "steps": steps,
         "batch_size": 8,
         "n_rollouts": 4,
-        "val_every": 5,
+        "val_every": 10,
+        "val_max_tasks": 100,
         "backend": {"name": "verl", "config": {
             "model_path": str(model), "lr": 2e-4, "adv_estimator": "grpo", "policy_loss": "vanilla",
             "micro_batch_size": 8, "seed": 0, "workdir": str(workdir / "verl"),
