@@ -12,10 +12,12 @@ from agl.capture.context import (
     span,
     use_rollout,
 )
+from agl.capture.guard import ErrorGuard
 from agl.capture.writer import BufferedWriter
 
 __all__ = [
     "BufferedWriter",
+    "ErrorGuard",
     "RolloutContext",
     "annotate",
     "capture_context",
