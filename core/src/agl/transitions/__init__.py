@@ -1,0 +1,79 @@
+"""Building transitions: from what the store holds about ended rollouts to training data.
+
+For each ended rollout the builder
+
+1. **joins** the framework's LLM spans (kind ``llm``) with the gateway's
+   :class:`~agl.schema.LLMCall` records:
+
+   - by response id: a span's ``gen_ai.response.id`` is the gateway's ``call_id``;
+   - a span without a response id falls back to the order of calls in the rollout,
+     *confirmed* by the request's messages: it takes the next not yet joined call
+     whose request messages equal the span's ``gen_ai.input.messages``. If none
+     does, the span is reported as unmatched (counted in :class:`BuildReport`,
+     logged) and yields nothing: a call is never guessed;
+   - a span whose response id the gateway never issued, or a span without one in a
+     rollout with no gateway records left, had no gateway record: it yields a
+     *text-only* transition (``token_source="text"``, empty token ids, the
+     messages in ``prompt_messages`` / ``response_text``);
+   - a gateway record no span claims (an agent with tracing off) is still a
+     transition, with ``agent=None``.
+
+2. **rewards** the rollout. Reward plugins (hook ``agl_reward``) run first and
+   what they return is stored as :class:`~agl.schema.Reward` rows whose source is
+   the plugin's name. The final reward is, in this order of precedence:
+
+   1. the reward the agent function *returned* (stored by the runner, source ``return``);
+   2. a reward plugin's answer (a number, or the ``reward`` key of a dict);
+   3. the last reward named ``reward`` emitted during the run (``agl.emit_reward``);
+   4. for a failed or timed-out rollout, ``failed_reward`` (None drops it);
+      for a succeeded one, ``missing_reward`` (None drops it, counted).
+
+   Every other emitted reward is an intermediate reward, placed after the last
+   call made before it (by time), for the ``emitted`` credit strategy.
+
+3. **assigns credit** with the strategy named in the config, resolved through the
+   plugin registry, over every call of the rollout in order (all agents), then
+   keeps only the calls of the selected agents (``agents``; None keeps all), and
+   sets ``weight = 1 / (calls kept in the rollout)`` when ``normalize="rollout"``
+   so a rollout with many calls does not outweigh one with few in its group.
+
+Records of an earlier attempt of a retried rollout (made before the last attempt
+started) are left out and counted; they stay in the store.
+
+On the embedded SQLite store the builder reads only the columns it needs with
+SQL (token blobs unpacked straight into arrays, JSON fields extracted by SQLite);
+on any other store it goes through the public :class:`~agl.store.Store` queries,
+batched by rollout chunks. Either way it streams: one chunk of rollouts at a time.
+
+The package, one concern a module:
+
+- :mod:`~agl.transitions.config`: :class:`TransitionConfig` and :class:`BuildReport`;
+- :mod:`~agl.transitions.records`: the call, span, step and reward records the join works on;
+- :mod:`~agl.transitions.readers`: reading a chunk of rollouts' records from a store;
+- :mod:`~agl.transitions.messages`: message normalisation, :func:`request_messages`, :func:`response_text`;
+- :mod:`~agl.transitions.rewards`: reward plugins, :func:`final_reward`'s precedence, :data:`RETURN_SOURCE`;
+- :mod:`~agl.transitions.builder`: :class:`TransitionBuilder` (the join, rewards, credit) and :func:`build_transitions`.
+"""
+
+from agl.transitions.builder import CHUNK as CHUNK
+from agl.transitions.builder import TransitionBuilder, build_transitions
+from agl.transitions.config import BuildReport, TransitionConfig
+from agl.transitions.messages import normalize_messages, request_messages, response_text
+
+# The reader choice, replaceable here (the tests and the benchmark force the generic reader).
+from agl.transitions.readers import _GenericReader as _GenericReader
+from agl.transitions.readers import _reader_for as _reader_for
+from agl.transitions.readers import _SqliteReader as _SqliteReader
+from agl.transitions.rewards import RETURN_SOURCE as RETURN_SOURCE
+from agl.transitions.rewards import final_reward
+
+__all__ = [
+    "BuildReport",
+    "TransitionBuilder",
+    "TransitionConfig",
+    "build_transitions",
+    "final_reward",
+    "normalize_messages",
+    "request_messages",
+    "response_text",
+]

@@ -1,0 +1,312 @@
+"""The builder: reads chunks of ended rollouts, joins their spans and calls, rewards them and assigns credit."""
+
+from __future__ import annotations
+
+import logging
+from array import array
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from agl.credit import RolloutRewards
+from agl.schema import Reward, Rollout, RolloutStatus, Transition
+from agl.store.base import Store
+from agl.transitions.config import BuildReport, TransitionConfig
+from agl.transitions.messages import _messages_list, _output_text, normalize_messages, request_messages, response_text
+from agl.transitions.readers import _GenericReader, _SqliteReader
+from agl.transitions.records import _Call, _Chunk, _LlmSpan, _Step
+from agl.transitions.rewards import RETURN_SOURCE, _index_before, _plugin_rewards, final_reward
+
+log = logging.getLogger("agl.transitions")  # the package's logger, as before it was split
+
+CHUNK = 200
+"""Rollouts read from the store per round trip."""
+
+
+def _pick_reader(store: Store, need_text: bool) -> _GenericReader | _SqliteReader:
+    """The reader for ``store``: :func:`agl.transitions.readers._reader_for`, looked up on the package.
+
+    Looked up when a builder is made rather than imported, so that replacing
+    ``agl.transitions._reader_for`` takes effect: the tests and the benchmark force
+    the generic reader that way.
+    """
+    from agl import transitions
+
+    return transitions._reader_for(store, need_text)
+
+
+_FIELDS = frozenset(Transition.model_fields)
+_FIELDS_SET = set(_FIELDS)
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _make_transition(values: dict[str, Any]) -> Transition:
+    """A Transition from values the builder has already checked, without validation.
+
+    What ``Transition.model_construct`` does with every field given, minus its
+    per-field bookkeeping (about 10 µs a call, a third of a build); checked against
+    ``model_construct`` when this module is imported.
+    """
+    obj = _new(Transition)
+    _set(obj, "__dict__", values)
+    # Every field is set, so one shared set is what each instance would hold (pydantic only ever adds to it).
+    _set(obj, "__pydantic_fields_set__", _FIELDS_SET)
+    _set(obj, "__pydantic_extra__", None)
+    _set(obj, "__pydantic_private__", None)
+    return obj
+
+
+def _check_make_transition() -> None:
+    values = dict(rollout_id="r", task_id="t", step=0, agent=None, prompt_ids=array("i", [1]), response_ids=array("i"),
+                  response_logprobs=None, reward=1.0, model_version=None, token_source="engine", call_id=None,
+                  weight=1.0, prompt_messages=None, response_text=None)
+    if set(values) != _FIELDS or _make_transition(dict(values)) != Transition.model_construct(**values):
+        raise RuntimeError("agl.transitions: Transition's fields changed; update _make_transition")
+
+
+_check_make_transition()
+
+
+class TransitionBuilder:
+    """Turns ended rollouts into transitions (see :mod:`agl.transitions` for the rules)."""
+
+    def __init__(self, store: Store, config: TransitionConfig | None = None):
+        from agl.plugins import get_plugin_manager, resolve
+
+        self.store = store
+        self.config = config or TransitionConfig()
+        self.strategy = resolve("credit_assignment", self.config.credit)
+        self.report = BuildReport()
+        self.finals: dict[str, float] = {}
+        """Each built rollout's final reward (after precedence and the failed/missing defaults)."""
+        self._agents = None if self.config.agents is None else frozenset(self.config.agents)
+        self._reader = _pick_reader(store, self.config.with_text)
+        pm = get_plugin_manager()
+        impls = pm.hook.agl_reward.get_hookimpls() if self.config.reward_plugins else []
+        self._impls = [(pm.get_name(i.plugin) or i.plugin_name, i) for i in impls]
+        self._has_plugins = bool(impls)
+        self._plugin_names = frozenset(name for name, _ in self._impls)
+
+    def build(self, rollouts: Iterable[Rollout]) -> list[Transition]:
+        """All transitions of these rollouts, as a list."""
+        return list(self.iter(rollouts))
+
+    def iter(self, rollouts: Iterable[Rollout]) -> Iterator[Transition]:
+        """Stream the transitions of these rollouts, one chunk of rollouts at a time.
+
+        The next chunk is read from the store on a helper thread while this one is
+        processed (the database releases the GIL while it reads).
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="agl-transitions") as pool:
+            pending = None
+            for live in self._live_chunks(rollouts):
+                ahead = (live, pool.submit(self._reader.read, [r.rollout_id for r in live]))
+                if pending is not None:
+                    yield from self._chunk(pending[0], pending[1].result())
+                pending = ahead
+            if pending is not None:
+                yield from self._chunk(pending[0], pending[1].result())
+        if self.report.unmatched_spans:
+            log.warning(
+                "%d LLM span(s) could not be matched to a gateway record and were left out, e.g. %s",
+                self.report.unmatched_spans, ", ".join(f"{r}/{s}" for r, s in self.report.unmatched[:5]),
+            )
+
+    def _live_chunks(self, rollouts: Iterable[Rollout]) -> Iterator[list[Rollout]]:
+        """Ended rollouts in chunks of ``CHUNK``; the others are counted and left out."""
+        report = self.report
+        live: list[Rollout] = []
+        for r in rollouts:
+            if r.status == RolloutStatus.CANCELLED:
+                report.drop("cancelled")
+            elif not r.status.terminal:
+                report.drop("not_ended")
+            else:
+                live.append(r)
+                if len(live) >= CHUNK:
+                    yield live
+                    live = []
+        if live:
+            yield live
+
+    def _chunk(self, live: list[Rollout], chunk: _Chunk) -> Iterator[Transition]:
+        report = self.report
+        plugin_rewards: dict[str, list[Reward]] = {}
+        if self._has_plugins:
+            missing = sorted({r.task_id for r in live if r.task is None})
+            tasks = self._reader.tasks(missing) if missing else {}
+            new: list[Reward] = []
+            for r in live:
+                if r.task is None and r.task_id in tasks:
+                    r = r.model_copy(update={"task": tasks[r.task_id]})
+                got = _plugin_rewards(r, self.store, report, self._impls)
+                plugin_rewards[r.rollout_id] = got
+                stored = {w.reward_id for w in chunk.rewards.get(r.rollout_id, ())}
+                new.extend(w for w in got if w.reward_id not in stored)
+            if new:
+                self.store.add_rewards(new)
+        for r in live:
+            report.rollouts += 1
+            yield from self._rollout(r, chunk, plugin_rewards.get(r.rollout_id, []))
+
+    def _rollout(self, rollout: Rollout, chunk: _Chunk, plugin: list[Reward]) -> Iterator[Transition]:
+        cfg, report = self.config, self.report
+        rid = rollout.rollout_id
+        calls = chunk.calls.get(rid, [])
+        spans = chunk.spans.get(rid, [])
+        rewards = chunk.rewards.get(rid, [])
+        if self._plugin_names:
+            rewards = [w for w in rewards if w.source not in self._plugin_names]  # recomputed below
+        if rollout.attempt > 1 and rollout.started_at is not None:
+            start = rollout.started_at
+            n = len(calls) + len(spans) + len(rewards)
+            calls = [c for c in calls if c.time >= start]
+            spans = [s for s in spans if s.time >= start]
+            rewards = [w for w in rewards if w.created_at >= start]
+            report.stale_records += n - len(calls) - len(spans) - len(rewards)
+
+        steps = self._join(rid, calls, spans)
+
+        value, chosen = final_reward([*rewards, *plugin], self._plugin_names)
+        if value is None:
+            if rollout.status == RolloutStatus.SUCCEEDED:
+                value = cfg.missing_reward
+                reason = "no_reward"
+            else:
+                value = cfg.failed_reward
+                reason = rollout.status.value
+            if value is None:
+                report.drop(reason)
+                return
+        self.finals[rid] = value
+        intermediate = []
+        if rewards:
+            times = [s.time for s in steps]
+            for w in rewards:
+                if w is not chosen and w.source != RETURN_SOURCE:
+                    intermediate.append((_index_before(times, w.created_at), w.value))
+        if not steps:
+            report.drop("no_calls")
+            return
+        per_call = self.strategy(len(steps), RolloutRewards(final=value, emitted=intermediate), **cfg.credit_options)
+        if len(per_call) != len(steps):
+            raise ValueError(
+                f"credit: strategy {cfg.credit!r} returned {len(per_call)} rewards for {len(steps)} calls of rollout {rid}"
+            )
+
+        kept = [(i, s) for i, s in enumerate(steps) if self._agents is None or s.agent in self._agents]
+        report.filtered_out += len(steps) - len(kept)
+        if not cfg.text_only:
+            kept = [(i, s) for i, s in kept if s.call is not None]
+        if not kept:
+            return
+        if cfg.with_text:
+            self._reader.load_calls([s.call for _, s in kept if s.call is not None])
+            for _, s in kept:
+                if s.span is not None:
+                    self._reader.load_span(s.span)
+        weight = 1.0 / len(kept) if cfg.normalize == "rollout" else 1.0
+        task_id = rollout.task_id
+        fallback_version = rollout.model_version
+        construct = _make_transition
+        for i, s in kept:
+            c = s.call
+            if c is not None:
+                t = construct({
+                    "rollout_id": rid, "task_id": task_id, "step": i, "agent": s.agent, "prompt_ids": c.prompt_ids,
+                    "response_ids": c.response_ids, "response_logprobs": c.logprobs, "reward": float(per_call[i]),
+                    "model_version": c.model_version or fallback_version, "token_source": "engine",
+                    "call_id": c.call_id, "weight": weight, "prompt_messages": None, "response_text": None,
+                })
+                if cfg.with_text:
+                    t.prompt_messages = _messages_list(request_messages(c.request or {}))
+                    t.response_text = response_text(c.response or {})
+            else:
+                sp = s.span
+                self._reader.load_span(sp)
+                t = construct({
+                    "rollout_id": rid, "task_id": task_id, "step": i, "agent": s.agent, "prompt_ids": array("i"),
+                    "response_ids": array("i"), "response_logprobs": None, "reward": float(per_call[i]),
+                    "model_version": fallback_version, "token_source": "text", "call_id": sp.response_id,
+                    "weight": weight, "prompt_messages": _messages_list(sp.input_messages),
+                    "response_text": _output_text(sp.output_messages),
+                })
+            report.transitions += 1
+            yield t
+
+    def _join(self, rid: str, calls: list[_Call], spans: list[_LlmSpan]) -> list[_Step]:
+        report = self.report
+        if len(calls) > 1:
+            calls.sort(key=lambda c: c.seq)
+        if not spans:
+            report.gateway_only += len(calls)
+            return [_Step(c.time, c, None) for c in calls]
+        if len(spans) == len(calls):
+            # The common case: every call has its span, joined by response id; the gateway's order stands.
+            span_of = {sp.response_id: sp for sp in spans}
+            if len(span_of) == len(calls) and all(c.call_id in span_of for c in calls):
+                report.joined_by_id += len(calls)
+                return [_Step(c.time, c, span_of[c.call_id]) for c in calls]
+        spans.sort(key=lambda s: s.seq)
+        by_id = {c.call_id: c for c in calls}
+        taken: set[str] = set()
+        steps: list[_Step] = []
+        orphans: list[_LlmSpan] = []
+        for sp in spans:
+            if sp.response_id is None:
+                orphans.append(sp)
+                continue
+            c = by_id.get(sp.response_id)
+            if c is None or c.call_id in taken:
+                report.text_only += 1
+                steps.append(_Step(sp.time, None, sp))
+            else:
+                taken.add(c.call_id)
+                report.joined_by_id += 1
+                steps.append(_Step(c.time, c, sp))
+        if orphans:
+            left = [c for c in calls if c.call_id not in taken]
+            if not left:
+                for sp in orphans:
+                    report.text_only += 1
+                    steps.append(_Step(sp.time, None, sp))
+            else:
+                self._reader.load_calls(left)
+                pos = 0
+                for sp in orphans:
+                    self._reader.load_span(sp)
+                    want = normalize_messages(sp.input_messages)
+                    match = None
+                    if want:
+                        for j in range(pos, len(left)):
+                            if normalize_messages(request_messages(left[j].request or {})) == want:
+                                match = j
+                                break
+                    if match is None:
+                        report.unmatched_spans += 1
+                        if len(report.unmatched) < 100:
+                            report.unmatched.append((rid, sp.span_id))
+                        continue
+                    c = left[match]
+                    pos = match + 1
+                    taken.add(c.call_id)
+                    report.joined_by_order += 1
+                    steps.append(_Step(c.time, c, sp))
+        for c in calls:
+            if c.call_id not in taken:
+                report.gateway_only += 1
+                steps.append(_Step(c.time, c, None))
+        if any(steps[k].time > steps[k + 1].time for k in range(len(steps) - 1)):
+            steps.sort(key=lambda s: (s.time, s.call.seq if s.call else 0))
+        return steps
+
+
+def build_transitions(
+    store: Store, rollouts: Iterable[Rollout], config: TransitionConfig | None = None
+) -> tuple[list[Transition], BuildReport]:
+    """Build the transitions of ``rollouts`` from ``store``; return them with the build's report."""
+    builder = TransitionBuilder(store, config)
+    transitions = builder.build(rollouts)
+    return transitions, builder.report

@@ -1,0 +1,58 @@
+"""What a build is told (:class:`TransitionConfig`) and what it reports back (:class:`BuildReport`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TransitionConfig(BaseModel):
+    """How rollouts become transitions."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    credit: str = Field(default="broadcast", description="credit-assignment strategy (see agl.credit)")
+    credit_options: dict[str, float] = Field(default_factory=dict, description="e.g. {'gamma': 0.9}")
+    normalize: Literal["rollout", "none"] = Field(
+        default="rollout", description="'rollout': weight = 1/calls kept per rollout; 'none': weight 1"
+    )
+    agents: list[str] | None = Field(default=None, description="train only these agents' calls (None: all)")
+    failed_reward: float | None = Field(
+        default=0.0, description="final reward of a failed/timed-out rollout with none of its own; None drops it"
+    )
+    missing_reward: float | None = Field(
+        default=None, description="final reward of a succeeded rollout nobody rewarded; None drops it (counted)"
+    )
+    text_only: bool = Field(default=True, description="emit text-only transitions (spans with no gateway record)")
+    with_text: bool = Field(default=False, description="fill prompt_messages/response_text on engine transitions too")
+    reward_plugins: bool = Field(default=True, description="run agl_reward plugins")
+
+
+@dataclass
+class BuildReport:
+    """What a build did, for logs and metrics. Nothing is dropped without a count here."""
+
+    rollouts: int = 0
+    transitions: int = 0
+    joined_by_id: int = 0
+    joined_by_order: int = 0
+    unmatched_spans: int = 0
+    text_only: int = 0
+    gateway_only: int = 0
+    filtered_out: int = 0
+    stale_records: int = 0
+    plugin_errors: int = 0
+    dropped_rollouts: dict[str, int] = field(default_factory=dict)
+    unmatched: list[tuple[str, str]] = field(default_factory=list)
+    """``(rollout_id, span_id)`` of unmatched spans (the first 100)."""
+
+    def drop(self, reason: str) -> None:
+        self.dropped_rollouts[reason] = self.dropped_rollouts.get(reason, 0) + 1
+
+    def as_metrics(self) -> dict[str, float]:
+        out = {k: float(v) for k, v in self.__dict__.items() if isinstance(v, int)}
+        for reason, n in self.dropped_rollouts.items():
+            out[f"dropped_{reason}"] = float(n)
+        return out

@@ -1,0 +1,120 @@
+"""Chat messages in the shapes frameworks and the gateway record them: normalised, extracted, compared."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+_ROLE_ALIASES = {"human": "user", "ai": "assistant", "AIMessage": "assistant", "HumanMessage": "user",
+                 "SystemMessage": "system", "developer": "system", "model": "assistant"}
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None or value == "" else str(value)
+
+
+def _json_attr(value: Any) -> Any:
+    """An attribute holding JSON: OpenTelemetry exporters store structured values as JSON strings."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict):
+                text = part.get("text", part.get("content"))
+                if isinstance(text, str):
+                    parts.append(text)
+        return "".join(parts)
+    if isinstance(content, dict):
+        return _content_text(content.get("text", content.get("content")))
+    return str(content)
+
+
+def normalize_messages(messages: Any) -> list[tuple[str, str]]:
+    """Chat messages in any common shape as ``(role, text)`` pairs, for comparing a span with a call.
+
+    Accepts OpenAI chat messages (``content`` a string or a list of parts), OpenTelemetry
+    GenAI messages (``parts`` with ``content``), LangChain dumps (``type`` human/ai) and
+    Responses API input (a string, or items with ``role`` and ``content``). Items with
+    no role (tool outputs, reasoning items of the Responses API) keep their type as role.
+    """
+    if messages is None:
+        return []
+    if isinstance(messages, str):
+        return [("user", messages.strip())]
+    out = []
+    for m in messages:
+        if isinstance(m, str):
+            out.append(("user", m.strip()))
+            continue
+        if not isinstance(m, dict):
+            continue
+        role = m.get("role") or m.get("type") or ""
+        role = _ROLE_ALIASES.get(role, role)
+        if "parts" in m and "content" not in m:
+            text = _content_text(m["parts"])
+        else:
+            text = _content_text(m.get("content"))
+        out.append((role, text.strip()))
+    return out
+
+
+def request_messages(request: dict) -> Any:
+    """The prompt of a gateway request: chat ``messages``, or the Responses API's ``instructions`` + ``input``."""
+    if "messages" in request:
+        return request["messages"]
+    if "input" in request:
+        items = request["input"]
+        items = [{"role": "user", "content": items}] if isinstance(items, str) else list(items)
+        if request.get("instructions"):
+            items = [{"role": "system", "content": request["instructions"]}, *items]
+        return items
+    if "prompt" in request and isinstance(request["prompt"], str):
+        return [{"role": "user", "content": request["prompt"]}]
+    return None
+
+
+def response_text(response: dict) -> str | None:
+    """The text of a gateway response (chat completion, completion or Responses API)."""
+    choices = response.get("choices")
+    if choices:
+        first = choices[0]
+        if "message" in first:
+            return _content_text(first["message"].get("content"))
+        if "text" in first:
+            return first["text"]
+    if isinstance(response.get("output_text"), str):
+        return response["output_text"]
+    if isinstance(response.get("output"), list):
+        return "".join(_content_text(item.get("content")) for item in response["output"] if isinstance(item, dict))
+    return None
+
+
+def _messages_list(messages: Any) -> list[dict] | None:
+    if messages is None:
+        return None
+    if isinstance(messages, str):
+        return [{"role": "user", "content": messages}]
+    return [m if isinstance(m, dict) else {"role": "user", "content": str(m)} for m in messages]
+
+
+def _output_text(messages: Any) -> str | None:
+    if messages is None:
+        return None
+    if isinstance(messages, str):
+        return messages
+    pairs = normalize_messages(messages)
+    return "".join(text for role, text in pairs if role in ("assistant", "")) or (pairs[-1][1] if pairs else None)
