@@ -16,6 +16,7 @@ Needs the ``postgres`` extra: ``pip install 'agl-core[postgres]'``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from agl.errors import ConfigError
@@ -89,6 +90,13 @@ class PostgresDialect(Dialect):
 
     def describe(self) -> str:
         return f"the postgresql store at {self._where}"
+
+    def json_field(self, column: str, path: Sequence[str], cast: str | None = None) -> str:
+        # #>> gives what json_extract gives (a string unquoted, null as NULL, anything else as
+        # JSON text), except numbers, which come as text: hence the cast.
+        keys = ",".join(f'"{key}"' for key in path)
+        expr = f"({column}::json #>> '{{{keys}}}')"
+        return f"{expr}::{cast}" if cast else expr
 
 
 class PostgresStore(SqlStore):

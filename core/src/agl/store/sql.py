@@ -24,7 +24,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from agl.errors import InvalidTransition, NotFound, StoreUnavailable
 from agl.schema import (
@@ -80,6 +80,17 @@ class Dialect:
     def describe(self) -> str:
         """Where the database is, for error messages (never a password)."""
         return f"the {self.name} store"
+
+    def json_field(self, column: str, path: Sequence[str], cast: str | None = None) -> str:
+        """SQL for the value at ``path`` (object keys) in the JSON text of ``column``.
+
+        The value comes as SQLite's ``json_extract`` gives it: a JSON string as the
+        string, null as NULL, any other value as its JSON text, a number as a number
+        (``cast``, the column type to convert it to, is for databases that give it as
+        text). This default is SQLite's.
+        """
+        keys = "".join(f".{key}" if key.isidentifier() else f'."{key}"' for key in path)
+        return f"json_extract({column}, '${keys}')"
 
 
 _ROLLOUT_COLUMNS = (
@@ -148,6 +159,22 @@ def _rollout_from_row(row: Sequence[Any]) -> Rollout:
     data = dict(zip(_ROLLOUT_COLUMNS, row))
     data["output"] = None if data["output"] is None else json.loads(data["output"])
     return Rollout.model_validate(data)
+
+
+class TransitionRows(NamedTuple):
+    """Raw rows of some rollouts' records, what building transitions reads (see :meth:`SqlStore.transition_rows`).
+
+    Each list is in the order the records were stored.
+    """
+
+    calls: list[tuple]
+    """``(rollout_id, call_id, seq, created_at, model_version, prompt_ids, response_ids, response_logprobs)``:
+    the token columns as stored, little-endian int32 / float32 bytes (``response_logprobs`` may be None)."""
+    spans: list[tuple]
+    """LLM spans (kind ``llm``) only: ``(rollout_id, span_id, seq, start_time, end_time,
+    attributes["gen_ai.response.id"], attributes["gen_ai.agent.name"])``."""
+    rewards: list[tuple]
+    """``(rollout_id, reward_id, name, value, source, created_at)``."""
 
 
 class _Job:
@@ -917,6 +944,72 @@ class SqlStore(Store):
         self._filter_rollout(where, params, rollout_id, rollout_ids, production)
         for (body,) in self._paged("rewards", "body", where, params):
             yield Reward.model_validate_json(body)
+
+    # -- bulk reads for building transitions ----------------------------------------
+    # What agl.transitions reads of ended rollouts, column by column: no record is decoded
+    # whole. A store that offers these four methods gets the builder's fast path; any
+    # other store is read through the queries above.
+    _BULK = 500  # ids per statement
+
+    def transition_rows(self, rollout_ids: Sequence[str]) -> TransitionRows:
+        """The LLM calls, LLM spans and rewards of these rollouts, as raw rows (see :class:`TransitionRows`).
+
+        One statement per table for up to 500 rollouts; the JSON fields are extracted
+        by the database, the token columns come as stored.
+        """
+        f, d = self.dialect.json_field, self.dialect
+        calls = self._read_in(
+            f"SELECT rollout_id, call_id, {f('body', ['seq'], d.bigint)}, {f('body', ['created_at'], d.real)}, "
+            f"{f('body', ['model_version'])}, prompt_ids, response_ids, response_logprobs FROM llm_calls WHERE",
+            "rollout_id", rollout_ids, " ORDER BY pk",
+        )
+        spans = self._read_in(
+            f"SELECT rollout_id, span_id, {f('body', ['seq'], d.bigint)}, start_time, {f('body', ['end_time'], d.real)}, "
+            f"{f('body', ['attributes', 'gen_ai.response.id'])}, {f('body', ['attributes', 'gen_ai.agent.name'])} "
+            "FROM spans WHERE kind = 'llm' AND",
+            "rollout_id", rollout_ids, " ORDER BY pk",
+        )
+        rewards = self._read_in(
+            f"SELECT rollout_id, reward_id, {f('body', ['name'])}, {f('body', ['value'], d.real)}, "
+            f"{f('body', ['source'])}, {f('body', ['created_at'], d.real)} FROM rewards WHERE",
+            "rollout_id", rollout_ids, " ORDER BY pk",
+        )
+        return TransitionRows(calls, spans, rewards)
+
+    def span_messages(self, span_ids: Sequence[str]) -> list[tuple]:
+        """``(span_id, input, output)`` of these spans: their ``gen_ai.input.messages`` and
+        ``gen_ai.output.messages`` attributes as :meth:`Dialect.json_field` gives them."""
+        f = self.dialect.json_field
+        return self._read_in(
+            f"SELECT span_id, {f('body', ['attributes', 'gen_ai.input.messages'])}, "
+            f"{f('body', ['attributes', 'gen_ai.output.messages'])} FROM spans WHERE",
+            "span_id", span_ids,
+        )
+
+    def call_payloads(self, call_ids: Sequence[str]) -> list[tuple]:
+        """``(call_id, request, response)`` of these LLM calls: the JSON text of the gateway's
+        request and response bodies (None where there was none)."""
+        f = self.dialect.json_field
+        return self._read_in(
+            f"SELECT call_id, {f('body', ['request'])}, {f('body', ['response'])} FROM llm_calls WHERE", "call_id", call_ids
+        )
+
+    def get_tasks(self, task_ids: Sequence[str]) -> dict[str, Task]:
+        """These tasks by id; ids not in the store are left out."""
+        out = {}
+        for (body,) in self._read_in("SELECT body FROM tasks WHERE", "task_id", task_ids):
+            task = Task.model_validate_json(body)
+            out[task.task_id] = task
+        return out
+
+    def _read_in(self, head: str, column: str, ids: Sequence[str], tail: str = "") -> list[Any]:
+        """All rows of ``{head} {column} IN (ids){tail}``, one statement per 500 ids."""
+        ids = list(ids)
+        rows: list[Any] = []
+        for i in range(0, len(ids), self._BULK):
+            part = ids[i : i + self._BULK]
+            rows.extend(self._read(f"{head} {column} IN ({', '.join('?' for _ in part)}){tail}", part))
+        return rows
 
     # -- model versions ------------------------------------------------------------
     def add_model_version(self, version: ModelVersion) -> None:
