@@ -40,10 +40,12 @@ For each ended rollout the builder
 Records of an earlier attempt of a retried rollout (made before the last attempt
 started) are left out and counted; they stay in the store.
 
-On the embedded SQLite store the builder reads only the columns it needs with
-SQL (token blobs unpacked straight into arrays, JSON fields extracted by SQLite);
-on any other store it goes through the public :class:`~agl.store.Store` queries,
-batched by rollout chunks. Either way it streams: one chunk of rollouts at a time.
+On a SQL store (the embedded SQLite store, PostgreSQL) the builder reads only the
+columns it needs through the store's bulk reads (:meth:`~agl.store.sql.SqlStore.transition_rows`
+and its siblings, found by duck typing: token blobs unpacked straight into arrays,
+JSON fields extracted by the database); on any other store (HTTP) it goes through
+the public :class:`~agl.store.Store` queries, batched by rollout chunks. Either way
+it streams: one chunk of rollouts at a time.
 
 The package, one concern a module:
 
@@ -63,7 +65,7 @@ from agl.transitions.messages import normalize_messages, request_messages, respo
 # The reader choice, replaceable here (the tests and the benchmark force the generic reader).
 from agl.transitions.readers import _GenericReader as _GenericReader
 from agl.transitions.readers import _reader_for as _reader_for
-from agl.transitions.readers import _SqliteReader as _SqliteReader
+from agl.transitions.readers import _SqlReader as _SqlReader
 from agl.transitions.rewards import RETURN_SOURCE as RETURN_SOURCE
 from agl.transitions.rewards import final_reward
 

@@ -12,7 +12,7 @@ from agl.schema import Reward, Rollout, RolloutStatus, Transition
 from agl.store.base import Store
 from agl.transitions.config import BuildReport, TransitionConfig
 from agl.transitions.messages import _messages_list, _output_text, normalize_messages, request_messages, response_text
-from agl.transitions.readers import _GenericReader, _SqliteReader
+from agl.transitions.readers import _GenericReader, _SqlReader
 from agl.transitions.records import _Call, _Chunk, _LlmSpan, _Step
 from agl.transitions.rewards import RETURN_SOURCE, _index_before, _plugin_rewards, final_reward
 
@@ -22,7 +22,7 @@ CHUNK = 200
 """Rollouts read from the store per round trip."""
 
 
-def _pick_reader(store: Store, need_text: bool) -> _GenericReader | _SqliteReader:
+def _pick_reader(store: Store, need_text: bool) -> _GenericReader | _SqlReader:
     """The reader for ``store``: :func:`agl.transitions.readers._reader_for`, looked up on the package.
 
     Looked up when a builder is made rather than imported, so that replacing

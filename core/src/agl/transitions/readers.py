@@ -1,8 +1,9 @@
 """Readers: how the builder gets a chunk of rollouts' records out of a store.
 
-:class:`_SqliteReader` reads the embedded SQLite store's tables directly (only the
-columns the build needs); :class:`_GenericReader` goes through the public
-:class:`~agl.store.Store` queries and works on any store.
+:class:`_SqlReader` uses a SQL store's bulk reads (only the columns the build
+needs, see :meth:`agl.store.sql.SqlStore.transition_rows`) on any store that offers
+them; :class:`_GenericReader` goes through the public :class:`~agl.store.Store`
+queries and works on any store (HTTP included).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import json
 import sys
 from array import array
-from collections.abc import Sequence
 from typing import Any
 
 from agl.schema import Task
@@ -62,34 +62,22 @@ class _GenericReader:
         return out
 
 
-class _SqliteReader:
-    """Reads the embedded SQLite store's tables directly: only the needed columns, no JSON in Python.
+class _SqlReader:
+    """Reads a SQL store's bulk reads: only the needed columns, JSON fields extracted by the database.
 
-    Uses the SQL store's one-statement read helper (``_read``), which is part of
-    the same package; every other store goes through :class:`_GenericReader`.
+    Works on any store with the methods in ``FAST_READS`` (:class:`~agl.store.sql.SqlStore`:
+    SQLite and PostgreSQL): their rows are described at
+    :meth:`~agl.store.sql.SqlStore.transition_rows`.
     """
 
     def __init__(self, store: Any):
         self.store = store
 
-    def _q(self, sql: str, params: Sequence[Any]) -> list:
-        return self.store._read(sql, params)
-
-    @staticmethod
-    def _marks(n: int) -> str:
-        return ", ".join("?" for _ in range(n))
-
     def read(self, rollout_ids: list[str]) -> _Chunk:
-        m = self._marks(len(rollout_ids))
         chunk = _Chunk({}, {}, {})
-        rows = self._q(
-            "SELECT rollout_id, call_id, json_extract(body, '$.seq'), json_extract(body, '$.created_at'), "
-            "json_extract(body, '$.model_version'), prompt_ids, response_ids, response_logprobs "
-            f"FROM llm_calls WHERE rollout_id IN ({m}) ORDER BY pk",
-            rollout_ids,
-        )
+        rows = self.store.transition_rows(rollout_ids)
         calls = chunk.calls
-        for rid, cid, seq, t, mv, p, r, lp in rows:
+        for rid, cid, seq, t, mv, p, r, lp in rows.calls:
             pa = array("i")
             pa.frombytes(p)
             ra = array("i")
@@ -111,38 +99,21 @@ class _SqliteReader:
                     for values in (c.prompt_ids, c.response_ids, c.logprobs):
                         if values is not None:
                             values.byteswap()
-        rows = self._q(
-            "SELECT rollout_id, span_id, json_extract(body, '$.seq'), start_time, json_extract(body, '$.end_time'), "
-            "json_extract(body, '$.attributes.\"gen_ai.response.id\"'), "
-            "json_extract(body, '$.attributes.\"gen_ai.agent.name\"') "
-            f"FROM spans WHERE kind = 'llm' AND rollout_id IN ({m}) ORDER BY pk",
-            rollout_ids,
-        )
-        for rid, sid, seq, start, end, resp_id, agent in rows:
+        for rid, sid, seq, start, end, resp_id, agent in rows.spans:
             chunk.spans.setdefault(rid, []).append(
                 _LlmSpan(sid, seq or 0, end or start, _opt_str(resp_id), _opt_str(agent))
             )
-        rows = self._q(
-            "SELECT rollout_id, reward_id, json_extract(body, '$.name'), json_extract(body, '$.value'), "
-            "json_extract(body, '$.source'), json_extract(body, '$.created_at') "
-            f"FROM rewards WHERE rollout_id IN ({m}) ORDER BY pk",
-            rollout_ids,
-        )
-        for rid, wid, name, value, source, t in rows:
+        for rid, wid, name, value, source, t in rows.rewards:
             chunk.rewards.setdefault(rid, []).append(_Reward(wid, name, float(value), source, t or 0.0))
         return chunk
 
     def load_span(self, span: _LlmSpan) -> None:
         if span.loaded:
             return
-        rows = self._q(
-            "SELECT json_extract(body, '$.attributes.\"gen_ai.input.messages\"'), "
-            "json_extract(body, '$.attributes.\"gen_ai.output.messages\"') FROM spans WHERE span_id = ?",
-            [span.span_id],
-        )
+        rows = self.store.span_messages([span.span_id])
         if rows:
-            span.input_messages = _json_attr(rows[0][0])
-            span.output_messages = _json_attr(rows[0][1])
+            span.input_messages = _json_attr(rows[0][1])
+            span.output_messages = _json_attr(rows[0][2])
         span.loaded = True
 
     def load_calls(self, calls: list[_Call]) -> None:
@@ -150,25 +121,19 @@ class _SqliteReader:
         if not todo:
             return
         by_id = {c.call_id: c for c in todo}
-        for i in range(0, len(todo), 500):
-            ids = [c.call_id for c in todo[i : i + 500]]
-            sql = f"SELECT call_id, json_extract(body, '$.request'), json_extract(body, '$.response') FROM llm_calls WHERE call_id IN ({self._marks(len(ids))})"
-            for cid, req, resp in self._q(sql, ids):
-                by_id[cid].request = json.loads(req) if req else {}
-                by_id[cid].response = json.loads(resp) if resp else {}
+        for cid, req, resp in self.store.call_payloads([c.call_id for c in todo]):
+            by_id[cid].request = json.loads(req) if req else {}
+            by_id[cid].response = json.loads(resp) if resp else {}
 
     def tasks(self, task_ids: list[str]) -> dict[str, Task]:
-        out = {}
-        for i in range(0, len(task_ids), 500):
-            ids = task_ids[i : i + 500]
-            for (body,) in self._q(f"SELECT body FROM tasks WHERE task_id IN ({self._marks(len(ids))})", ids):
-                task = Task.model_validate_json(body)
-                out[task.task_id] = task
-        return out
+        return self.store.get_tasks(task_ids)
 
 
-def _reader_for(store: Store, need_text: bool) -> _GenericReader | _SqliteReader:
-    dialect = getattr(store, "dialect", None)
-    if getattr(dialect, "name", None) == "sqlite" and hasattr(store, "_read"):
-        return _SqliteReader(store)
+FAST_READS = ("transition_rows", "span_messages", "call_payloads", "get_tasks")
+"""The bulk reads a store offers for the fast path (duck-typed: no store class is named here)."""
+
+
+def _reader_for(store: Store, need_text: bool) -> _GenericReader | _SqlReader:
+    if all(callable(getattr(store, name, None)) for name in FAST_READS):
+        return _SqlReader(store)
     return _GenericReader(store, need_text)
