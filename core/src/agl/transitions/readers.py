@@ -22,7 +22,7 @@ _SWAP = sys.byteorder != "little"
 
 
 class _GenericReader:
-    """Reads through the public Store API (any backend: HTTP, PostgreSQL, …)."""
+    """Reads through the public Store API (any backend; what a store without the bulk reads, HTTP, gets)."""
 
     def __init__(self, store: Store, need_text: bool):
         self.store = store
@@ -134,6 +134,7 @@ FAST_READS = ("transition_rows", "span_messages", "call_payloads", "get_tasks")
 
 
 def _reader_for(store: Store, need_text: bool) -> _GenericReader | _SqlReader:
+    """The fast reader where ``store`` has every method in ``FAST_READS``, the generic one otherwise."""
     if all(callable(getattr(store, name, None)) for name in FAST_READS):
         return _SqlReader(store)
     return _GenericReader(store, need_text)
