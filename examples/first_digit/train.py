@@ -66,20 +66,20 @@ def smollm2_preset(workdir: Path, steps: int) -> dict:
     return {
         "steps": steps,
         "batch_size": 8,
-        "n_rollouts": 4,
+        "n_rollouts": 8,
         "val_every": 10,
         "val_max_tasks": 100,
         "backend": {"name": "verl", "config": {
             "model_path": str(model), "lr": 2e-4, "adv_estimator": "grpo", "policy_loss": "vanilla",
-            "micro_batch_size": 8, "seed": 0, "workdir": str(workdir / "verl"),
+            "micro_batch_size": 16, "seed": 0, "workdir": str(workdir / "verl"),
             "lora": {"r": 16, "alpha": 32, "target_modules": ["q_proj", "v_proj"]},
         }},
         "engine": {"name": "transformers", "config": {"model_path": str(model), "seed": 0}},
-        "rollout": {"concurrency": 16, "timeout_s": 120, "resources": {"max_tokens": 4}},
+        "rollout": {"concurrency": 32, "timeout_s": 120, "resources": {"max_tokens": 3}},
     }
 
 
-PRESETS = {"tiny": (tiny_preset, 150), "smollm2": (smollm2_preset, 20)}
+PRESETS = {"tiny": (tiny_preset, 150), "smollm2": (smollm2_preset, 30)}
 
 
 def main(argv: list[str] | None = None) -> int:
