@@ -6,9 +6,9 @@ The full build runs: join of spans (with response ids and agent names) and gatew
 records, a reward plugin, the ``emitted`` credit strategy, the agent filter and
 rollout-level normalization. Three ways, same store, same run:
 
-- ``builder (sqlite fast path)``: what the trainer uses on the embedded store;
+- ``builder (sqlite fast path)``: what the trainer uses on SQL stores (SQLite, PostgreSQL);
 - ``builder (generic store API)``: the same builder through the public Store queries,
-  as on an HTTP or PostgreSQL store;
+  as on an HTTP store;
 - ``baseline (naive per rollout)``: one query per rollout and per kind, every record
   fully decoded and validated, a Transition validated per call.
 """

@@ -1,7 +1,7 @@
 """Building transitions from a real SqliteStore: joins, fallbacks, rewards, filters.
 
-Each test runs twice: through the SQLite fast path and through the generic path
-that any other store (HTTP, PostgreSQL) takes.
+Each test runs twice: through the SQL fast path (SQLite and PostgreSQL stores) and
+through the generic path that any other store (HTTP) takes.
 """
 
 from __future__ import annotations
