@@ -122,6 +122,10 @@ def test_text_transitions_rejected_or_counted(batch):
 def test_bad_input_errors(batch):
     with pytest.raises(ValueError, match="empty"):
         transitions_to_dataproto([])
-    bad = _t("t", "r", 0, [1], [2, 3], 1.0, [-0.5])
+    with pytest.raises(ValueError, match="has 1 values for 2 response ids"):
+        _t("t", "r", 0, [1], [2, 3], 1.0, [-0.5])  # the schema refuses it...
+    # ...and the batch builder still checks what was built without validation (model_construct).
+    good = _t("t", "r", 0, [1], [2, 3], 1.0, [-0.5, -0.25])
+    bad = Transition.model_construct(**{**good.__dict__, "response_logprobs": good.response_logprobs[:1]})
     with pytest.raises(ValueError, match="1 response_logprobs for 2 response_ids"):
         transitions_to_dataproto([bad])
