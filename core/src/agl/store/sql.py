@@ -17,6 +17,8 @@ placeholder and how it locks rows for a claim.
 
 from __future__ import annotations
 
+import abc
+
 import _thread
 import json
 import logging
@@ -52,7 +54,7 @@ TASK_CACHE_BYTES = 8 * 1024 * 1024
 """Task bodies a store keeps in memory for claims (tasks never change once stored)."""
 
 
-class Dialect:
+class Dialect(abc.ABC):
     """What differs between SQL databases. Subclasses fill in the blanks."""
 
     name = "sql"
@@ -66,8 +68,9 @@ class Dialect:
     begin = "BEGIN"
     schema_lock: str | None = None  # run before creating the schema, so concurrent creators queue
 
+    @abc.abstractmethod
     def connect(self, *, writer: bool) -> Any:
-        raise NotImplementedError  # abstract: each backend connects its own way
+        """A new connection to the database (autocommit: transactions are explicit)."""
 
     def is_transient(self, exc: BaseException) -> bool:
         """Whether an error is worth retrying (a lock, a dropped connection)."""
