@@ -167,7 +167,7 @@ def _rollout_from_row(row: Sequence[Any]) -> Rollout:
 class TransitionRows(NamedTuple):
     """Raw rows of some rollouts' records, what building transitions reads (see :meth:`SqlStore.transition_rows`).
 
-    Each list is in the order the records were stored.
+    Each list is grouped by rollout, each rollout's records in the order they were stored.
     """
 
     calls: list[tuple]
@@ -958,24 +958,26 @@ class SqlStore(Store):
         """The LLM calls, LLM spans and rewards of these rollouts, as raw rows (see :class:`TransitionRows`).
 
         One statement per table for up to 500 rollouts; the JSON fields are extracted
-        by the database, the token columns come as stored.
+        by the database, the token columns come as stored. Rows come grouped by rollout
+        (``ORDER BY rollout_id, pk``: the ``(rollout_id, pk)`` index gives that order, where
+        ``ORDER BY pk`` alone made the database sort every row, token blobs included).
         """
         f, d = self.dialect.json_field, self.dialect
         calls = self._read_in(
             f"SELECT rollout_id, call_id, {f('body', ['seq'], d.bigint)}, {f('body', ['created_at'], d.real)}, "
             f"{f('body', ['model_version'])}, prompt_ids, response_ids, response_logprobs FROM llm_calls WHERE",
-            "rollout_id", rollout_ids, " ORDER BY pk",
+            "rollout_id", rollout_ids, " ORDER BY rollout_id, pk",
         )
         spans = self._read_in(
             f"SELECT rollout_id, span_id, {f('body', ['seq'], d.bigint)}, start_time, {f('body', ['end_time'], d.real)}, "
             f"{f('body', ['attributes', 'gen_ai.response.id'])}, {f('body', ['attributes', 'gen_ai.agent.name'])} "
             "FROM spans WHERE kind = 'llm' AND",
-            "rollout_id", rollout_ids, " ORDER BY pk",
+            "rollout_id", rollout_ids, " ORDER BY rollout_id, pk",
         )
         rewards = self._read_in(
             f"SELECT rollout_id, reward_id, {f('body', ['name'])}, {f('body', ['value'], d.real)}, "
             f"{f('body', ['source'])}, {f('body', ['created_at'], d.real)} FROM rewards WHERE",
-            "rollout_id", rollout_ids, " ORDER BY pk",
+            "rollout_id", rollout_ids, " ORDER BY rollout_id, pk",
         )
         return TransitionRows(calls, spans, rewards)
 

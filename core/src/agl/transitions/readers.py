@@ -74,38 +74,52 @@ class _SqlReader:
         self.store = store
 
     def read(self, rollout_ids: list[str]) -> _Chunk:
-        chunk = _Chunk({}, {}, {})
         rows = self.store.transition_rows(rollout_ids)
-        calls = chunk.calls
+        # Rows come grouped by rollout: a bucket is looked up once per rollout, not per row
+        # (``setdefault`` keeps this right should a store give them in any other order).
+        calls: dict[str, list[_Call]] = {}
+        last, bucket = None, None
         for rid, cid, seq, t, mv, p, r, lp in rows.calls:
+            if rid != last:
+                bucket = calls.setdefault(rid, [])
+                last = rid
+            # One copy: the row's bytes straight into the array's buffer.
             pa = array("i")
             pa.frombytes(p)
             ra = array("i")
             ra.frombytes(r)
             if lp is None:
-                la = None
+                bucket.append(_Call(cid, seq or 0, t or 0.0, mv, pa, ra, None))
             else:
                 la = array("f")
                 la.frombytes(lp)
-            entry = _Call(cid, seq or 0, t or 0.0, mv, pa, ra, la)
-            bucket = calls.get(rid)
-            if bucket is None:
-                calls[rid] = [entry]
-            else:
-                bucket.append(entry)
+                bucket.append(_Call(cid, seq or 0, t or 0.0, mv, pa, ra, la))
         if _SWAP:  # token blobs are little-endian; swap on a big-endian host
             for bucket in calls.values():
                 for c in bucket:
                     for values in (c.prompt_ids, c.response_ids, c.logprobs):
                         if values is not None:
                             values.byteswap()
+        spans: dict[str, list[_LlmSpan]] = {}
+        last = None
         for rid, sid, seq, start, end, resp_id, agent in rows.spans:
-            chunk.spans.setdefault(rid, []).append(
-                _LlmSpan(sid, seq or 0, end or start, _opt_str(resp_id), _opt_str(agent))
-            )
+            if rid != last:
+                bucket = spans.setdefault(rid, [])
+                last = rid
+            # The database gives a JSON string as str; anything else goes through _opt_str.
+            if resp_id.__class__ is not str or not resp_id:
+                resp_id = _opt_str(resp_id)
+            if agent.__class__ is not str or not agent:
+                agent = _opt_str(agent)
+            bucket.append(_LlmSpan(sid, seq or 0, end or start, resp_id, agent))
+        rewards: dict[str, list[Any]] = {}
+        last = None
         for rid, wid, name, value, source, t in rows.rewards:
-            chunk.rewards.setdefault(rid, []).append(_Reward(wid, name, float(value), source, t or 0.0))
-        return chunk
+            if rid != last:
+                bucket = rewards.setdefault(rid, [])
+                last = rid
+            bucket.append(_Reward(wid, name, float(value), source, t or 0.0))
+        return _Chunk(calls, spans, rewards)
 
     def load_span(self, span: _LlmSpan) -> None:
         if span.loaded:
