@@ -28,6 +28,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+from pydantic import BaseModel
+
 from agl.errors import InvalidTransition, NotFound, StoreUnavailable
 from agl.schema import (
     ALLOWED_TRANSITIONS,
@@ -50,6 +52,8 @@ log = logging.getLogger(__name__)
 
 PAGE_SIZE = 500
 MAX_GROUP = 256
+INSERT_ROWS = 64
+"""Rows in one multi-row INSERT statement at most (and so distinct statement texts per table)."""
 TASK_CACHE_BYTES = 8 * 1024 * 1024
 """Task bodies a store keeps in memory for claims (tasks never change once stored)."""
 
@@ -67,6 +71,7 @@ class Dialect(abc.ABC):
     for_update = ""  # appended to selections of rows that the transaction then changes
     begin = "BEGIN"
     schema_lock: str | None = None  # run before creating the schema, so concurrent creators queue
+    without_rowid = ""  # appended to tables keyed by their primary key alone, where the database can store them so
 
     @abc.abstractmethod
     def connect(self, *, writer: bool) -> Any:
@@ -131,10 +136,11 @@ def _schema(d: Dialect) -> list[str]:
             heartbeat_at {d.real}, ended_at {d.real}, error TEXT, output TEXT)""",
         "CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts (status, pk)",
         "CREATE INDEX IF NOT EXISTS rollouts_task ON rollouts (task_id)",
-        "CREATE INDEX IF NOT EXISTS rollouts_claim ON rollouts (claim_id)",
+        # Only running rollouts have a claim id: the others stay out of the index.
+        "CREATE INDEX IF NOT EXISTS rollouts_claim ON rollouts (claim_id) WHERE claim_id IS NOT NULL",
         f"""CREATE TABLE IF NOT EXISTS attempts (
             rollout_id TEXT NOT NULL, attempt {d.bigint} NOT NULL, runner_id TEXT, status TEXT NOT NULL,
-            started_at {d.real} NOT NULL, ended_at {d.real}, error TEXT, PRIMARY KEY (rollout_id, attempt))""",
+            started_at {d.real} NOT NULL, ended_at {d.real}, error TEXT, PRIMARY KEY (rollout_id, attempt)){d.without_rowid}""",
         f"""CREATE TABLE IF NOT EXISTS spans (
             pk {d.autoinc_pk}, span_id TEXT NOT NULL UNIQUE, rollout_id TEXT, kind TEXT NOT NULL,
             start_time {d.real} NOT NULL, body TEXT NOT NULL)""",
@@ -152,6 +158,11 @@ def _schema(d: Dialect) -> list[str]:
 
 
 _TOKEN_FIELDS = frozenset({"prompt_ids", "response_ids", "response_logprobs"})
+
+
+def _body(model: BaseModel, exclude: frozenset[str] | None = None) -> str:
+    """``model.model_dump_json(exclude=exclude)``, without its per-call wrapper (the same text)."""
+    return model.__pydantic_serializer__.to_json(model, exclude=exclude).decode()
 
 
 def _dumps(value: Any) -> str:
@@ -178,6 +189,28 @@ class TransitionRows(NamedTuple):
     attributes["gen_ai.response.id"], attributes["gen_ai.agent.name"])``."""
     rewards: list[tuple]
     """``(rollout_id, reward_id, name, value, source, created_at)``."""
+
+
+class _Insert:
+    """A write that only inserts rows into one table, ignoring ids already stored.
+
+    Calling it inserts its rows on a cursor (how a job runs alone). A group commit
+    runs the inserts of all its jobs first, the rows of each table together in
+    multi-row statements: jobs in one group were queued concurrently, so running
+    their inserts before their other writes is one of the orders they could have
+    run in, and inserts of different tables do not depend on each other.
+    """
+
+    __slots__ = ("columns", "rows", "store", "table")
+
+    def __init__(self, store: SqlStore, table: str, columns: Sequence[str], rows: list[tuple]):
+        self.store = store
+        self.table = table
+        self.columns = tuple(columns)
+        self.rows = rows
+
+    def __call__(self, cur) -> None:
+        self.store._insert_ignore(cur, self.table, self.columns, self.rows)
 
 
 class _Job:
@@ -292,6 +325,7 @@ class SqlStore(Store):
         self._writer_conn: Any = None
         self._task_bodies: dict[str, str] = {}
         self._task_bytes = 0
+        self._insert_texts: dict[tuple[str, int], str] = {}
         schema = _Job(self._create_schema)
         schema.lead = True
         self._run_in_transaction([schema])
@@ -356,8 +390,9 @@ class SqlStore(Store):
             try:
                 if not guarded[0]:
                     try:
+                        self._run_inserts(cur, jobs)
                         for job in jobs:
-                            results.append((True, job.fn(cur)))
+                            results.append((True, None if type(job.fn) is _Insert else job.fn(cur)))
                     except Exception as exc:
                         if self.dialect.is_transient(exc):
                             raise
@@ -397,6 +432,22 @@ class SqlStore(Store):
             return
         for job, (ok, value) in zip(jobs, results):
             job.settle(ok, value)
+
+    def _run_inserts(self, cur, jobs: list[_Job]) -> None:
+        """Run the group's inserts (see :class:`_Insert`), each table's rows in as few statements as can be."""
+        inserts = [job.fn for job in jobs if type(job.fn) is _Insert]
+        if len(inserts) == 1:
+            inserts[0](cur)
+            return
+        tables: dict[tuple[str, tuple[str, ...]], list[tuple]] = {}
+        for op in inserts:
+            rows = tables.get((op.table, op.columns))
+            if rows is None:
+                tables[op.table, op.columns] = list(op.rows)
+            else:
+                rows.extend(op.rows)
+        for (table, columns), rows in tables.items():
+            self._insert_ignore(cur, table, columns, rows)
 
     def _committed(self, jobs: int) -> None:
         """Called on the writer after each commit (the SQLite store schedules checkpoints here)."""
@@ -468,7 +519,8 @@ class SqlStore(Store):
         with self._mutex:
             if not self._pending:
                 self._leading = False
-                self._idle.notify_all()
+                if self._closed:  # only close() waits for the lead to end
+                    self._idle.notify_all()
                 return True
             nxt = self._pending[0]
             if nxt.abandoned:
@@ -527,19 +579,36 @@ class SqlStore(Store):
         if rollout_ids is not None:
             self._in("rollout_id", list(rollout_ids), where, params)
 
-    def _insert_ignore(self, cur, table: str, columns: Sequence[str], rows: list[tuple]) -> None:
-        if not rows:
+    def _insert_ignore(self, cur, table: str, columns: Sequence[str], rows: Sequence[tuple]) -> None:
+        """Insert rows, ignoring those whose unique id is stored already: up to ``INSERT_ROWS``
+        rows a statement (one statement runs in the database in one go; ``executemany``
+        would step the database once a row)."""
+        n = len(rows)
+        if not n:
             return
-        marks = ", ".join("?" for _ in columns)
-        cur.executemany(
-            self._sql(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}) ON CONFLICT DO NOTHING"),
-            rows,
-        )
+        if n == 1:
+            cur.execute(self._insert_sql(table, columns, 1), rows[0])
+            return
+        step = min(INSERT_ROWS, 999 // len(columns))  # 999: the fewest parameters a statement may have (old SQLite)
+        for i in range(0, n, step):
+            part = rows[i : i + step]
+            cur.execute(self._insert_sql(table, columns, len(part)), [v for row in part for v in row])
+
+    def _insert_sql(self, table: str, columns: Sequence[str], n: int) -> str:
+        key = (table, n)
+        text = self._insert_texts.get(key)
+        if text is None:
+            marks = "(" + ", ".join("?" for _ in columns) + ")"
+            text = self._sql(
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join(marks for _ in range(n))} ON CONFLICT DO NOTHING"
+            )
+            self._insert_texts[key] = text
+        return text
 
     # -- tasks ---------------------------------------------------------------------
     def add_tasks(self, tasks: Iterable[Task]) -> None:
-        rows = [(t.task_id, t.split, t.model_dump_json()) for t in tasks]
-        self._write(lambda cur: self._insert_ignore(cur, "tasks", ("task_id", "split", "body"), rows))
+        rows = [(t.task_id, t.split, _body(t)) for t in tasks]
+        self._write(_Insert(self, "tasks", ("task_id", "split", "body"), rows))
 
     def get_task(self, task_id: str) -> Task:
         rows = self._read("SELECT body FROM tasks WHERE task_id = ?", [task_id])
@@ -834,20 +903,20 @@ class SqlStore(Store):
     _REWARD_COLUMNS = ("reward_id", "rollout_id", "body")
 
     def _spans_op(self, spans: Iterable[Span]) -> Callable[[Any], Any]:
-        rows = [(s.span_id, s.rollout_id, s.kind, s.start_time, s.model_dump_json()) for s in spans]
-        return lambda cur: self._insert_ignore(cur, "spans", self._SPAN_COLUMNS, rows)
+        rows = [(s.span_id, s.rollout_id, s.kind, s.start_time, _body(s)) for s in spans]
+        return _Insert(self, "spans", self._SPAN_COLUMNS, rows)
 
     def _llm_calls_op(self, calls: Iterable[LLMCall]) -> Callable[[Any], Any]:
         rows = []
         for c in calls:
-            body = c.model_dump_json(exclude=_TOKEN_FIELDS)
+            body = _body(c, _TOKEN_FIELDS)
             logprobs = None if c.response_logprobs is None else to_bytes(c.response_logprobs)
             rows.append((c.call_id, c.rollout_id, body, to_bytes(c.prompt_ids), to_bytes(c.response_ids), logprobs))
-        return lambda cur: self._insert_ignore(cur, "llm_calls", self._CALL_COLUMNS, rows)
+        return _Insert(self, "llm_calls", self._CALL_COLUMNS, rows)
 
     def _rewards_op(self, rewards: Iterable[Reward]) -> Callable[[Any], Any]:
-        rows = [(r.reward_id, r.rollout_id, r.model_dump_json()) for r in rewards]
-        return lambda cur: self._insert_ignore(cur, "rewards", self._REWARD_COLUMNS, rows)
+        rows = [(r.reward_id, r.rollout_id, _body(r)) for r in rewards]
+        return _Insert(self, "rewards", self._REWARD_COLUMNS, rows)
 
     def add_spans(self, spans: Iterable[Span]) -> None:
         self._write(self._spans_op(spans))
@@ -1019,7 +1088,7 @@ class SqlStore(Store):
     # -- model versions ------------------------------------------------------------
     def add_model_version(self, version: ModelVersion) -> None:
         row = [(version.version, version.model_dump_json())]
-        self._write(lambda cur: self._insert_ignore(cur, "model_versions", ("version", "body"), row))
+        self._write(_Insert(self, "model_versions", ("version", "body"), row))
 
     def get_model_version(self, version: str) -> ModelVersion:
         rows = self._read("SELECT body FROM model_versions WHERE version = ?", [version])

@@ -30,6 +30,11 @@ WAL_BACKSTOP_PAGES = 4096
 class SqliteDialect(Dialect):
     name = "sqlite"
     begin = "BEGIN IMMEDIATE"
+    # No AUTOINCREMENT: the store never deletes rows, so a new row's key is still one more
+    # than the largest (paging by key stays in insertion order), without the extra page
+    # (sqlite_sequence) that AUTOINCREMENT writes in every inserting transaction.
+    autoinc_pk = "INTEGER PRIMARY KEY"
+    without_rowid = " WITHOUT ROWID"  # attempts: one b-tree instead of a table and its key's index
 
     def __init__(self, path: str, busy_timeout_s: float):
         self.path = path
@@ -37,7 +42,8 @@ class SqliteDialect(Dialect):
 
     def connect(self, *, writer: bool) -> sqlite3.Connection:
         conn = sqlite3.connect(
-            self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
+            self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False,
+            cached_statements=512,  # multi-row inserts: a statement text per row count (see agl.store.sql.INSERT_ROWS)
         )
         conn.execute("PRAGMA journal_mode=WAL")
         # NORMAL in WAL mode survives a crash of the process (SIGKILL); only an OS crash
