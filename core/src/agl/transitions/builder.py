@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import logging
 from array import array
+from operator import attrgetter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from agl.credit import RolloutRewards
-from agl.schema import Reward, Rollout, RolloutStatus, Transition
+from agl.schema import Reward, Rollout, RolloutStatus, Task, Transition
 from agl.store.base import Store
 from agl.transitions.config import BuildReport, TransitionConfig
 from agl.transitions.messages import _messages_list, _output_text, normalize_messages, request_messages, response_text
 from agl.transitions.readers import _GenericReader, _SqlReader
-from agl.transitions.records import _Call, _Chunk, _LlmSpan, _Step
-from agl.transitions.rewards import RETURN_SOURCE, _index_before, _plugin_rewards, final_reward
+from agl.transitions.records import _Call, _Chunk, _LlmSpan, _Step, _step
+from agl.transitions.rewards import RETURN_SOURCE, _index_before, _plugin_rewards, _with_task, final_reward
 
 log = logging.getLogger("agl.transitions")  # the package's logger, as before it was split
 
@@ -38,6 +39,8 @@ _FIELDS = frozenset(Transition.model_fields)
 _FIELDS_SET = set(_FIELDS)
 _new = object.__new__
 _set = object.__setattr__
+_by_seq = attrgetter("seq")
+_NO_REWARDS: list[Reward] = []
 
 
 def _make_transition(values: dict[str, Any]) -> Transition:
@@ -86,10 +89,15 @@ class TransitionBuilder:
         self._impls = [(pm.get_name(i.plugin) or i.plugin_name, i) for i in impls]
         self._has_plugins = bool(impls)
         self._plugin_names = frozenset(name for name, _ in self._impls)
+        self._tasks: dict[str, Task] = {}
+        """Tasks read for reward plugins, kept for the builder's later chunks (a task does not change)."""
 
     def build(self, rollouts: Iterable[Rollout]) -> list[Transition]:
         """All transitions of these rollouts, as a list."""
-        return list(self.iter(rollouts))
+        out: list[Transition] = []
+        for part in self._parts(rollouts):
+            out.extend(part)
+        return out
 
     def iter(self, rollouts: Iterable[Rollout]) -> Iterator[Transition]:
         """Stream the transitions of these rollouts, one chunk of rollouts at a time.
@@ -97,17 +105,23 @@ class TransitionBuilder:
         The next chunk is read from the store on a helper thread while this one is
         processed (the database releases the GIL while it reads).
         """
+        for part in self._parts(rollouts):
+            yield from part
+
+    def _parts(self, rollouts: Iterable[Rollout]) -> Iterator[list[Transition]]:
+        """The transitions of each chunk of rollouts, a list per chunk (what :meth:`iter` streams)."""
         from concurrent.futures import ThreadPoolExecutor
 
+        reader = self._reader
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="agl-transitions") as pool:
             pending = None
             for live in self._live_chunks(rollouts):
-                ahead = (live, pool.submit(self._reader.read, [r.rollout_id for r in live]))
+                ahead = (live, pool.submit(reader.fetch, [r.rollout_id for r in live]))
                 if pending is not None:
-                    yield from self._chunk(pending[0], pending[1].result())
+                    yield self._chunk(pending[0], reader.convert(pending[1].result()))
                 pending = ahead
             if pending is not None:
-                yield from self._chunk(pending[0], pending[1].result())
+                yield self._chunk(pending[0], reader.convert(pending[1].result()))
         if self.report.unmatched_spans:
             log.warning(
                 "%d LLM span(s) could not be matched to a gateway record and were left out, e.g. %s",
@@ -131,34 +145,48 @@ class TransitionBuilder:
         if live:
             yield live
 
-    def _chunk(self, live: list[Rollout], chunk: _Chunk) -> Iterator[Transition]:
+    def _chunk(self, live: list[Rollout], chunk: _Chunk) -> list[Transition]:
         report = self.report
         plugin_rewards: dict[str, list[Reward]] = {}
         if self._has_plugins:
-            missing = sorted({r.task_id for r in live if r.task is None})
-            tasks = self._reader.tasks(missing) if missing else {}
+            tasks = self._tasks
+            missing = sorted({r.task_id for r in live if r.task is None and r.task_id not in tasks})
+            if missing:
+                tasks.update(self._reader.tasks(missing))
+            store, impls, stored_rewards = self.store, self._impls, chunk.rewards
             new: list[Reward] = []
             for r in live:
-                if r.task is None and r.task_id in tasks:
-                    r = r.model_copy(update={"task": tasks[r.task_id]})
-                got = _plugin_rewards(r, self.store, report, self._impls)
+                if r.task is None:
+                    task = tasks.get(r.task_id)
+                    if task is not None:
+                        r = _with_task(r, task)
+                got = _plugin_rewards(r, store, report, impls)
                 plugin_rewards[r.rollout_id] = got
-                stored = {w.reward_id for w in chunk.rewards.get(r.rollout_id, ())}
-                new.extend(w for w in got if w.reward_id not in stored)
+                if got:
+                    have = stored_rewards.get(r.rollout_id)
+                    if have:
+                        stored = {w.reward_id for w in have}
+                        new.extend(w for w in got if w.reward_id not in stored)
+                    else:
+                        new.extend(got)
             if new:
                 self.store.add_rewards(new)
+        out: list[Transition] = []
         for r in live:
             report.rollouts += 1
-            yield from self._rollout(r, chunk, plugin_rewards.get(r.rollout_id, []))
+            self._rollout(r, chunk, plugin_rewards.get(r.rollout_id, _NO_REWARDS), out)
+        return out
 
-    def _rollout(self, rollout: Rollout, chunk: _Chunk, plugin: list[Reward]) -> Iterator[Transition]:
+    def _rollout(self, rollout: Rollout, chunk: _Chunk, plugin: list[Reward], out: list[Transition]) -> None:
+        """Append the transitions of one rollout to ``out``."""
         cfg, report = self.config, self.report
         rid = rollout.rollout_id
         calls = chunk.calls.get(rid, [])
         spans = chunk.spans.get(rid, [])
         rewards = chunk.rewards.get(rid, [])
-        if self._plugin_names:
-            rewards = [w for w in rewards if w.source not in self._plugin_names]  # recomputed below
+        plugin_names = self._plugin_names
+        if plugin_names and rewards:
+            rewards = [w for w in rewards if w.source not in plugin_names]  # recomputed below
         if rollout.attempt > 1 and rollout.started_at is not None:
             start = rollout.started_at
             n = len(calls) + len(spans) + len(rewards)
@@ -169,7 +197,7 @@ class TransitionBuilder:
 
         steps = self._join(rid, calls, spans)
 
-        value, chosen = final_reward([*rewards, *plugin], self._plugin_names)
+        value, chosen = final_reward([*rewards, *plugin] if plugin else rewards, plugin_names)
         if value is None:
             if rollout.status == RolloutStatus.SUCCEEDED:
                 value = cfg.missing_reward
@@ -190,19 +218,25 @@ class TransitionBuilder:
         if not steps:
             report.drop("no_calls")
             return
-        per_call = self.strategy(len(steps), RolloutRewards(final=value, emitted=intermediate), **cfg.credit_options)
-        if len(per_call) != len(steps):
+        n_steps = len(steps)
+        per_call = self.strategy(n_steps, RolloutRewards(final=value, emitted=intermediate), **cfg.credit_options)
+        if len(per_call) != n_steps:
             raise ValueError(
-                f"credit: strategy {cfg.credit!r} returned {len(per_call)} rewards for {len(steps)} calls of rollout {rid}"
+                f"credit: strategy {cfg.credit!r} returned {len(per_call)} rewards for {n_steps} calls of rollout {rid}"
             )
 
-        kept = [(i, s) for i, s in enumerate(steps) if self._agents is None or s.agent in self._agents]
-        report.filtered_out += len(steps) - len(kept)
+        agents = self._agents
+        if agents is None:
+            kept = list(enumerate(steps))
+        else:
+            kept = [(i, s) for i, s in enumerate(steps) if s.agent in agents]
+            report.filtered_out += n_steps - len(kept)
         if not cfg.text_only:
             kept = [(i, s) for i, s in kept if s.call is not None]
         if not kept:
             return
-        if cfg.with_text:
+        with_text = cfg.with_text
+        if with_text:
             self._reader.load_calls([s.call for _, s in kept if s.call is not None])
             for _, s in kept:
                 if s.span is not None:
@@ -210,49 +244,63 @@ class TransitionBuilder:
         weight = 1.0 / len(kept) if cfg.normalize == "rollout" else 1.0
         task_id = rollout.task_id
         fallback_version = rollout.model_version
-        construct = _make_transition
+        fields_set = _FIELDS_SET
+        append = out.append
         for i, s in kept:
             c = s.call
             if c is not None:
-                t = construct({
+                # _make_transition, inlined: this loop runs once per transition.
+                t = _new(Transition)
+                _set(t, "__dict__", {
                     "rollout_id": rid, "task_id": task_id, "step": i, "agent": s.agent, "prompt_ids": c.prompt_ids,
                     "response_ids": c.response_ids, "response_logprobs": c.logprobs, "reward": float(per_call[i]),
                     "model_version": c.model_version or fallback_version, "token_source": "engine",
                     "call_id": c.call_id, "weight": weight, "prompt_messages": None, "response_text": None,
                 })
-                if cfg.with_text:
+                _set(t, "__pydantic_fields_set__", fields_set)
+                _set(t, "__pydantic_extra__", None)
+                _set(t, "__pydantic_private__", None)
+                if with_text:
                     t.prompt_messages = _messages_list(request_messages(c.request or {}))
                     t.response_text = response_text(c.response or {})
             else:
                 sp = s.span
                 self._reader.load_span(sp)
-                t = construct({
+                t = _make_transition({
                     "rollout_id": rid, "task_id": task_id, "step": i, "agent": s.agent, "prompt_ids": array("i"),
                     "response_ids": array("i"), "response_logprobs": None, "reward": float(per_call[i]),
                     "model_version": fallback_version, "token_source": "text", "call_id": sp.response_id,
                     "weight": weight, "prompt_messages": _messages_list(sp.input_messages),
                     "response_text": _output_text(sp.output_messages),
                 })
-            report.transitions += 1
-            yield t
+            append(t)
+        report.transitions += len(kept)
 
     def _join(self, rid: str, calls: list[_Call], spans: list[_LlmSpan]) -> list[_Step]:
         report = self.report
         if len(calls) > 1:
-            calls.sort(key=lambda c: c.seq)
+            calls.sort(key=_by_seq)
         if not spans:
             report.gateway_only += len(calls)
-            return [_Step(c.time, c, None) for c in calls]
+            return [_Step(c.time, c, None, None) for c in calls]
         if len(spans) == len(calls):
             # The common case: every call has its span, joined by response id; the gateway's order stands.
             span_of = {sp.response_id: sp for sp in spans}
-            if len(span_of) == len(calls) and all(c.call_id in span_of for c in calls):
-                report.joined_by_id += len(calls)
-                return [_Step(c.time, c, span_of[c.call_id]) for c in calls]
-        spans.sort(key=lambda s: s.seq)
+            if len(span_of) == len(calls):
+                steps = []
+                for c in calls:
+                    sp = span_of.get(c.call_id)
+                    if sp is None:
+                        break
+                    steps.append(_Step(c.time, c, sp, sp.agent))
+                else:
+                    report.joined_by_id += len(calls)
+                    return steps
+        # Some span has no response id, or one the gateway never issued: the general join.
+        spans.sort(key=_by_seq)
         by_id = {c.call_id: c for c in calls}
         taken: set[str] = set()
-        steps: list[_Step] = []
+        steps = []
         orphans: list[_LlmSpan] = []
         for sp in spans:
             if sp.response_id is None:
@@ -261,17 +309,17 @@ class TransitionBuilder:
             c = by_id.get(sp.response_id)
             if c is None or c.call_id in taken:
                 report.text_only += 1
-                steps.append(_Step(sp.time, None, sp))
+                steps.append(_step(sp.time, None, sp))
             else:
                 taken.add(c.call_id)
                 report.joined_by_id += 1
-                steps.append(_Step(c.time, c, sp))
+                steps.append(_step(c.time, c, sp))
         if orphans:
             left = [c for c in calls if c.call_id not in taken]
             if not left:
                 for sp in orphans:
                     report.text_only += 1
-                    steps.append(_Step(sp.time, None, sp))
+                    steps.append(_step(sp.time, None, sp))
             else:
                 self._reader.load_calls(left)
                 pos = 0
@@ -293,11 +341,11 @@ class TransitionBuilder:
                     pos = match + 1
                     taken.add(c.call_id)
                     report.joined_by_order += 1
-                    steps.append(_Step(c.time, c, sp))
+                    steps.append(_step(c.time, c, sp))
         for c in calls:
             if c.call_id not in taken:
                 report.gateway_only += 1
-                steps.append(_Step(c.time, c, None))
+                steps.append(_step(c.time, c, None))
         if any(steps[k].time > steps[k + 1].time for k in range(len(steps) - 1)):
             steps.sort(key=lambda s: (s.time, s.call.seq if s.call else 0))
         return steps

@@ -28,6 +28,12 @@ class _GenericReader:
         self.store = store
         self.need_text = need_text
 
+    def fetch(self, rollout_ids: list[str]) -> _Chunk:
+        return self.read(rollout_ids)
+
+    def convert(self, chunk: _Chunk) -> _Chunk:
+        return chunk
+
     def read(self, rollout_ids: list[str]) -> _Chunk:
         chunk = _Chunk({}, {}, {})
         for c in self.store.query_llm_calls(rollout_ids=rollout_ids):
@@ -74,7 +80,14 @@ class _SqlReader:
         self.store = store
 
     def read(self, rollout_ids: list[str]) -> _Chunk:
-        rows = self.store.transition_rows(rollout_ids)
+        return self.convert(self.fetch(rollout_ids))
+
+    def fetch(self, rollout_ids: list[str]) -> Any:
+        """The store's rows of these rollouts (the database's part: the builder runs it on a helper thread)."""
+        return self.store.transition_rows(rollout_ids)
+
+    def convert(self, rows: Any) -> _Chunk:
+        """The rows :meth:`fetch` returned, as records (the Python part: the builder runs it on its own thread)."""
         # Rows come grouped by rollout: a bucket is looked up once per rollout, not per row
         # (``setdefault`` keeps this right should a store give them in any other order).
         calls: dict[str, list[_Call]] = {}

@@ -39,10 +39,11 @@ class _Step:
     time: float
     call: _Call | None
     span: _LlmSpan | None
+    agent: str | None  # the span's agent (None without a span), kept here so the hot loops read one attribute
 
-    @property
-    def agent(self) -> str | None:
-        return None if self.span is None else self.span.agent
+
+def _step(time: float, call: _Call | None, span: _LlmSpan | None) -> _Step:
+    return _Step(time, call, span, None if span is None else span.agent)
 
 
 @dataclass(slots=True)
