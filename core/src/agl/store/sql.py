@@ -158,9 +158,10 @@ def _schema(d: Dialect) -> list[str]:
 
 
 _TOKEN_FIELDS = frozenset({"prompt_ids", "response_ids", "response_logprobs"})
+_TOKEN_EXCLUDE = set(_TOKEN_FIELDS)  # pydantic takes a set as it is (a frozenset it converts on every call)
 
 
-def _body(model: BaseModel, exclude: frozenset[str] | None = None) -> str:
+def _body(model: BaseModel, exclude: set[str] | None = None) -> str:
     """``model.model_dump_json(exclude=exclude)``, without its per-call wrapper (the same text)."""
     return model.__pydantic_serializer__.to_json(model, exclude=exclude).decode()
 
@@ -909,7 +910,7 @@ class SqlStore(Store):
     def _llm_calls_op(self, calls: Iterable[LLMCall]) -> Callable[[Any], Any]:
         rows = []
         for c in calls:
-            body = _body(c, _TOKEN_FIELDS)
+            body = _body(c, _TOKEN_EXCLUDE)
             logprobs = None if c.response_logprobs is None else to_bytes(c.response_logprobs)
             rows.append((c.call_id, c.rollout_id, body, to_bytes(c.prompt_ids), to_bytes(c.response_ids), logprobs))
         return _Insert(self, "llm_calls", self._CALL_COLUMNS, rows)
