@@ -236,6 +236,7 @@ def test_checkpoints_run_off_the_commit_path_and_the_log_stays_bounded(tmp_path,
     import agl.store.sqlite as sqlite_module
 
     monkeypatch.setattr(sqlite_module, "CHECKPOINT_INTERVAL_S", 0.05)
+    monkeypatch.setattr(sqlite_module, "WAL_BACKSTOP_PAGES", 4096)  # reached by the writes below
     path = tmp_path / "agl.db"
     pad = "x" * 2000
     with SqliteStore(path) as store:
