@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 from array import array
-from operator import attrgetter
 from collections.abc import Iterable, Iterator
+from operator import attrgetter
 from typing import Any
 
 from agl.credit import RolloutRewards
@@ -40,6 +40,7 @@ _FIELDS_SET = set(_FIELDS)
 _new = object.__new__
 _set = object.__setattr__
 _by_seq = attrgetter("seq")
+_Joined = tuple[list[Any], list[Any], list[Any], "list[float] | None"]
 _NO_REWARDS: list[Reward] = []
 
 
@@ -195,7 +196,9 @@ class TransitionBuilder:
             rewards = [w for w in rewards if w.created_at >= start]
             report.stale_records += n - len(calls) - len(spans) - len(rewards)
 
-        steps = self._join(rid, calls, spans)
+        # The joined steps in order, as parallel lists: the gateway record (None: text-only),
+        # the span (None: gateway-only), the agent and the time of each.
+        step_calls, step_spans, step_agents, times = self._join(rid, calls, spans)
 
         value, chosen = final_reward([*rewards, *plugin] if plugin else rewards, plugin_names)
         if value is None:
@@ -211,14 +214,15 @@ class TransitionBuilder:
         self.finals[rid] = value
         intermediate = []
         if rewards:
-            times = [s.time for s in steps]
+            if times is None:
+                times = [c.time for c in step_calls]
             for w in rewards:
                 if w is not chosen and w.source != RETURN_SOURCE:
                     intermediate.append((_index_before(times, w.created_at), w.value))
-        if not steps:
+        n_steps = len(step_calls)
+        if not n_steps:
             report.drop("no_calls")
             return
-        n_steps = len(steps)
         per_call = self.strategy(n_steps, RolloutRewards(final=value, emitted=intermediate), **cfg.credit_options)
         if len(per_call) != n_steps:
             raise ValueError(
@@ -227,35 +231,36 @@ class TransitionBuilder:
 
         agents = self._agents
         if agents is None:
-            kept = list(enumerate(steps))
+            kept = range(n_steps)
         else:
-            kept = [(i, s) for i, s in enumerate(steps) if s.agent in agents]
+            kept = [i for i, a in enumerate(step_agents) if a in agents]
             report.filtered_out += n_steps - len(kept)
         if not cfg.text_only:
-            kept = [(i, s) for i, s in kept if s.call is not None]
+            kept = [i for i in kept if step_calls[i] is not None]
         if not kept:
             return
         with_text = cfg.with_text
         if with_text:
-            self._reader.load_calls([s.call for _, s in kept if s.call is not None])
-            for _, s in kept:
-                if s.span is not None:
-                    self._reader.load_span(s.span)
+            self._reader.load_calls([step_calls[i] for i in kept if step_calls[i] is not None])
+            for i in kept:
+                if step_spans[i] is not None:
+                    self._reader.load_span(step_spans[i])
         weight = 1.0 / len(kept) if cfg.normalize == "rollout" else 1.0
         task_id = rollout.task_id
         fallback_version = rollout.model_version
         fields_set = _FIELDS_SET
         append = out.append
-        for i, s in kept:
-            c = s.call
+        for i in kept:
+            c = step_calls[i]
             if c is not None:
                 # _make_transition, inlined: this loop runs once per transition.
                 t = _new(Transition)
                 _set(t, "__dict__", {
-                    "rollout_id": rid, "task_id": task_id, "step": i, "agent": s.agent, "prompt_ids": c.prompt_ids,
-                    "response_ids": c.response_ids, "response_logprobs": c.logprobs, "reward": float(per_call[i]),
-                    "model_version": c.model_version or fallback_version, "token_source": "engine",
-                    "call_id": c.call_id, "weight": weight, "prompt_messages": None, "response_text": None,
+                    "rollout_id": rid, "task_id": task_id, "step": i, "agent": step_agents[i],
+                    "prompt_ids": c.prompt_ids, "response_ids": c.response_ids, "response_logprobs": c.logprobs,
+                    "reward": float(per_call[i]), "model_version": c.model_version or fallback_version,
+                    "token_source": "engine", "call_id": c.call_id, "weight": weight, "prompt_messages": None,
+                    "response_text": None,
                 })
                 _set(t, "__pydantic_fields_set__", fields_set)
                 _set(t, "__pydantic_extra__", None)
@@ -264,39 +269,44 @@ class TransitionBuilder:
                     t.prompt_messages = _messages_list(request_messages(c.request or {}))
                     t.response_text = response_text(c.response or {})
             else:
-                sp = s.span
+                sp = step_spans[i]
                 self._reader.load_span(sp)
                 t = _make_transition({
-                    "rollout_id": rid, "task_id": task_id, "step": i, "agent": s.agent, "prompt_ids": array("i"),
-                    "response_ids": array("i"), "response_logprobs": None, "reward": float(per_call[i]),
-                    "model_version": fallback_version, "token_source": "text", "call_id": sp.response_id,
-                    "weight": weight, "prompt_messages": _messages_list(sp.input_messages),
+                    "rollout_id": rid, "task_id": task_id, "step": i, "agent": step_agents[i],
+                    "prompt_ids": array("i"), "response_ids": array("i"), "response_logprobs": None,
+                    "reward": float(per_call[i]), "model_version": fallback_version, "token_source": "text",
+                    "call_id": sp.response_id, "weight": weight, "prompt_messages": _messages_list(sp.input_messages),
                     "response_text": _output_text(sp.output_messages),
                 })
             append(t)
         report.transitions += len(kept)
 
-    def _join(self, rid: str, calls: list[_Call], spans: list[_LlmSpan]) -> list[_Step]:
+    def _join(self, rid: str, calls: list[_Call], spans: list[_LlmSpan]) -> _Joined:
+        """The rollout's steps in order as parallel lists: ``(calls, spans, agents, times)``.
+
+        ``times`` is None where the steps are the calls (their times are the calls' own).
+        """
         report = self.report
         if len(calls) > 1:
             calls.sort(key=_by_seq)
         if not spans:
             report.gateway_only += len(calls)
-            return [_Step(c.time, c, None, None) for c in calls]
+            return calls, [None] * len(calls), [None] * len(calls), None
         if len(spans) == len(calls):
             # The common case: every call has its span, joined by response id; the gateway's order stands.
             span_of = {sp.response_id: sp for sp in spans}
             if len(span_of) == len(calls):
-                steps = []
-                for c in calls:
-                    sp = span_of.get(c.call_id)
-                    if sp is None:
-                        break
-                    steps.append(_Step(c.time, c, sp, sp.agent))
-                else:
+                get = span_of.get
+                matched = [get(c.call_id) for c in calls]
+                if all(matched):  # every call has its span (a record is always true; None is not)
                     report.joined_by_id += len(calls)
-                    return steps
-        # Some span has no response id, or one the gateway never issued: the general join.
+                    return calls, matched, [sp.agent for sp in matched], None
+        steps = self._join_steps(rid, calls, spans)
+        return [s.call for s in steps], [s.span for s in steps], [s.agent for s in steps], [s.time for s in steps]
+
+    def _join_steps(self, rid: str, calls: list[_Call], spans: list[_LlmSpan]) -> list[_Step]:
+        """The general join (some span has no response id, or one the gateway never issued); ``calls`` sorted."""
+        report = self.report
         spans.sort(key=_by_seq)
         by_id = {c.call_id: c for c in calls}
         taken: set[str] = set()
