@@ -121,6 +121,8 @@ _ROLLOUT_COLUMNS = (
     "output",
 )
 _ROLLOUT_SELECT = ", ".join(_ROLLOUT_COLUMNS)
+_QUEUED = RolloutStatus.QUEUED.value
+_RUNNING = RolloutStatus.RUNNING.value
 
 
 def _schema(d: Dialect) -> list[str]:
@@ -327,6 +329,32 @@ class SqlStore(Store):
         self._task_bodies: dict[str, str] = {}
         self._task_bytes = 0
         self._insert_texts: dict[tuple[str, int], str] = {}
+        # The statements of every claim and finish, written out once.
+        self._claim_sql = self._sql(
+            f"""UPDATE rollouts SET status = ?, attempt = attempt + 1, runner_id = ?, claim_id = ?,
+                started_at = ?, heartbeat_at = ?, ended_at = NULL, error = NULL
+            WHERE rollout_id IN (
+                SELECT rollout_id FROM rollouts WHERE status = ? ORDER BY pk LIMIT ? {dialect.skip_locked})
+            RETURNING {_ROLLOUT_SELECT}"""
+        )
+        self._claimed_again_sql = self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE claim_id = ? AND status = ?")
+        self._attempt_sql = self._sql(
+            "INSERT INTO attempts (rollout_id, attempt, runner_id, status, started_at) VALUES (?, ?, ?, ?, ?)"
+        )
+        self._attempt_end_sql = self._sql(
+            "UPDATE attempts SET status = ?, ended_at = ?, error = ? WHERE rollout_id = ? AND attempt = ?"
+        )
+        self._finish_sql = {}
+        for retryable in (False, True):
+            if retryable:  # the retry policy, in the statement: attempts left put the rollout back in the queue
+                new_status = f"CASE WHEN attempt < max_attempts THEN '{_QUEUED}' ELSE ? END"
+                ended = "CASE WHEN attempt < max_attempts THEN NULL ELSE ? END"
+            else:
+                new_status = ended = "?"
+            self._finish_sql[retryable] = self._sql(
+                f"""UPDATE rollouts SET status = {new_status}, ended_at = {ended}, error = ?, output = ?, claim_id = NULL
+                WHERE rollout_id = ? AND status = ? RETURNING {_ROLLOUT_SELECT}"""
+            )
         schema = _Job(self._create_schema)
         schema.lead = True
         self._run_in_transaction([schema])
@@ -663,31 +691,18 @@ class SqlStore(Store):
 
         def run(cur):
             if repeatable:
-                cur.execute(self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE claim_id = ? AND status = ?"),
-                            (claim_id, RolloutStatus.RUNNING.value))
+                cur.execute(self._claimed_again_sql, (claim_id, _RUNNING))
                 rows = cur.fetchall()
             else:
                 rows = None
             if not rows:
                 t = now()
-                cur.execute(
-                    self._sql(
-                        f"""UPDATE rollouts SET status = ?, attempt = attempt + 1, runner_id = ?, claim_id = ?,
-                            started_at = ?, heartbeat_at = ?, ended_at = NULL, error = NULL
-                        WHERE rollout_id IN (
-                            SELECT rollout_id FROM rollouts WHERE status = ? ORDER BY pk LIMIT ? {self.dialect.skip_locked})
-                        RETURNING {_ROLLOUT_SELECT}"""
-                    ),
-                    (RolloutStatus.RUNNING.value, runner_id, claim_id, t, t, RolloutStatus.QUEUED.value, limit),
-                )
+                cur.execute(self._claim_sql, (_RUNNING, runner_id, claim_id, t, t, _QUEUED, limit))
                 rows = cur.fetchall()
-                if rows:
-                    cur.executemany(
-                        self._sql(
-                            "INSERT INTO attempts (rollout_id, attempt, runner_id, status, started_at) VALUES (?, ?, ?, ?, ?)"
-                        ),
-                        [(row[0], row[3], runner_id, RolloutStatus.RUNNING.value, t) for row in rows],
-                    )
+                if len(rows) == 1:
+                    cur.execute(self._attempt_sql, (rows[0][0], rows[0][3], runner_id, _RUNNING, t))
+                elif rows:
+                    cur.executemany(self._attempt_sql, [(row[0], row[3], runner_id, _RUNNING, t) for row in rows])
             # Tasks never change once stored, so their bodies are cached; the rest are read here.
             found, missing = {}, []
             for task_id in {row[1] for row in rows}:
@@ -766,27 +781,16 @@ class SqlStore(Store):
         if not status.terminal:
             raise InvalidTransition(f"status: finish needs a terminal status, got {status.value!r}")
         encoded = _dumps(output)
-        retryable = status in (RolloutStatus.FAILED, RolloutStatus.TIMED_OUT)
-        if retryable:  # the retry policy, in the statement: attempts left put the rollout back in the queue
-            new_status = f"CASE WHEN attempt < max_attempts THEN '{RolloutStatus.QUEUED.value}' ELSE ? END"
-            ended = "CASE WHEN attempt < max_attempts THEN NULL ELSE ? END"
-        else:
-            new_status = ended = "?"
-        fast = self._sql(
-            f"""UPDATE rollouts SET status = {new_status}, ended_at = {ended}, error = ?, output = ?, claim_id = NULL
-            WHERE rollout_id = ? AND status = ? RETURNING {_ROLLOUT_SELECT}"""
-        )
+        fast = self._finish_sql[status in (RolloutStatus.FAILED, RolloutStatus.TIMED_OUT)]
+        value = status.value
 
         def run(cur):
             t = now()
             # The usual case, a running rollout, in one statement that returns the new row.
-            cur.execute(fast, (status.value, t, error, encoded, rollout_id, RolloutStatus.RUNNING.value))
+            cur.execute(fast, (value, t, error, encoded, rollout_id, _RUNNING))
             row = cur.fetchone()
             if row is not None:
-                cur.execute(
-                    self._sql("UPDATE attempts SET status = ?, ended_at = ?, error = ? WHERE rollout_id = ? AND attempt = ?"),
-                    (status.value, t, error, rollout_id, row[3]),
-                )
+                cur.execute(self._attempt_end_sql, (value, t, error, rollout_id, row[3]))
                 return row
             cur.execute(self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE rollout_id = ?{self.dialect.for_update}"), (rollout_id,))
             row = cur.fetchone()
