@@ -32,6 +32,15 @@ route and the http.client transport). W1 spans/s for 1 / 32 / 256 writers:
 - W2 (256 runners over HTTP), rollouts/s: before 2.0-2.9k; after 3.9-6.0k
 - peak RSS flat: embedded 50-70 MiB, HTTP server 59-76 MiB, as in the growth run.
 
+Embedded SQLite again after the write-path work (multi-row inserts merged per group,
+no AUTOINCREMENT, attempts WITHOUT ROWID, a partial claim index, checkpoints every
+10 ms in the background with a 32768-page backstop): three alternating runs each on
+the 2 CPUs, load 1.4-2.7 (another job running), before = commit d90b691. W1 spans/s
+for 1 / 32 / 256 writers: before 12.6-14.1k / 10.3-15.8k / 13.8-14.2k; after
+16.1-18.1k / 15.9-16.3k / 12.2-16.4k (the sqlite3 baseline in the same runs:
+16.6-21.9k / 14.8-16.9k / 10.2-15.4k). p99 at 32 writers 13-20 ms before, 5-8 ms after.
+Peak RSS 6-10 MiB higher at 32 and 256 writers (cached multi-row statements).
+
 The embedded figures are CPU-bound on this shared machine (about 0.35 ms of CPU per
 rollout in this process, of which about 0.07 ms builds the payload); see the
 growth run for memory.
