@@ -130,6 +130,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rollouts", type=int, default=1000)
     parser.add_argument("--calls", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each builder; the best is reported")
     args = parser.parse_args()
     register(ExactMatch, name="exact-match")
     config = tm.TransitionConfig(credit="emitted", agents=["planner", "coder", "critic"])
@@ -139,11 +140,11 @@ def main() -> None:
         rollouts = populate(store, args.rollouts, args.calls)
         print(f"store: {args.rollouts} rollouts × {args.calls} calls × (500 + 100) token ids, written in {time.perf_counter() - t:.1f}s")
 
-        fast_s, fast = timed(lambda: tm.TransitionBuilder(store, config).build(rollouts))
+        fast_s, fast = timed(lambda: tm.TransitionBuilder(store, config).build(rollouts), args.repeats)
         generic_reader = tm._reader_for
         tm._reader_for = lambda s, need: tm._GenericReader(s, need)
         try:
-            generic_s, generic = timed(lambda: tm.TransitionBuilder(store, config).build(rollouts))
+            generic_s, generic = timed(lambda: tm.TransitionBuilder(store, config).build(rollouts), args.repeats)
         finally:
             tm._reader_for = generic_reader
         naive_s, base = timed(lambda: naive(store, rollouts, config), repeats=1)
