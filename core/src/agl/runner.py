@@ -54,7 +54,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agl.capture import BufferedWriter, RolloutContext, use_rollout
 from agl.errors import AglError, InvalidTransition
-from agl.schema import JSON, Reward, Rollout, RolloutStatus, new_id
+from agl.schema import JSON, Reward, Rollout, RolloutStatus, short_id
 from agl.store.base import Store
 from agl.transitions import RETURN_SOURCE
 
@@ -195,7 +195,7 @@ class Runner:
         self.resources = dict(resources or {})
         self.mode_resources = {k: dict(v) for k, v in (mode_resources or {}).items()}
         self.concurrency = concurrency
-        self.runner_id = runner_id or f"{socket.gethostname()}-{os.getpid()}-{new_id()[:8]}"
+        self.runner_id = runner_id or f"{socket.gethostname()}-{os.getpid()}-{short_id(8)}"
         self.default_timeout_s = default_timeout_s
         self.heartbeat_s = heartbeat_s
         self.poll_s = poll_s

@@ -7,8 +7,8 @@ and through every store backend unchanged. Token arrays are packed (see
 
 from __future__ import annotations
 
+import secrets
 import time
-import uuid
 from enum import Enum
 from typing import Any, Literal
 
@@ -21,8 +21,19 @@ JSON = Any
 
 
 def new_id(prefix: str = "") -> str:
-    """A fresh random identifier, optionally prefixed (``ro-…``, ``span-…``)."""
-    return f"{prefix}{uuid.uuid4().hex}"
+    """A fresh identifier, optionally prefixed (``ro-…``, ``rw-…``): 32 hex characters.
+
+    Time-ordered like a UUIDv7: 12 hex digits of milliseconds since the epoch, then 80
+    random bits. Ids made in a later millisecond sort later, so the store's indexes grow at their end
+    instead of being written at random pages. The leading characters are the clock, not
+    randomness: use :func:`short_id` for a short unique tag, never a prefix of this.
+    """
+    return f"{prefix}{time.time_ns() // 1_000_000:012x}{secrets.token_hex(10)}"
+
+
+def short_id(length: int = 8) -> str:
+    """A short random tag (``length`` hex characters), e.g. to tell runner processes apart."""
+    return secrets.token_hex((length + 1) // 2)[:length]
 
 
 def now() -> float:

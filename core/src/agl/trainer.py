@@ -63,7 +63,7 @@ from agl.metrics import (
     transition_metrics,
 )
 from agl.runner import Agent, Runner
-from agl.schema import ModelVersion, Rollout, RolloutStatus, Task, Transition, new_id
+from agl.schema import ModelVersion, Rollout, RolloutStatus, Task, Transition, short_id
 from agl.store.base import Store, open_store
 from agl.transitions import TransitionBuilder
 
@@ -218,7 +218,7 @@ class Trainer:
             state = json.loads(path.read_text())
             log.info("resuming run %s after step %d", state["run_id"], state["completed_step"])
             return state
-        return {"run_id": new_id("run-")[:16], "completed_step": 0, "model_version": None, "runner_ids": [],
+        return {"run_id": "run-" + short_id(12), "completed_step": 0, "model_version": None, "runner_ids": [],
                 "checkpoint": None, "before": None, "after": None}
 
     def _save_state(self, state: dict[str, Any]) -> None:

@@ -74,7 +74,7 @@ def _resolve_rollout(store, args, runner_id: str):
 
 def run(args) -> int:
     from agl.errors import ConfigError
-    from agl.schema import RolloutStatus, new_id
+    from agl.schema import RolloutStatus, short_id
     from agl.store import open_store
 
     command = list(args.command)
@@ -87,7 +87,7 @@ def run(args) -> int:
     store_url = args.store or os.environ.get("AGL_STORE_URL") or "sqlite:///.agl/agl.db"
     store = open_store(store_url)
     try:
-        rollout, runner_id = _resolve_rollout(store, args, f"agl-run-{os.getpid()}-{new_id()[:6]}")
+        rollout, runner_id = _resolve_rollout(store, args, f"agl-run-{os.getpid()}-{short_id(6)}")
         env = dict(os.environ)
         env.update({"AGL_ROLLOUT_ID": rollout.rollout_id, "AGL_STORE_URL": store_url,
                     "AGL_TASK_INPUT": json.dumps(rollout.task.input if rollout.task else None),
