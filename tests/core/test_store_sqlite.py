@@ -295,3 +295,50 @@ def test_a_caller_interrupted_while_waiting_does_not_stall_the_writes(tmp_path):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         store.close()
+
+
+def test_transition_rows_read_the_fields_copied_into_columns(tmp_path):
+    from agl.schema import LLMCall
+
+    store = _quick(tmp_path / "agl.db")
+    try:
+        spans = [
+            Span(span_id="s1", rollout_id="r", seq=3, name="llm", kind="llm", start_time=1.0, end_time=2.5,
+                 attributes={"gen_ai.response.id": "c1", "gen_ai.agent.name": "planner"}),
+            Span(span_id="s2", rollout_id="r", seq=4, name="llm", kind="llm", start_time=3.0,
+                 attributes={"gen_ai.response.id": 7, "gen_ai.agent.name": ["a", 1]}),
+            Span(span_id="s3", rollout_id="r", seq=5, name="tool", kind="tool", start_time=4.0),
+        ]
+        calls = [
+            LLMCall(call_id="c1", rollout_id="r", seq=2, prompt_ids=[1, 2], response_ids=[3], created_at=9.5,
+                    model_version="v1"),
+            LLMCall(call_id="c2", rollout_id="r", seq=6, prompt_ids=[4], response_ids=[5], created_at=10.0),
+        ]
+        store.add_spans(spans)
+        store.add_spans(spans)  # idempotent
+        store.add_llm_calls(calls)
+        store.add_llm_calls(calls)
+        rows = store.transition_rows(["r"])
+        assert [row[:5] for row in rows.calls] == [("r", "c1", 2, 9.5, "v1"), ("r", "c2", 6, 10.0, None)]
+        assert rows.spans == [
+            ("r", "s1", 3, 1.0, 2.5, "c1", "planner"),
+            ("r", "s2", 4, 3.0, None, "7", '["a",1]'),
+        ]
+        # The JSON bodies stay the records.
+        assert list(store.query_spans(rollout_id="r")) == spans
+        assert [c.model_dump() for c in store.query_llm_calls(rollout_id="r")] == [c.model_dump() for c in calls]
+    finally:
+        store.close()
+
+
+def test_a_database_from_an_older_schema_fails_naming_the_missing_columns(tmp_path):
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.execute(
+        """CREATE TABLE spans (pk INTEGER PRIMARY KEY AUTOINCREMENT, span_id TEXT NOT NULL UNIQUE, rollout_id TEXT,
+        kind TEXT NOT NULL, start_time REAL NOT NULL, body TEXT NOT NULL)"""
+    )
+    conn.commit()
+    conn.close()
+    with pytest.raises(RuntimeError, match=r"table spans has no column seq, end_time, response_id, agent.*older version"):
+        _quick(path)

@@ -145,11 +145,13 @@ def _schema(d: Dialect) -> list[str]:
             started_at {d.real} NOT NULL, ended_at {d.real}, error TEXT, PRIMARY KEY (rollout_id, attempt)){d.without_rowid}""",
         f"""CREATE TABLE IF NOT EXISTS spans (
             pk {d.autoinc_pk}, span_id TEXT NOT NULL UNIQUE, rollout_id TEXT, kind TEXT NOT NULL,
-            start_time {d.real} NOT NULL, body TEXT NOT NULL)""",
+            start_time {d.real} NOT NULL, body TEXT NOT NULL,
+            seq {d.bigint} NOT NULL, end_time {d.real}, response_id TEXT, agent TEXT)""",
         "CREATE INDEX IF NOT EXISTS spans_rollout ON spans (rollout_id, pk)",
         f"""CREATE TABLE IF NOT EXISTS llm_calls (
             pk {d.autoinc_pk}, call_id TEXT NOT NULL UNIQUE, rollout_id TEXT, body TEXT NOT NULL,
-            prompt_ids {d.blob} NOT NULL, response_ids {d.blob} NOT NULL, response_logprobs {d.blob})""",
+            prompt_ids {d.blob} NOT NULL, response_ids {d.blob} NOT NULL, response_logprobs {d.blob},
+            seq {d.bigint} NOT NULL, created_at {d.real} NOT NULL, model_version TEXT)""",
         "CREATE INDEX IF NOT EXISTS llm_calls_rollout ON llm_calls (rollout_id, pk)",
         f"""CREATE TABLE IF NOT EXISTS rewards (
             pk {d.autoinc_pk}, reward_id TEXT NOT NULL UNIQUE, rollout_id TEXT, body TEXT NOT NULL)""",
@@ -157,6 +159,24 @@ def _schema(d: Dialect) -> list[str]:
         f"""CREATE TABLE IF NOT EXISTS model_versions (
             pk {d.autoinc_pk}, version TEXT NOT NULL UNIQUE, body TEXT NOT NULL)""",
     ]
+
+
+# Columns that copy a few fields of a table's JSON body (the body stays the record), so that
+# building transitions reads them as columns rather than extracting them from the JSON.
+_FIELD_COLUMNS = {
+    "spans": ("seq", "end_time", "response_id", "agent"),
+    "llm_calls": ("seq", "created_at", "model_version"),
+}
+
+
+def _attr_text(value: Any) -> str | None:
+    """A span attribute as its text column holds it: a string as it is, None as NULL,
+    a structure as its JSON text, anything else as ``str`` gives it."""
+    if value is None or value.__class__ is str:
+        return value
+    if isinstance(value, (dict, list)):
+        return _dumps(value)
+    return str(value)
 
 
 _TOKEN_FIELDS = frozenset({"prompt_ids", "response_ids", "response_logprobs"})
@@ -369,6 +389,16 @@ class SqlStore(Store):
             cur.execute(self.dialect.schema_lock)
         for statement in _schema(self.dialect):
             cur.execute(statement)
+        for table, columns in _FIELD_COLUMNS.items():
+            cur.execute(f"SELECT * FROM {table} WHERE 1 = 0")
+            have = {col[0].lower() for col in cur.description}
+            cur.fetchall()
+            missing = [c for c in columns if c not in have]
+            if missing:
+                raise RuntimeError(
+                    f"{self.dialect.describe()}: table {table} has no column {', '.join(missing)}: "
+                    "the database was created by an older version of agl; start from a new database"
+                )
 
     def _with_retries(self, fn: Callable[[], Any], on_transient: Callable[[BaseException], None] | None = None) -> Any:
         delay = self.retry_delay_s
@@ -903,12 +933,26 @@ class SqlStore(Store):
         return [Attempt.model_validate(dict(zip(keys, row))) for row in rows]
 
     # -- observations --------------------------------------------------------------
-    _SPAN_COLUMNS = ("span_id", "rollout_id", "kind", "start_time", "body")
-    _CALL_COLUMNS = ("call_id", "rollout_id", "body", "prompt_ids", "response_ids", "response_logprobs")
+    _SPAN_COLUMNS = ("span_id", "rollout_id", "kind", "start_time", "body", *_FIELD_COLUMNS["spans"])
+    _CALL_COLUMNS = (
+        "call_id", "rollout_id", "body", "prompt_ids", "response_ids", "response_logprobs", *_FIELD_COLUMNS["llm_calls"]
+    )
     _REWARD_COLUMNS = ("reward_id", "rollout_id", "body")
 
     def _spans_op(self, spans: Iterable[Span]) -> Callable[[Any], Any]:
-        rows = [(s.span_id, s.rollout_id, s.kind, s.start_time, _body(s)) for s in spans]
+        rows = []
+        append = rows.append
+        for s in spans:
+            a = s.attributes
+            if a:
+                resp, agent = a.get("gen_ai.response.id"), a.get("gen_ai.agent.name")
+                if resp is not None and resp.__class__ is not str:
+                    resp = _attr_text(resp)
+                if agent is not None and agent.__class__ is not str:
+                    agent = _attr_text(agent)
+            else:
+                resp = agent = None
+            append((s.span_id, s.rollout_id, s.kind, s.start_time, _body(s), s.seq, s.end_time, resp, agent))
         return _Insert(self, "spans", self._SPAN_COLUMNS, rows)
 
     def _llm_calls_op(self, calls: Iterable[LLMCall]) -> Callable[[Any], Any]:
@@ -916,7 +960,10 @@ class SqlStore(Store):
         for c in calls:
             body = _body(c, _TOKEN_EXCLUDE)
             logprobs = None if c.response_logprobs is None else to_bytes(c.response_logprobs)
-            rows.append((c.call_id, c.rollout_id, body, to_bytes(c.prompt_ids), to_bytes(c.response_ids), logprobs))
+            rows.append((
+                c.call_id, c.rollout_id, body, to_bytes(c.prompt_ids), to_bytes(c.response_ids), logprobs,
+                c.seq, c.created_at, c.model_version,
+            ))
         return _Insert(self, "llm_calls", self._CALL_COLUMNS, rows)
 
     def _rewards_op(self, rewards: Iterable[Reward]) -> Callable[[Any], Any]:
@@ -1031,21 +1078,20 @@ class SqlStore(Store):
     def transition_rows(self, rollout_ids: Sequence[str]) -> TransitionRows:
         """The LLM calls, LLM spans and rewards of these rollouts, as raw rows (see :class:`TransitionRows`).
 
-        One statement per table for up to 500 rollouts; the JSON fields are extracted
-        by the database, the token columns come as stored. Rows come grouped by rollout
+        One statement per table for up to 500 rollouts; the calls' and spans' fields come
+        from the columns that copy them at write time (``_FIELD_COLUMNS``), the rewards'
+        are extracted from their JSON by the database, the token columns come as stored. Rows come grouped by rollout
         (``ORDER BY rollout_id, pk``: the ``(rollout_id, pk)`` index gives that order, where
         ``ORDER BY pk`` alone made the database sort every row, token blobs included).
         """
         f, d = self.dialect.json_field, self.dialect
         calls = self._read_in(
-            f"SELECT rollout_id, call_id, {f('body', ['seq'], d.bigint)}, {f('body', ['created_at'], d.real)}, "
-            f"{f('body', ['model_version'])}, prompt_ids, response_ids, response_logprobs FROM llm_calls WHERE",
+            "SELECT rollout_id, call_id, seq, created_at, model_version, prompt_ids, response_ids, response_logprobs "
+            "FROM llm_calls WHERE",
             "rollout_id", rollout_ids, " ORDER BY rollout_id, pk",
         )
         spans = self._read_in(
-            f"SELECT rollout_id, span_id, {f('body', ['seq'], d.bigint)}, start_time, {f('body', ['end_time'], d.real)}, "
-            f"{f('body', ['attributes', 'gen_ai.response.id'])}, {f('body', ['attributes', 'gen_ai.agent.name'])} "
-            "FROM spans WHERE kind = 'llm' AND",
+            "SELECT rollout_id, span_id, seq, start_time, end_time, response_id, agent FROM spans WHERE kind = 'llm' AND",
             "rollout_id", rollout_ids, " ORDER BY rollout_id, pk",
         )
         rewards = self._read_in(

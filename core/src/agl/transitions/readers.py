@@ -69,7 +69,7 @@ class _GenericReader:
 
 
 class _SqlReader:
-    """Reads a SQL store's bulk reads: only the needed columns, JSON fields extracted by the database.
+    """Reads a SQL store's bulk reads: only the needed columns, no record decoded whole.
 
     Works on any store with the methods in ``FAST_READS`` (:class:`~agl.store.sql.SqlStore`:
     SQLite and PostgreSQL): their rows are described at
@@ -119,7 +119,7 @@ class _SqlReader:
             if rid != last:
                 bucket = spans.setdefault(rid, [])
                 last = rid
-            # The database gives a JSON string as str; anything else goes through _opt_str.
+            # The store's text columns hold the attribute (a string as it is); anything else goes through _opt_str.
             if resp_id.__class__ is not str or not resp_id:
                 resp_id = _opt_str(resp_id)
             if agent.__class__ is not str or not agent:
