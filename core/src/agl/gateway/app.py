@@ -33,7 +33,7 @@ from agl.gateway.pause import PauseGate
 from agl.gateway.recorder import CallMeta, Recorder
 from agl.gateway.rollouts import RolloutRegistry
 from agl.gateway.routing import Replica, Router
-from agl.gateway.sse import DONE, DONE_EVENT, data_event, iter_sse_batches
+from agl.gateway.sse import DONE_EVENT, data_event, iter_engine_chunks
 
 log = logging.getLogger(__name__)
 
@@ -275,16 +275,9 @@ class GatewayApp:
         acc = chat.StreamAccumulator(is_chat)
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
         try:
-            done = False
-            async for batch in iter_sse_batches(resp.iter_chunks()):
+            async for batch in iter_engine_chunks(resp.iter_chunks()):
                 out = []
-                for data in batch:
-                    if done or data == DONE:
-                        done = True  # read on to the end of the body, so the connection can be reused
-                        continue
-                    chunk = json.loads(data)
-                    if "error" in chunk and not chunk.get("choices"):
-                        raise ConnectionError(f"engine error mid-stream: {chunk['error']}")
+                for chunk in batch:
                     acc.feed(chunk)
                     chunk["id"] = meta.call_id
                     chat.strip_chunk(chunk, keep_ids=keep_ids, keep_logprobs=keep_logprobs)

@@ -26,7 +26,7 @@ from agl.gateway import validate
 from agl.gateway.chat import StreamAccumulator, take_chat_tokens
 from agl.gateway.errors import invalid
 from agl.gateway.recorder import CallMeta, Recorder
-from agl.gateway.sse import DONE, iter_sse_batches, named_event
+from agl.gateway.sse import iter_engine_chunks, named_event
 
 log = logging.getLogger(__name__)
 
@@ -366,16 +366,9 @@ async def serve(recorder: Recorder, meta: CallMeta, req: dict, upstream: Any, mo
                 "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
     await send({"type": "http.response.body", "body": b"".join(events.start()), "more_body": True})
     try:
-        done = False
-        async for batch in iter_sse_batches(upstream.iter_chunks()):
+        async for batch in iter_engine_chunks(upstream.iter_chunks()):
             out: list[bytes] = []
-            for data in batch:
-                if done or data == DONE:
-                    done = True  # read on to the end of the body, so the connection can be reused
-                    continue
-                chunk = json.loads(data)
-                if "error" in chunk and not chunk.get("choices"):
-                    raise ConnectionError(f"engine error mid-stream: {chunk['error']}")
+            for chunk in batch:
                 acc.feed(chunk)
                 out += events.feed(chunk)
             if out:

@@ -33,6 +33,27 @@ async def iter_sse_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[b
         yield [buf.strip()[5:].lstrip(b" ")]
 
 
+async def iter_engine_chunks(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[dict]]:
+    """An engine's streamed completion chunks, parsed, in the batches of :func:`iter_sse_batches`.
+
+    After ``[DONE]`` the body is read on to its end (so the connection can be reused)
+    and nothing more is yielded. An error event from the engine raises ConnectionError.
+    """
+    done = False
+    async for batch in iter_sse_batches(chunks):
+        parsed = []
+        for data in batch:
+            if done or data == DONE:
+                done = True
+                continue
+            chunk = json.loads(data)
+            if "error" in chunk and not chunk.get("choices"):
+                raise ConnectionError(f"engine error mid-stream: {chunk['error']}")
+            parsed.append(chunk)
+        if parsed:
+            yield parsed
+
+
 async def iter_sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     """The ``data:`` payloads of an event stream, one per event, as they arrive."""
     async for batch in iter_sse_batches(chunks):
