@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from agl.errors import NotFound, StoreUnavailable
+from agl.errors import IncompatibleStore, NotFound, StoreUnavailable
 from agl.schema import Rollout, Span, Task
 from agl.store.sqlite import SqliteStore
 
@@ -340,5 +340,5 @@ def test_a_database_from_an_older_schema_fails_naming_the_missing_columns(tmp_pa
     )
     conn.commit()
     conn.close()
-    with pytest.raises(RuntimeError, match=r"table spans has no column seq, end_time, response_id, agent.*older version"):
+    with pytest.raises(IncompatibleStore, match=r"table spans has no column seq, end_time, response_id, agent.*older version"):
         _quick(path)

@@ -27,5 +27,9 @@ class StoreUnavailable(AglError):
     """The store could not be reached, or stayed locked, after retries."""
 
 
+class IncompatibleStore(AglError):
+    """A database written by another version of agl, whose tables this version cannot use."""
+
+
 class ConfigError(AglError, ValueError):
     """A configuration value that is missing or out of range; names the field."""

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
-from agl.errors import InvalidTransition, NotFound, StoreUnavailable
+from agl.errors import IncompatibleStore, InvalidTransition, NotFound, StoreUnavailable
 from agl.schema import (
     ALLOWED_TRANSITIONS,
     Attempt,
@@ -395,7 +395,7 @@ class SqlStore(Store):
             cur.fetchall()
             missing = [c for c in columns if c not in have]
             if missing:
-                raise RuntimeError(
+                raise IncompatibleStore(
                     f"{self.dialect.describe()}: table {table} has no column {', '.join(missing)}: "
                     "the database was created by an older version of agl; start from a new database"
                 )
