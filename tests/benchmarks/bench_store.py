@@ -179,30 +179,17 @@ def _timed(latencies: list[float], fn: Callable[[], object]) -> object:
     return result
 
 
-def run_w1(store: Store, writers: int, rollouts: int) -> dict[str, float]:
-    """Claim, observe and finish ``rollouts`` rollouts with ``writers`` threads."""
-    latencies: list[list[float]] = [[] for _ in range(writers)]
-    done = [0] * writers
+def _run_threads(work: Callable[[int], None], n: int, what: str) -> float:
+    """Run ``work(i)`` on ``n`` threads at once; the wall time, or the first error raised."""
     errors: list[BaseException] = []
 
-    def writer(w: int) -> None:
-        lat = latencies[w]
+    def guarded(i: int) -> None:
         try:
-            while True:
-                claimed = _timed(lat, lambda: store.claim(f"runner-{w}"))
-                if not claimed:
-                    return
-                rollout_id = claimed[0].rollout_id
-                spans, calls, rewards = _rollout_payload(rollout_id)
-                _timed(lat, lambda: store.add_spans(spans))
-                _timed(lat, lambda: store.add_llm_calls(calls))
-                _timed(lat, lambda: store.add_rewards(rewards))
-                _timed(lat, lambda: store.finish(rollout_id, RolloutStatus.SUCCEEDED, output="4"))
-                done[w] += 1
+            work(i)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(n)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -210,7 +197,30 @@ def run_w1(store: Store, writers: int, rollouts: int) -> dict[str, float]:
         t.join()
     elapsed = time.perf_counter() - t0
     if errors:
-        raise RuntimeError(f"{len(errors)} writers failed; first: {errors[0]!r}") from errors[0]
+        raise RuntimeError(f"{len(errors)} {what} failed; first: {errors[0]!r}") from errors[0]
+    return elapsed
+
+
+def run_w1(store: Store, writers: int, rollouts: int) -> dict[str, float]:
+    """Claim, observe and finish ``rollouts`` rollouts with ``writers`` threads."""
+    latencies: list[list[float]] = [[] for _ in range(writers)]
+    done = [0] * writers
+
+    def writer(w: int) -> None:
+        lat = latencies[w]
+        while True:
+            claimed = _timed(lat, lambda: store.claim(f"runner-{w}"))
+            if not claimed:
+                return
+            rollout_id = claimed[0].rollout_id
+            spans, calls, rewards = _rollout_payload(rollout_id)
+            _timed(lat, lambda: store.add_spans(spans))
+            _timed(lat, lambda: store.add_llm_calls(calls))
+            _timed(lat, lambda: store.add_rewards(rewards))
+            _timed(lat, lambda: store.finish(rollout_id, RolloutStatus.SUCCEEDED, output="4"))
+            done[w] += 1
+
+    elapsed = _run_threads(writer, writers, "writers")
     if sum(done) != rollouts:
         raise RuntimeError(f"finished {sum(done)} of {rollouts} rollouts")
     flat = [x for lat in latencies for x in lat]
@@ -227,28 +237,16 @@ def run_w2(store: Store, runners: int, rollouts: int) -> dict[str, float]:
     """Claim and finish ``rollouts`` empty rollouts with ``runners`` threads."""
     latencies: list[list[float]] = [[] for _ in range(runners)]
     done = [0] * runners
-    errors: list[BaseException] = []
 
     def runner(w: int) -> None:
-        try:
-            while True:
-                claimed = _timed(latencies[w], lambda: store.claim(f"runner-{w}"))
-                if not claimed:
-                    return
-                _timed(latencies[w], lambda: store.finish(claimed[0].rollout_id, RolloutStatus.SUCCEEDED))
-                done[w] += 1
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        while True:
+            claimed = _timed(latencies[w], lambda: store.claim(f"runner-{w}"))
+            if not claimed:
+                return
+            _timed(latencies[w], lambda: store.finish(claimed[0].rollout_id, RolloutStatus.SUCCEEDED))
+            done[w] += 1
 
-    threads = [threading.Thread(target=runner, args=(w,)) for w in range(runners)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
-    if errors:
-        raise RuntimeError(f"{len(errors)} runners failed; first: {errors[0]!r}") from errors[0]
+    elapsed = _run_threads(runner, runners, "runners")
     flat = [x for lat in latencies for x in lat]
     return {
         "rollouts/s": sum(done) / elapsed,

@@ -31,6 +31,13 @@ UNSUPPORTED_ESTIMATORS = {
 }
 
 
+def _one_of(name: str, known, what: str) -> str:
+    """``name`` if it is among ``known``, else an error listing what is known."""
+    if name not in known:
+        raise ValueError(f"unknown {what} {name!r}; known: {', '.join(known)}")
+    return name
+
+
 class LoraSettings(BaseModel):
     """A LoRA adapter (peft) instead of full fine-tuning."""
 
@@ -115,33 +122,24 @@ class VerlSettings(BaseModel):
 
         if name in UNSUPPORTED_ESTIMATORS:
             raise ValueError(f"{name!r} {UNSUPPORTED_ESTIMATORS[name]}")
-        if name not in ADV_ESTIMATOR_REGISTRY:
-            known = sorted(set(ADV_ESTIMATOR_REGISTRY) - set(UNSUPPORTED_ESTIMATORS))
-            raise ValueError(f"unknown advantage estimator {name!r}; known: {', '.join(known)}")
-        return name
+        return _one_of(name, sorted(set(ADV_ESTIMATOR_REGISTRY) - set(UNSUPPORTED_ESTIMATORS)), "advantage estimator")
 
     @field_validator("policy_loss")
     @classmethod
     def _known_loss(cls, name: str) -> str:
         from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
 
-        if name not in POLICY_LOSS_REGISTRY:
-            raise ValueError(f"unknown policy loss {name!r}; known: {', '.join(sorted(POLICY_LOSS_REGISTRY))}")
-        return name
+        return _one_of(name, sorted(POLICY_LOSS_REGISTRY), "policy loss")
 
     @field_validator("kl_penalty")
     @classmethod
     def _known_kl(cls, name: str) -> str:
-        if name not in KL_PENALTIES:
-            raise ValueError(f"unknown KL estimator {name!r}; known: {', '.join(KL_PENALTIES)}")
-        return name
+        return _one_of(name, KL_PENALTIES, "KL estimator")
 
     @field_validator("loss_agg_mode")
     @classmethod
     def _known_agg(cls, name: str) -> str:
-        if name not in LOSS_AGG_MODES:
-            raise ValueError(f"unknown loss aggregation {name!r}; known: {', '.join(LOSS_AGG_MODES)}")
-        return name
+        return _one_of(name, LOSS_AGG_MODES, "loss aggregation")
 
     @field_validator("device")
     @classmethod
