@@ -65,7 +65,7 @@ from pathlib import Path
 
 import httpx
 import psutil
-from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task, new_id
+from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task
 from agl.store.base import Store
 from agl.store.http import _ADAPTERS as _LISTS
 from agl.store.http import HttpStore
@@ -159,17 +159,34 @@ def _templates() -> tuple[Span, LLMCall]:
 _SPAN, _CALL = _templates()
 
 
-def _rollout_payload(rollout_id: str) -> tuple[list[Span], list[LLMCall], list[Reward]]:
-    """This rollout's observations, copied from templates (the agent has built them already)."""
-    spans, calls = [], []
-    for k in range(SPANS_PER_ROLLOUT):
-        call_id = f"chatcmpl-{rollout_id}-{k}"
-        attributes = dict(_SPAN.attributes, **{"gen_ai.response.id": call_id})
-        spans.append(
-            _SPAN.model_copy(update={"span_id": new_id(), "rollout_id": rollout_id, "seq": k, "attributes": attributes})
-        )
-        calls.append(_CALL.model_copy(update={"call_id": call_id, "rollout_id": rollout_id, "seq": k}))
-    return spans, calls, [Reward(rollout_id=rollout_id, value=1.0)]
+class RolloutPayload:
+    """One writer's observations of a rollout: built once, then pointed at each rollout it writes.
+
+    An agent builds its spans and calls while it runs; this benchmark measures the
+    store, so each writer builds its 6 spans, 6 calls and reward once and, for each
+    rollout, only gives them that rollout's id and fresh ids of their own. A store
+    call has taken what it stores by the time it returns (the embedded store has
+    committed the rows, the HTTP client has had them acknowledged), so pointing the
+    same objects at the next rollout changes nothing already stored.
+    """
+
+    def __init__(self) -> None:
+        self.spans = [
+            _SPAN.model_copy(update={"seq": k, "attributes": dict(_SPAN.attributes)}) for k in range(SPANS_PER_ROLLOUT)
+        ]
+        self.calls = [_CALL.model_copy(update={"seq": k}) for k in range(SPANS_PER_ROLLOUT)]
+        self.rewards = [Reward(rollout_id="ro-template", value=1.0)]
+
+    def aim(self, rollout_id: str) -> tuple[list[Span], list[LLMCall], list[Reward]]:
+        for k, (span, call) in enumerate(zip(self.spans, self.calls)):
+            call_id = f"chatcmpl-{rollout_id}-{k}"
+            span.span_id = f"{rollout_id}-{k}"
+            span.rollout_id = call.rollout_id = rollout_id
+            span.attributes["gen_ai.response.id"] = call.call_id = call_id
+        reward = self.rewards[0]
+        reward.reward_id = f"rw-{rollout_id}"
+        reward.rollout_id = rollout_id
+        return self.spans, self.calls, self.rewards
 
 
 def _timed(latencies: list[float], fn: Callable[[], object]) -> object:
@@ -208,12 +225,13 @@ def run_w1(store: Store, writers: int, rollouts: int) -> dict[str, float]:
 
     def writer(w: int) -> None:
         lat = latencies[w]
+        payload = RolloutPayload()
         while True:
             claimed = _timed(lat, lambda: store.claim(f"runner-{w}"))
             if not claimed:
                 return
             rollout_id = claimed[0].rollout_id
-            spans, calls, rewards = _rollout_payload(rollout_id)
+            spans, calls, rewards = payload.aim(rollout_id)
             _timed(lat, lambda: store.add_spans(spans))
             _timed(lat, lambda: store.add_llm_calls(calls))
             _timed(lat, lambda: store.add_rewards(rewards))

@@ -186,3 +186,52 @@ def test_transition_logprobs_must_match_the_response_ids():
 
     with pytest.raises(ValidationError, match="response_logprobs"):
         Transition(rollout_id="r", task_id="t", step=0, prompt_ids=[1], response_ids=[1, 2], response_logprobs=[-0.1], reward=1.0)
+
+
+def test_ids_made_by_one_process_increase_even_within_a_millisecond():
+    from agl.schema import new_id
+
+    ids = [new_id("ro-") for _ in range(5000)]  # thousands land in the same millisecond
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == len("ro-") + 32 for i in ids)
+
+
+def test_ids_from_threads_are_unique():
+    import threading
+
+    from agl.schema import new_id
+
+    made: list[list[str]] = [[] for _ in range(8)]
+    threads = [threading.Thread(target=lambda out=out: out.extend(new_id() for _ in range(2000))) for out in made]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    every = [i for out in made for i in out]
+    assert len(set(every)) == len(every)
+    assert all(out == sorted(out) for out in made)
+
+
+def test_a_forked_child_does_not_repeat_its_parents_ids(monkeypatch):
+    import os
+    import time
+
+    from agl.schema import new_id
+
+    # Both processes in one millisecond, so only the child's fresh start keeps them apart.
+    frozen = time.time_ns() + 10**12
+    monkeypatch.setattr(time, "time_ns", lambda: frozen)
+    new_id()  # the parent's clock has state to inherit
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next ids and leave at once
+        os.write(write, " ".join(new_id() for _ in range(50)).encode())
+        os._exit(0)
+    os.close(write)
+    parent = {new_id() for _ in range(50)}
+    with os.fdopen(read) as pipe:
+        child = set(pipe.read().split())
+    os.waitpid(pid, 0)
+    assert len(child) == 50
+    assert not parent & child

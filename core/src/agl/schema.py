@@ -7,7 +7,9 @@ and through every store backend unchanged. Token arrays are packed (see
 
 from __future__ import annotations
 
+import os
 import secrets
+import threading
 import time
 from enum import Enum
 from typing import Any, Literal
@@ -20,15 +22,52 @@ JSON = Any
 """Any JSON-serialisable value."""
 
 
+class _IdClock:
+    """Time-ordered ids, strictly increasing within a process (a monotonic ULID).
+
+    The first id of each millisecond starts at a fresh random 79-bit number; later ids
+    in the same millisecond add one to the last, so ids made here sort in the order
+    they were made (the store's indexes then grow at their end) and only one random
+    draw is needed per millisecond. A clock that steps back keeps the last millisecond.
+    A forked child starts over, so it never repeats its parent's next ids.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ms = 0
+        self._tail = 0
+
+    def reset(self) -> None:
+        self._ms = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> str:
+        ms = time.time_ns() // 1_000_000
+        with self._lock:
+            if ms > self._ms:
+                self._ms = ms
+                self._tail = int.from_bytes(os.urandom(10), "big") >> 1
+            else:
+                self._tail += 1
+            return f"{self._ms:012x}{self._tail:020x}"
+
+
+_ID_CLOCK = _IdClock()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_ID_CLOCK.reset)
+
+
 def new_id(prefix: str = "") -> str:
     """A fresh identifier, optionally prefixed (``ro-…``, ``rw-…``): 32 hex characters.
 
     Time-ordered like a UUIDv7: 12 hex digits of milliseconds since the epoch, then 80
-    random bits. Ids made in a later millisecond sort later, so the store's indexes grow at their end
-    instead of being written at random pages. The leading characters are the clock, not
-    randomness: use :func:`short_id` for a short unique tag, never a prefix of this.
+    bits that start at random each millisecond and count up within it, so ids made by
+    one process sort in the order they were made, and ids from different processes
+    differ in their random start. The store's indexes therefore grow at their end
+    instead of being written at random pages. The leading characters are the clock,
+    not randomness: use :func:`short_id` for a short unique tag, never a prefix of this.
     """
-    return f"{prefix}{time.time_ns() // 1_000_000:012x}{secrets.token_hex(10)}"
+    return prefix + _ID_CLOCK.next()
 
 
 def short_id(length: int = 8) -> str:
