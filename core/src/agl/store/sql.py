@@ -32,7 +32,6 @@ from pydantic import BaseModel
 
 from agl.errors import IncompatibleStore, InvalidTransition, NotFound, StoreUnavailable
 from agl.schema import (
-    ALLOWED_TRANSITIONS,
     Attempt,
     LLMCall,
     ModelVersion,
@@ -46,6 +45,7 @@ from agl.schema import (
     now,
 )
 from agl.store.base import Store
+from agl.store.claims import Claim, Finish, RolloutQueue
 from agl.tokens import float32_array, int32_array, to_bytes
 
 log = logging.getLogger(__name__)
@@ -121,8 +121,7 @@ _ROLLOUT_COLUMNS = (
     "output",
 )
 _ROLLOUT_SELECT = ", ".join(_ROLLOUT_COLUMNS)
-_QUEUED = RolloutStatus.QUEUED.value
-_RUNNING = RolloutStatus.RUNNING.value
+_NULL = "null"  # the JSON text of None, what an output column holds for no output
 
 
 def _schema(d: Dialect) -> list[str]:
@@ -234,6 +233,33 @@ class _Insert:
 
     def __call__(self, cur) -> None:
         self.store._insert_ignore(cur, self.table, self.columns, self.rows)
+
+
+class _ClaimJob:
+    """A claim as a write: run alone on a cursor, or with the group's other claims (see :mod:`agl.store.claims`)."""
+
+    __slots__ = ("claim", "store")
+
+    def __init__(self, store: SqlStore, claim: Claim):
+        self.store = store
+        self.claim = claim
+
+    def __call__(self, cur):
+        store = self.store
+        return store._with_tasks(cur, store._queue.claim(cur, self.claim, now()))
+
+
+class _FinishJob:
+    """A finish as a write: run alone on a cursor, or with the group's other finishes."""
+
+    __slots__ = ("finish", "store")
+
+    def __init__(self, store: SqlStore, finish: Finish):
+        self.store = store
+        self.finish = finish
+
+    def __call__(self, cur):
+        return self.store._queue.finish(cur, self.finish, now())
 
 
 class _Job:
@@ -349,32 +375,10 @@ class SqlStore(Store):
         self._task_bodies: dict[str, str] = {}
         self._task_bytes = 0
         self._insert_texts: dict[tuple[str, int], str] = {}
-        # The statements of every claim and finish, written out once.
-        self._claim_sql = self._sql(
-            f"""UPDATE rollouts SET status = ?, attempt = attempt + 1, runner_id = ?, claim_id = ?,
-                started_at = ?, heartbeat_at = ?, ended_at = NULL, error = NULL
-            WHERE rollout_id IN (
-                SELECT rollout_id FROM rollouts WHERE status = ? ORDER BY pk LIMIT ? {dialect.skip_locked})
-            RETURNING {_ROLLOUT_SELECT}"""
+        self._queue = RolloutQueue(
+            self._sql, _ROLLOUT_SELECT, skip_locked=dialect.skip_locked, for_update=dialect.for_update,
+            insert=self._insert_ignore,
         )
-        self._claimed_again_sql = self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE claim_id = ? AND status = ?")
-        self._attempt_sql = self._sql(
-            "INSERT INTO attempts (rollout_id, attempt, runner_id, status, started_at) VALUES (?, ?, ?, ?, ?)"
-        )
-        self._attempt_end_sql = self._sql(
-            "UPDATE attempts SET status = ?, ended_at = ?, error = ? WHERE rollout_id = ? AND attempt = ?"
-        )
-        self._finish_sql = {}
-        for retryable in (False, True):
-            if retryable:  # the retry policy, in the statement: attempts left put the rollout back in the queue
-                new_status = f"CASE WHEN attempt < max_attempts THEN '{_QUEUED}' ELSE ? END"
-                ended = "CASE WHEN attempt < max_attempts THEN NULL ELSE ? END"
-            else:
-                new_status = ended = "?"
-            self._finish_sql[retryable] = self._sql(
-                f"""UPDATE rollouts SET status = {new_status}, ended_at = {ended}, error = ?, output = ?, claim_id = NULL
-                WHERE rollout_id = ? AND status = ? RETURNING {_ROLLOUT_SELECT}"""
-            )
         schema = _Job(self._create_schema)
         schema.lead = True
         self._run_in_transaction([schema])
@@ -450,8 +454,14 @@ class SqlStore(Store):
                 if not guarded[0]:
                     try:
                         self._run_inserts(cur, jobs)
-                        for job in jobs:
-                            results.append((True, None if type(job.fn) is _Insert else job.fn(cur)))
+                        merged = self._run_merged(cur, jobs)
+                        for i, job in enumerate(jobs):
+                            if type(job.fn) is _Insert:
+                                results.append((True, None))
+                            elif i in merged:
+                                results.append((True, merged[i]))
+                            else:
+                                results.append((True, job.fn(cur)))
                     except Exception as exc:
                         if self.dialect.is_transient(exc):
                             raise
@@ -507,6 +517,27 @@ class SqlStore(Store):
                 rows.extend(op.rows)
         for (table, columns), rows in tables.items():
             self._insert_ignore(cur, table, columns, rows)
+
+    def _run_merged(self, cur, jobs: list[_Job]) -> dict[int, Any]:
+        """Run the group's claims together and its finishes together, where it has several of
+        either (see :mod:`agl.store.claims`); their results by the job's place in the group.
+        Jobs in one group were queued concurrently, so running these first is one of the
+        orders they could have run in; what cannot be merged runs alone afterwards."""
+        claims = [(i, job.fn.claim) for i, job in enumerate(jobs) if type(job.fn) is _ClaimJob]
+        finishes = [(i, job.fn.finish) for i, job in enumerate(jobs) if type(job.fn) is _FinishJob]
+        merged: dict[int, Any] = {}
+        if len(claims) < 2 and len(finishes) < 2:
+            return merged
+        t = now()
+        if len(claims) > 1:
+            for (i, _), rows in zip(claims, self._queue.claim_all(cur, [c for _, c in claims], t)):
+                if rows is not None:
+                    merged[i] = self._with_tasks(cur, rows)
+        if len(finishes) > 1:
+            for (i, _), row in zip(finishes, self._queue.finish_all(cur, [f for _, f in finishes], t)):
+                if row is not None:
+                    merged[i] = row
+        return merged
 
     def _committed(self, jobs: int) -> None:
         """Called on the writer after each commit (the SQLite store schedules checkpoints here)."""
@@ -715,41 +746,28 @@ class SqlStore(Store):
     def _claim_op(self, runner_id: str, limit: int, claim_id: str | None):
         if limit < 1:
             raise ValueError(f"limit: must be at least 1, got {limit}")
-        repeatable = claim_id is not None  # a claim id made here cannot have been used before
-        claim_id = claim_id or new_id("claim-")
+        # A claim id made here cannot have been used before: only the caller's own can repeat.
+        claim = Claim(runner_id, limit, claim_id or new_id("claim-"), repeatable=claim_id is not None)
+        return _ClaimJob(self, claim), self._claimed
+
+    def _with_tasks(self, cur, rows: list[tuple]) -> tuple[list[tuple], dict[str, str], dict[str, str] | None]:
+        """Claimed rows with their tasks' bodies: from the cache (tasks never change once
+        stored), else read here (``read``, for :meth:`_claimed` to cache)."""
         bodies = self._task_bodies
-
-        def run(cur):
-            if repeatable:
-                cur.execute(self._claimed_again_sql, (claim_id, _RUNNING))
-                rows = cur.fetchall()
+        found, missing = {}, []
+        for task_id in {row[1] for row in rows}:
+            body = bodies.get(task_id)
+            if body is None:
+                missing.append(task_id)
             else:
-                rows = None
-            if not rows:
-                t = now()
-                cur.execute(self._claim_sql, (_RUNNING, runner_id, claim_id, t, t, _QUEUED, limit))
-                rows = cur.fetchall()
-                if len(rows) == 1:
-                    cur.execute(self._attempt_sql, (rows[0][0], rows[0][3], runner_id, _RUNNING, t))
-                elif rows:
-                    cur.executemany(self._attempt_sql, [(row[0], row[3], runner_id, _RUNNING, t) for row in rows])
-            # Tasks never change once stored, so their bodies are cached; the rest are read here.
-            found, missing = {}, []
-            for task_id in {row[1] for row in rows}:
-                body = bodies.get(task_id)
-                if body is None:
-                    missing.append(task_id)
-                else:
-                    found[task_id] = body
-            read = None
-            if missing:
-                marks = ", ".join("?" for _ in missing)
-                cur.execute(self._sql(f"SELECT task_id, body FROM tasks WHERE task_id IN ({marks})"), sorted(missing))
-                read = dict(cur.fetchall())
-                found.update(read)
-            return rows, found, read
-
-        return run, self._claimed
+                found[task_id] = body
+        read = None
+        if missing:
+            marks = ", ".join("?" for _ in missing)
+            cur.execute(self._sql(f"SELECT task_id, body FROM tasks WHERE task_id IN ({marks})"), sorted(missing))
+            read = dict(cur.fetchall())
+            found.update(read)
+        return rows, found, read
 
     def _claimed(self, result) -> list[Rollout]:
         rows, found, read = result
@@ -787,21 +805,6 @@ class SqlStore(Store):
 
         self._write(run)
 
-    def _end_attempt(self, cur, row: Sequence[Any], status: RolloutStatus, error: str | None, output: Any, t: float) -> None:
-        rollout_id, attempt, max_attempts = row[0], row[3], row[4]
-        retry = status in (RolloutStatus.FAILED, RolloutStatus.TIMED_OUT) and attempt < max_attempts
-        new_status = RolloutStatus.QUEUED if retry else status
-        cur.execute(
-            self._sql(
-                "UPDATE rollouts SET status = ?, ended_at = ?, error = ?, output = ?, claim_id = NULL WHERE rollout_id = ?"
-            ),
-            (new_status.value, None if retry else t, error, _dumps(output), rollout_id),
-        )
-        cur.execute(
-            self._sql("UPDATE attempts SET status = ?, ended_at = ?, error = ? WHERE rollout_id = ? AND attempt = ?"),
-            (status.value, t, error, rollout_id, attempt),
-        )
-
     def finish(self, rollout_id: str, status: RolloutStatus, *, error: str | None = None, output: object = None) -> Rollout:
         fn, post = self._finish_op(rollout_id, status, error, output)
         return post(self._write(fn))
@@ -810,40 +813,7 @@ class SqlStore(Store):
         status = RolloutStatus(status)
         if not status.terminal:
             raise InvalidTransition(f"status: finish needs a terminal status, got {status.value!r}")
-        encoded = _dumps(output)
-        fast = self._finish_sql[status in (RolloutStatus.FAILED, RolloutStatus.TIMED_OUT)]
-        value = status.value
-
-        def run(cur):
-            t = now()
-            # The usual case, a running rollout, in one statement that returns the new row.
-            cur.execute(fast, (value, t, error, encoded, rollout_id, _RUNNING))
-            row = cur.fetchone()
-            if row is not None:
-                cur.execute(self._attempt_end_sql, (value, t, error, rollout_id, row[3]))
-                return row
-            cur.execute(self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE rollout_id = ?{self.dialect.for_update}"), (rollout_id,))
-            row = cur.fetchone()
-            if row is None:
-                raise NotFound("rollout", rollout_id)
-            current = RolloutStatus(row[2])
-            if current == status:
-                return row  # a retried finish
-            if current == RolloutStatus.QUEUED and row[3] > 0:
-                # A retried finish of an attempt the retry policy already put back in the
-                # queue (the first call's reply was lost): the attempt record says so.
-                cur.execute(self._sql("SELECT status FROM attempts WHERE rollout_id = ? AND attempt = ?"),
-                            (rollout_id, row[3]))
-                ended_attempt = cur.fetchone()
-                if ended_attempt is not None and ended_attempt[0] == status.value:
-                    return row
-            if status not in ALLOWED_TRANSITIONS[current]:
-                raise InvalidTransition(f"rollout {rollout_id}: cannot go from {current.value!r} to {status.value!r}")
-            self._end_attempt(cur, row, status, error, output, t)
-            cur.execute(self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE rollout_id = ?"), (rollout_id,))
-            return cur.fetchone()
-
-        return run, _rollout_from_row
+        return _FinishJob(self, Finish(rollout_id, status, error, _dumps(output))), _rollout_from_row
 
     def cancel(self, rollout_ids: Sequence[str]) -> None:
         ids = list(rollout_ids)
@@ -858,7 +828,7 @@ class SqlStore(Store):
                 if RolloutStatus(row[2]).terminal:
                     continue
                 if row[2] == RolloutStatus.RUNNING.value:
-                    self._end_attempt(cur, row, RolloutStatus.CANCELLED, "cancelled", None, t)
+                    self._queue.end_attempt(cur, row, RolloutStatus.CANCELLED, "cancelled", _NULL, t)
                 else:
                     cur.execute(
                         self._sql("UPDATE rollouts SET status = ?, ended_at = ?, error = ? WHERE rollout_id = ?"),
@@ -884,7 +854,7 @@ class SqlStore(Store):
             for row in rows:
                 late = row[5] is not None and row[12] + row[5] < t
                 reason = f"timed out after {row[5]}s" if late else f"no heartbeat for {heartbeat_timeout_s}s"
-                self._end_attempt(cur, row, RolloutStatus.TIMED_OUT, reason, None, t)
+                self._queue.end_attempt(cur, row, RolloutStatus.TIMED_OUT, reason, _NULL, t)
             return [row[0] for row in rows]
 
         return [self.get_rollout(rid) for rid in self._write(run)]

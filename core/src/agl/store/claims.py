@@ -1,0 +1,292 @@
+"""Claiming and finishing rollouts on a SQL store: one at a time, or a whole group's at once.
+
+A group commit (see :mod:`agl.store.sql`) often holds many claims and finishes from
+concurrent callers. One at a time, each is two or three statements. Together, a
+group's claims are one UPDATE that takes rollouts in queue order and hands each
+claim its share, and its finishes are one UPDATE joined to a list of VALUES, each
+followed by one statement for the attempts. Fewer statements is less time holding
+the writer, and in Python fewer hand-offs of the interpreter lock, which every
+statement gives up while the database runs it.
+
+Merged statements are written for up to ``MERGE_MAX`` claims or finishes and cached
+by their count; a larger group runs in several of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agl.errors import InvalidTransition, NotFound
+from agl.schema import ALLOWED_TRANSITIONS, RolloutStatus
+
+MERGE_MAX = 32
+"""Claims (or finishes) in one merged statement at most."""
+
+_QUEUED = RolloutStatus.QUEUED.value
+_RUNNING = RolloutStatus.RUNNING.value
+_RETRYABLE = frozenset({RolloutStatus.FAILED, RolloutStatus.TIMED_OUT})
+# Positions in a rollout row (see agl.store.sql._ROLLOUT_COLUMNS).
+_ID, _STATUS, _ATTEMPT, _MAX_ATTEMPTS, _CLAIM_ID = 0, 2, 3, 4, 10
+
+
+class Claim:
+    """One caller's claim: who claims, how many rollouts at most, and the claim's id.
+
+    ``repeatable`` claims came with the caller's own claim id, so the same call may
+    arrive again (a retry): it then gets back the rollouts its first arrival took.
+    """
+
+    __slots__ = ("claim_id", "limit", "repeatable", "runner_id")
+
+    def __init__(self, runner_id: str, limit: int, claim_id: str, repeatable: bool):
+        self.runner_id = runner_id
+        self.limit = limit
+        self.claim_id = claim_id
+        self.repeatable = repeatable
+
+
+class Finish:
+    """One caller's finish of a rollout: its terminal status, error and output (as JSON text)."""
+
+    __slots__ = ("error", "output", "rollout_id", "status")
+
+    def __init__(self, rollout_id: str, status: RolloutStatus, error: str | None, output: str):
+        self.rollout_id = rollout_id
+        self.status = status
+        self.error = error
+        self.output = output
+
+
+def _chunks(items: list[int], size: int) -> list[list[int]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+class RolloutQueue:
+    """The claim and finish statements of one store, written once for its SQL dialect.
+
+    ``sql`` turns a statement written with ``?`` into the dialect's placeholders;
+    ``insert(cur, table, columns, rows)`` inserts rows in as few statements as it can.
+    """
+
+    def __init__(
+        self,
+        sql: Callable[[str], str],
+        columns: str,
+        *,
+        skip_locked: str,
+        for_update: str,
+        insert: Callable[[Any, str, Sequence[str], list[tuple]], None],
+    ):
+        self._sql = sql
+        self._columns = columns
+        self._skip_locked = skip_locked
+        self._for_update = for_update
+        self._insert = insert
+        self._merged: dict[tuple[str, int], str] = {}
+        self.claim_sql = sql(
+            f"""UPDATE rollouts SET status = ?, attempt = attempt + 1, runner_id = ?, claim_id = ?,
+                started_at = ?, heartbeat_at = ?, ended_at = NULL, error = NULL
+            WHERE rollout_id IN (
+                SELECT rollout_id FROM rollouts WHERE status = ? ORDER BY pk LIMIT ? {skip_locked})
+            RETURNING {columns}"""
+        )
+        self.claimed_again_sql = sql(f"SELECT {columns} FROM rollouts WHERE claim_id = ? AND status = ?")
+        self.attempt_sql = sql(
+            "INSERT INTO attempts (rollout_id, attempt, runner_id, status, started_at) VALUES (?, ?, ?, ?, ?)"
+        )
+        self.attempt_end_sql = sql(
+            "UPDATE attempts SET status = ?, ended_at = ?, error = ? WHERE rollout_id = ? AND attempt = ?"
+        )
+        self.finish_sql: dict[bool, str] = {}
+        for retryable in (False, True):
+            if retryable:  # the retry policy, in the statement: attempts left put the rollout back in the queue
+                new_status = f"CASE WHEN attempt < max_attempts THEN '{_QUEUED}' ELSE ? END"
+                ended = "CASE WHEN attempt < max_attempts THEN NULL ELSE ? END"
+            else:
+                new_status = ended = "?"
+            self.finish_sql[retryable] = sql(
+                f"""UPDATE rollouts SET status = {new_status}, ended_at = {ended}, error = ?, output = ?, claim_id = NULL
+                WHERE rollout_id = ? AND status = ? RETURNING {columns}"""
+            )
+
+    # -- claims --------------------------------------------------------------------
+    def claim(self, cur, claim: Claim, t: float) -> list[tuple]:
+        """Run one claim alone; the rows of the rollouts it holds."""
+        if claim.repeatable:
+            cur.execute(self.claimed_again_sql, (claim.claim_id, _RUNNING))
+            rows = cur.fetchall()
+            if rows:
+                return rows
+        cur.execute(self.claim_sql, (_RUNNING, claim.runner_id, claim.claim_id, t, t, _QUEUED, claim.limit))
+        rows = cur.fetchall()
+        if len(rows) == 1:
+            cur.execute(self.attempt_sql, (rows[0][_ID], rows[0][_ATTEMPT], claim.runner_id, _RUNNING, t))
+        elif rows:
+            self._insert_attempts(cur, [(row, claim.runner_id) for row in rows], t)
+        return rows
+
+    def claim_all(self, cur, claims: Sequence[Claim], t: float) -> list[list[tuple] | None]:
+        """Run several claims together; each one's rows, or None for a claim to run alone
+        (a second claim with the same id in the group, which must see the first one's rollouts)."""
+        results: list[list[tuple] | None] = [None] * len(claims)
+        first: dict[str, int] = {}
+        for i, claim in enumerate(claims):
+            first.setdefault(claim.claim_id, i)
+        unique = sorted(first.values())
+        again = [claims[i].claim_id for i in unique if claims[i].repeatable]
+        held: dict[str, list[tuple]] = {}
+        for part in _chunks(again, MERGE_MAX * 8):
+            marks = ", ".join("?" for _ in part)
+            cur.execute(
+                self._sql(f"SELECT {self._columns} FROM rollouts WHERE status = ? AND claim_id IN ({marks})"),
+                [_RUNNING, *part],
+            )
+            for row in cur.fetchall():
+                held.setdefault(row[_CLAIM_ID], []).append(row)
+        fresh = []
+        for i in unique:
+            rows = held.get(claims[i].claim_id)
+            if rows:
+                results[i] = rows
+            else:
+                fresh.append(i)
+        claimed: list[tuple[tuple, str]] = []
+        for part in _chunks(fresh, MERGE_MAX):
+            if len(part) == 1:
+                results[part[0]] = self.claim(cur, claims[part[0]], t)
+                continue
+            values, last = [], 0
+            for i in part:
+                claim = claims[i]
+                values += [last + 1, last + claim.limit, claim.runner_id, claim.claim_id]
+                last += claim.limit
+            cur.execute(self._merged_claim(len(part)), [t, t, last, *values])
+            by_claim: dict[str, list[tuple]] = {}
+            for row in cur.fetchall():
+                by_claim.setdefault(row[_CLAIM_ID], []).append(row)
+            for i in part:
+                rows = results[i] = by_claim.get(claims[i].claim_id, [])
+                claimed += [(row, claims[i].runner_id) for row in rows]
+        if claimed:
+            self._insert_attempts(cur, claimed, t)
+        return results
+
+    def _insert_attempts(self, cur, claimed: list[tuple[tuple, str]], t: float) -> None:
+        rows = [(row[_ID], row[_ATTEMPT], runner_id, _RUNNING, t) for row, runner_id in claimed]
+        self._insert(cur, "attempts", ("rollout_id", "attempt", "runner_id", "status", "started_at"), rows)
+
+    def _merged_claim(self, n: int) -> str:
+        text = self._merged.get(("claim", n))
+        if text is None:
+            values = ", ".join("(CAST(? AS BIGINT), CAST(? AS BIGINT), ?, ?)" for _ in range(n))
+            # The queue's first rollouts, numbered in order; claim k takes numbers column1..column2.
+            text = self._merged["claim", n] = self._sql(
+                f"""UPDATE rollouts SET status = '{_RUNNING}', attempt = attempt + 1, runner_id = w.column3,
+                    claim_id = w.column4, started_at = ?, heartbeat_at = ?, ended_at = NULL, error = NULL
+                FROM (SELECT q.pk AS queued_pk, row_number() OVER (ORDER BY q.pk) AS place FROM (
+                        SELECT pk FROM rollouts WHERE status = '{_QUEUED}' ORDER BY pk LIMIT ? {self._skip_locked}) AS q
+                    ) AS p
+                JOIN (VALUES {values}) AS w ON p.place BETWEEN w.column1 AND w.column2
+                WHERE rollouts.pk = p.queued_pk
+                RETURNING {self._columns}"""
+            )
+        return text
+
+    # -- finishes ------------------------------------------------------------------
+    def finish(self, cur, finish: Finish, t: float) -> tuple:
+        """Run one finish alone; the rollout's row afterwards."""
+        status, error, rollout_id = finish.status, finish.error, finish.rollout_id
+        # The usual case, a running rollout, in one statement that returns the new row.
+        cur.execute(
+            self.finish_sql[status in _RETRYABLE], (status.value, t, error, finish.output, rollout_id, _RUNNING)
+        )
+        row = cur.fetchone()
+        if row is not None:
+            cur.execute(self.attempt_end_sql, (status.value, t, error, rollout_id, row[_ATTEMPT]))
+            return row
+        cur.execute(self._sql(f"SELECT {self._columns} FROM rollouts WHERE rollout_id = ?{self._for_update}"), (rollout_id,))
+        row = cur.fetchone()
+        if row is None:
+            raise NotFound("rollout", rollout_id)
+        current = RolloutStatus(row[_STATUS])
+        if current == status:
+            return row  # a retried finish
+        if current == RolloutStatus.QUEUED and row[_ATTEMPT] > 0:
+            # A retried finish of an attempt the retry policy already put back in the
+            # queue (the first call's reply was lost): the attempt record says so.
+            cur.execute(self._sql("SELECT status FROM attempts WHERE rollout_id = ? AND attempt = ?"),
+                        (rollout_id, row[_ATTEMPT]))
+            ended_attempt = cur.fetchone()
+            if ended_attempt is not None and ended_attempt[0] == status.value:
+                return row
+        if status not in ALLOWED_TRANSITIONS[current]:
+            raise InvalidTransition(f"rollout {rollout_id}: cannot go from {current.value!r} to {status.value!r}")
+        self.end_attempt(cur, row, status, error, finish.output, t)
+        cur.execute(self._sql(f"SELECT {self._columns} FROM rollouts WHERE rollout_id = ?"), (rollout_id,))
+        return cur.fetchone()
+
+    def finish_all(self, cur, finishes: Sequence[Finish], t: float) -> list[tuple | None]:
+        """Finish several running rollouts together; each one's row afterwards, or None for a
+        finish to run alone (its rollout was not running, or another finish in the group names it)."""
+        results: list[tuple | None] = [None] * len(finishes)
+        first: dict[str, int] = {}
+        for i, finish in enumerate(finishes):
+            first.setdefault(finish.rollout_id, i)
+        for part in _chunks(sorted(first.values()), MERGE_MAX):
+            if len(part) == 1:
+                continue
+            values: list[Any] = []
+            for i in part:
+                f = finishes[i]
+                values += [f.rollout_id, int(f.status in _RETRYABLE), f.status.value, f.error, f.output]
+            cur.execute(self._merged_finish(len(part)), [t, *values])
+            rows = {row[_ID]: row for row in cur.fetchall()}
+            ended: list[Any] = []
+            for i in part:
+                f = finishes[i]
+                row = results[i] = rows.get(f.rollout_id)
+                if row is not None:
+                    ended += [f.rollout_id, row[_ATTEMPT], f.status.value, f.error]
+            if ended:
+                cur.execute(self._merged_attempt_end(len(ended) // 4), [t, *ended])
+        return results
+
+    def _merged_finish(self, n: int) -> str:
+        text = self._merged.get(("finish", n))
+        if text is None:
+            values = ", ".join("(?, CAST(? AS BIGINT), ?, ?, ?)" for _ in range(n))
+            retry = "w.column2 = 1 AND attempt < max_attempts"  # the retry policy, as in finish_sql
+            text = self._merged["finish", n] = self._sql(
+                f"""UPDATE rollouts SET status = CASE WHEN {retry} THEN '{_QUEUED}' ELSE w.column3 END,
+                    ended_at = CASE WHEN {retry} THEN NULL ELSE ? END,
+                    error = w.column4, output = w.column5, claim_id = NULL
+                FROM (VALUES {values}) AS w
+                WHERE rollouts.rollout_id = w.column1 AND rollouts.status = '{_RUNNING}'
+                RETURNING {self._columns}"""
+            )
+        return text
+
+    def _merged_attempt_end(self, n: int) -> str:
+        text = self._merged.get(("attempt_end", n))
+        if text is None:
+            values = ", ".join("(?, CAST(? AS BIGINT), ?, ?)" for _ in range(n))
+            text = self._merged["attempt_end", n] = self._sql(
+                f"""UPDATE attempts SET status = w.column3, ended_at = ?, error = w.column4
+                FROM (VALUES {values}) AS w
+                WHERE attempts.rollout_id = w.column1 AND attempts.attempt = w.column2"""
+            )
+        return text
+
+    def end_attempt(self, cur, row: Sequence[Any], status: RolloutStatus, error: str | None, output: str, t: float) -> None:
+        """End the running attempt of ``row``'s rollout: requeued if the retry policy allows, else ``status``."""
+        rollout_id, attempt, max_attempts = row[_ID], row[_ATTEMPT], row[_MAX_ATTEMPTS]
+        retry = status in _RETRYABLE and attempt < max_attempts
+        new_status = RolloutStatus.QUEUED if retry else status
+        cur.execute(
+            self._sql(
+                "UPDATE rollouts SET status = ?, ended_at = ?, error = ?, output = ?, claim_id = NULL WHERE rollout_id = ?"
+            ),
+            (new_status.value, None if retry else t, error, output, rollout_id),
+        )
+        cur.execute(self.attempt_end_sql, (status.value, t, error, rollout_id, attempt))

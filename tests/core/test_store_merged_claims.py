@@ -1,0 +1,139 @@
+"""A group commit's claims and finishes run as merged statements (agl.store.claims) on the SQL backends.
+
+``_write_batch`` queues all its writes before any runs, so they share one group: these
+tests drive the merged statements deterministically and compare them with what the
+same calls do one at a time.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agl.errors import InvalidTransition, NotFound
+from agl.schema import Rollout, RolloutStatus, Task
+from agl.store.claims import MERGE_MAX
+
+from tests.core.backends import BACKENDS
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def sql_store(request, tmp_path):
+    if request.param == "postgres":
+        request.applymarker(pytest.mark.postgres)
+    with BACKENDS[request.param].open_backend(tmp_path) as store:
+        store.merged = {"claims": 0, "finishes": 0}  # how many ran in a merged statement
+        queue = store._queue
+        for kind, name in (("claims", "claim_all"), ("finishes", "finish_all")):
+            def spy(cur, items, t, run=getattr(queue, name), kind=kind):
+                results = run(cur, items, t)
+                store.merged[kind] += sum(r is not None for r in results)
+                return results
+            setattr(queue, name, spy)
+        yield store
+
+
+def _queue(store, n, *, max_attempts=1):
+    store.add_tasks([Task(task_id="t", input={"q": 1})])
+    return store.enqueue([Rollout(task_id="t", max_attempts=max_attempts) for _ in range(n)])
+
+
+def _claims(store, claims):
+    claimed, _ = store._write_batch(claims=claims)
+    for outcome in claimed:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return claimed
+
+
+def test_merged_claims_share_the_queue_in_order_and_respect_each_limit(sql_store):
+    queued = _queue(sql_store, 10)
+    claimed = _claims(sql_store, [("a", 1, None), ("b", 3, None), ("c", 2, "claim-c"), ("d", 1, None)])
+    assert [len(c) for c in claimed] == [1, 3, 2, 1]
+    taken = [r.rollout_id for c in claimed for r in c]
+    assert sorted(taken) == sorted(r.rollout_id for r in queued[:7])  # the first seven in the queue
+    for runner, rollouts in zip("abcd", claimed):
+        for r in rollouts:
+            assert (r.status, r.runner_id, r.attempt) == (RolloutStatus.RUNNING, runner, 1)
+            assert r.task is not None and r.task.task_id == "t"
+            assert [(a.attempt, a.runner_id, a.status) for a in sql_store.attempts(r.rollout_id)] == [
+                (1, runner, RolloutStatus.RUNNING)
+            ]
+    assert len({r.claim_id for r in claimed[1]}) == 1 and claimed[2][0].claim_id == "claim-c"
+    assert sql_store.stats().rollouts == {"queued": 3, "running": 7}
+    assert sql_store.merged["claims"] == 4
+
+
+def test_merged_claims_beyond_the_queue_get_what_is_left(sql_store):
+    _queue(sql_store, 3)
+    claimed = _claims(sql_store, [("a", 2, None), ("b", 2, None), ("c", 1, None)])
+    assert [len(c) for c in claimed] == [2, 1, 0]
+
+
+def test_a_repeated_claim_id_gets_back_what_it_took_merged_or_not(sql_store):
+    _queue(sql_store, 6)
+    first = _claims(sql_store, [("a", 2, "claim-a"), ("b", 1, "claim-b")])
+    # The same claims again (a retry), twice in one group, next to a new claim.
+    again = _claims(sql_store, [("a", 2, "claim-a"), ("x", 1, None), ("a", 2, "claim-a"), ("b", 1, "claim-b")])
+    ids = lambda rollouts: sorted(r.rollout_id for r in rollouts)  # noqa: E731
+    assert ids(again[0]) == ids(again[2]) == ids(first[0])
+    assert ids(again[3]) == ids(first[1])
+    assert len(again[1]) == 1 and again[1][0].rollout_id not in ids(first[0]) + ids(first[1])
+    assert sql_store.stats().rollouts == {"queued": 2, "running": 4}
+
+
+def test_more_claims_than_one_statement_holds(sql_store):
+    n = MERGE_MAX * 2 + 3
+    _queue(sql_store, n + 5)
+    claimed = _claims(sql_store, [(f"r{i}", 1, None) for i in range(n)])
+    taken = [c[0].rollout_id for c in claimed]
+    assert len(set(taken)) == n
+    assert sql_store.merged["claims"] == n
+
+
+def test_merged_finishes_apply_each_status_and_the_retry_policy(sql_store):
+    _queue(sql_store, 4, max_attempts=2)
+    running = [r for c in _claims(sql_store, [(f"r{i}", 1, None) for i in range(4)]) for r in c]
+    a, b, c, d = (r.rollout_id for r in running)
+    _, finished = sql_store._write_batch(
+        finishes=[
+            (a, RolloutStatus.SUCCEEDED, None, {"answer": 4}),
+            (b, RolloutStatus.FAILED, "boom", None),  # attempts left: back in the queue
+            (c, RolloutStatus.CANCELLED, "stop", None),
+            (d, RolloutStatus.TIMED_OUT, "late", None),  # attempts left: back in the queue
+        ]
+    )
+    assert [r.status for r in finished] == [
+        RolloutStatus.SUCCEEDED, RolloutStatus.QUEUED, RolloutStatus.CANCELLED, RolloutStatus.QUEUED
+    ]
+    assert finished[0].output == {"answer": 4} and finished[0].ended_at is not None
+    assert finished[1].error == "boom" and finished[1].ended_at is None
+    for rollout_id, status in [(a, "succeeded"), (b, "failed"), (c, "cancelled"), (d, "timed_out")]:
+        [attempt] = sql_store.attempts(rollout_id)
+        assert attempt.status.value == status and attempt.ended_at is not None
+    assert sql_store.get_rollout(a) == finished[0]
+    # The requeued ones run again and fail for good on their last attempt.
+    again = [r for cl in _claims(sql_store, [("x", 1, None), ("y", 1, None)]) for r in cl]
+    assert sorted(r.rollout_id for r in again) == sorted([b, d]) and all(r.attempt == 2 for r in again)
+    _, last = sql_store._write_batch(finishes=[(r.rollout_id, RolloutStatus.FAILED, "again", None) for r in again])
+    assert [r.status for r in last] == [RolloutStatus.FAILED, RolloutStatus.FAILED]
+    assert sql_store.merged == {"claims": 6, "finishes": 6}
+
+
+def test_a_bad_finish_in_a_merged_group_fails_alone(sql_store):
+    _queue(sql_store, 3)
+    running = [r for c in _claims(sql_store, [(f"r{i}", 1, None) for i in range(3)]) for r in c]
+    a, b, c = (r.rollout_id for r in running)
+    sql_store.finish(c, RolloutStatus.SUCCEEDED)
+    _, finished = sql_store._write_batch(
+        finishes=[
+            (a, RolloutStatus.SUCCEEDED, None, None),
+            ("ro-missing", RolloutStatus.SUCCEEDED, None, None),
+            (c, RolloutStatus.FAILED, "too late", None),  # already succeeded
+            (b, RolloutStatus.SUCCEEDED, None, None),
+            (a, RolloutStatus.SUCCEEDED, None, None),  # the same finish twice in one group: a retry
+        ]
+    )
+    assert isinstance(finished[1], NotFound) and isinstance(finished[2], InvalidTransition)
+    assert finished[0].status == finished[3].status == finished[4].status == RolloutStatus.SUCCEEDED
+    assert sql_store.stats().rollouts == {"succeeded": 3}
+    assert sql_store.merged["finishes"] == 2  # a and b; the others ran alone
