@@ -137,3 +137,28 @@ def test_a_bad_finish_in_a_merged_group_fails_alone(sql_store):
     assert finished[0].status == finished[3].status == finished[4].status == RolloutStatus.SUCCEEDED
     assert sql_store.stats().rollouts == {"succeeded": 3}
     assert sql_store.merged["finishes"] == 2  # a and b; the others ran alone
+
+
+def test_an_attempt_is_recorded_when_it_ends_and_reads_from_the_rollout_while_it_runs(sql_store):
+    [queued] = _queue(sql_store, 1)
+    [running] = sql_store.claim("r1")
+    [attempt] = sql_store.attempts(queued.rollout_id)
+    assert (attempt.attempt, attempt.runner_id, attempt.status, attempt.ended_at) == (1, "r1", RolloutStatus.RUNNING, None)
+    assert attempt.started_at == running.started_at
+    sql_store.finish(queued.rollout_id, RolloutStatus.SUCCEEDED)
+    [ended] = sql_store.attempts(queued.rollout_id)
+    assert (ended.status, ended.started_at) == (RolloutStatus.SUCCEEDED, running.started_at) and ended.ended_at
+
+
+def test_a_running_attempt_written_by_an_older_agl_is_ended_in_place(sql_store):
+    [queued] = _queue(sql_store, 1)
+    [running] = sql_store.claim("r1")
+    # Older versions wrote the running attempt at claim time.
+    sql_store._write(lambda cur: cur.execute(
+        sql_store._sql("INSERT INTO attempts (rollout_id, attempt, runner_id, status, started_at) VALUES (?, 1, 'r1', 'running', ?)"),
+        (queued.rollout_id, running.started_at),
+    ))
+    assert len(sql_store.attempts(queued.rollout_id)) == 1
+    sql_store.finish(queued.rollout_id, RolloutStatus.FAILED, error="boom")
+    [ended] = sql_store.attempts(queued.rollout_id)
+    assert (ended.status, ended.error) == (RolloutStatus.FAILED, "boom")

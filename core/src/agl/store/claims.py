@@ -8,6 +8,10 @@ followed by one statement for the attempts. Fewer statements is less time holdin
 the writer, and in Python fewer hand-offs of the interpreter lock, which every
 statement gives up while the database runs it.
 
+An attempt is written to the ``attempts`` table when it ends; while it runs, the
+rollout's own row (attempt number, runner, start time) is its record, so a claim
+writes nothing but that row.
+
 Merged statements are written for up to ``MERGE_MAX`` claims or finishes and cached
 by their count; a larger group runs in several of them.
 """
@@ -27,7 +31,7 @@ _QUEUED = RolloutStatus.QUEUED.value
 _RUNNING = RolloutStatus.RUNNING.value
 _RETRYABLE = frozenset({RolloutStatus.FAILED, RolloutStatus.TIMED_OUT})
 # Positions in a rollout row (see agl.store.sql._ROLLOUT_COLUMNS).
-_ID, _STATUS, _ATTEMPT, _MAX_ATTEMPTS, _CLAIM_ID = 0, 2, 3, 4, 10
+_ID, _STATUS, _ATTEMPT, _MAX_ATTEMPTS, _RUNNER_ID, _CLAIM_ID, _STARTED_AT = 0, 2, 3, 4, 9, 10, 12
 
 
 class Claim:
@@ -65,8 +69,7 @@ def _chunks(items: list[int], size: int) -> list[list[int]]:
 class RolloutQueue:
     """The claim and finish statements of one store, written once for its SQL dialect.
 
-    ``sql`` turns a statement written with ``?`` into the dialect's placeholders;
-    ``insert(cur, table, columns, rows)`` inserts rows in as few statements as it can.
+    ``sql`` turns a statement written with ``?`` into the dialect's placeholders.
     """
 
     def __init__(
@@ -76,13 +79,11 @@ class RolloutQueue:
         *,
         skip_locked: str,
         for_update: str,
-        insert: Callable[[Any, str, Sequence[str], list[tuple]], None],
     ):
         self._sql = sql
         self._columns = columns
         self._skip_locked = skip_locked
         self._for_update = for_update
-        self._insert = insert
         self._merged: dict[tuple[str, int], str] = {}
         self.claim_sql = sql(
             f"""UPDATE rollouts SET status = ?, attempt = attempt + 1, runner_id = ?, claim_id = ?,
@@ -92,12 +93,6 @@ class RolloutQueue:
             RETURNING {columns}"""
         )
         self.claimed_again_sql = sql(f"SELECT {columns} FROM rollouts WHERE claim_id = ? AND status = ?")
-        self.attempt_sql = sql(
-            "INSERT INTO attempts (rollout_id, attempt, runner_id, status, started_at) VALUES (?, ?, ?, ?, ?)"
-        )
-        self.attempt_end_sql = sql(
-            "UPDATE attempts SET status = ?, ended_at = ?, error = ? WHERE rollout_id = ? AND attempt = ?"
-        )
         self.finish_sql: dict[bool, str] = {}
         for retryable in (False, True):
             if retryable:  # the retry policy, in the statement: attempts left put the rollout back in the queue
@@ -119,12 +114,7 @@ class RolloutQueue:
             if rows:
                 return rows
         cur.execute(self.claim_sql, (_RUNNING, claim.runner_id, claim.claim_id, t, t, _QUEUED, claim.limit))
-        rows = cur.fetchall()
-        if len(rows) == 1:
-            cur.execute(self.attempt_sql, (rows[0][_ID], rows[0][_ATTEMPT], claim.runner_id, _RUNNING, t))
-        elif rows:
-            self._insert_attempts(cur, [(row, claim.runner_id) for row in rows], t)
-        return rows
+        return cur.fetchall()
 
     def claim_all(self, cur, claims: Sequence[Claim], t: float) -> list[list[tuple] | None]:
         """Run several claims together; each one's rows, or None for a claim to run alone
@@ -151,7 +141,6 @@ class RolloutQueue:
                 results[i] = rows
             else:
                 fresh.append(i)
-        claimed: list[tuple[tuple, str]] = []
         for part in _chunks(fresh, MERGE_MAX):
             if len(part) == 1:
                 results[part[0]] = self.claim(cur, claims[part[0]], t)
@@ -166,15 +155,8 @@ class RolloutQueue:
             for row in cur.fetchall():
                 by_claim.setdefault(row[_CLAIM_ID], []).append(row)
             for i in part:
-                rows = results[i] = by_claim.get(claims[i].claim_id, [])
-                claimed += [(row, claims[i].runner_id) for row in rows]
-        if claimed:
-            self._insert_attempts(cur, claimed, t)
+                results[i] = by_claim.get(claims[i].claim_id, [])
         return results
-
-    def _insert_attempts(self, cur, claimed: list[tuple[tuple, str]], t: float) -> None:
-        rows = [(row[_ID], row[_ATTEMPT], runner_id, _RUNNING, t) for row, runner_id in claimed]
-        self._insert(cur, "attempts", ("rollout_id", "attempt", "runner_id", "status", "started_at"), rows)
 
     def _merged_claim(self, n: int) -> str:
         text = self._merged.get(("claim", n))
@@ -203,7 +185,7 @@ class RolloutQueue:
         )
         row = cur.fetchone()
         if row is not None:
-            cur.execute(self.attempt_end_sql, (status.value, t, error, rollout_id, row[_ATTEMPT]))
+            self._end_attempts(cur, [(row, status.value, error)], t)
             return row
         cur.execute(self._sql(f"SELECT {self._columns} FROM rollouts WHERE rollout_id = ?{self._for_update}"), (rollout_id,))
         row = cur.fetchone()
@@ -242,14 +224,14 @@ class RolloutQueue:
                 values += [f.rollout_id, int(f.status in _RETRYABLE), f.status.value, f.error, f.output]
             cur.execute(self._merged_finish(len(part)), [t, *values])
             rows = {row[_ID]: row for row in cur.fetchall()}
-            ended: list[Any] = []
+            ended = []
             for i in part:
                 f = finishes[i]
                 row = results[i] = rows.get(f.rollout_id)
                 if row is not None:
-                    ended += [f.rollout_id, row[_ATTEMPT], f.status.value, f.error]
+                    ended.append((row, f.status.value, f.error))
             if ended:
-                cur.execute(self._merged_attempt_end(len(ended) // 4), [t, *ended])
+                self._end_attempts(cur, ended, t)
         return results
 
     def _merged_finish(self, n: int) -> str:
@@ -267,16 +249,23 @@ class RolloutQueue:
             )
         return text
 
-    def _merged_attempt_end(self, n: int) -> str:
+    def _end_attempts(self, cur, ended: list[tuple[tuple, str, str | None]], t: float) -> None:
+        """Record attempts that end now: ``(rollout row, status, error)`` each, the row as it was
+        while the attempt ran (its number, runner and start time)."""
+        values: list[Any] = []
+        for row, status, error in ended:
+            values += [row[_ID], row[_ATTEMPT], row[_RUNNER_ID], status, row[_STARTED_AT], t, error]
+        n = len(ended)
         text = self._merged.get(("attempt_end", n))
         if text is None:
-            values = ", ".join("(?, CAST(? AS BIGINT), ?, ?)" for _ in range(n))
+            marks = ", ".join("(?, ?, ?, ?, ?, ?, ?)" for _ in range(n))
+            # A database written by an older agl holds running attempts too: those are updated.
             text = self._merged["attempt_end", n] = self._sql(
-                f"""UPDATE attempts SET status = w.column3, ended_at = ?, error = w.column4
-                FROM (VALUES {values}) AS w
-                WHERE attempts.rollout_id = w.column1 AND attempts.attempt = w.column2"""
+                f"""INSERT INTO attempts (rollout_id, attempt, runner_id, status, started_at, ended_at, error)
+                VALUES {marks} ON CONFLICT (rollout_id, attempt) DO UPDATE SET
+                status = excluded.status, ended_at = excluded.ended_at, error = excluded.error"""
             )
-        return text
+        cur.execute(text, values)
 
     def end_attempt(self, cur, row: Sequence[Any], status: RolloutStatus, error: str | None, output: str, t: float) -> None:
         """End the running attempt of ``row``'s rollout: requeued if the retry policy allows, else ``status``."""
@@ -289,4 +278,4 @@ class RolloutQueue:
             ),
             (new_status.value, None if retry else t, error, output, rollout_id),
         )
-        cur.execute(self.attempt_end_sql, (status.value, t, error, rollout_id, attempt))
+        self._end_attempts(cur, [(row, status.value, error)], t)

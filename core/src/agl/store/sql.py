@@ -376,8 +376,7 @@ class SqlStore(Store):
         self._task_bytes = 0
         self._insert_texts: dict[tuple[str, int], str] = {}
         self._queue = RolloutQueue(
-            self._sql, _ROLLOUT_SELECT, skip_locked=dialect.skip_locked, for_update=dialect.for_update,
-            insert=self._insert_ignore,
+            self._sql, _ROLLOUT_SELECT, skip_locked=dialect.skip_locked, for_update=dialect.for_update
         )
         schema = _Job(self._create_schema)
         schema.lead = True
@@ -523,6 +522,8 @@ class SqlStore(Store):
         either (see :mod:`agl.store.claims`); their results by the job's place in the group.
         Jobs in one group were queued concurrently, so running these first is one of the
         orders they could have run in; what cannot be merged runs alone afterwards."""
+        if len(jobs) < 2:
+            return {}
         claims = [(i, job.fn.claim) for i, job in enumerate(jobs) if type(job.fn) is _ClaimJob]
         finishes = [(i, job.fn.finish) for i, job in enumerate(jobs) if type(job.fn) is _FinishJob]
         merged: dict[int, Any] = {}
@@ -894,10 +895,18 @@ class SqlStore(Store):
             yield _rollout_from_row(row)
 
     def attempts(self, rollout_id: str) -> list[Attempt]:
+        # Ended attempts are in their table; a running one is the rollout's own row (see
+        # agl.store.claims). One statement, so one snapshot of both.
         rows = self._read(
-            "SELECT rollout_id, attempt, runner_id, status, started_at, ended_at, error FROM attempts "
-            "WHERE rollout_id = ? ORDER BY attempt",
-            [rollout_id],
+            f"""SELECT rollout_id, attempt, runner_id, status, started_at, ended_at, error FROM attempts
+                WHERE rollout_id = ?
+            UNION ALL
+            SELECT rollout_id, attempt, runner_id, status, started_at, NULL, NULL FROM rollouts
+                WHERE rollout_id = ? AND status = '{RolloutStatus.RUNNING.value}' AND NOT EXISTS (
+                    SELECT 1 FROM attempts WHERE attempts.rollout_id = rollouts.rollout_id
+                    AND attempts.attempt = rollouts.attempt)
+            ORDER BY attempt""",
+            [rollout_id, rollout_id],
         )
         keys = ("rollout_id", "attempt", "runner_id", "status", "started_at", "ended_at", "error")
         return [Attempt.model_validate(dict(zip(keys, row))) for row in rows]
