@@ -355,3 +355,79 @@ def test_one_large_write_is_split_to_fit_the_batch_limit(tmp_path):
             small.add_spans([Span(span_id=f"s{i}", name="s", attributes={"pad": "x" * 1000}) for i in range(60)])
         assert backing.stats().spans == 60
         assert backing.calls["add_spans"] >= 3
+
+
+class ThreadRecordingStore(SqliteStore):
+    """A SqliteStore that records which thread queued each write (the server's batch path stays on)."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.write_threads: list[threading.Thread] = []
+
+    def _write_all(self, fns):
+        self.write_threads.append(threading.current_thread())
+        return super()._write_all(fns)
+
+
+def test_a_lone_caller_sends_itself_and_the_idle_server_commits_on_its_event_loop(tmp_path):
+    backing = ThreadRecordingStore(tmp_path / "agl.db")
+    token = secrets.token_urlsafe(16)
+    with ServerThread(backing, token=token) as server:
+        client = HttpStore(server.url, token=token)
+        senders: list[threading.Thread] = []
+        send_batch = client._send_batch
+        client._send_batch = lambda ops: (senders.append(threading.current_thread()), send_batch(ops))[1]
+        try:
+            _seed(client, 3)
+            del backing.write_threads[:]
+            for _ in range(3):
+                [rollout] = client.claim("r1")
+                client.add_spans([Span(rollout_id=rollout.rollout_id, name="chat", kind="llm")])
+                client.finish(rollout.rollout_id, RolloutStatus.SUCCEEDED)
+        finally:
+            client.close()
+        loop_thread = server._thread
+    backing.close()
+    assert senders and set(senders) == {threading.current_thread()}  # no hand-off to a sender thread
+    assert backing.write_threads and set(backing.write_threads) == {loop_thread}  # nor to a worker thread
+    assert backing.stats().rollouts == {"succeeded": 3}
+
+
+def test_more_callers_than_senders_are_all_answered_and_close_is_prompt(tmp_path):
+    threads, calls_each, senders = 16, 10, 2
+    with served(tmp_path) as (backing, _client, raw, server):
+        client = HttpStore(server.url, token=raw.headers["Authorization"].removeprefix("Bearer "), senders=senders)
+        in_flight, most = [0], [0]
+        lock = threading.Lock()
+        send_batch = client._send_batch
+
+        def counted(ops):
+            with lock:
+                in_flight[0] += 1
+                most[0] = max(most[0], in_flight[0])
+            try:
+                time.sleep(0.002)  # long enough for calls to pile up behind the busy senders
+                send_batch(ops)
+            finally:
+                with lock:
+                    in_flight[0] -= 1
+
+        client._send_batch = counted
+        barrier = threading.Barrier(threads)
+
+        def writer(w: int) -> None:
+            barrier.wait()
+            for c in range(calls_each):
+                client.add_spans([Span(span_id=f"s-{w}-{c}", rollout_id=f"ro-{w}", name="chat", kind="llm")])
+
+        pool = [threading.Thread(target=writer, args=(w,)) for w in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in pool)
+        started = time.monotonic()
+        client.close()
+        assert time.monotonic() - started < 5
+        assert 1 < most[0] <= senders
+        assert backing.stats().spans == threads * calls_each

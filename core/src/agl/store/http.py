@@ -219,19 +219,30 @@ class _Op:
 
 
 class _Coalescer:
-    """Sender threads that send whatever calls are waiting as one ``/v1/batch`` request."""
+    """Sends whatever calls are waiting as one ``/v1/batch`` request, at most ``senders`` at a time.
+
+    A caller that finds a sending slot free sends its own calls itself, with whatever
+    is queued ahead of and behind them, so a lone caller never waits on another
+    thread. Calls that arrive while every slot is busy wait in the queue: a caller
+    whose own calls have been answered passes its slot, queue and all, to a helper
+    thread rather than keep sending for the others, and the helper sends until the
+    queue is empty.
+    """
 
     def __init__(self, store: HttpStore, senders: int, max_bytes: int, linger_s: float):
         self.store = store
         self.max_bytes = max_bytes
         self.linger_s = linger_s
+        self.senders = senders
         self._pending: deque[_Op] = deque()
         self._cond = threading.Condition()
+        self._busy = 0  # slots in use: callers and helpers sending
+        self._handed = 0  # slots passed on, not yet taken up by a helper
         self._closed = False
-        self._threads = [
-            threading.Thread(target=self._loop, name=f"agl-http-sender-{i}", daemon=True) for i in range(senders)
+        self._helpers = [
+            threading.Thread(target=self._help, name=f"agl-http-sender-{i}", daemon=True) for i in range(senders)
         ]
-        for thread in self._threads:
+        for thread in self._helpers:
             thread.start()
 
     def submit(self, ops: list[_Op]) -> list[Any]:
@@ -239,15 +250,32 @@ class _Coalescer:
             if self._closed:
                 raise StoreUnavailable("the HTTP store is closed")
             self._pending.extend(ops)
-            self._cond.notify(len(ops))
+            lead = self._busy < self.senders
+            if lead:
+                self._busy += 1
+        if lead:
+            self._send(ops)
         return [op.future.result() for op in ops]
 
-    def _take(self) -> list[_Op] | None:
-        with self._cond:
-            while not self._pending:
-                if self._closed:
-                    return None
-                self._cond.wait()
+    def _send(self, mine: list[_Op] | None) -> None:
+        """Send batches from the queue on one slot: until ``mine`` are answered (a caller)
+        or the queue is empty (a helper); then pass the slot on or give it back."""
+        while True:
+            batch = self._take()
+            if batch:
+                self.store._send_batch(batch)  # settles every op's future; never raises
+            with self._cond:
+                if not self._pending:
+                    self._busy -= 1
+                    if self._closed:
+                        self._cond.notify_all()  # helpers waiting for the last sender to leave
+                    return
+                if mine is not None and all(op.future.done() for op in mine):
+                    self._handed += 1
+                    self._cond.notify()
+                    return
+
+    def _take(self) -> list[_Op]:
         if self.linger_s:
             time.sleep(self.linger_s)
         with self._cond:
@@ -259,19 +287,21 @@ class _Coalescer:
                 batch.append(op)
             return batch
 
-    def _loop(self) -> None:
+    def _help(self) -> None:
         while True:
-            batch = self._take()
-            if batch is None:
-                return
-            if batch:
-                self.store._send_batch(batch)
+            with self._cond:
+                while not self._handed:
+                    if self._closed and not self._busy:
+                        return
+                    self._cond.wait()
+                self._handed -= 1
+            self._send(None)
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        for thread in self._threads:
+        for thread in self._helpers:
             thread.join(timeout=30)
 
 
@@ -280,8 +310,9 @@ class HttpStore(Store):
 
     ``retries`` transient failures are retried per request, with backoff from
     ``backoff_s`` doubling up to 2 s; then :class:`StoreUnavailable` is raised.
-    ``senders`` threads send coalesced writes; ``linger_s`` makes each wait that
-    long for more calls before sending (0: send as soon as a sender is free).
+    Writes are coalesced: at most ``senders`` ``/v1/batch`` requests are in flight,
+    each carrying every call that was waiting when it left; ``linger_s`` makes each
+    wait that long for more calls before sending (0: send at once).
     """
 
     def __init__(

@@ -583,6 +583,10 @@ class SqlStore(Store):
                 self._lead()  # made the leader: this job heads the queue, so the first group runs it
         return jobs
 
+    def _writer_free(self) -> bool:
+        """Whether no write is running or queued right now (a write would lead at once)."""
+        return not self._leading and not self._pending
+
     def _lead(self) -> None:
         """Run the queued jobs as group transactions, then pass the lead to the next caller in line.
 
