@@ -431,3 +431,24 @@ def test_more_callers_than_senders_are_all_answered_and_close_is_prompt(tmp_path
         assert time.monotonic() - started < 5
         assert 1 < most[0] <= senders
         assert backing.stats().spans == threads * calls_each
+
+
+def test_a_slow_batch_on_the_event_loop_sends_the_next_ones_to_threads(tmp_path, monkeypatch):
+    from agl.store import server as server_module
+
+    backing = ThreadRecordingStore(tmp_path / "agl.db")
+    token = secrets.token_urlsafe(16)
+    monkeypatch.setattr(server_module, "INLINE_MAX_S", 0.0)  # every inline batch counts as slow
+    with ServerThread(backing, token=token) as server:
+        client = HttpStore(server.url, token=token)
+        try:
+            _seed(client, 2)
+            del backing.write_threads[:]
+            for rollout in client.claim("r1", limit=2):
+                client.finish(rollout.rollout_id, RolloutStatus.SUCCEEDED)
+        finally:
+            client.close()
+        loop_thread = server._thread
+    backing.close()
+    assert backing.write_threads[0] is loop_thread
+    assert all(t is not loop_thread for t in backing.write_threads[1:]) and len(backing.write_threads) == 3

@@ -44,6 +44,9 @@ limit, claim_id}], "finishes": [{rollout_id, status, error, output}]}``; the
 observations are stored together and the answer has one result per claim and
 per finish, each ``{"rollouts": [...]}`` / ``{"rollout": {...}}`` or
 ``{"error": {...}}``, so one caller's unknown rollout fails only that caller.
+When the SQL store's writer is idle, a batch runs on the event loop (it commits at
+once, sparing two thread hand-offs); otherwise, and for a second after one of those
+took over ``INLINE_MAX_S``, it runs on a worker thread.
 
 Errors answer ``{"error": {"type", "field", "reason", ...}}``: 401 without the
 right token, 404 for an unknown id (``NotFound``, with ``kind`` and ``ident``),
@@ -64,6 +67,7 @@ import hmac
 import json
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -89,6 +93,10 @@ STREAM_CHUNK = 256
 IDEMPOTENCY_CACHE = 4096
 BATCH_WORKERS = 64
 """Threads that run the parts of ``/v1/batch`` requests side by side."""
+INLINE_MAX_S = 0.005
+"""A batch run on the event loop that takes longer than this sends the next ones to threads ..."""
+INLINE_PAUSE_S = 1.0
+"""... for this long."""
 
 
 # -- request bodies ---------------------------------------------------------------
@@ -337,6 +345,7 @@ class _Api:
         self.cache = _IdempotencyCache()
         self.pool = ThreadPoolExecutor(max_workers=BATCH_WORKERS, thread_name_prefix="agl-store-batch")
         self.together = _batch_writer(store)
+        self.inline_after = 0.0  # batches run on threads until then (see _run_batch_inline)
 
 
     def close(self) -> None:
@@ -521,10 +530,8 @@ class _Api:
                     if not message.get("more_body", False):
                         break
                 body = BatchBody.model_validate_json(b"".join(chunks) or b"{}")
-                if self.together is not None and self.store._writer_free():
-                    # Nobody is writing: the batch commits at once, so it runs here rather than
-                    # paying two thread hand-offs (it holds up the event loop for one commit).
-                    out = self._run_batch(body)
+                if self.together is not None and time.monotonic() >= self.inline_after and self.store._writer_free():
+                    out = self._run_batch_inline(body)
                 else:
                     out = await self.call(self._run_batch, body)
                 if key:
@@ -540,6 +547,18 @@ class _Api:
             }
         )
         await send({"type": "http.response.body", "body": out})
+
+    def _run_batch_inline(self, body: BatchBody) -> bytes:
+        """Run a batch on the event loop: when the store's writer is idle it commits at once,
+        which is quicker than two thread hand-offs. If it took long all the same (the
+        database locked by another process), batches go to threads for a while, so the
+        loop is held up once, not on every request."""
+        started = time.monotonic()
+        try:
+            return self._run_batch(body)
+        finally:
+            if time.monotonic() - started > INLINE_MAX_S:
+                self.inline_after = time.monotonic() + INLINE_PAUSE_S
 
     def _run_batch(self, body: BatchBody) -> bytes:
         """Run every part of a batch at once, so the store's writer commits them as one group."""
