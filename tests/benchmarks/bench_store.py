@@ -534,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
         if "embedded" in only:
             bench_embedded(tmp, writer_counts, w1_rollouts, max(1, args.repeat))
         if "growth" in only:
-            bench_growth(tmp, 4, w1_rollouts)
+            bench_growth(tmp, 8, w1_rollouts)
         if "http" in only:
             bench_http(tmp, writer_counts, w1_rollouts)
         if "postgres" in only:
