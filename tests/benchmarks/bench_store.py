@@ -345,8 +345,9 @@ class UncoalescedHttpStore(HttpStore):
         answer = self._post("/v1/claims", {"runner_id": runner_id, "limit": limit, "claim_id": claim_id or secrets.token_hex(8)})
         return [Rollout.model_validate(r) for r in answer.json()["rollouts"]]
 
-    def finish(self, rollout_id, status, *, error=None, output=None):
-        answer = self._post(f"/v1/rollouts/{rollout_id}/finish", {"status": RolloutStatus(status).value, "error": error, "output": output})
+    def finish(self, rollout_id, status, *, error=None, output=None, attempt=None):
+        body = {"status": RolloutStatus(status).value, "error": error, "output": output, "attempt": attempt}
+        answer = self._post(f"/v1/rollouts/{rollout_id}/finish", body)
         return Rollout.model_validate_json(answer.content)
 
 

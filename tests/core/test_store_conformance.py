@@ -99,6 +99,26 @@ def test_output_is_stored_on_success(store):
     assert store.get_rollout(r.rollout_id) == done
 
 
+def test_a_late_finish_from_an_attempt_that_timed_out_does_not_end_the_next_one(store):
+    _tasks(store, 1)
+    [rollout] = store.enqueue([Rollout(task_id="train-0", max_attempts=2)])
+    [first] = store.claim("slow-runner")
+    store.expire(heartbeat_timeout_s=1, now=time.time() + 5)  # the slow runner went silent
+    [second] = store.claim("other-runner")
+    assert (second.attempt, second.runner_id) == (2, "other-runner")
+    with pytest.raises(InvalidTransition, match="attempt 1 ended 'timed_out'"):
+        store.finish(rollout.rollout_id, RolloutStatus.SUCCEEDED, output="late", attempt=first.attempt)
+    current = store.get_rollout(rollout.rollout_id)
+    assert (current.status, current.attempt, current.output) == (RolloutStatus.RUNNING, 2, None)
+    done = store.finish(rollout.rollout_id, RolloutStatus.SUCCEEDED, output="4", attempt=second.attempt)
+    assert (done.status, done.output) == (RolloutStatus.SUCCEEDED, "4")
+    # Naming the attempt keeps a repeated finish a no-op, and a wrong number is refused.
+    assert store.finish(rollout.rollout_id, RolloutStatus.SUCCEEDED, output="4", attempt=2).status == RolloutStatus.SUCCEEDED
+    assert [a.status for a in store.attempts(rollout.rollout_id)] == [RolloutStatus.TIMED_OUT, RolloutStatus.SUCCEEDED]
+    with pytest.raises(InvalidTransition, match="attempt 3 is not running"):
+        store.finish(rollout.rollout_id, RolloutStatus.SUCCEEDED, attempt=3)
+
+
 def test_expire_requeues_silent_rollouts_then_times_them_out(store):
     _tasks(store, 1)
     [r] = store.enqueue([Rollout(task_id="train-0", max_attempts=2)])

@@ -121,6 +121,8 @@ def test_bad_bodies_get_422_naming_the_field(tmp_path):
         assert "invalid JSON" in not_json.json()["error"]["reason"]
         limit = raw.post("/v1/claims", json={"runner_id": "r", "limit": 0})
         assert limit.status_code == 422 and limit.json()["error"]["field"] == "limit"
+        attempt = raw.post("/v1/batch", json={"finishes": [{"rollout_id": "ro-1", "status": "succeeded", "attempt": 0}]})
+        assert attempt.status_code == 422 and attempt.json()["error"]["field"] == "finishes.0.attempt"
         tokens = raw.post("/v1/llm_calls", json={"llm_calls": [{"call_id": "c", "prompt_ids": "!!", "response_ids": []}]})
         assert tokens.json()["error"]["field"] == "llm_calls.0.prompt_ids"
         extra = raw.post("/v1/rollouts/query", json={"bogus": 1})

@@ -96,10 +96,10 @@ def test_merged_finishes_apply_each_status_and_the_retry_policy(sql_store):
     a, b, c, d = (r.rollout_id for r in running)
     _, finished = sql_store._write_batch(
         finishes=[
-            (a, RolloutStatus.SUCCEEDED, None, {"answer": 4}),
-            (b, RolloutStatus.FAILED, "boom", None),  # attempts left: back in the queue
-            (c, RolloutStatus.CANCELLED, "stop", None),
-            (d, RolloutStatus.TIMED_OUT, "late", None),  # attempts left: back in the queue
+            (a, RolloutStatus.SUCCEEDED, None, {"answer": 4}, None),
+            (b, RolloutStatus.FAILED, "boom", None, None),  # attempts left: back in the queue
+            (c, RolloutStatus.CANCELLED, "stop", None, 1),
+            (d, RolloutStatus.TIMED_OUT, "late", None, 1),  # attempts left: back in the queue
         ]
     )
     assert [r.status for r in finished] == [
@@ -114,7 +114,7 @@ def test_merged_finishes_apply_each_status_and_the_retry_policy(sql_store):
     # The requeued ones run again and fail for good on their last attempt.
     again = [r for cl in _claims(sql_store, [("x", 1, None), ("y", 1, None)]) for r in cl]
     assert sorted(r.rollout_id for r in again) == sorted([b, d]) and all(r.attempt == 2 for r in again)
-    _, last = sql_store._write_batch(finishes=[(r.rollout_id, RolloutStatus.FAILED, "again", None) for r in again])
+    _, last = sql_store._write_batch(finishes=[(r.rollout_id, RolloutStatus.FAILED, "again", None, 2) for r in again])
     assert [r.status for r in last] == [RolloutStatus.FAILED, RolloutStatus.FAILED]
     assert sql_store.merged == {"claims": 6, "finishes": 6}
 
@@ -126,11 +126,11 @@ def test_a_bad_finish_in_a_merged_group_fails_alone(sql_store):
     sql_store.finish(c, RolloutStatus.SUCCEEDED)
     _, finished = sql_store._write_batch(
         finishes=[
-            (a, RolloutStatus.SUCCEEDED, None, None),
-            ("ro-missing", RolloutStatus.SUCCEEDED, None, None),
-            (c, RolloutStatus.FAILED, "too late", None),  # already succeeded
-            (b, RolloutStatus.SUCCEEDED, None, None),
-            (a, RolloutStatus.SUCCEEDED, None, None),  # the same finish twice in one group: a retry
+            (a, RolloutStatus.SUCCEEDED, None, None, 1),
+            ("ro-missing", RolloutStatus.SUCCEEDED, None, None, None),
+            (c, RolloutStatus.FAILED, "too late", None, None),  # already succeeded
+            (b, RolloutStatus.SUCCEEDED, None, None, None),
+            (a, RolloutStatus.SUCCEEDED, None, None, 1),  # the same finish twice in one group: a retry
         ]
     )
     assert isinstance(finished[1], NotFound) and isinstance(finished[2], InvalidTransition)
@@ -162,3 +162,24 @@ def test_a_running_attempt_written_by_an_older_agl_is_ended_in_place(sql_store):
     sql_store.finish(queued.rollout_id, RolloutStatus.FAILED, error="boom")
     [ended] = sql_store.attempts(queued.rollout_id)
     assert (ended.status, ended.error) == (RolloutStatus.FAILED, "boom")
+
+
+def test_a_merged_finish_naming_an_attempt_that_ended_changes_nothing(sql_store):
+    _queue(sql_store, 2, max_attempts=2)
+    first = [r for c in _claims(sql_store, [("r1", 1, None), ("r2", 1, None)]) for r in c]
+    a, b = (r.rollout_id for r in first)
+    sql_store._write_batch(finishes=[(a, RolloutStatus.FAILED, "try again", None, 1), (b, RolloutStatus.FAILED, "x", None, 1)])
+    again = [r for c in _claims(sql_store, [("r3", 1, None), ("r4", 1, None)]) for r in c]
+    assert sorted(r.rollout_id for r in again) == sorted([a, b]) and all(r.attempt == 2 for r in again)
+    # Late finishes of the first attempts arrive while the second ones run, next to a good one.
+    _, finished = sql_store._write_batch(
+        finishes=[
+            (a, RolloutStatus.SUCCEEDED, None, None, 1),  # too late: attempt 1 ended failed
+            (b, RolloutStatus.FAILED, "x", None, 1),  # a repeat of how attempt 1 ended: a no-op
+            (b, RolloutStatus.SUCCEEDED, None, None, 2),  # the running attempt: applies
+        ]
+    )
+    assert isinstance(finished[0], InvalidTransition) and "attempt 1 ended 'failed'" in str(finished[0])
+    assert finished[1].status == RolloutStatus.RUNNING and finished[1].attempt == 2
+    assert finished[2].status == RolloutStatus.SUCCEEDED
+    assert sql_store.get_rollout(a).status == RolloutStatus.RUNNING

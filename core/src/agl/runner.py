@@ -371,7 +371,7 @@ class Runner:
             self._count("taken_back")
             return
         try:
-            ended = self.store.finish(rid, status, error=error, output=output)
+            ended = self.store.finish(rid, status, error=error, output=output, attempt=rollout.attempt)
         except InvalidTransition as exc:  # the store took it back meanwhile (expired or cancelled)
             log.info("rollout %s: not finished here: %s", rid, exc)
             self._count("taken_back")

@@ -299,7 +299,7 @@ class Trainer:
                    if r.runner_id in previous and r.rollout_id.startswith(state["run_id"])]
         for r in running:
             try:
-                self._store.finish(r.rollout_id, RolloutStatus.FAILED,
+                self._store.finish(r.rollout_id, RolloutStatus.FAILED, attempt=r.attempt,
                                    error="TrainerRestarted: the trainer running this attempt was stopped")
             except InvalidTransition:
                 pass

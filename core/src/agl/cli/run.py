@@ -107,7 +107,7 @@ def run(args) -> int:
         else:
             why = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
             status, error = RolloutStatus.FAILED, f"CommandFailed: {why}" + (f"\n{tail}" if tail else "")
-        ended = store.finish(rollout.rollout_id, status, error=error)
+        ended = store.finish(rollout.rollout_id, status, error=error, attempt=rollout.attempt)
         print(f"agl run: rollout {rollout.rollout_id} {status.value}"
               + (" (queued again)" if ended.status == RolloutStatus.QUEUED else ""), file=sys.stderr, flush=True)
         return code if code >= 0 else 128 - code

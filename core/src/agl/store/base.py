@@ -73,12 +73,19 @@ class Store(abc.ABC):
         *,
         error: str | None = None,
         output: object = None,
+        attempt: int | None = None,
     ) -> Rollout:
         """End the current attempt of a running rollout.
 
         A ``failed`` or ``timed_out`` attempt with attempts left puts the rollout
         back in the queue (the retry policy); the returned rollout shows which.
         Finishing an already finished rollout with the same status is a no-op.
+
+        ``attempt`` is the attempt the caller ran (``Rollout.attempt`` as its claim
+        returned it). Given, a finish that arrives after that attempt ended (it timed
+        out and the rollout went back to the queue, perhaps to another runner)
+        raises :class:`~agl.errors.InvalidTransition` and changes nothing, unless it
+        repeats the status the attempt ended with (a retried call: a no-op).
         """
 
     @abc.abstractmethod

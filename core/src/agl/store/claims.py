@@ -51,15 +51,17 @@ class Claim:
 
 
 class Finish:
-    """One caller's finish of a rollout: its terminal status, error and output (as JSON text)."""
+    """One caller's finish of a rollout: its terminal status, error and output (as JSON text),
+    and the attempt it ends (None: whichever is running)."""
 
-    __slots__ = ("error", "output", "rollout_id", "status")
+    __slots__ = ("attempt", "error", "output", "rollout_id", "status")
 
-    def __init__(self, rollout_id: str, status: RolloutStatus, error: str | None, output: str):
+    def __init__(self, rollout_id: str, status: RolloutStatus, error: str | None, output: str, attempt: int | None = None):
         self.rollout_id = rollout_id
         self.status = status
         self.error = error
         self.output = output
+        self.attempt = attempt
 
 
 def _chunks(items: list[int], size: int) -> list[list[int]]:
@@ -93,17 +95,18 @@ class RolloutQueue:
             RETURNING {columns}"""
         )
         self.claimed_again_sql = sql(f"SELECT {columns} FROM rollouts WHERE claim_id = ? AND status = ?")
-        self.finish_sql: dict[bool, str] = {}
+        self.finish_sql: dict[tuple[bool, bool], str] = {}
         for retryable in (False, True):
             if retryable:  # the retry policy, in the statement: attempts left put the rollout back in the queue
                 new_status = f"CASE WHEN attempt < max_attempts THEN '{_QUEUED}' ELSE ? END"
                 ended = "CASE WHEN attempt < max_attempts THEN NULL ELSE ? END"
             else:
                 new_status = ended = "?"
-            self.finish_sql[retryable] = sql(
-                f"""UPDATE rollouts SET status = {new_status}, ended_at = {ended}, error = ?, output = ?, claim_id = NULL
-                WHERE rollout_id = ? AND status = ? RETURNING {columns}"""
-            )
+            for named in (False, True):  # the caller named the attempt it ends
+                self.finish_sql[retryable, named] = sql(
+                    f"""UPDATE rollouts SET status = {new_status}, ended_at = {ended}, error = ?, output = ?, claim_id = NULL
+                    WHERE rollout_id = ? AND status = ?{" AND attempt = ?" if named else ""} RETURNING {columns}"""
+                )
 
     # -- claims --------------------------------------------------------------------
     def claim(self, cur, claim: Claim, t: float) -> list[tuple]:
@@ -178,10 +181,11 @@ class RolloutQueue:
     # -- finishes ------------------------------------------------------------------
     def finish(self, cur, finish: Finish, t: float) -> tuple:
         """Run one finish alone; the rollout's row afterwards."""
-        status, error, rollout_id = finish.status, finish.error, finish.rollout_id
+        status, error, rollout_id, attempt = finish.status, finish.error, finish.rollout_id, finish.attempt
         # The usual case, a running rollout, in one statement that returns the new row.
+        params = (status.value, t, error, finish.output, rollout_id, _RUNNING)
         cur.execute(
-            self.finish_sql[status in _RETRYABLE], (status.value, t, error, finish.output, rollout_id, _RUNNING)
+            self.finish_sql[status in _RETRYABLE, attempt is not None], params if attempt is None else (*params, attempt)
         )
         row = cur.fetchone()
         if row is not None:
@@ -192,6 +196,8 @@ class RolloutQueue:
         if row is None:
             raise NotFound("rollout", rollout_id)
         current = RolloutStatus(row[_STATUS])
+        if attempt is not None and (attempt != row[_ATTEMPT] or current != RolloutStatus.RUNNING):
+            return self._attempt_over(cur, finish, row)
         if current == status:
             return row  # a retried finish
         if current == RolloutStatus.QUEUED and row[_ATTEMPT] > 0:
@@ -208,6 +214,20 @@ class RolloutQueue:
         cur.execute(self._sql(f"SELECT {self._columns} FROM rollouts WHERE rollout_id = ?"), (rollout_id,))
         return cur.fetchone()
 
+    def _attempt_over(self, cur, finish: Finish, row: tuple) -> tuple:
+        """A finish naming an attempt that is no longer running: a repeat of the status
+        it ended with is a no-op; anything else arrives too late."""
+        cur.execute(self._sql("SELECT status FROM attempts WHERE rollout_id = ? AND attempt = ?"),
+                    (finish.rollout_id, finish.attempt))
+        ended = cur.fetchone()
+        if ended is not None and ended[0] == finish.status.value:
+            return row
+        how = f"ended {ended[0]!r}" if ended is not None else "is not running"
+        raise InvalidTransition(
+            f"rollout {finish.rollout_id}: attempt {finish.attempt} {how}; the rollout is "
+            f"{row[_STATUS]!r} on attempt {row[_ATTEMPT]}, so this {finish.status.value!r} changes nothing"
+        )
+
     def finish_all(self, cur, finishes: Sequence[Finish], t: float) -> list[tuple | None]:
         """Finish several running rollouts together; each one's row afterwards, or None for a
         finish to run alone (its rollout was not running, or another finish in the group names it)."""
@@ -221,7 +241,7 @@ class RolloutQueue:
             values: list[Any] = []
             for i in part:
                 f = finishes[i]
-                values += [f.rollout_id, int(f.status in _RETRYABLE), f.status.value, f.error, f.output]
+                values += [f.rollout_id, int(f.status in _RETRYABLE), f.status.value, f.error, f.output, f.attempt]
             cur.execute(self._merged_finish(len(part)), [t, *values])
             rows = {row[_ID]: row for row in cur.fetchall()}
             ended = []
@@ -237,7 +257,7 @@ class RolloutQueue:
     def _merged_finish(self, n: int) -> str:
         text = self._merged.get(("finish", n))
         if text is None:
-            values = ", ".join("(?, CAST(? AS BIGINT), ?, ?, ?)" for _ in range(n))
+            values = ", ".join("(?, CAST(? AS BIGINT), ?, ?, ?, CAST(? AS BIGINT))" for _ in range(n))
             retry = "w.column2 = 1 AND attempt < max_attempts"  # the retry policy, as in finish_sql
             text = self._merged["finish", n] = self._sql(
                 f"""UPDATE rollouts SET status = CASE WHEN {retry} THEN '{_QUEUED}' ELSE w.column3 END,
@@ -245,6 +265,7 @@ class RolloutQueue:
                     error = w.column4, output = w.column5, claim_id = NULL
                 FROM (VALUES {values}) AS w
                 WHERE rollouts.rollout_id = w.column1 AND rollouts.status = '{_RUNNING}'
+                    AND (w.column6 IS NULL OR rollouts.attempt = w.column6)
                 RETURNING {self._columns}"""
             )
         return text

@@ -40,7 +40,7 @@ Query filters come as a JSON body (POST) or as query parameters (GET, lists as
 repeated parameters: ``?status=queued&status=running``); both are validated by
 the same model. ``/v1/batch`` is what the client's write coalescing sends:
 ``{"spans": [...], "llm_calls": [...], "rewards": [...], "claims": [{runner_id,
-limit, claim_id}], "finishes": [{rollout_id, status, error, output}]}``; the
+limit, claim_id}], "finishes": [{rollout_id, status, error, output, attempt}]}``; the
 observations are stored together and the answer has one result per claim and
 per finish, each ``{"rollouts": [...]}`` / ``{"rollout": {...}}`` or
 ``{"error": {...}}``, so one caller's unknown rollout fails only that caller.
@@ -134,6 +134,7 @@ class FinishBody(_Body):
     status: RolloutStatus
     error: str | None = None
     output: JSON = None
+    attempt: int | None = Field(default=None, ge=1)
 
 
 class FinishItem(FinishBody):
@@ -432,7 +433,8 @@ class _Api:
     async def finish(self, request: Request) -> Response:
         body = await self.body(request, FinishBody)
         rollout = await self.call(
-            self.store.finish, request.path_params["rollout_id"], body.status, error=body.error, output=body.output
+            self.store.finish, request.path_params["rollout_id"], body.status, error=body.error, output=body.output,
+            attempt=body.attempt,
         )
         return _json_response(rollout.model_dump_json())
 
@@ -570,7 +572,7 @@ class _Api:
                 llm_calls=body.llm_calls,
                 rewards=body.rewards,
                 claims=[(c.runner_id, c.limit, c.claim_id) for c in body.claims],
-                finishes=[(f.rollout_id, f.status, f.error, f.output) for f in body.finishes],
+                finishes=[(f.rollout_id, f.status, f.error, f.output, f.attempt) for f in body.finishes],
             )
             return (
                 b'{"claims":['
@@ -613,7 +615,9 @@ class _Api:
 
     def _finish_one(self, item: FinishItem) -> bytes:
         try:
-            done = self.store.finish(item.rollout_id, item.status, error=item.error, output=item.output)
+            done = self.store.finish(
+                item.rollout_id, item.status, error=item.error, output=item.output, attempt=item.attempt
+            )
         except Exception as exc:
             return _error_item(exc)
         return b'{"rollout":' + done.model_dump_json().encode() + b"}"

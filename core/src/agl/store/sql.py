@@ -810,15 +810,21 @@ class SqlStore(Store):
 
         self._write(run)
 
-    def finish(self, rollout_id: str, status: RolloutStatus, *, error: str | None = None, output: object = None) -> Rollout:
-        fn, post = self._finish_op(rollout_id, status, error, output)
+    def finish(
+        self, rollout_id: str, status: RolloutStatus, *, error: str | None = None, output: object = None,
+        attempt: int | None = None,
+    ) -> Rollout:
+        fn, post = self._finish_op(rollout_id, status, error, output, attempt)
         return post(self._write(fn))
 
-    def _finish_op(self, rollout_id: str, status: RolloutStatus, error: str | None, output: object):
+    def _finish_op(self, rollout_id: str, status: RolloutStatus, error: str | None, output: object,
+                   attempt: int | None = None):
         status = RolloutStatus(status)
         if not status.terminal:
             raise InvalidTransition(f"status: finish needs a terminal status, got {status.value!r}")
-        return _FinishJob(self, Finish(rollout_id, status, error, _dumps(output))), _rollout_from_row
+        if attempt is not None and attempt < 1:
+            raise ValueError(f"attempt: must be at least 1, got {attempt}")
+        return _FinishJob(self, Finish(rollout_id, status, error, _dumps(output), attempt)), _rollout_from_row
 
     def cancel(self, rollout_ids: Sequence[str]) -> None:
         ids = list(rollout_ids)
@@ -969,7 +975,7 @@ class SqlStore(Store):
         llm_calls: Sequence[LLMCall] = (),
         rewards: Sequence[Reward] = (),
         claims: Sequence[tuple[str, int, str | None]] = (),
-        finishes: Sequence[tuple[str, RolloutStatus, str | None, Any]] = (),
+        finishes: Sequence[tuple[str, RolloutStatus, str | None, Any, int | None]] = (),
     ) -> tuple[list[list[Rollout] | BaseException], list[Rollout | BaseException]]:
         """Several callers' writes queued together, so they share one group commit (the store server's batch).
 
@@ -994,9 +1000,9 @@ class SqlStore(Store):
             fns.append(fn)
             posts.append(post)
         split = len(posts)
-        for rollout_id, status, error, output in finishes:
+        for rollout_id, status, error, output, attempt in finishes:
             try:
-                fn, post = self._finish_op(rollout_id, status, error, output)
+                fn, post = self._finish_op(rollout_id, status, error, output, attempt)
             except Exception as exc:
                 posts.append(exc)
                 continue
