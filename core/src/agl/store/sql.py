@@ -7,7 +7,9 @@ whatever else is queued, and hands the lead to the next waiting caller when its
 own write has committed, so a lone caller never waits on another thread. A group
 runs without savepoints; if one caller's write fails, the group is rolled back
 and run again with each write in its own savepoint, so one caller's bad input
-fails only that caller. A write returns once its transaction has committed, so
+fails only that caller. Within a group, inserts into one table go in multi-row
+statements, and claims and finishes in one merged statement each
+(:mod:`agl.store.claims`). A write returns once its transaction has committed, so
 whatever was acknowledged survives a SIGKILL of the process. Reads use per-thread connections and page through
 results by primary key, so a query over millions of rows holds one page at a time.
 
@@ -349,7 +351,7 @@ def _close_quietly(conn: Any) -> None:
 
 
 class SqlStore(Store):
-    """A :class:`Store` on a SQL database, with group commits on a writer thread.
+    """A :class:`Store` on a SQL database, with group commits led by its callers.
 
     ``retries`` bounds how often a transient failure (a lock, a dropped connection,
     a serialization failure) is retried, with exponential backoff from
