@@ -183,3 +183,60 @@ def test_a_merged_finish_naming_an_attempt_that_ended_changes_nothing(sql_store)
     assert finished[1].status == RolloutStatus.RUNNING and finished[1].attempt == 2
     assert finished[2].status == RolloutStatus.SUCCEEDED
     assert sql_store.get_rollout(a).status == RolloutStatus.RUNNING
+
+
+def test_many_threads_claiming_and_finishing_keep_every_attempt_once(sql_store):
+    """Claims with and without ids, repeated claims, failures that requeue and repeated
+    finishes, from many threads at once (so groups merge them): every attempt is run by
+    one runner, every repeat changes nothing, and every rollout ends with its attempts recorded."""
+    import random
+    import threading
+    import time
+
+    n, threads = 240, 24
+    queued = _queue(sql_store, n, max_attempts=3)
+    attempts_run: dict[tuple[str, int], int] = {}
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+    deadline = time.monotonic() + 120
+
+    def runner(w: int) -> None:
+        rnd = random.Random(w)
+        try:
+            while time.monotonic() < deadline:
+                claim_id = f"claim-{w}-{rnd.random()}" if rnd.random() < 0.5 else None
+                got = sql_store.claim(f"r{w}", limit=rnd.choice([1, 1, 2]), claim_id=claim_id)
+                if claim_id and got and rnd.random() < 0.3:  # a retried claim gets the same rollouts
+                    again = sql_store.claim(f"r{w}", limit=2, claim_id=claim_id)
+                    assert sorted(r.rollout_id for r in again) == sorted(r.rollout_id for r in got)
+                if not got:
+                    if not {"queued", "running"} & set(sql_store.stats().rollouts):
+                        return
+                    time.sleep(0.001)
+                    continue
+                for r in got:
+                    with lock:
+                        assert (r.rollout_id, r.attempt) not in attempts_run
+                        attempts_run[r.rollout_id, r.attempt] = w
+                    status = rnd.choice([RolloutStatus.SUCCEEDED, RolloutStatus.FAILED])
+                    sql_store.finish(r.rollout_id, status, attempt=r.attempt, output={"by": w})
+                    if rnd.random() < 0.1:  # a retried finish: a no-op
+                        sql_store.finish(r.rollout_id, status, attempt=r.attempt)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test's thread
+            failures.append(exc)
+
+    pool = [threading.Thread(target=runner, args=(w,)) for w in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert not failures, failures[:3]
+    stats = sql_store.stats().rollouts
+    assert sum(stats.values()) == n and set(stats) <= {"succeeded", "failed"}, stats
+    for r in queued:
+        rollout = sql_store.get_rollout(r.rollout_id)
+        recorded = sql_store.attempts(r.rollout_id)
+        assert [a.attempt for a in recorded] == list(range(1, rollout.attempt + 1))
+        assert all((r.rollout_id, a.attempt) in attempts_run and a.ended_at for a in recorded)
+        assert recorded[-1].status == rollout.status
+    assert sql_store.merged["claims"] > 0 and sql_store.merged["finishes"] > 0
