@@ -116,6 +116,9 @@ class RolloutQueue:
             rows = cur.fetchall()
             if rows:
                 return rows
+        return self._claim_fresh(cur, claim, t)
+
+    def _claim_fresh(self, cur, claim: Claim, t: float) -> list[tuple]:
         cur.execute(self.claim_sql, (_RUNNING, claim.runner_id, claim.claim_id, t, t, _QUEUED, claim.limit))
         return cur.fetchall()
 
@@ -146,7 +149,7 @@ class RolloutQueue:
                 fresh.append(i)
         for part in _chunks(fresh, MERGE_MAX):
             if len(part) == 1:
-                results[part[0]] = self.claim(cur, claims[part[0]], t)
+                results[part[0]] = self._claim_fresh(cur, claims[part[0]], t)  # held ones were looked up above
                 continue
             values, last = [], 0
             for i in part:
@@ -203,10 +206,7 @@ class RolloutQueue:
         if current == RolloutStatus.QUEUED and row[_ATTEMPT] > 0:
             # A retried finish of an attempt the retry policy already put back in the
             # queue (the first call's reply was lost): the attempt record says so.
-            cur.execute(self._sql("SELECT status FROM attempts WHERE rollout_id = ? AND attempt = ?"),
-                        (rollout_id, row[_ATTEMPT]))
-            ended_attempt = cur.fetchone()
-            if ended_attempt is not None and ended_attempt[0] == status.value:
+            if self._ended_as(cur, rollout_id, row[_ATTEMPT]) == status.value:
                 return row
         if status not in ALLOWED_TRANSITIONS[current]:
             raise InvalidTransition(f"rollout {rollout_id}: cannot go from {current.value!r} to {status.value!r}")
@@ -217,16 +217,20 @@ class RolloutQueue:
     def _attempt_over(self, cur, finish: Finish, row: tuple) -> tuple:
         """A finish naming an attempt that is no longer running: a repeat of the status
         it ended with is a no-op; anything else arrives too late."""
-        cur.execute(self._sql("SELECT status FROM attempts WHERE rollout_id = ? AND attempt = ?"),
-                    (finish.rollout_id, finish.attempt))
-        ended = cur.fetchone()
-        if ended is not None and ended[0] == finish.status.value:
+        ended = self._ended_as(cur, finish.rollout_id, finish.attempt)
+        if ended == finish.status.value:
             return row
-        how = f"ended {ended[0]!r}" if ended is not None else "is not running"
+        how = f"ended {ended!r}" if ended is not None else "is not running"
         raise InvalidTransition(
             f"rollout {finish.rollout_id}: attempt {finish.attempt} {how}; the rollout is "
             f"{row[_STATUS]!r} on attempt {row[_ATTEMPT]}, so this {finish.status.value!r} changes nothing"
         )
+
+    def _ended_as(self, cur, rollout_id: str, attempt: int) -> str | None:
+        """The status an ended attempt recorded, or None if it has not ended."""
+        cur.execute(self._sql("SELECT status FROM attempts WHERE rollout_id = ? AND attempt = ?"), (rollout_id, attempt))
+        ended = cur.fetchone()
+        return None if ended is None else ended[0]
 
     def finish_all(self, cur, finishes: Sequence[Finish], t: float) -> list[tuple | None]:
         """Finish several running rollouts together; each one's row afterwards, or None for a
