@@ -6,7 +6,7 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-PACKAGES := $(wildcard core/pyproject.toml integrations/*/pyproject.toml plugins/*/pyproject.toml)
+PACKAGES := $(wildcard core/pyproject.toml trainer/pyproject.toml integrations/*/pyproject.toml plugins/*/pyproject.toml)
 STAMP := $(VENV)/.agl-installed
 
 .PHONY: setup setup-vllm train train-smollm2 test test-fast test-vllm bench lint clean
@@ -49,7 +49,7 @@ bench: setup
 	$(BIN)/python -m tests.benchmarks $(BENCH)
 
 lint: setup
-	$(BIN)/ruff check core integrations plugins tests examples
+	$(BIN)/ruff check core trainer integrations plugins tests examples
 
 clean:
 	rm -rf $(VENV) .agl runs

@@ -27,6 +27,7 @@ sys.path.insert(0, str(HERE))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import agl  # noqa: E402
+from agl_trainer import Trainer  # noqa: E402
 from agent import first_digit_agent  # noqa: E402
 from tasks import corpus, make_tasks  # noqa: E402
 
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     agl.register_plugin(rewards, name="first-digit-reward")  # the user's reward plugin
     config = {"workdir": str(workdir), "seed": 0, **build(workdir, args.steps or default_steps)}
     started = time.monotonic()
-    result = agl.Trainer(config).fit(
+    result = Trainer(config).fit(
         first_digit_agent,
         train_tasks=make_tasks(256, seed=1),
         val_tasks=make_tasks(200, seed=2),

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import agl
 from agl.capture import BufferedWriter, RolloutContext
-from agl.gateway import Gateway
+from agl_trainer.gateway import Gateway
 from agl.schema import Rollout, RolloutStatus, Task
 from tests.fake_engine import FakeEngine
 

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-from agl.gateway.upstream import ConnectionPool, Endpoint
+from agl_trainer.gateway.upstream import ConnectionPool, Endpoint
 
 from tests.conftest import free_port
 

@@ -360,7 +360,7 @@ def http_server(db: Path) -> Iterator[tuple[str, str, int]]:
     port = sock.getsockname()[1]
     sock.close()
     token = secrets.token_urlsafe(16)
-    code = "import sys; from agl.cli import main; sys.exit(main())"
+    code = "import sys; from agl_trainer.cli import main; sys.exit(main())"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "store", "serve", "--store", f"sqlite:///{db}", "--port", str(port), "--token", token],
         cwd=ROOT,

@@ -25,7 +25,7 @@ from agl.schema import Rollout, RolloutStatus, Task
 from agl.transitions import build_transitions
 from tests.fake_engine import FakeEngine
 
-AGL = [sys.executable, "-c", "import sys; from agl.cli import main; sys.exit(main(sys.argv[1:]))"]
+AGL = [sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))"]
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -267,7 +267,7 @@ def test_stopping_the_runner_gives_in_flight_rollouts_back_to_the_queue(sqlite_s
 
 
 def test_agents_reach_the_gateway_and_calls_become_transitions(sqlite_store):
-    from agl.gateway import Gateway
+    from agl_trainer.gateway import Gateway
 
     _enqueue(sqlite_store, 3)
 
@@ -297,7 +297,7 @@ def _write_script(tmp_path: Path, body: str) -> Path:
 
 @pytest.mark.slow
 def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
-    from agl.gateway import Gateway
+    from agl_trainer.gateway import Gateway
     from agl.store.sqlite import SqliteStore
 
     db = tmp_path / "agl.db"

@@ -71,7 +71,7 @@ class Stack:
 def stack(tmp_path_factory):
     from transformers import AutoTokenizer
 
-    from agl.gateway import Gateway
+    from agl_trainer.gateway import Gateway
     from agl.store.sqlite import SqliteStore
     from agl_verl.engines.transformers_engine import TransformersEngine
     from agl_verl.models import smollm2_dir

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import agl
+from agl_trainer import Trainer
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "first_digit"
 pytestmark = pytest.mark.slow
@@ -54,7 +55,7 @@ def test_held_out_reward_rises_in_a_few_steps(example, tmp_path):
     plugin = DigitFormatReward()
     agl.register_plugin(plugin, name="digit-format")
     try:
-        result = agl.Trainer(
+        result = Trainer(
             {
                 "workdir": str(tmp_path / "run"),
                 "steps": 8,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import openai
 import pytest
-from agl.gateway import Gateway
+from agl_trainer.gateway import Gateway
 from agl.schema import Rollout, Task
 
 from tests.fake_engine import FakeEngine

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool
-from agl.gateway import check_continuity
+from agl_trainer.gateway import check_continuity
 from openai import AsyncOpenAI
 
 from tests.gateway.conftest import TOKEN, calls_of

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agl.gateway.continuity import check_continuity, report
+from agl_trainer.gateway.continuity import check_continuity, report
 from agl.schema import LLMCall
 
 

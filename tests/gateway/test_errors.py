@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from agl.gateway import Gateway
+from agl_trainer.gateway import Gateway
 from agl.schema import RolloutStatus
 
 from tests.conftest import free_port

@@ -7,7 +7,7 @@ import time
 
 import httpx
 import pytest
-from agl.gateway import Gateway
+from agl_trainer.gateway import Gateway
 
 from tests.conftest import free_port
 from tests.fake_engine import FakeEngine

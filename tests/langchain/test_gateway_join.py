@@ -18,7 +18,7 @@ from langgraph.graph import END, START, StateGraph
 
 import agl
 from agl.capture import BufferedWriter
-from agl.gateway import Gateway
+from agl_trainer.gateway import Gateway
 from agl.schema import Rollout, RolloutStatus, Task
 from agl.transitions import build_transitions
 from agl_langchain import AglCallbackHandler

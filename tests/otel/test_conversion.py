@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 import agl
 from agl.capture import BufferedWriter, RolloutContext
-from agl.store.server import ServerThread
+from agl_trainer.store_server import ServerThread
 
 
 def test_openinference_llm_and_tool_spans(provider, sqlite_store):

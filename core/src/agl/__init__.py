@@ -40,38 +40,24 @@ from agl.store import Store, open_store
 
 __version__ = "0.1.0"
 
-_LAZY = {
-    "Trainer": "agl.trainer",
-    "TrainerConfig": "agl.config",
-    "Runner": "agl.runner",
-    "RolloutResult": "agl.runner",
-}
+_LAZY = {"Runner": "agl.runner", "RolloutResult": "agl.runner"}
+
+# Names that live in agl-trainer, the package for the training side.
+_MOVED = {"Trainer": "agl_trainer", "TrainerConfig": "agl_trainer"}
 
 
 def __getattr__(name: str):
-    """The runner and trainer, imported on first use so ``import agl`` stays light inside agents."""
+    """The runner, imported on first use so ``import agl`` stays light inside agents."""
     if name in _LAZY:
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _MOVED:
+        raise AttributeError(
+            f"agl.{name} is part of agl-trainer: `pip install agl-trainer`, then `from {_MOVED[name]} import {name}`"
+        )
     raise AttributeError(f"module 'agl' has no attribute {name!r}")
 
-_LAZY = {
-    "Trainer": "agl.trainer",
-    "TrainerConfig": "agl.config",
-    "Runner": "agl.runner",
-    "RolloutResult": "agl.runner",
-}
-
-
-def __getattr__(name: str):
-    # The training loop is imported on first use: an agent that only records
-    # spans and rewards never pays for it.
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'agl' has no attribute {name!r}")
 
 __all__ = [
     "Attempt",
@@ -82,15 +68,11 @@ __all__ = [
     "Rollout",
     "RolloutContext",
     "RolloutResult",
-    "Runner",
-    "RolloutResult",
     "RolloutStatus",
     "Runner",
     "Span",
     "Store",
     "Task",
-    "Trainer",
-    "TrainerConfig",
     "Transition",
     "annotate",
     "current_rollout",

@@ -10,7 +10,7 @@ HTTP servers (replicas) that speak the *token-id dialect* vLLM introduced:
   extra fields in its answer (``choices[i].prompt_token_ids`` where per choice);
 - ``GET /v1/models`` lists what it serves.
 
-The gateway (:mod:`agl.gateway`) sits in front of the replicas, routes each
+The gateway (:mod:`agl_trainer.gateway`) sits in front of the replicas, routes each
 rollout to one of them and records the token ids. Engine plugins (the
 ``transformers`` and ``vllm`` engines in agl-verl) implement :class:`Engine` and
 are found through the ``agl_engine`` hook.

@@ -5,7 +5,7 @@ import contextlib
 import secrets
 
 from agl.store.http import HttpStore
-from agl.store.server import ServerThread
+from agl_trainer.store_server import ServerThread
 from agl.store.sqlite import SqliteStore
 
 

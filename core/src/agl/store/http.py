@@ -1,7 +1,7 @@
 """The client of the store server: the full :class:`agl.store.Store` interface over HTTP.
 
 ``HttpStore("http://127.0.0.1:4317")`` (token from ``token=`` or ``AGL_STORE_TOKEN``)
-talks to ``agl store serve`` (see :mod:`agl.store.server` for the routes).
+talks to ``agl store serve`` (see :mod:`agl_trainer.store_server` for the routes).
 
 Writes that many threads make at once are coalesced: ``add_spans``,
 ``add_llm_calls``, ``add_rewards``, ``claim`` and ``finish`` calls waiting at the

@@ -30,7 +30,7 @@ def register(subparsers) -> None:
 
 def build_config(args):
     """The config from the file and the flags; errors name the flag or field."""
-    from agl.config import apply_overrides, load_config, parse_config
+    from agl_trainer.config import apply_overrides, load_config, parse_config
     from agl.errors import ConfigError
 
     overrides: dict = {}
@@ -66,7 +66,7 @@ def build_config(args):
 def run(args) -> int:
     from agl.errors import ConfigError
     from agl.runner import load_agent
-    from agl.trainer import Trainer, load_tasks_jsonl
+    from agl_trainer.trainer import Trainer, load_tasks_jsonl
 
     config = build_config(args)
     if config.rollout.runners == "inprocess" and args.agent is None:

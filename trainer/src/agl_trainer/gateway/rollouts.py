@@ -17,7 +17,7 @@ import itertools
 from collections import OrderedDict
 
 from agl.errors import NotFound
-from agl.gateway.errors import GatewayError
+from agl_trainer.gateway.errors import GatewayError
 from agl.store.base import Store
 
 

@@ -49,10 +49,10 @@ from typing import Any
 
 from agl.backend import Backend
 from agl.capture import BufferedWriter
-from agl.config import TrainerConfig, parse_config
+from agl_trainer.config import TrainerConfig, parse_config
 from agl.engine import Engine
 from agl.errors import ConfigError, InvalidTransition
-from agl.metrics import (
+from agl_trainer.metrics import (
     MetricsLog,
     before_after,
     before_after_markdown,
@@ -139,7 +139,7 @@ def load_tasks_jsonl(path: str | Path, split: str) -> list[Task]:
 class Trainer:
     """Trains an agent with a backend; see the module docstring for the loop.
 
-    ``config`` is a :class:`~agl.config.TrainerConfig` or a dict of one. A
+    ``config`` is a :class:`~agl_trainer.config.TrainerConfig` or a dict of one. A
     ``backend``, ``engine`` or ``store`` object given here is used instead of the
     one the config names (the trainer then does not close the store).
     """
@@ -276,7 +276,7 @@ class Trainer:
         # rollout finished, so the gateway's records of that rollout are in the store by then too.
         self._writer = BufferedWriter(self._store)
         if gateway_url is None and engine_urls:
-            from agl.gateway import Gateway
+            from agl_trainer.gateway import Gateway
 
             self.gateway = Gateway(self._store, engine_urls, token=cfg.gateway.token, port=cfg.gateway.port,
                                    model_version=version, writer=self._writer).start()

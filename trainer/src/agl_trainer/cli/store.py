@@ -101,7 +101,7 @@ def _short(value: Any, width: int = 60) -> str:
 # -- store ------------------------------------------------------------------------
 def run_serve(args) -> int:
     from agl.store import open_store
-    from agl.store.server import serve
+    from agl_trainer.store_server import serve
 
     if args.port < 0 or args.port > 65535:
         raise ConfigError(f"--port: must be between 0 and 65535, got {args.port}")

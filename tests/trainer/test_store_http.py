@@ -15,7 +15,7 @@ from agl import plugins
 from agl.errors import InvalidTransition, NotFound, StoreUnavailable
 from agl.schema import Rollout, RolloutStatus, Span, Task
 from agl.store.http import HttpStore, RequestRejected, Unauthorized
-from agl.store.server import ServerThread
+from agl_trainer.store_server import ServerThread
 from agl.store.sqlite import SqliteStore
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -436,7 +436,7 @@ def test_more_callers_than_senders_are_all_answered_and_close_is_prompt(tmp_path
 
 
 def test_a_slow_batch_on_the_event_loop_sends_the_next_ones_to_threads(tmp_path, monkeypatch):
-    from agl.store import server as server_module
+    from agl_trainer import store_server as server_module
 
     backing = ThreadRecordingStore(tmp_path / "agl.db")
     token = secrets.token_urlsafe(16)

@@ -23,7 +23,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from agl.export import export_transitions, format_for
+    from agl_trainer.export import export_transitions, format_for
     from agl.store import open_store
     from agl.transitions import TransitionConfig
 

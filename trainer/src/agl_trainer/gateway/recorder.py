@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agl.capture.writer import BufferedWriter
-from agl.gateway.errors import GatewayError
+from agl_trainer.gateway.errors import GatewayError
 from agl.schema import LLMCall
 
 log = logging.getLogger(__name__)

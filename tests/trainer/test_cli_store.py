@@ -5,9 +5,9 @@ from __future__ import annotations
 import secrets
 
 import pytest
-from agl.cli import main
+from agl_trainer.cli import main
 from agl.schema import Reward, Rollout, RolloutStatus, Span, Task
-from agl.store.server import ServerThread
+from agl_trainer.store_server import ServerThread
 from agl.store.sqlite import SqliteStore
 
 
@@ -122,7 +122,7 @@ def test_store_serve_without_a_token_prints_a_new_one(tmp_path):
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("AGL_STORE_TOKEN", "AGL_STORE_URL")}
-    code = "import sys; from agl.cli import main; sys.exit(main())"
+    code = "import sys; from agl_trainer.cli import main; sys.exit(main())"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "store", "serve", "--store", f"sqlite:///{tmp_path / 'agl.db'}", "--port", str(port)],
         cwd=Path(__file__).resolve().parents[2], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

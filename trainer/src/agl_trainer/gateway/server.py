@@ -9,11 +9,11 @@ import threading
 from typing import Any
 
 from agl.capture.writer import BufferedWriter
-from agl.gateway.app import GatewayApp
-from agl.gateway.pause import PauseGate
-from agl.gateway.recorder import Recorder
-from agl.gateway.rollouts import RolloutRegistry
-from agl.gateway.routing import Router
+from agl_trainer.gateway.app import GatewayApp
+from agl_trainer.gateway.pause import PauseGate
+from agl_trainer.gateway.recorder import Recorder
+from agl_trainer.gateway.rollouts import RolloutRegistry
+from agl_trainer.gateway.routing import Router
 from agl.store.base import Store
 
 

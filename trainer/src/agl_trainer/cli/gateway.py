@@ -28,7 +28,7 @@ def register(subparsers) -> None:
 
 def serve(args) -> int:
     from agl.errors import ConfigError
-    from agl.gateway import Gateway
+    from agl_trainer.gateway import Gateway
     from agl.store import open_store
 
     if args.max_in_flight < 1:

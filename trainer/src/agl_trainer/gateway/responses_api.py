@@ -22,11 +22,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from agl.gateway import validate
-from agl.gateway.chat import StreamAccumulator, take_chat_tokens
-from agl.gateway.errors import invalid
-from agl.gateway.recorder import CallMeta, Recorder
-from agl.gateway.sse import iter_engine_chunks, named_event
+from agl_trainer.gateway import validate
+from agl_trainer.gateway.chat import StreamAccumulator, take_chat_tokens
+from agl_trainer.gateway.errors import invalid
+from agl_trainer.gateway.recorder import CallMeta, Recorder
+from agl_trainer.gateway.sse import iter_engine_chunks, named_event
 
 log = logging.getLogger(__name__)
 

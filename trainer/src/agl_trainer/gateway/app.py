@@ -27,13 +27,13 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
-from agl.gateway import chat, responses_api, validate
-from agl.gateway.errors import GatewayError, Saturated, UpstreamUnavailable, invalid
-from agl.gateway.pause import PauseGate
-from agl.gateway.recorder import CallMeta, Recorder
-from agl.gateway.rollouts import RolloutRegistry
-from agl.gateway.routing import Replica, Router
-from agl.gateway.sse import DONE_EVENT, data_event, iter_engine_chunks
+from agl_trainer.gateway import chat, responses_api, validate
+from agl_trainer.gateway.errors import GatewayError, Saturated, UpstreamUnavailable, invalid
+from agl_trainer.gateway.pause import PauseGate
+from agl_trainer.gateway.recorder import CallMeta, Recorder
+from agl_trainer.gateway.rollouts import RolloutRegistry
+from agl_trainer.gateway.routing import Replica, Router
+from agl_trainer.gateway.sse import DONE_EVENT, data_event, iter_engine_chunks
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import logging
 import time
 from collections import OrderedDict
 
-from agl.gateway.errors import Saturated, UpstreamUnavailable
-from agl.gateway.upstream import ConnectionPool, Endpoint, UpstreamConnectError, UpstreamResponse
+from agl_trainer.gateway.errors import Saturated, UpstreamUnavailable
+from agl_trainer.gateway.upstream import ConnectionPool, Endpoint, UpstreamConnectError, UpstreamResponse
 
 log = logging.getLogger(__name__)
 

@@ -6,14 +6,14 @@ Agents under training reach the model through the gateway (``/v1/chat/completion
 logprobs (vLLM's dialect, see :mod:`agl.engine`) and records one
 :class:`~agl.schema.LLMCall` per call, keyed by the response id it returns.
 
-    from agl.gateway import Gateway
+    from agl_trainer.gateway import Gateway
     gw = Gateway(store, upstreams=["http://127.0.0.1:8000/v1"], token="secret").start()
     gw.rollout_base_url(rollout_id)     # what the agent uses as OPENAI_BASE_URL
     gw.model_version = "v3"; gw.pause(); gw.resume(); gw.stop()
 """
 
-from agl.gateway.continuity import Continuity, Mismatch, check_continuity
-from agl.gateway.errors import GatewayError
-from agl.gateway.server import Gateway
+from agl_trainer.gateway.continuity import Continuity, Mismatch, check_continuity
+from agl_trainer.gateway.errors import GatewayError
+from agl_trainer.gateway.server import Gateway
 
 __all__ = ["Continuity", "Gateway", "GatewayError", "Mismatch", "check_continuity"]

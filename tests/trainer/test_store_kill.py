@@ -19,13 +19,13 @@ import httpx
 from agl.errors import StoreUnavailable
 from agl.schema import Rollout, RolloutStatus, Span, Task
 from agl.store.http import HttpStore
-from agl.store.server import ServerThread
+from agl_trainer.store_server import ServerThread
 from agl.store.sqlite import SqliteStore
 
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-CLI = "import sys; from agl.cli import main; sys.exit(main())"
+CLI = "import sys; from agl_trainer.cli import main; sys.exit(main())"
 
 
 def _start_server(db: Path, port: int, token: str) -> subprocess.Popen:

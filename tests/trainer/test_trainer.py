@@ -22,12 +22,12 @@ import pytest
 
 import agl
 from agl.backend import Backend
-from agl.config import load_config
+from agl_trainer.config import load_config
 from agl.errors import ConfigError
 from agl.plugins import register, unregister
 from agl.schema import ModelVersion, RolloutStatus
 from agl.store.sqlite import SqliteStore
-from agl.trainer import Trainer
+from agl_trainer.trainer import Trainer
 from tests.fake_engine import FakeEngine
 
 REPO = Path(__file__).resolve().parents[2]
@@ -164,8 +164,8 @@ def _child(workdir: Path, engine_url: str, agent_log: Path) -> subprocess.Popen:
     code = (
         "import sys, logging; logging.basicConfig(level=logging.INFO)\n"
         "from pathlib import Path\n"
-        "from agl.trainer import Trainer\n"
-        "from tests.core.test_trainer import TinyBackend, agent, _tasks\n"
+        "from agl_trainer.trainer import Trainer\n"
+        "from tests.trainer.test_trainer import TinyBackend, agent, _tasks\n"
         f"w = Path({str(workdir)!r})\n"
         "cfg = {'workdir': str(w), 'steps': 4, 'batch_size': 2, 'n_rollouts': 2, 'progress': False, 'plot': False,\n"
         f"       'engine_urls': [{engine_url!r}], 'rollout': {{'concurrency': 2, 'heartbeat_s': 0.2}}}}\n"
@@ -259,8 +259,8 @@ def test_agl_train_cli_runs_a_loop_from_a_config_file(tmp_path, engine):
         f"engine_urls: ['{engine.url}']\n"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-c", "import sys; from agl.cli import main; sys.exit(main(sys.argv[1:]))",
-                           "train", "tests.core.test_trainer:agent", "--config", str(tmp_path / "train.yaml"),
+    proc = subprocess.run([sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))",
+                           "train", "tests.trainer.test_trainer:agent", "--config", str(tmp_path / "train.yaml"),
                            "--tasks", str(tmp_path / "tasks.jsonl")],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -268,7 +268,7 @@ def test_agl_train_cli_runs_a_loop_from_a_config_file(tmp_path, engine):
     assert "no backend configured" in proc.stderr
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert records[0]["step"] == 1 and records[0]["rollouts"] == 2 and records[0]["transitions"] == 4
-    bad = subprocess.run([sys.executable, "-c", "import sys; from agl.cli import main; sys.exit(main(sys.argv[1:]))",
-                          "train", "tests.core.test_trainer:agent", "--set", "steps=0", "--tasks", str(tmp_path / "tasks.jsonl")],
+    bad = subprocess.run([sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))",
+                          "train", "tests.trainer.test_trainer:agent", "--set", "steps=0", "--tasks", str(tmp_path / "tasks.jsonl")],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "steps: Input should be greater than or equal to 1" in bad.stderr

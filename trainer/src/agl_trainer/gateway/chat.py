@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agl.gateway.recorder import TOKEN_ID_EXTRAS, ChoiceTokens, chat_logprobs, completion_logprobs, no_ids_error
+from agl_trainer.gateway.recorder import TOKEN_ID_EXTRAS, ChoiceTokens, chat_logprobs, completion_logprobs, no_ids_error
 
 
 def upstream_chat_request(req: dict, model: str | None) -> dict:

@@ -9,11 +9,11 @@ import sys
 import pytest
 
 from agl.errors import ConfigError
-from agl.export import COLUMNS, export_transitions
+from agl_trainer.export import COLUMNS, export_transitions
 from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task
 from agl.transitions import TransitionConfig
 
-AGL = [sys.executable, "-c", "import sys; from agl.cli import main; sys.exit(main(sys.argv[1:]))"]
+AGL = [sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))"]
 
 
 @pytest.fixture

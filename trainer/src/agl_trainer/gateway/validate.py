@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agl.gateway.errors import invalid
+from agl_trainer.gateway.errors import invalid
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 MAX_N = 128
