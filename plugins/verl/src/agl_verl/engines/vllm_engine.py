@@ -152,11 +152,6 @@ class VllmEngine(Engine):
         """The version served now."""
         return self._version
 
-    @property
-    def model_name_for_requests(self) -> str:
-        """The ``model`` to ask for: the adapter's name after a LoRA load, else the served name."""
-        return self._version if self.lora and self._version not in ("base", None) else self.served_model_name
-
     def stop(self) -> None:
         """Terminate the server (SIGTERM, then SIGKILL after 30 s)."""
         process, self._process = self._process, None
