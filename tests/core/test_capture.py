@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import statistics
 import subprocess
 import sys
@@ -15,12 +16,16 @@ import agl
 import pytest
 from agl.capture import (
     BufferedWriter,
+    ErrorGuard,
     RolloutContext,
     annotate,
     capture_context,
     current_rollout,
     current_span_id,
     emit_reward,
+    env_flag,
+    error_guard,
+    guarded,
     span,
     use_rollout,
 )
@@ -424,3 +429,85 @@ def test_rewards_and_llm_calls_go_through_the_writer(store, writer):
     writer.flush()
     assert [c.call_id for c in store.query_llm_calls(rollout_id="ro")] == ["c1"]
     assert [r.value for r in store.query_rewards(rollout_id="ro")] == [1.0]
+
+
+# -- what the integrations share: the env flag and the error guard ----------------------------
+
+
+@pytest.mark.parametrize("value", ["1", "true", "TRUE", " Yes ", "on", "On"])
+def test_env_flag_on(monkeypatch, value):
+    monkeypatch.setenv("AGL_TEST_INSTRUMENT", value)
+    assert env_flag("AGL_TEST_INSTRUMENT") is True
+
+
+@pytest.mark.parametrize("value", ["0", "false", "False", " no", "OFF", "", "  "])
+def test_env_flag_off(monkeypatch, value):
+    monkeypatch.setenv("AGL_TEST_INSTRUMENT", value)
+    assert env_flag("AGL_TEST_INSTRUMENT", default=True) is False
+
+
+def test_env_flag_unset_is_the_default(monkeypatch):
+    monkeypatch.delenv("AGL_TEST_INSTRUMENT", raising=False)
+    assert env_flag("AGL_TEST_INSTRUMENT") is False
+    assert env_flag("AGL_TEST_INSTRUMENT", default=True) is True
+
+
+@pytest.mark.parametrize("value", ["2", "enabled", "y", "tru"])
+def test_env_flag_refuses_anything_else_and_says_why(monkeypatch, value):
+    monkeypatch.setenv("AGL_TEST_INSTRUMENT", value)
+    with pytest.raises(ValueError, match=rf"AGL_TEST_INSTRUMENT='{value}': use 1, true, yes or on"):
+        env_flag("AGL_TEST_INSTRUMENT")
+
+
+def test_guard_env_flag_reports_a_refused_value_once_and_reads_it_as_off(monkeypatch, caplog):
+    guard = ErrorGuard("agl_test_env")
+    monkeypatch.setenv("AGL_TEST_INSTRUMENT", "maybe")
+    with caplog.at_level(logging.WARNING, logger="agl_test_env"):
+        assert guard.env_flag("AGL_TEST_INSTRUMENT") is False
+        assert guard.env_flag("AGL_TEST_INSTRUMENT") is False
+    assert guard.errors["AGL_TEST_INSTRUMENT"] == 2
+    assert [r.getMessage().count("'maybe'") for r in caplog.records] == [1]
+    monkeypatch.setenv("AGL_TEST_INSTRUMENT", "on")
+    assert guard.env_flag("AGL_TEST_INSTRUMENT") is True
+
+
+def test_error_guard_is_one_per_name():
+    assert error_guard("agl_test_shared") is error_guard("agl_test_shared")
+    assert error_guard("agl_test_shared") is not error_guard("agl_test_other")
+
+
+class _Watcher:
+    def __init__(self):
+        self.error_guard = ErrorGuard("agl_test_guarded")
+        self.seen = []
+
+    @guarded
+    def on_event(self, value):
+        self.seen.append(value)
+        if value < 0:
+            raise RuntimeError(f"bad value {value}")
+        return value
+
+
+def test_guarded_methods_report_exceptions_and_return_none(caplog):
+    watcher = _Watcher()
+    with caplog.at_level(logging.DEBUG, logger="agl_test_guarded"):
+        assert watcher.on_event(1) is None
+        assert watcher.on_event(-1) is None
+        assert watcher.on_event(-2) is None
+    assert watcher.seen == [1, -1, -2]
+    assert watcher.error_guard.errors == {"on_event": 2} and watcher.error_guard.total == 2
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "on_event failed" in warnings[0].getMessage()
+    assert isinstance(warnings[0].exc_info[1], RuntimeError)  # the traceback is logged
+    assert _Watcher.on_event.__name__ == "on_event"
+
+
+def test_guarded_methods_let_interrupts_through():
+    class Interrupted(_Watcher):
+        @guarded
+        def on_event(self, value):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Interrupted().on_event(1)

@@ -1,7 +1,8 @@
-"""Zero-line capture: instrument(), the AGL_LANGCHAIN variable, and the .pth autoload."""
+"""Zero-line capture: instrument(), the AGL_LANGCHAIN_INSTRUMENT variable, and the .pth autoload."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 
 import agl
 import agl_langchain
+from agl.capture import error_guard
 from agl.store.sqlite import SqliteStore
 from agl_langchain import AglCallbackHandler
 
@@ -22,7 +24,7 @@ REPLIES = ["a draft", "bad", "a better draft", "good"]
 
 @pytest.fixture(autouse=True)
 def _off(monkeypatch):
-    monkeypatch.delenv("AGL_LANGCHAIN", raising=False)
+    monkeypatch.delenv("AGL_LANGCHAIN_INSTRUMENT", raising=False)
     agl_langchain.uninstrument()
     yield
     agl_langchain.uninstrument()
@@ -53,15 +55,25 @@ def test_explicit_handler_is_not_doubled(cap):
 
 
 def test_env_var_in_process(cap, monkeypatch):
-    monkeypatch.setenv("AGL_LANGCHAIN", "1")
+    monkeypatch.setenv("AGL_LANGCHAIN_INSTRUMENT", "1")
     with agl.use_rollout(cap.ctx):
         fake_model(["hi"]).invoke("hello")
     assert len(cap.spans(kind="llm")) == 1
-    monkeypatch.setenv("AGL_LANGCHAIN", "0")
+    monkeypatch.setenv("AGL_LANGCHAIN_INSTRUMENT", "0")
     off = agl.RolloutContext(rollout_id="ro-off", writer=cap.writer)
     with agl.use_rollout(off):
         fake_model(["hi"]).invoke("hello")
     assert cap.spans("ro-off") == []
+
+
+def test_env_var_with_a_value_it_refuses_is_reported_once_and_off(cap, monkeypatch, caplog):
+    error_guard("agl_langchain").errors.clear()
+    monkeypatch.setenv("AGL_LANGCHAIN_INSTRUMENT", "enabled")
+    with caplog.at_level(logging.WARNING, logger="agl_langchain"), agl.use_rollout(cap.ctx):
+        assert fake_model(["hi"]).invoke("hello").content == "hi"
+        assert fake_model(["hi"]).invoke("hello").content == "hi"
+    assert cap.spans(kind="llm") == []
+    assert [r.getMessage().count("AGL_LANGCHAIN_INSTRUMENT='enabled'") for r in caplog.records] == [1]
 
 
 AGENT = textwrap.dedent(
@@ -76,15 +88,16 @@ AGENT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("flag", ["1", ""])
+@pytest.mark.parametrize("flag", ["1", "", "off"])
 def test_env_var_with_no_import_at_all(tmp_path, flag):
     """The agent program names neither agl nor agl_langchain: the installed .pth does it."""
     db = tmp_path / "prod.db"
-    env = {**os.environ, "AGL_STORE_URL": f"sqlite:///{db}", "AGL_LANGCHAIN": flag}
+    env = {**os.environ, "AGL_STORE_URL": f"sqlite:///{db}", "AGL_LANGCHAIN_INSTRUMENT": flag}
     done = subprocess.run([sys.executable, "-c", AGENT], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == ("loaded" if flag else "not loaded")
-    if not flag:
+    on = flag == "1"
+    assert done.stdout.strip() == ("loaded" if on else "not loaded")
+    if not on:
         assert not db.exists()
         return
     store = SqliteStore(db)

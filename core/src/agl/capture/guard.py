@@ -1,27 +1,40 @@
 """Keep agl's own failures away from the user's agent: log once per place, count, go on.
 
-Integrations wrap every piece of capture work so that a bug or an outage in agl
-never changes what the agent does::
+Every integration wraps its capture work so that a bug or an outage in agl never
+changes what the agent does. One guard per integration, shared by its modules::
 
-    guard = ErrorGuard("agl_autogen")
+    guard = error_guard("agl_autogen")
     try:
         ...capture work...
     except Exception as exc:
         guard.report("create", exc)
+
+or, for the methods of an object that owns a guard (a callback handler)::
+
+    class Handler:
+        def __init__(self):
+            self.error_guard = ErrorGuard("agl_langchain")
+
+        @guarded
+        def on_llm_end(self, response): ...
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import Counter
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from agl.capture.context import emit_span
+from agl.capture.env import env_flag
 from agl.schema import Span
 
 
 class ErrorGuard:
-    """Counts internal errors by place and logs the first one of each place."""
+    """Counts internal errors by place and logs the first one of each place, with its traceback."""
 
     def __init__(self, name: str):
         self.name = name
@@ -31,14 +44,34 @@ class ErrorGuard:
         self._lock = threading.Lock()
 
     def report(self, where: str, exc: BaseException) -> None:
-        """Count an internal error at ``where``; log it the first time that place fails."""
+        """Count an internal error at ``where``; log it (a warning with traceback) the first time that place fails."""
         with self._lock:
             self.errors[where] += 1
             first = self.errors[where] == 1
         if first:
             self._log.warning(
-                "%s: %s failed (%s: %s); capture goes on without it", self.name, where, type(exc).__name__, exc
+                "%s: %s failed (%s: %s); the agent is unaffected, later failures here are only counted",
+                self.name,
+                where,
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
             )
+        else:
+            self._log.debug("%s: %s failed again: %r", self.name, where, exc)
+
+    @property
+    def total(self) -> int:
+        """Internal errors of every place together."""
+        return sum(self.errors.values())
+
+    def env_flag(self, name: str) -> bool:
+        """:func:`agl.capture.env_flag`, never raising: a value it refuses is reported (once) and read as off."""
+        try:
+            return env_flag(name)
+        except ValueError as exc:
+            self.report(name, exc)
+            return False
 
     def emit(self, span: Span) -> None:
         """:func:`agl.emit_span`, never raising."""
@@ -46,3 +79,48 @@ class ErrorGuard:
             emit_span(span)
         except Exception as exc:
             self.report("emit_span", exc)
+
+
+_guards: dict[str, ErrorGuard] = {}
+_guards_lock = threading.Lock()
+
+
+def error_guard(name: str) -> ErrorGuard:
+    """The one :class:`ErrorGuard` named ``name`` (an integration's package name), made on first use.
+
+    Like :func:`logging.getLogger`: every module of an integration asks for its guard
+    by name and gets the same object, so its ``errors`` count every place.
+    """
+    guard = _guards.get(name)
+    if guard is None:
+        with _guards_lock:
+            guard = _guards.setdefault(name, ErrorGuard(name))
+    return guard
+
+
+class HasErrorGuard(Protocol):
+    """An object whose methods :func:`guarded` protects."""
+
+    error_guard: ErrorGuard
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def guarded(method: F) -> F:
+    """Decorate a method whose exceptions must never reach the caller (the agent's framework).
+
+    An exception (not a ``BaseException`` such as ``KeyboardInterrupt``) is reported to
+    ``self.error_guard`` under the method's name and the method returns None. The
+    wrapper adds one ``try`` to each call, nothing else.
+    """
+    where = method.__name__
+
+    @functools.wraps(method)
+    def wrapper(self: HasErrorGuard, *args: Any, **kwargs: Any) -> None:
+        try:
+            method(self, *args, **kwargs)
+        except Exception as exc:
+            self.error_guard.report(where, exc)
+
+    return wrapper  # type: ignore[return-value]

@@ -8,7 +8,7 @@
     import agl_langchain
     agl_langchain.instrument()          # every run in the process, no callbacks passed
 
-or set ``AGL_LANGCHAIN=1`` in the environment and change nothing.
+or set ``AGL_LANGCHAIN_INSTRUMENT=1`` in the environment and change nothing.
 
 Rewards from inside the agent: ``agl.emit_reward(1.0)`` or
 ``dispatch_custom_event("agl_reward", {"value": 1.0})``; rewards after the fact:

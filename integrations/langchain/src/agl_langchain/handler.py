@@ -7,22 +7,28 @@ needs. Span ids are the LangChain run ids, so a run id handed out by LangChain
 buffered writer of the current rollout (or the production writer outside one);
 the handler never does I/O itself.
 
-The handler must never break the agent it watches: every callback is guarded,
-an internal failure is logged once, counted in :attr:`AglCallbackHandler.errors`
-and otherwise ignored.
+The handler must never break the agent it watches: every callback is
+:func:`agl.capture.guarded`, so an internal failure is logged the first time its
+callback fails, counted in :attr:`AglCallbackHandler.errors` and otherwise ignored.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 from uuid import UUID
 
-from agl.capture import BufferedWriter, RolloutContext, capture_context, current_span_id, production_writer
+from agl.capture import (
+    BufferedWriter,
+    ErrorGuard,
+    RolloutContext,
+    capture_context,
+    current_span_id,
+    guarded,
+    production_writer,
+)
 from agl.schema import Reward, Span, SpanKind, new_id
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
@@ -38,21 +44,6 @@ AGENT_METADATA_KEY = "agl_agent"
 """Run metadata that names the agent explicitly, overriding the LangGraph node name."""
 
 _HIDDEN_TAG = "langsmith:hidden"
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _guarded(method: F) -> F:
-    """Run a callback so that no exception from the handler reaches LangChain."""
-
-    @functools.wraps(method)
-    def wrapper(self: AglCallbackHandler, *args: Any, **kwargs: Any) -> None:
-        try:
-            method(self, *args, **kwargs)
-        except Exception as exc:
-            self._internal_error(method.__name__, exc)
-
-    return wrapper  # type: ignore[return-value]
 
 
 class _Run:
@@ -109,7 +100,7 @@ class AglCallbackHandler(BaseCallbackHandler):
     """Records LangChain and LangGraph runs as agl spans.
 
     ``graph.invoke(inputs, config={"callbacks": [AglCallbackHandler()]})``, or no
-    code at all with :func:`agl_langchain.instrument` or ``AGL_LANGCHAIN=1``.
+    code at all with :func:`agl_langchain.instrument` or ``AGL_LANGCHAIN_INSTRUMENT=1``.
 
     - chat model and LLM runs become ``llm`` spans (``gen_ai.input.messages``,
       ``gen_ai.tool.definitions``, ``gen_ai.output.messages``,
@@ -149,25 +140,16 @@ class AglCallbackHandler(BaseCallbackHandler):
         self.writer = writer
         self.record_chain_io = record_chain_io
         self.max_open_runs = max_open_runs
-        self.errors = 0
-        """How many internal errors the handler swallowed."""
+        self.error_guard = ErrorGuard("agl_langchain")
+        """Counts (by callback) and logs the internal errors the handler swallowed."""
         self._runs: dict[UUID, _Run] = {}
-        self._error_lock = threading.Lock()
+
+    @property
+    def errors(self) -> int:
+        """How many internal errors the handler swallowed."""
+        return self.error_guard.total
 
     # -- bookkeeping -------------------------------------------------------------
-    def _internal_error(self, where: str, exc: BaseException) -> None:
-        with self._error_lock:
-            self.errors += 1
-            first = self.errors == 1
-        if first:
-            log.error(
-                "agl_langchain: internal error in %s (the agent is unaffected; later errors are only counted)",
-                where,
-                exc_info=exc,
-            )
-        else:
-            log.debug("agl_langchain: internal error in %s: %r", where, exc)
-
     def _open(
         self,
         run_id: UUID,
@@ -240,7 +222,7 @@ class AglCallbackHandler(BaseCallbackHandler):
         (self.writer or ctx.writer or production_writer()).put(item)
 
     # -- chat models and LLMs ----------------------------------------------------
-    @_guarded
+    @guarded
     def on_chat_model_start(
         self,
         serialized: dict[str, Any] | None,
@@ -258,7 +240,7 @@ class AglCallbackHandler(BaseCallbackHandler):
             if len(messages) > 1:
                 run.attrs["agl.input.prompts"] = [messages_to_dicts(m) for m in messages]
 
-    @_guarded
+    @guarded
     def on_llm_start(
         self,
         serialized: dict[str, Any] | None,
@@ -309,7 +291,7 @@ class AglCallbackHandler(BaseCallbackHandler):
         name = kwargs.get("name") or (serialized or {}).get("name") or "llm"
         return self._open(run_id, parent_run_id, "llm", name, attrs, tags)
 
-    @_guarded
+    @guarded
     def on_llm_end(self, response: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
         run = self._runs.get(run_id)
         if run is None:
@@ -359,12 +341,12 @@ class AglCallbackHandler(BaseCallbackHandler):
                 )
         self._close(run_id, "ok")
 
-    @_guarded
+    @guarded
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self._close(run_id, "error", _error_attrs(error))
 
     # -- tools and retrievers ----------------------------------------------------
-    @_guarded
+    @guarded
     def on_tool_start(
         self,
         serialized: dict[str, Any] | None,
@@ -389,7 +371,7 @@ class AglCallbackHandler(BaseCallbackHandler):
         _agent_attrs(attrs, metadata)
         self._open(run_id, parent_run_id, "tool", name, attrs, tags)
 
-    @_guarded
+    @guarded
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
         if isinstance(output, BaseMessage):
             result = output.content if isinstance(output.content, str) else to_json(output.content)
@@ -402,11 +384,11 @@ class AglCallbackHandler(BaseCallbackHandler):
             extra = {"gen_ai.tool.call.result": to_json(output)}
         self._close(run_id, "ok", extra)
 
-    @_guarded
+    @guarded
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self._close(run_id, "error", _error_attrs(error))
 
-    @_guarded
+    @guarded
     def on_retriever_start(
         self,
         serialized: dict[str, Any] | None,
@@ -423,17 +405,17 @@ class AglCallbackHandler(BaseCallbackHandler):
         _agent_attrs(attrs, metadata)
         self._open(run_id, parent_run_id, "tool", name, attrs, tags)
 
-    @_guarded
+    @guarded
     def on_retriever_end(self, documents: Sequence[Any], *, run_id: UUID, **kwargs: Any) -> None:
         docs = [{"page_content": d.page_content, "metadata": to_json(d.metadata)} for d in documents]
         self._close(run_id, "ok", {"agl.retriever.documents": docs})
 
-    @_guarded
+    @guarded
     def on_retriever_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self._close(run_id, "error", _error_attrs(error))
 
     # -- chains and LangGraph nodes ----------------------------------------------
-    @_guarded
+    @guarded
     def on_chain_start(
         self,
         serialized: dict[str, Any] | None,
@@ -454,16 +436,16 @@ class AglCallbackHandler(BaseCallbackHandler):
             attrs["agl.chain.inputs"] = to_json(inputs)
         self._open(run_id, parent_run_id, "agent", name, attrs, tags)
 
-    @_guarded
+    @guarded
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         self._close(run_id, "ok", {"agl.chain.outputs": to_json(outputs)} if self.record_chain_io else None)
 
-    @_guarded
+    @guarded
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self._close(run_id, "error", _error_attrs(error))
 
     # -- custom events: rewards from inside the agent ----------------------------
-    @_guarded
+    @guarded
     def on_custom_event(
         self,
         name: str,

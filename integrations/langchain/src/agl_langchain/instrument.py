@@ -12,10 +12,10 @@ switch object rather than a ``ContextVar``, so that the handler it returns is
 seen from every thread (a ``ContextVar`` set in one thread is not seen by a
 bare ``threading.Thread``) and so that :func:`uninstrument` can turn it off
 again (LangChain offers no way to remove a hook). The switch returns a handler
-when :func:`instrument` has been called, or when the ``AGL_LANGCHAIN``
-environment variable is set (read on each run, so it can be flipped at run
-time). See ``agl_langchain._autoload`` for how ``AGL_LANGCHAIN=1`` works
-without importing anything.
+when :func:`instrument` has been called, or when ``AGL_LANGCHAIN_INSTRUMENT``
+is switched on (read with :func:`agl.capture.env_flag` on each run, so it can be
+flipped at run time). See ``agl_langchain._autoload`` for how
+``AGL_LANGCHAIN_INSTRUMENT=1`` works without importing anything.
 """
 
 from __future__ import annotations
@@ -23,19 +23,20 @@ from __future__ import annotations
 import os
 import threading
 
+from agl.capture import error_guard
 from langchain_core.tracers.context import register_configure_hook
 
 from agl_langchain.handler import AglCallbackHandler
 
-ENV_VAR = "AGL_LANGCHAIN"
-"""Set to ``1`` (anything but empty, ``0``, ``false``, ``no``, ``off``) to capture every run."""
+ENV_VAR = "AGL_LANGCHAIN_INSTRUMENT"
+"""Switch on (``1``, ``true``, ``yes``, ``on``; see :func:`agl.capture.env_flag`) to capture every run."""
 
-_OFF = frozenset({"", "0", "false", "no", "off"})
+_guard = error_guard("agl_langchain")
 
 
 def env_enabled() -> bool:
-    """Whether ``AGL_LANGCHAIN`` asks for zero-line capture."""
-    return os.environ.get(ENV_VAR, "").strip().lower() not in _OFF
+    """Whether ``AGL_LANGCHAIN_INSTRUMENT`` is on; a value :func:`agl.capture.env_flag` refuses is reported, off."""
+    return _guard.env_flag(ENV_VAR)
 
 
 class _HandlerSwitch:
@@ -87,8 +88,18 @@ def instrument(handler: AglCallbackHandler | None = None) -> AglCallbackHandler:
 
 
 def uninstrument() -> None:
-    """Stop the capture :func:`instrument` started (``AGL_LANGCHAIN`` still applies if set)."""
+    """Stop the capture :func:`instrument` started (``AGL_LANGCHAIN_INSTRUMENT`` still applies if on)."""
     _switch.handler = None
+
+
+def autoload() -> bool:
+    """The zero-line hook the ``.pth`` file runs at interpreter start; whether capture is on.
+
+    Importing this module registered the configure hook, which reads
+    ``AGL_LANGCHAIN_INSTRUMENT`` on every run; this only reads it once more so that
+    a value it refuses is reported at start rather than at the first run.
+    """
+    return env_enabled()
 
 
 def active_handler() -> AglCallbackHandler | None:
