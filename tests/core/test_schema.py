@@ -197,6 +197,33 @@ def test_ids_made_by_one_process_increase_even_within_a_millisecond():
     assert all(len(i) == len("ro-") + 32 for i in ids)
 
 
+def test_an_id_is_a_ulid_whose_clock_is_the_time_it_was_made():
+    import time
+
+    from ulid import ULID
+
+    from agl.schema import new_id
+
+    before = time.time()
+    made = ULID.from_hex(new_id("rw-").removeprefix("rw-"))
+    assert before - 0.001 <= made.timestamp <= time.time()
+
+
+def test_ids_keep_increasing_when_the_clock_steps_back(monkeypatch):
+    import time
+
+    from agl.schema import new_id
+
+    start = time.time_ns() + 10**12
+    first = new_id()
+    monkeypatch.setattr(time, "time_ns", lambda: start)
+    later = new_id()
+    monkeypatch.setattr(time, "time_ns", lambda: start - 5 * 10**9)  # five seconds back
+    stepped_back = [new_id() for _ in range(100)]
+    assert [first, later, *stepped_back] == sorted([first, later, *stepped_back])
+    assert all(i[:12] == later[:12] for i in stepped_back)
+
+
 def test_ids_from_threads_are_unique():
     import threading
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).parents[2]
 
-CORE_DEPENDENCIES = {"pydantic", "httpx", "pluggy"}
+# python-ulid: the time-ordered ids of agl.schema.new_id (tiny, no dependencies of its own).
+CORE_DEPENDENCIES = {"pydantic", "httpx", "pluggy", "python-ulid"}
 
 # Modules an agent process must never load through agl-core. (rich is not among them:
 # httpx imports it for its command line whenever click, rich and pygments are installed,

@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from ulid import LaxMonotonicPolicy, ULIDGenerator
 
 from agl.tokens import Logprobs, TokenIds
 
@@ -23,49 +24,45 @@ JSON = Any
 
 
 class _IdClock:
-    """Time-ordered ids, strictly increasing within a process (a monotonic ULID).
+    """Time-ordered ids from a monotonic ULID generator (python-ulid), strictly increasing within a process.
 
-    The first id of each millisecond starts at a fresh random 79-bit number; later ids
-    in the same millisecond add one to the last, so ids made here sort in the order
-    they were made (the store's indexes then grow at their end) and only one random
-    draw is needed per millisecond. A clock that steps back keeps the last millisecond.
-    A forked child starts over, so it never repeats its parent's next ids.
+    The clock is read under one lock with the generation, so ids from concurrent threads
+    still come out in order, and a clock that steps back keeps the last millisecond.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ms = 0
-        self._tail = 0
-
-    def reset(self) -> None:
-        self._ms = 0
-        self._lock = threading.Lock()
+        self._generator = ULIDGenerator(policy=LaxMonotonicPolicy())
 
     def next(self) -> str:
-        ms = time.time_ns() // 1_000_000
         with self._lock:
-            if ms > self._ms:
-                self._ms = ms
-                self._tail = int.from_bytes(os.urandom(10), "big") >> 1
-            else:
-                self._tail += 1
-            return f"{self._ms:012x}{self._tail:020x}"
+            self._ms = max(self._ms, time.time_ns() // 1_000_000)
+            return self._generator.generate(self._ms).bytes.hex()
 
 
 _ID_CLOCK = _IdClock()
+
+
+def _restart_id_clock() -> None:
+    """Give a forked child its own generator, so it never repeats its parent's next ids."""
+    global _ID_CLOCK
+    _ID_CLOCK = _IdClock()
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_ID_CLOCK.reset)
+    os.register_at_fork(after_in_child=_restart_id_clock)
 
 
 def new_id(prefix: str = "") -> str:
-    """A fresh identifier, optionally prefixed (``ro-…``, ``rw-…``): 32 hex characters.
+    """A fresh identifier, optionally prefixed (``ro-…``, ``rw-…``): a ULID as 32 hex characters.
 
-    Time-ordered like a UUIDv7: 12 hex digits of milliseconds since the epoch, then 80
-    bits that start at random each millisecond and count up within it, so ids made by
-    one process sort in the order they were made, and ids from different processes
-    differ in their random start. The store's indexes therefore grow at their end
-    instead of being written at random pages. The leading characters are the clock,
-    not randomness: use :func:`short_id` for a short unique tag, never a prefix of this.
+    12 hex digits of milliseconds since the epoch, then 80 bits that start at random each
+    millisecond and count up within it, so ids made by one process sort in the order they
+    were made, and ids from different processes differ in their random start. The store's
+    indexes therefore grow at their end instead of being written at random pages. The
+    leading characters are the clock, not randomness: use :func:`short_id` for a short
+    unique tag, never a prefix of this.
     """
     return prefix + _ID_CLOCK.next()
 
