@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import agl
 from agl.capture import BufferedWriter, RolloutContext
-from agl_trainer.gateway import Gateway
 from agl.schema import Rollout, RolloutStatus, Task
+from agl_trainer.gateway import Gateway
 from tests.fake_engine import FakeEngine
 
 TOKEN = "test-token"

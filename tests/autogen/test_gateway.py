@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
-import agl
-
 from autogen_agentchat.agents import AssistantAgent
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
+import agl
 from agl_autogen import AglChatCompletionClient
 
 MODEL_INFO = {

@@ -146,14 +146,14 @@ async def test_uninstrument_stops_capture(recorded):
 
 
 async def test_capture_failure_never_breaks_the_agent(recorded, monkeypatch, caplog):
-    from agl_autogen import _capture
+    from agl_autogen import _record, convert
 
     def broken(*args, **kwargs):
         raise RuntimeError("store is on fire")
 
-    monkeypatch.setattr(_capture.agl, "span", broken)
-    monkeypatch.setattr(_capture._convert, "output_messages", broken)
-    agl_autogen._guard.errors.clear()
+    monkeypatch.setattr(_record.agl, "span", broken)
+    monkeypatch.setattr(convert, "output_messages", broken)
+    agl_autogen.errors.clear()
     client = AglChatCompletionClient(ReplayChatCompletionClient(["still fine", "again"]))
     agent = AssistantAgent("robust", model_client=client)
     with caplog.at_level(logging.WARNING, logger="agl_autogen"):

@@ -12,8 +12,9 @@ import textwrap
 import threading
 import time
 
-import agl
 import pytest
+
+import agl
 from agl.capture import (
     BufferedWriter,
     ErrorGuard,

@@ -15,7 +15,6 @@ import agl_langchain
 from agl.capture import error_guard
 from agl.store.sqlite import SqliteStore
 from agl_langchain import AglCallbackHandler
-
 from tests.langchain.fakes import fake_model
 from tests.langchain.test_graph import writer_graph
 

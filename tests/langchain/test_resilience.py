@@ -7,7 +7,6 @@ from uuid import uuid4
 
 import agl
 from agl_langchain import AglCallbackHandler
-
 from tests.langchain.fakes import fake_model
 from tests.langchain.test_graph import writer_graph
 

@@ -9,8 +9,11 @@ Zero lines — ``agl_autogen.instrument()`` in code, or ``AGL_AUTOGEN_INSTRUMENT
 in the environment.
 """
 
-from agl_autogen._guard import errors
+from agl.capture import error_guard
 from agl_autogen.client import AglChatCompletionClient
-from agl_autogen.instrument import instrument, instrumented, uninstrument
+from agl_autogen.instrument import ENV_VAR, instrument, instrumented, uninstrument
 
-__all__ = ["AglChatCompletionClient", "errors", "instrument", "instrumented", "uninstrument"]
+errors = error_guard("agl_autogen").errors
+"""agl's own failures swallowed so far, by place (see :class:`agl.capture.ErrorGuard`)."""
+
+__all__ = ["ENV_VAR", "AglChatCompletionClient", "errors", "instrument", "instrumented", "uninstrument"]

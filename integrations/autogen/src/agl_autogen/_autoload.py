@@ -1,10 +1,10 @@
-"""Imported at interpreter start when ``AGL_AUTOGEN_INSTRUMENT`` is set (see ``agl_autogen.pth``)."""
+"""Run at interpreter start by ``agl_autogen.pth`` when ``AGL_AUTOGEN_INSTRUMENT`` is set and not plainly off."""
+
+import logging
 
 try:
-    from agl_autogen.instrument import instrument
+    from agl_autogen.instrument import autoload
 
-    instrument()
-except Exception as exc:  # never stop the user's program from starting
-    from agl_autogen._guard import report
-
-    report("AGL_AUTOGEN_INSTRUMENT", exc)
+    autoload()
+except Exception:  # never stop the user's program from starting
+    logging.getLogger("agl_autogen").exception("agl_autogen: AGL_AUTOGEN_INSTRUMENT is on but instrumenting failed")

@@ -6,12 +6,21 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, Literal, Optional, Union
 
 from autogen_core import CancellationToken
-from autogen_core.models import ChatCompletionClient, CreateResult, LLMMessage, ModelCapabilities, ModelInfo, RequestUsage
+from autogen_core.models import (
+    ChatCompletionClient,
+    CreateResult,
+    LLMMessage,
+    ModelCapabilities,
+    ModelInfo,
+    RequestUsage,
+)
 from autogen_core.tools import Tool, ToolSchema
 from pydantic import BaseModel
 
-from agl_autogen import _capture
-from agl_autogen._guard import report
+from agl.capture import error_guard
+from agl_autogen import _record
+
+_guard = error_guard("agl_autogen")
 
 
 class AglChatCompletionClient(ChatCompletionClient):
@@ -35,7 +44,7 @@ class AglChatCompletionClient(ChatCompletionClient):
 
             install_structure_hooks()
         except Exception as exc:
-            report("install structure hooks", exc)
+            _guard.report("install structure hooks", exc)
 
     async def create(
         self,
@@ -47,7 +56,7 @@ class AglChatCompletionClient(ChatCompletionClient):
         extra_create_args: Mapping[str, Any] = {},
         cancellation_token: Optional[CancellationToken] = None,
     ) -> CreateResult:
-        opened = _capture.begin_call(self.inner, messages, tools, stream=False)
+        opened = _record.begin_call(self.inner, messages, tools, stream=False)
         try:
             result = await self.inner.create(
                 messages,
@@ -58,9 +67,9 @@ class AglChatCompletionClient(ChatCompletionClient):
                 cancellation_token=cancellation_token,
             )
         except BaseException as exc:
-            _capture.end_call(opened, None, exc)
+            _record.end_call(opened, None, exc)
             raise
-        _capture.end_call(opened, result, None)
+        _record.end_call(opened, result, None)
         return result
 
     async def create_stream(
@@ -121,7 +130,7 @@ async def capture_stream(
     tools: Sequence[Any],
 ) -> AsyncGenerator[Union[str, CreateResult], None]:
     """Pass a ``create_stream`` through, recording its final ``CreateResult``."""
-    opened = _capture.begin_call(client, messages, tools, stream=True)
+    opened = _record.begin_call(client, messages, tools, stream=True)
     result: CreateResult | None = None
     try:
         async for item in stream:
@@ -129,6 +138,6 @@ async def capture_stream(
                 result = item
             yield item
     except BaseException as exc:
-        _capture.end_call(opened, None, exc)
+        _record.end_call(opened, None, exc)
         raise
-    _capture.end_call(opened, result, None)
+    _record.end_call(opened, result, None)

@@ -12,8 +12,9 @@
 - client hooks: ``create`` and ``create_stream`` of every ``ChatCompletionClient``
   class, those defined now and those defined later, record each call.
 
-Setting ``AGL_AUTOGEN_INSTRUMENT=1`` calls :func:`instrument` at interpreter start
-(a ``.pth`` file installed with the package reads it).
+Setting ``AGL_AUTOGEN_INSTRUMENT=1`` calls :func:`instrument` at interpreter start:
+the ``agl_autogen.pth`` file installed with the package imports
+:mod:`agl_autogen._autoload`, which runs :func:`autoload`.
 """
 
 from __future__ import annotations
@@ -24,10 +25,14 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from agl.capture import error_guard
 from agl.schema import now
+from agl_autogen import _record, _response_ids
 
-from agl_autogen import _capture
-from agl_autogen._guard import report
+ENV_VAR = "AGL_AUTOGEN_INSTRUMENT"
+"""Switch on (``1``, ``true``, ``yes``, ``on``; see :func:`agl.capture.env_flag`) to instrument at start."""
+
+_guard = error_guard("agl_autogen")
 
 _lock = threading.Lock()
 _patches: list[tuple[Any, str, Any, bool]] = []  # (owner, attribute, original, owner had it in __dict__)
@@ -53,7 +58,7 @@ def _wrap_invoke_agent(original: Callable[..., Any]) -> Callable[..., Any]:
             attrs["gen_ai.agent.id"] = agent_id
         if kwargs.get("agent_description"):
             attrs["gen_ai.agent.description"] = kwargs["agent_description"]
-        with _capture.scope(f"invoke_agent {agent_name}", "agent", attrs, _capture.AgentInfo(agent_name, agent_id)):
+        with _record.scope(f"invoke_agent {agent_name}", "agent", attrs, _record.AgentInfo(agent_name, agent_id)):
             with original(agent_name, **kwargs) as otel_span:
                 yield otel_span
 
@@ -71,9 +76,9 @@ def _wrap_team_run_stream(original: Callable[..., Any]) -> Callable[..., Any]:
             attrs["agl.team.type"] = type(self).__name__
             attrs["agl.team.participants"] = [getattr(p, "name", str(p)) for p in getattr(self, "_participants", [])]
         except Exception as exc:
-            report("team attributes", exc)
+            _guard.report("team attributes", exc)
             name = type(self).__name__
-        with _capture.scope(f"invoke_workflow {name}", "agent", attrs, None):
+        with _record.scope(f"invoke_workflow {name}", "agent", attrs, None):
             async for item in original(self, *args, **kwargs):
                 yield item
 
@@ -88,9 +93,9 @@ def _wrap_run_json(original: Callable[..., Any]) -> Callable[..., Any]:
         try:
             result = await original(self, args, cancellation_token, call_id=call_id)
         except BaseException as exc:
-            _capture.tool_span(self, args, call_id, start, None, exc)
+            _record.tool_span(self, args, call_id, start, None, exc)
             raise
-        _capture.tool_span(self, args, call_id, start, result, None)
+        _record.tool_span(self, args, call_id, start, result, None)
         return result
 
     setattr(run_json, _MARK, original)
@@ -112,20 +117,20 @@ def install_structure_hooks() -> None:
         group_chat = _base_group_chat.BaseGroupChat
         _patch(group_chat, "run_stream", _wrap_team_run_stream(group_chat.run_stream))
         _patch(BaseTool, "run_json", _wrap_run_json(BaseTool.run_json))
-        _capture.install_tap()
+        _response_ids.install_tap()
         _structure = True
 
 
 def _wrap_create(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     async def create(self: Any, messages: Any, *args: Any, **kwargs: Any) -> Any:
-        opened = _capture.begin_call(self, messages, kwargs.get("tools") or [], stream=False)
+        opened = _record.begin_call(self, messages, kwargs.get("tools") or [], stream=False)
         try:
             result = await original(self, messages, *args, **kwargs)
         except BaseException as exc:
-            _capture.end_call(opened, None, exc)
+            _record.end_call(opened, None, exc)
             raise
-        _capture.end_call(opened, result, None)
+        _record.end_call(opened, result, None)
         return result
 
     setattr(create, _MARK, original)
@@ -179,7 +184,7 @@ def instrument() -> None:
                 with _lock:
                     _patch_client_class(cls)
             except Exception as exc:
-                report("patch a new model client class", exc)
+                _guard.report("patch a new model client class", exc)
 
         _patch(ChatCompletionClient, "__init_subclass__", classmethod(__init_subclass__))
         _clients = True
@@ -195,10 +200,22 @@ def uninstrument() -> None:
                 setattr(owner, attr, original)
             else:
                 delattr(owner, attr)
-        _capture.remove_tap()
+        _response_ids.remove_tap()
         _structure = _clients = False
 
 
 def instrumented() -> bool:
     """Whether every model client is being captured."""
     return _clients
+
+
+def autoload() -> bool:
+    """The zero-line hook ``agl_autogen.pth`` runs at start: :func:`instrument` if ``AGL_AUTOGEN_INSTRUMENT`` is on.
+
+    Returns whether it instrumented. A value :func:`agl.capture.env_flag` refuses is
+    reported (a warning on the ``agl_autogen`` logger) and leaves capture off.
+    """
+    if not _guard.env_flag(ENV_VAR):
+        return False
+    instrument()
+    return True

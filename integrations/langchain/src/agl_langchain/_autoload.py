@@ -19,4 +19,4 @@ try:
 
     autoload()
 except Exception:  # never stop the user's program from starting
-    logging.getLogger("agl_langchain").exception("agl_langchain: AGL_LANGCHAIN_INSTRUMENT is on but agl_langchain failed")
+    logging.getLogger("agl_langchain").exception("agl_langchain: AGL_LANGCHAIN_INSTRUMENT is on but loading failed")

@@ -20,6 +20,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import BaseMessage
+
 from agl.capture import (
     BufferedWriter,
     ErrorGuard,
@@ -30,9 +33,6 @@ from agl.capture import (
     production_writer,
 )
 from agl.schema import Reward, Span, SpanKind, new_id
-from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import BaseMessage
-
 from agl_langchain.convert import message_to_dict, messages_to_dicts, to_json
 
 log = logging.getLogger("agl_langchain")
@@ -186,7 +186,9 @@ class AglCallbackHandler(BaseCallbackHandler):
         oldest = self._runs.pop(oldest_id, None)
         if oldest is not None and not oldest.hidden:
             oldest.attrs["agl.incomplete"] = True
-            log.warning("agl_langchain: more than %d runs open; recording run %s unfinished", self.max_open_runs, oldest_id)
+            log.warning(
+                "agl_langchain: more than %d runs open; recording run %s unfinished", self.max_open_runs, oldest_id
+            )
             self._emit(oldest, "unset")
 
     def _close(self, run_id: UUID, status: str, attrs: dict[str, Any] | None = None) -> _Run | None:
@@ -401,7 +403,11 @@ class AglCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         name = kwargs.get("name") or (serialized or {}).get("name") or "retriever"
-        attrs: dict[str, Any] = {"gen_ai.operation.name": "retrieve", "gen_ai.tool.name": name, "agl.retriever.query": query}
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": "retrieve",
+            "gen_ai.tool.name": name,
+            "agl.retriever.query": query,
+        }
         _agent_attrs(attrs, metadata)
         self._open(run_id, parent_run_id, "tool", name, attrs, tags)
 
@@ -506,7 +512,14 @@ def _reward_from_event(data: Any, ctx: RolloutContext, span_id: str | None) -> R
         span_id = data.get("span_id") or span_id
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return Reward(rollout_id=ctx.rollout_id, span_id=span_id, name=str(name), value=float(value), source="langchain", seq=ctx.next_seq())
+    return Reward(
+        rollout_id=ctx.rollout_id,
+        span_id=span_id,
+        name=str(name),
+        value=float(value),
+        source="langchain",
+        seq=ctx.next_seq(),
+    )
 
 
 __all__ = ["AGENT_METADATA_KEY", "REWARD_EVENT", "AglCallbackHandler"]

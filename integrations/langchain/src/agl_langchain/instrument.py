@@ -23,9 +23,9 @@ from __future__ import annotations
 import os
 import threading
 
-from agl.capture import error_guard
 from langchain_core.tracers.context import register_configure_hook
 
+from agl.capture import error_guard
 from agl_langchain.handler import AglCallbackHandler
 
 ENV_VAR = "AGL_LANGCHAIN_INSTRUMENT"

@@ -1,17 +1,11 @@
-"""What agl records of an AutoGen run: model calls, agents, teams and tools.
+"""Recording an AutoGen run as agl spans: model calls, agents, teams and tools.
 
 The calling agent is known from a context variable set wherever AutoGen opens its
 own ``invoke_agent`` OpenTelemetry span (see :mod:`agl_autogen.instrument`); when
 that hook is not installed, the current recording OpenTelemetry span named
 ``invoke_agent <name>`` or the runtime's ``MessageHandlerContext`` stand in.
-
-Response ids: :class:`~autogen_core.models.CreateResult` carries none, so a
-logging filter on AutoGen's event logger (``autogen_core.events``) reads the
-``LLMCallEvent`` that real model clients (OpenAI, Azure OpenAI) emit with the
-full response dump and hands its ``id`` to the model call that is in flight in
-the same task. Calls without one (the replay client, streamed calls) carry no
-``gen_ai.response.id``; the trainer then joins them with the gateway's records
-by their order in the rollout.
+The model call in flight (:data:`pending_call`) is where
+:mod:`agl_autogen._response_ids` leaves the response id it reads.
 """
 
 from __future__ import annotations
@@ -19,16 +13,16 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
-import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import agl
+from agl.capture import error_guard
 from agl.schema import Span, now
+from agl_autogen import convert
 
-from agl_autogen import _convert
-from agl_autogen._guard import report, safe_emit
+_guard = error_guard("agl_autogen")
 
 
 @dataclass(frozen=True)
@@ -68,7 +62,7 @@ def agent_info() -> AgentInfo | None:
             attrs = getattr(otel_span, "attributes", None) or {}
             return AgentInfo(name[len("invoke_agent ") :], attrs.get("gen_ai.agent.id"))
     except Exception as exc:
-        report("agent name from OpenTelemetry", exc)
+        _guard.report("agent name from OpenTelemetry", exc)
     try:
         from autogen_core import MessageHandlerContext
 
@@ -112,14 +106,14 @@ def begin_call(
             attrs["gen_ai.agent.name"] = info.name
             if info.agent_id:
                 attrs["gen_ai.agent.id"] = info.agent_id
-        attrs["gen_ai.input.messages"] = _convert.input_messages(messages)
+        attrs["gen_ai.input.messages"] = convert.input_messages(messages)
         if tools:
-            attrs["gen_ai.tool.definitions"] = _convert.tool_definitions(tools)
+            attrs["gen_ai.tool.definitions"] = convert.tool_definitions(tools)
         attrs["agl.stream"] = stream
         attrs["agl.client"] = type(client).__name__
         return call, pending_call.set(call)
     except Exception as exc:
-        report("model call start", exc)
+        _guard.report("model call start", exc)
         return None
 
 
@@ -145,7 +139,7 @@ def end_call(opened: tuple[PendingCall, contextvars.Token] | None, result: Any, 
             status = "error"
             attrs["error.type"] = type(error).__name__
         elif result is not None:
-            attrs["gen_ai.output.messages"] = _convert.output_messages(result)
+            attrs["gen_ai.output.messages"] = convert.output_messages(result)
             attrs["gen_ai.response.finish_reasons"] = [result.finish_reason]
             attrs["gen_ai.usage.input_tokens"] = result.usage.prompt_tokens
             attrs["gen_ai.usage.output_tokens"] = result.usage.completion_tokens
@@ -161,69 +155,9 @@ def end_call(opened: tuple[PendingCall, contextvars.Token] | None, result: Any, 
             attributes=attrs,
         )
     except Exception as exc:
-        report("model call end", exc)
+        _guard.report("model call end", exc)
         return
-    safe_emit(span)
-
-
-class EventTap(logging.Filter):
-    """A filter on ``autogen_core.events`` that reads response ids off ``LLMCallEvent``.
-
-    AutoGen logs these events at INFO. If the user's logging configuration would not
-    have passed INFO records of that logger, the tap lowers the logger's level to
-    INFO to see them and then drops every record below the user's level again, so
-    nothing new reaches the user's handlers.
-    """
-
-    def __init__(self, drop_below: int):
-        super().__init__("agl_autogen")
-        self.drop_below = drop_below
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        call = pending_call.get()
-        if call is not None:
-            try:
-                kwargs = getattr(record.msg, "kwargs", None)
-                if isinstance(kwargs, dict) and kwargs.get("type") == "LLMCall":
-                    response = kwargs.get("response")
-                    if isinstance(response, dict):
-                        call.response = response
-            except Exception as exc:
-                report("event logger tap", exc)
-        return record.levelno >= self.drop_below
-
-
-_tap: EventTap | None = None
-
-
-def install_tap() -> None:
-    """Add the :class:`EventTap` to AutoGen's event logger (once)."""
-    global _tap
-    if _tap is not None:
-        return
-    from autogen_core import EVENT_LOGGER_NAME
-
-    logger = logging.getLogger(EVENT_LOGGER_NAME)
-    effective = logger.getEffectiveLevel()
-    drop_below = effective if effective > logging.INFO else logging.NOTSET
-    if effective > logging.INFO:
-        logger.setLevel(logging.INFO)
-    _tap = EventTap(drop_below)
-    logger.addFilter(_tap)
-
-
-def remove_tap() -> None:
-    """Undo :func:`install_tap`."""
-    global _tap
-    if _tap is None:
-        return
-    from autogen_core import EVENT_LOGGER_NAME
-
-    logger = logging.getLogger(EVENT_LOGGER_NAME)
-    logger.removeFilter(_tap)
-    if _tap.drop_below > logging.INFO and logger.level == logging.INFO:
-        logger.setLevel(logging.NOTSET)
-    _tap = None
+    _guard.emit(span)
 
 
 # -- agents, teams, tools --------------------------------------------------------------
@@ -243,7 +177,7 @@ def scope(name: str, kind: str, attributes: dict[str, Any], agent: AgentInfo | N
         if agent is not None:
             agent_token = current_agent.set(agent)
     except Exception as exc:
-        report(f"{kind} span start", exc)
+        _guard.report(f"{kind} span start", exc)
     try:
         yield
     except BaseException as exc:
@@ -268,10 +202,12 @@ def _close(cm: Any, agent_token: contextvars.Token | None, error: BaseException 
             cm.__exit__(type(error), error, error.__traceback__)
     except BaseException as exc:
         if exc is not error:
-            report("span end", exc)
+            _guard.report("span end", exc)
 
 
-def tool_span(tool: Any, args: Any, call_id: str | None, start: float, result: Any, error: BaseException | None) -> None:
+def tool_span(
+    tool: Any, args: Any, call_id: str | None, start: float, result: Any, error: BaseException | None
+) -> None:
     """Record one tool execution."""
     try:
         attrs: dict[str, Any] = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool.name}
@@ -297,6 +233,6 @@ def tool_span(tool: Any, args: Any, call_id: str | None, start: float, result: A
             attributes=attrs,
         )
     except Exception as exc:
-        report("tool span", exc)
+        _guard.report("tool span", exc)
         return
-    safe_emit(span)
+    _guard.emit(span)
