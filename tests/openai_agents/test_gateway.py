@@ -12,6 +12,7 @@ from openai import AsyncOpenAI
 
 import agl
 import agl_openai_agents
+from agl_openai_agents import convert
 from tests.autogen.gateway_rig import TOKEN
 
 
@@ -140,7 +141,7 @@ async def test_internal_failure_never_breaks_the_agent(gateway_rollout, monkeypa
     def broken(*args, **kwargs):
         raise RuntimeError("agl bug")
 
-    monkeypatch.setattr(processor, "_convert", broken)
+    monkeypatch.setattr(convert, "to_agl", broken)
     agl_openai_agents.errors.clear()
     client = AsyncOpenAI(base_url=rig.base_url, api_key=TOKEN, max_retries=0)
     agent = Agent(name="robust", model=OpenAIChatCompletionsModel("gpt-4o", client))
@@ -151,14 +152,25 @@ async def test_internal_failure_never_breaks_the_agent(gateway_rollout, monkeypa
 
 
 @pytest.mark.slow
-def test_env_var_instruments_at_startup(tmp_path):
+@pytest.mark.parametrize(("value", "on"), [("yes", True), ("1", True), ("0", False), ("", False), ("Off", False)])
+def test_env_var_instruments_at_startup(tmp_path, value, on):
     import subprocess
     import sys
 
     code = "import agl_openai_agents; print(agl_openai_agents.instrumented())"
-    env = {"AGL_OPENAI_AGENTS_INSTRUMENT": "yes", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = {"AGL_OPENAI_AGENTS_INSTRUMENT": value, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert out.stdout.strip() == "True", out.stderr
-    env["AGL_OPENAI_AGENTS_INSTRUMENT"] = "0"
+    assert out.stdout.strip() == str(on), out.stderr
+    assert "agl_openai_agents" not in out.stderr
+
+
+@pytest.mark.slow
+def test_env_var_with_a_value_env_flag_refuses_is_reported_and_off(tmp_path):
+    import subprocess
+    import sys
+
+    code = "import agl_openai_agents; print(agl_openai_agents.instrumented())"
+    env = {"AGL_OPENAI_AGENTS_INSTRUMENT": "sure", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+    assert "AGL_OPENAI_AGENTS_INSTRUMENT='sure': use 1, true, yes or on" in out.stderr

@@ -10,8 +10,11 @@ or ``agl_openai_agents.instrument()``, or ``AGL_OPENAI_AGENTS_INSTRUMENT=1`` in 
 environment.
 """
 
-from agl_openai_agents._guard import errors
-from agl_openai_agents.instrument import instrument, instrumented, uninstrument
+from agl.capture import error_guard
+from agl_openai_agents.instrument import ENV_VAR, instrument, instrumented, uninstrument
 from agl_openai_agents.processor import AglTracingProcessor
 
-__all__ = ["AglTracingProcessor", "errors", "instrument", "instrumented", "uninstrument"]
+errors = error_guard("agl_openai_agents").errors
+"""agl's own failures swallowed so far, by place (see :class:`agl.capture.ErrorGuard`)."""
+
+__all__ = ["ENV_VAR", "AglTracingProcessor", "errors", "instrument", "instrumented", "uninstrument"]

@@ -1,10 +1,12 @@
-"""Imported at interpreter start when ``AGL_OPENAI_AGENTS_INSTRUMENT`` is set (see ``agl_openai_agents.pth``)."""
+"""Run at interpreter start by ``agl_openai_agents.pth`` when ``AGL_OPENAI_AGENTS_INSTRUMENT`` is set, not plainly off."""
+
+import logging
 
 try:
-    from agl_openai_agents.instrument import instrument
+    from agl_openai_agents.instrument import autoload
 
-    instrument()
-except Exception as exc:  # never stop the user's program from starting
-    from agl_openai_agents._guard import report
-
-    report("AGL_OPENAI_AGENTS_INSTRUMENT", exc)
+    autoload()
+except Exception:  # never stop the user's program from starting
+    logging.getLogger("agl_openai_agents").exception(
+        "agl_openai_agents: AGL_OPENAI_AGENTS_INSTRUMENT is on but instrumenting failed"
+    )

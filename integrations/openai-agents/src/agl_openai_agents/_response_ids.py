@@ -14,7 +14,9 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from agl_openai_agents._guard import report
+from agl.capture import error_guard
+
+_guard = error_guard("agl_openai_agents")
 
 _ids: OrderedDict[str, str] = OrderedDict()
 _MAX = 10_000  # spans whose processor never asked (tracing off for that run) age out
@@ -78,7 +80,7 @@ def install() -> None:
                 if isinstance(response_id, str):
                     note(span_id, response_id)
         except Exception as exc:
-            report("chat completions response id", exc)
+            _guard.report("chat completions response id", exc)
         return result
 
     OpenAIChatCompletionsModel._fetch_response = _fetch_response  # type: ignore[method-assign]

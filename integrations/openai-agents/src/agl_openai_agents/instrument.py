@@ -1,15 +1,22 @@
 """The zero-line integration: add agl's processor to the SDK's trace processors.
 
 Setting ``AGL_OPENAI_AGENTS_INSTRUMENT=1`` calls :func:`instrument` at interpreter
-start (a ``.pth`` file installed with the package reads it).
+start: the ``agl_openai_agents.pth`` file installed with the package imports
+:mod:`agl_openai_agents._autoload`, which runs :func:`autoload`.
 """
 
 from __future__ import annotations
 
 import threading
 
+from agl.capture import error_guard
 from agl_openai_agents import _response_ids
 from agl_openai_agents.processor import AglTracingProcessor
+
+ENV_VAR = "AGL_OPENAI_AGENTS_INSTRUMENT"
+"""Switch on (``1``, ``true``, ``yes``, ``on``; see :func:`agl.capture.env_flag`) to instrument at start."""
+
+_guard = error_guard("agl_openai_agents")
 
 _lock = threading.Lock()
 _processor: AglTracingProcessor | None = None
@@ -47,3 +54,15 @@ def uninstrument() -> None:
 def instrumented() -> bool:
     """Whether :func:`instrument` is in effect."""
     return _processor is not None
+
+
+def autoload() -> bool:
+    """The zero-line hook ``agl_openai_agents.pth`` runs at start: :func:`instrument` if ``ENV_VAR`` is on.
+
+    Returns whether it instrumented. A value :func:`agl.capture.env_flag` refuses is
+    reported (a warning on the ``agl_openai_agents`` logger) and leaves capture off.
+    """
+    if not _guard.env_flag(ENV_VAR):
+        return False
+    instrument()
+    return True

@@ -1,4 +1,4 @@
-"""A TracingProcessor that turns the Agents SDK's spans into agl spans."""
+"""The one-line integration: a TracingProcessor that records the Agents SDK's spans into the current rollout."""
 
 from __future__ import annotations
 
@@ -7,32 +7,13 @@ from typing import Any
 
 from agents.tracing import Span as SdkSpan
 from agents.tracing import Trace, TracingProcessor
-from agents.tracing.span_data import (
-    AgentSpanData,
-    FunctionSpanData,
-    GenerationSpanData,
-    GuardrailSpanData,
-    HandoffSpanData,
-    ResponseSpanData,
-    TurnSpanData,
-)
+from agents.tracing.span_data import AgentSpanData, GenerationSpanData, TurnSpanData
 
-from agl.capture import RolloutContext, capture_context, current_span_id
-from agl.schema import Span, now
+from agl.capture import RolloutContext, capture_context, current_span_id, error_guard
+from agl.schema import now
+from agl_openai_agents import _response_ids, convert
 
-from agl_openai_agents import _convert, _response_ids
-from agl_openai_agents._guard import report
-
-_REQUEST_SETTINGS = {
-    "temperature": "gen_ai.request.temperature",
-    "top_p": "gen_ai.request.top_p",
-    "max_tokens": "gen_ai.request.max_tokens",
-    "frequency_penalty": "gen_ai.request.frequency_penalty",
-    "presence_penalty": "gen_ai.request.presence_penalty",
-}
-
-
-_KEPT = (GenerationSpanData, ResponseSpanData, FunctionSpanData, AgentSpanData, HandoffSpanData, GuardrailSpanData)
+_guard = error_guard("agl_openai_agents")
 
 
 @dataclass(slots=True)
@@ -65,7 +46,7 @@ class AglTracingProcessor(TracingProcessor):
         try:
             _response_ids.install()
         except Exception as exc:
-            report("install the chat completions response id hook", exc)
+            _guard.report("install the chat completions response id hook", exc)
 
     # -- TracingProcessor -----------------------------------------------------------
 
@@ -75,7 +56,7 @@ class AglTracingProcessor(TracingProcessor):
         try:
             self._traces[trace.trace_id] = (capture_context(), current_span_id())
         except Exception as exc:
-            report("on_trace_start", exc)
+            _guard.report("on_trace_start", exc)
 
     def on_trace_end(self, trace: Trace) -> None:
         self._traces.pop(trace.trace_id, None)
@@ -97,16 +78,18 @@ class AglTracingProcessor(TracingProcessor):
                 ctx, parent_id = parent.ctx, (span.parent_id if parent.kept else parent.parent_id)
             else:
                 ctx, parent_id = self._traces.get(span.trace_id) or (capture_context(), current_span_id())
-            self._open[span.span_id] = _Open(now(), parent_id, agent, ctx, isinstance(data, _KEPT))
+            self._open[span.span_id] = _Open(now(), parent_id, agent, ctx, isinstance(data, convert.KEPT))
         except Exception as exc:
-            report("on_span_start", exc)
+            _guard.report("on_span_start", exc)
 
     def on_span_end(self, span: SdkSpan[Any]) -> None:
         opened = self._open.pop(span.span_id, None)
         try:
             if opened is None:
                 return
-            record = self._convert(span, opened)
+            data = span.span_data
+            response_id = _response_ids.pop(span.span_id) if isinstance(data, GenerationSpanData) else None
+            record = convert.to_agl(span, opened.start, opened.parent_id, opened.agent, response_id)
             if record is None:
                 return
             ctx = opened.ctx
@@ -115,7 +98,7 @@ class AglTracingProcessor(TracingProcessor):
             record.seq = ctx.next_seq()
             ctx.put(record)
         except Exception as exc:
-            report("on_span_end", exc)
+            _guard.report("on_span_end", exc)
 
     def shutdown(self) -> None:
         self._open.clear()
@@ -123,110 +106,3 @@ class AglTracingProcessor(TracingProcessor):
 
     def force_flush(self) -> None:
         pass
-
-    # -- conversion -------------------------------------------------------------------
-
-    def _convert(self, span: SdkSpan[Any], opened: _Open) -> Span | None:
-        data = span.span_data
-        attrs: dict[str, Any] = {}
-        if opened.agent:
-            attrs["gen_ai.agent.name"] = opened.agent
-        if isinstance(data, GenerationSpanData):
-            kind, name = "llm", self._generation(data, span.span_id, attrs)
-        elif isinstance(data, ResponseSpanData):
-            kind, name = "llm", self._response(data, attrs)
-        elif isinstance(data, FunctionSpanData):
-            kind, name = "tool", f"execute_tool {data.name}"
-            attrs["gen_ai.operation.name"] = "execute_tool"
-            attrs["gen_ai.tool.name"] = data.name
-            if data.input is not None:
-                attrs["gen_ai.tool.call.arguments"] = data.input
-            if data.output is not None:
-                attrs["gen_ai.tool.call.result"] = data.output if isinstance(data.output, str) else str(data.output)
-        elif isinstance(data, AgentSpanData):
-            kind, name = "agent", f"invoke_agent {data.name}"
-            attrs["gen_ai.operation.name"] = "invoke_agent"
-            attrs["agl.agent.handoffs"] = list(data.handoffs or [])
-            attrs["agl.agent.tools"] = list(data.tools or [])
-            if data.output_type:
-                attrs["agl.agent.output_type"] = data.output_type
-        elif isinstance(data, HandoffSpanData):
-            kind, name = "custom", f"handoff {data.from_agent} -> {data.to_agent}"
-            attrs["gen_ai.operation.name"] = "handoff"
-            attrs["agl.handoff.from_agent"] = data.from_agent
-            attrs["agl.handoff.to_agent"] = data.to_agent
-        elif isinstance(data, GuardrailSpanData):
-            kind, name = "custom", f"guardrail {data.name}"
-            attrs["agl.guardrail.name"] = data.name
-            attrs["agl.guardrail.triggered"] = data.triggered
-        else:
-            return None  # turns, tasks, MCP listings, speech: structure agl does not need
-        error = span.error
-        if error:
-            attrs["error.type"] = str(error.get("message") or "error")
-        return Span(
-            span_id=span.span_id,
-            parent_id=opened.parent_id,
-            name=name,
-            kind=kind,
-            start_time=opened.start,
-            end_time=now(),
-            status="error" if error else "ok",
-            attributes=attrs,
-        )
-
-    @staticmethod
-    def _generation(data: GenerationSpanData, span_id: str, attrs: dict[str, Any]) -> str:
-        attrs["gen_ai.operation.name"] = "chat"
-        model = str(data.model) if data.model else None
-        if model:
-            attrs["gen_ai.request.model"] = model
-        config = data.model_config or {}
-        for key, attr in _REQUEST_SETTINGS.items():
-            if config.get(key) is not None:
-                attrs[attr] = config[key]
-        if data.input is not None:
-            attrs["gen_ai.input.messages"] = _convert.chat_messages(data.input)
-        if data.output is not None:
-            if data.output and isinstance(data.output[0], dict) and data.output[0].get("object") == "response":
-                attrs["gen_ai.output.messages"] = _convert.response_items(data.output[0].get("output"))
-            else:
-                attrs["gen_ai.output.messages"] = _convert.chat_messages(data.output)
-        usage = data.usage or {}
-        if usage.get("input_tokens") is not None:
-            attrs["gen_ai.usage.input_tokens"] = usage["input_tokens"]
-        if usage.get("output_tokens") is not None:
-            attrs["gen_ai.usage.output_tokens"] = usage["output_tokens"]
-        response_id = _response_ids.pop(span_id)
-        if response_id:
-            attrs["gen_ai.response.id"] = response_id
-        return f"chat {model}" if model else "chat"
-
-    @staticmethod
-    def _response(data: ResponseSpanData, attrs: dict[str, Any]) -> str:
-        attrs["gen_ai.operation.name"] = "chat"
-        attrs["agl.api"] = "responses"
-        response = data.response
-        model = None
-        if response is not None:
-            attrs["gen_ai.response.id"] = response.id
-            model = response.model
-            if model:
-                attrs["gen_ai.request.model"] = model
-                attrs["gen_ai.response.model"] = model
-            if response.instructions:
-                attrs["gen_ai.system_instructions"] = (
-                    response.instructions if isinstance(response.instructions, str) else str(response.instructions)
-                )
-            attrs["gen_ai.output.messages"] = _convert.response_items(response.output)
-            if response.usage is not None:
-                attrs["gen_ai.usage.input_tokens"] = response.usage.input_tokens
-                attrs["gen_ai.usage.output_tokens"] = response.usage.output_tokens
-            for key in ("temperature", "top_p"):
-                if getattr(response, key, None) is not None:
-                    attrs[_REQUEST_SETTINGS[key]] = getattr(response, key)
-            if response.max_output_tokens is not None:
-                attrs["gen_ai.request.max_tokens"] = response.max_output_tokens
-        if data.input is not None:
-            attrs["gen_ai.input.messages"] = _convert.response_items(data.input)
-        return f"chat {model}" if model else "chat"
