@@ -136,7 +136,7 @@ async def test_tracing_disabled_still_reaches_the_gateway(gateway_rollout):
 
 async def test_internal_failure_never_breaks_the_agent(gateway_rollout, monkeypatch):
     rig = gateway_rollout
-    processor = agl_openai_agents.instrument()
+    agl_openai_agents.instrument()
 
     def broken(*args, **kwargs):
         raise RuntimeError("agl bug")

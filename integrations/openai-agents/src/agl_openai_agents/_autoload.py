@@ -1,4 +1,4 @@
-"""Run at interpreter start by ``agl_openai_agents.pth`` when ``AGL_OPENAI_AGENTS_INSTRUMENT`` is set, not plainly off."""
+"""Run at interpreter start by ``agl_openai_agents.pth`` when ``AGL_OPENAI_AGENTS_INSTRUMENT`` is set, not off."""
 
 import logging
 
