@@ -1,5 +1,8 @@
 """OTLP/HTTP trace export requests (protobuf or JSON) → agl spans.
 
+Both encodings become one ``ExportTraceServiceRequest`` message (OTLP/JSON through
+protobuf's JSON parser), and one converter turns its spans into agl spans.
+
 The rollout of each span is its ``agl.rollout_id`` attribute, else its resource's
 ``agl.rollout_id`` attribute (``OTEL_RESOURCE_ATTRIBUTES=agl.rollout_id=ro-…``), else
 none (a production trace).
@@ -8,57 +11,60 @@ none (a production trace).
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
+import string
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from agl.schema import Span
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as OtlpSpan
+from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
+from agl.schema import Span
 from agl_otel.convert import to_agl
 
-_STATUS = {0: "unset", 1: "ok", 2: "error", "STATUS_CODE_OK": "ok", "STATUS_CODE_ERROR": "error"}
+_STATUS = {Status.STATUS_CODE_OK: "ok", Status.STATUS_CODE_ERROR: "error"}
+_ID_KEYS = ("traceId", "trace_id", "spanId", "span_id", "parentSpanId", "parent_span_id")
+_HEX = frozenset(string.hexdigits)
 
 
-def _pb_value(value: Any) -> Any:
-    which = value.WhichOneof("value")
-    if which is None:
-        return None
-    if which == "array_value":
-        return [_pb_value(v) for v in value.array_value.values]
-    if which == "kvlist_value":
-        return {kv.key: _pb_value(kv.value) for kv in value.kvlist_value.values}
-    if which == "bytes_value":
-        return value.bytes_value.hex()
-    return getattr(value, which)
+def from_protobuf(body: bytes) -> Iterator[Span]:
+    """agl spans of an ``ExportTraceServiceRequest`` in protobuf."""
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(body)
+    return _spans(request)
 
 
-def _json_value(value: dict[str, Any]) -> Any:
-    for key, inner in value.items():
-        if key == "stringValue" or key == "boolValue" or key == "doubleValue":
-            return inner
-        if key == "intValue":
-            return int(inner)
-        if key == "arrayValue":
-            return [_json_value(v) for v in inner.get("values", [])]
-        if key == "kvlistValue":
-            return {kv["key"]: _json_value(kv.get("value", {})) for kv in inner.get("values", [])}
-        if key == "bytesValue":
-            return base64.b64decode(inner).hex()
-    return None
+def from_json(body: Mapping[str, Any]) -> Iterator[Span]:
+    """agl spans of an ``ExportTraceServiceRequest`` in OTLP/JSON (the request body, decoded from JSON).
+
+    OTLP/JSON is protobuf's JSON mapping except that trace and span ids are hex, not
+    base64; ids already in base64 are taken too. Unknown fields are ignored, as the
+    OTLP specification asks of receivers.
+    """
+    request = ExportTraceServiceRequest()
+    json_format.ParseDict(_with_base64_ids(body), request, ignore_unknown_fields=True)
+    return _spans(request)
 
 
-def _json_id(value: Any) -> str | None:
-    # OTLP/JSON carries ids as hex; some exporters send base64 (protobuf's JSON mapping).
-    if not value:
-        return None
-    text = str(value)
-    if len(text) in (16, 32) and all(c in "0123456789abcdefABCDEF" for c in text):
-        return text.lower()
-    return base64.b64decode(text).hex()
+def _spans(request: ExportTraceServiceRequest) -> Iterator[Span]:
+    for rs in request.resource_spans:
+        resource = _attributes(rs.resource.attributes)
+        for ss in rs.scope_spans:
+            for s in ss.spans:
+                record = _span(s, resource)
+                if record is not None:
+                    yield record
 
 
-def _span(name: str, attrs: dict[str, Any], resource: dict[str, Any], span_id: str, parent: str | None,
-          start: int, end: int, status: str) -> Span | None:
-    record = to_agl(name=name, attributes=attrs, span_id=span_id, parent_id=parent, start_ns=start, end_ns=end, status=status)
+def _span(s: OtlpSpan, resource: dict[str, Any]) -> Span | None:
+    if not s.span_id:
+        raise ValueError("resourceSpans[].scopeSpans[].spans[].spanId: missing")
+    attrs = _attributes(s.attributes)
+    record = to_agl(name=s.name, attributes=attrs, span_id=s.span_id.hex(), parent_id=s.parent_span_id.hex() or None,
+                    start_ns=s.start_time_unix_nano, end_ns=s.end_time_unix_nano,
+                    status=_STATUS.get(s.status.code, "unset"))
     if record is not None:
         rollout = attrs.get("agl.rollout_id") or resource.get("agl.rollout_id")
         record.rollout_id = str(rollout) if rollout else None
@@ -66,35 +72,58 @@ def _span(name: str, attrs: dict[str, Any], resource: dict[str, Any], span_id: s
     return record
 
 
-def from_protobuf(body: bytes) -> Iterator[Span]:
-    """agl spans of an ``ExportTraceServiceRequest`` in protobuf."""
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-    request = ExportTraceServiceRequest()
-    request.ParseFromString(body)
-    for rs in request.resource_spans:
-        resource = {kv.key: _pb_value(kv.value) for kv in rs.resource.attributes}
-        for ss in rs.scope_spans:
-            for s in ss.spans:
-                attrs = {kv.key: _pb_value(kv.value) for kv in s.attributes}
-                record = _span(s.name, attrs, resource, s.span_id.hex(), s.parent_span_id.hex() or None,
-                               s.start_time_unix_nano, s.end_time_unix_nano, _STATUS.get(s.status.code, "unset"))
-                if record is not None:
-                    yield record
+def _attributes(pairs: Any) -> dict[str, Any]:
+    return {kv.key: _value(kv.value) for kv in pairs}
 
 
-def from_json(body: dict[str, Any]) -> Iterator[Span]:
-    """agl spans of an ``ExportTraceServiceRequest`` in OTLP/JSON."""
-    for rs in body.get("resourceSpans") or []:
-        resource = {kv["key"]: _json_value(kv.get("value", {})) for kv in (rs.get("resource") or {}).get("attributes", [])}
-        for ss in rs.get("scopeSpans") or []:
-            for s in ss.get("spans") or []:
-                attrs = {kv["key"]: _json_value(kv.get("value", {})) for kv in s.get("attributes", [])}
-                span_id = _json_id(s.get("spanId"))
-                if span_id is None:
-                    raise ValueError("resourceSpans[].scopeSpans[].spans[].spanId: missing")
-                record = _span(s.get("name", ""), attrs, resource, span_id, _json_id(s.get("parentSpanId")),
-                               int(s.get("startTimeUnixNano") or 0), int(s.get("endTimeUnixNano") or 0),
-                               _STATUS.get((s.get("status") or {}).get("code", 0), "unset"))
-                if record is not None:
-                    yield record
+def _value(value: AnyValue) -> Any:
+    which = value.WhichOneof("value")
+    if which is None:
+        return None
+    if which == "array_value":
+        return [_value(v) for v in value.array_value.values]
+    if which == "kvlist_value":
+        return _attributes(value.kvlist_value.values)
+    if which == "bytes_value":
+        return value.bytes_value.hex()
+    return getattr(value, which)
+
+
+def _with_base64_ids(body: Mapping[str, Any]) -> Any:
+    """A copy of ``body`` whose hex span, parent and trace ids (spans' and links') are base64, as protobuf expects.
+
+    Anything not shaped like a request is left for the protobuf parser to report.
+    """
+    if not isinstance(body, Mapping):
+        return body
+
+    def span(s: Mapping[str, Any]) -> dict[str, Any]:
+        out = _base64_ids(s)
+        if "links" in out:
+            out["links"] = _each(out["links"], _base64_ids)
+        return out
+
+    def scope(ss: Mapping[str, Any]) -> dict[str, Any]:
+        return {**ss, "spans": _each(ss.get("spans"), span)} if "spans" in ss else dict(ss)
+
+    def resource(rs: Mapping[str, Any]) -> dict[str, Any]:
+        key = "scopeSpans" if "scopeSpans" in rs else "scope_spans"
+        return {**rs, key: _each(rs.get(key), scope)} if key in rs else dict(rs)
+
+    key = "resourceSpans" if "resourceSpans" in body else "resource_spans"
+    return {**body, key: _each(body.get(key), resource)} if key in body else dict(body)
+
+
+def _each(items: Any, change: Callable[[Mapping[str, Any]], dict[str, Any]]) -> Any:
+    if not isinstance(items, list):
+        return items
+    return [change(item) if isinstance(item, Mapping) else item for item in items]
+
+
+def _base64_ids(record: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(record)
+    for key in _ID_KEYS:
+        value = out.get(key)
+        if isinstance(value, str) and len(value) in (16, 32) and _HEX.issuperset(value):
+            out[key] = base64.b64encode(bytes.fromhex(value)).decode()
+    return out
