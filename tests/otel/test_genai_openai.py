@@ -50,3 +50,39 @@ def test_chat_calls_join_the_gateway_by_response_id(gateway_rollout, instrumente
     assert report.joined_by_id == 2
     assert [t.agent for t in transitions] == ["planner", "planner"]
     assert {t.token_source for t in transitions} == {"engine"}
+
+
+INSTRUMENT_IN_CODE = """
+import sys
+import agl, agl_otel
+from agl.capture import BufferedWriter, RolloutContext
+from agl.store.sqlite import SqliteStore
+from opentelemetry import trace
+
+store = SqliteStore(sys.argv[1])
+writer = BufferedWriter(store)
+assert not agl_otel.instrumented()
+processor = agl_otel.instrument()
+assert agl_otel.instrument() is processor and agl_otel.instrumented()
+tracer = trace.get_tracer("my-agent")
+for rollout in ("ro-on", "ro-off"):
+    with agl.use_rollout(RolloutContext(rollout_id=rollout, writer=writer)):
+        with tracer.start_as_current_span("chat m", attributes={"gen_ai.operation.name": "chat"}):
+            pass
+    agl_otel.uninstrument()
+assert not agl_otel.instrumented()
+writer.close()
+print([(s.rollout_id, s.kind) for s in store.query_spans()])
+"""
+
+
+def test_instrument_in_code_uses_the_global_tracer_provider(tmp_path):
+    """agl_otel.instrument() with no provider configured: it installs one, captures, and stops on uninstrument()."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", INSTRUMENT_IN_CODE, str(tmp_path / "agl.db")], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[('ro-on', 'llm')]"

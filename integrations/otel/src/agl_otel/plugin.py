@@ -1,4 +1,4 @@
-"""agl plugin: mounts the OTLP/HTTP traces endpoint (:mod:`agl_otel.endpoint`) on ``agl store serve``.
+"""agl plugin: mounts the OTLP/HTTP traces endpoint (:mod:`agl_otel._endpoint`) on ``agl store serve``.
 
 The endpoint is imported only when a store server asks for its routes, so an agent
 process that loads this plugin never imports a web framework.
@@ -11,7 +11,7 @@ import agl
 
 @agl.hookimpl
 def agl_store_routes(store) -> list:
-    from agl_otel.endpoint import traces_route
+    from agl_otel._endpoint import traces_route
 
     return [traces_route(store)]
 

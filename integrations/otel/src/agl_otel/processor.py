@@ -1,17 +1,16 @@
-"""An OpenTelemetry SpanProcessor that records GenAI and OpenInference spans into agl."""
+"""The one-line integration: an OpenTelemetry SpanProcessor that records GenAI and OpenInference spans into agl."""
 
 from __future__ import annotations
-
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.trace import StatusCode
 
-from agl.capture import RolloutContext, capture_context, current_span_id
-
+from agl.capture import RolloutContext, capture_context, current_span_id, error_guard
 from agl_otel.convert import to_agl
-from agl_otel._guard import report
+
+_guard = error_guard("agl_otel")
 
 _STATUS = {StatusCode.OK: "ok", StatusCode.ERROR: "error", StatusCode.UNSET: "unset"}
 
@@ -54,7 +53,7 @@ class AglSpanProcessor(SpanProcessor):
                 rollout, outer = capture_context(), current_span_id()
             self._open[ctx.span_id] = (agent, rollout, outer)
         except Exception as exc:
-            report("on_start", exc)
+            _guard.report("on_start", exc)
 
     def on_end(self, span: ReadableSpan) -> None:
         if not self.enabled:
@@ -83,7 +82,7 @@ class AglSpanProcessor(SpanProcessor):
             record.seq = rollout.next_seq()
             rollout.put(record)
         except Exception as exc:
-            report("on_end", exc)
+            _guard.report("on_end", exc)
 
     def shutdown(self) -> None:
         self._open.clear()

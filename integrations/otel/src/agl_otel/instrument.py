@@ -1,4 +1,12 @@
-"""An OpenTelemetry instrumentor: ``opentelemetry-instrument python my_agent.py`` captures into agl."""
+"""The zero-line integration: ``opentelemetry-instrument python my_agent.py`` captures into agl.
+
+:class:`AglInstrumentor` is registered under the ``opentelemetry_instrumentor``
+entry point as ``agl``, so ``opentelemetry-instrument`` (OpenTelemetry's own
+zero-code switch) loads it next to the GenAI instrumentations. In code,
+:func:`instrument` does the same. agl-otel installs no ``.pth`` file of its own:
+a tracer provider set at interpreter start would take the place of the one the
+program sets later, so starting OpenTelemetry is left to ``opentelemetry-instrument``.
+"""
 
 from __future__ import annotations
 
@@ -41,3 +49,27 @@ class AglInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         if self.processor is not None:
             self.processor.enabled = False
             self.processor = None
+
+
+def instrument() -> AglSpanProcessor:
+    """Add an :class:`AglSpanProcessor` to the global tracer provider (once) and return it.
+
+    With no SDK tracer provider configured yet, an SDK ``TracerProvider`` is installed.
+    """
+    instrumentor = AglInstrumentor()
+    if not instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.instrument()
+    assert instrumentor.processor is not None
+    return instrumentor.processor
+
+
+def uninstrument() -> None:
+    """Stop capturing: the processor :func:`instrument` added ignores everything from now on."""
+    instrumentor = AglInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.uninstrument()
+
+
+def instrumented() -> bool:
+    """Whether :func:`instrument` (or ``opentelemetry-instrument``) is in effect."""
+    return bool(AglInstrumentor().is_instrumented_by_opentelemetry)

@@ -1,4 +1,4 @@
-"""The OTLP/HTTP traces endpoint (``POST /v1/traces``) that agl-otel mounts on ``agl store serve``.
+"""The OTLP/HTTP traces endpoint (``POST /v1/traces``) that :mod:`agl_otel.plugin` mounts on ``agl store serve``.
 
 Point any OpenTelemetry exporter at the store server::
 
