@@ -22,7 +22,7 @@ from agl.transitions import TransitionConfig, build_transitions
 
 pytestmark = pytest.mark.slow
 
-LANGCHAIN = {"AGL_LANGCHAIN": "1"}
+LANGCHAIN = {"AGL_LANGCHAIN_INSTRUMENT": "1"}
 AUTOGEN = {"AGL_AUTOGEN_INSTRUMENT": "1"}
 AGENTS_SDK = {"AGL_OPENAI_AGENTS_INSTRUMENT": "1"}
 
