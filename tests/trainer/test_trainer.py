@@ -251,6 +251,43 @@ def test_config_files_load_in_every_format_and_errors_name_the_field(tmp_path):
         load_config(tmp_path / "x.ini")
 
 
+def test_dotlist_overrides_type_their_values_as_yaml(tmp_path):
+    from agl_trainer.config import apply_overrides
+
+    (tmp_path / "t.yaml").write_text("steps: 3\nrollout:\n  concurrency: 2\n  model: m-${x}\nbackend:\n")
+    cfg = load_config(tmp_path / "t.yaml", [
+        "rollout.concurrency=8", "rollout.timeout_s=1e-1", "val_before=false", "engine_urls=[http://a:1, http://b:2]",
+        "backend.name=verl", "backend.config={lr: 1e-6, mode: local}", "rollout.resources.tag=8x=y", "store=",
+    ])
+    assert cfg.steps == 3 and cfg.rollout.concurrency == 8 and cfg.rollout.timeout_s == 0.1
+    assert cfg.val_before is False and cfg.engine_urls == ["http://a:1", "http://b:2"]
+    assert cfg.backend is not None and cfg.backend.name == "verl" and cfg.backend.config == {"lr": 1e-6, "mode": "local"}
+    assert cfg.rollout.resources == {"tag": "8x=y"} and cfg.store is None
+    assert cfg.rollout.model == "m-${x}"  # strings stay as written: no interpolation
+    # a dict merges into the dict it overrides; a mapping's values are taken as given; the input is not changed
+    data = {"backend": {"name": "verl", "config": {"lr": 1.0, "mode": "local"}}}
+    out = apply_overrides(data, ["backend.config={lr: 2}"])
+    assert out["backend"]["config"] == {"lr": 2, "mode": "local"} and data["backend"]["config"]["lr"] == 1.0
+    assert apply_overrides({}, {"workdir": "123", "rollout.concurrency": 8}) == {"workdir": "123", "rollout": {"concurrency": 8}}
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["rollout.concurrency"], "override 'rollout.concurrency': expected KEY=VALUE"),
+    (["rollout..concurrency=8"], "override 'rollout..concurrency': a key is dot-separated names"),
+    (["=8"], "override '': a key is dot-separated names"),
+    ({"rollout.concurrency ": 8}, "override 'rollout.concurrency ': a key is dot-separated names"),
+    (["engine_urls=[http://a, "], "override 'engine_urls': '[http://a, ' is not a YAML value"),
+    (["engine_urls.0=http://b"], "override 'engine_urls.0': does not fit the config"),
+    (["rollout.concurency=8"], "rollout.concurency: Extra inputs are not permitted"),
+    (["rollout.concurrency=many"], "rollout.concurrency: Input should be a valid integer"),
+])
+def test_bad_overrides_are_config_errors_naming_the_key(tmp_path, overrides, message):
+    (tmp_path / "t.yaml").write_text("engine_urls: [http://a]\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "t.yaml", overrides)
+    assert message in str(err.value)
+
+
 @pytest.mark.slow
 def test_agl_train_cli_runs_a_loop_from_a_config_file(tmp_path, engine):
     (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in _tasks(2)))

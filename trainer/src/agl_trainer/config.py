@@ -20,13 +20,23 @@ never silently falls back to a default.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agl.errors import ConfigError
 from agl.transitions import TransitionConfig
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+Overrides = Mapping[str, Any] | Iterable[str]
+"""Dotted overrides: a dotlist (``["rollout.concurrency=8"]``) or a mapping (``{"rollout.concurrency": 8}``)."""
+
+_KEY = re.compile(r"[\w-]+(\.[\w-]+)*")
 
 
 class _Config(BaseModel):
@@ -61,7 +71,9 @@ class RolloutConfig(_Config):
     timeout_s: float | None = Field(default=300.0, gt=0, description="per-rollout timeout")
     max_attempts: int = Field(default=2, ge=1, description="attempts per rollout (retry policy)")
     heartbeat_s: float = Field(default=5.0, gt=0)
-    heartbeat_timeout_s: float = Field(default=60.0, gt=0, description="a silent runner's rollouts are taken back after this")
+    heartbeat_timeout_s: float = Field(
+        default=60.0, gt=0, description="a silent runner's rollouts are taken back after this"
+    )
     wait_timeout_s: float | None = Field(default=None, gt=0, description="give up on a step's rollouts after this")
     model: str = Field(default="agl-policy", description="model name given to the agent")
     resources: dict[str, Any] = Field(default_factory=dict, description="given to the agent as ctx.resources")
@@ -76,7 +88,9 @@ class TrainerConfig(_Config):
     batch_size: int = Field(default=8, ge=1, description="tasks per step")
     n_rollouts: int = Field(default=4, ge=1, description="rollouts per task (the group)")
     seed: int = 0
-    val_every: int = Field(default=0, ge=0, description="evaluate on the val split every k steps (0: only before/after)")
+    val_every: int = Field(
+        default=0, ge=0, description="evaluate on the val split every k steps (0: only before/after)"
+    )
     val_before: bool = Field(default=True, description="evaluate before the first step (the 'before' of the table)")
     val_max_tasks: int | None = Field(default=None, ge=1, description="evaluate on at most this many val tasks")
     val_temperature: float = Field(default=0.0, ge=0, description="given to val rollouts as resources['temperature']")
@@ -91,7 +105,7 @@ class TrainerConfig(_Config):
     progress: bool = Field(default=True, description="show progress bars")
 
     @model_validator(mode="after")
-    def _one_engine_source(self) -> "TrainerConfig":
+    def _one_engine_source(self) -> TrainerConfig:
         if self.engine is not None and self.engine_urls:
             raise ValueError("engine and engine_urls: give one of them, not both")
         return self
@@ -121,8 +135,11 @@ def parse_config(data: dict[str, Any], source: str = "config") -> TrainerConfig:
         raise _explain(exc, source) from None
 
 
-def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainerConfig:
-    """Read a config file (``.yaml``/``.yml``, ``.json`` or ``.toml``), then apply dotted ``overrides``."""
+def load_config(path: str | Path, overrides: Overrides | None = None) -> TrainerConfig:
+    """Read a config file (``.yaml``/``.yml``, ``.json`` or ``.toml``), then apply dotted ``overrides``.
+
+    ``overrides`` are those of :func:`apply_overrides`: ``KEY=VALUE`` strings (YAML-typed values) or a mapping.
+    """
     path = Path(path)
     try:
         text = path.read_text()
@@ -131,10 +148,8 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
     suffix = path.suffix.lower()
     try:
         if suffix in (".yaml", ".yml"):
-            try:
-                import yaml
-            except ImportError:
-                raise ConfigError(f"config: {path} is YAML; install PyYAML (pip install pyyaml) or use JSON/TOML") from None
+            import yaml
+
             data = yaml.safe_load(text) or {}
         elif suffix == ".json":
             data = json.loads(text)
@@ -153,18 +168,65 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
     return parse_config(data, str(path))
 
 
-def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Set ``{"rollout.concurrency": 8}``-style dotted keys in a nested dict (a copy)."""
-    out = json.loads(json.dumps(data, default=str))
-    for dotted, value in overrides.items():
-        node = out
-        *parents, leaf = dotted.split(".")
-        for key in parents:
-            if node.get(key) is None:
-                node[key] = {}
-            node = node[key]
-        node[leaf] = value
-    return out
+def apply_overrides(data: Mapping[str, Any], overrides: Overrides) -> dict[str, Any]:
+    """A copy of ``data`` with dotted overrides applied, in order, by OmegaConf.
+
+    A dotlist item ``KEY=VALUE`` has its value parsed as YAML (``8``, ``true``, ``[a, b]``,
+    ``{x: 1}``; an empty value is null); a mapping's values are taken as given. A dict value
+    merges into the dict it overrides, any other value replaces what was there. Strings are
+    kept as written (no ``${...}`` interpolation). A malformed item is a :class:`ConfigError`
+    naming it; an unknown field is caught later, by :func:`parse_config`, which names it too.
+    """
+    from omegaconf import OmegaConf  # imported here: importing agl_trainer stays ~60 ms faster
+    from omegaconf.errors import OmegaConfBaseException
+
+    merged = OmegaConf.create(_plain(data))
+    for key, patch in _patches(overrides):
+        try:
+            merged = OmegaConf.merge(merged, patch)
+        except OmegaConfBaseException as exc:
+            reason = str(exc).splitlines()[0]
+            raise ConfigError(f"override {key!r}: does not fit the config ({reason})") from None
+    return OmegaConf.to_container(merged, resolve=False)  # type: ignore[return-value]
 
 
-__all__ = ["ComponentConfig", "GatewayConfig", "RolloutConfig", "TrainerConfig", "apply_overrides", "load_config", "parse_config"]
+def _patches(overrides: Overrides) -> Iterator[tuple[str, DictConfig]]:
+    """Each override as (its key, a config holding just it)."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    if isinstance(overrides, Mapping):
+        for key, value in overrides.items():
+            patch = OmegaConf.create()
+            OmegaConf.update(patch, _checked_key(key), _plain(value), merge=True)
+            yield key, patch
+        return
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE")
+        try:
+            patch = OmegaConf.from_dotlist([f"{_checked_key(key)}={value}"])
+        except yaml.YAMLError as exc:
+            reason = getattr(exc, "problem", None) or exc
+            raise ConfigError(f"override {key!r}: {value!r} is not a YAML value ({reason})") from None
+        yield key, patch
+
+
+def _checked_key(key: str) -> str:
+    if not _KEY.fullmatch(key):
+        raise ConfigError(f"override {key!r}: a key is dot-separated names, e.g. rollout.concurrency")
+    return key
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-only copy (dates, paths and other objects as strings), which OmegaConf can hold."""
+    return json.loads(json.dumps(value, default=str))
+
+
+__all__ = [
+    "ComponentConfig", "GatewayConfig", "Overrides", "RolloutConfig", "TrainerConfig", "apply_overrides", "load_config",
+    "parse_config",
+]
