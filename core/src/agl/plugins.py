@@ -1,10 +1,23 @@
-"""The plugin registry: one pluggy manager for the process, loaded on first use."""
+"""The plugin registry: one pluggy manager for the process, loaded on first use.
+
+Built-in plugins (``agl.credit``) always load. Installed plugins come from the
+``agl`` entry-point group; ``AGL_LOAD_PLUGINS`` limits which: a comma-separated
+list of entry-point names loads only those, an empty string loads none, and
+unset loads all. Every plugin is checked when it is registered: an ``agl_*``
+function that matches no hook of :mod:`agl.hookspecs`, an implementation whose
+arguments the hook does not have, or an ``async def`` one is a
+:class:`~agl.errors.ConfigError` naming the plugin and the hook.
+"""
 
 from __future__ import annotations
 
+import difflib
 import inspect
+import os
+import re
 import threading
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import pluggy
 
@@ -12,11 +25,151 @@ from agl import hookspecs
 from agl.errors import ConfigError
 
 ENTRY_POINT_GROUP = "agl"
+LOAD_PLUGINS_ENV = "AGL_LOAD_PLUGINS"
 
 _manager: pluggy.PluginManager | None = None
 _lock = threading.Lock()
 
 _BUILTINS = ("agl.credit",)
+_HOOKS = frozenset(name for name in dir(hookspecs) if name.startswith("agl_"))
+
+
+class RewardAnswer(NamedTuple):
+    """One plugin's answer to ``agl_reward``, as the relay returns it (and an ``agl_reward`` wrapper sees it)."""
+
+    plugin: str
+    """The name of the plugin that answered: the ``source`` of the rewards stored from it."""
+    value: float | Mapping[str, float] | None
+    """What the plugin returned (None where it raised)."""
+    error: Exception | None = None
+    """What the plugin raised, if it did; such an answer is counted, logged and gives no reward."""
+
+
+_ISOLATED: dict[str, Callable[[str, Callable[..., Any]], Callable[..., Any]]] = {}
+"""Hooks whose implementations answer for themselves: each is wrapped, when registered, by the function here."""
+
+
+def _answer_for(plugin_name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` (an ``agl_reward`` implementation) made to return a :class:`RewardAnswer` and never raise.
+
+    One failing plugin then costs only its own answer: pluggy stops a hook call at
+    the first exception, and the answers carry the name their rewards are stored under.
+    """
+
+    def answer(*args: Any, **kwargs: Any) -> RewardAnswer | None:
+        try:
+            value = function(*args, **kwargs)
+        except Exception as exc:
+            return RewardAnswer(plugin_name, None, exc)
+        return None if value is None else RewardAnswer(plugin_name, value)
+
+    answer.__wrapped__ = function  # type: ignore[attr-defined]
+    return answer
+
+
+_ISOLATED["agl_reward"] = _answer_for
+
+
+class _Manager(pluggy.PluginManager):
+    """pluggy's manager, with agl's rules for what a plugin may hold."""
+
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
+        """As pluggy, and like pytest: a function named ``agl_*`` is a hook implementation even unmarked.
+
+        So a misspelled or unmarked hook is refused at registration instead of being silently ignored.
+        """
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts is None and name.startswith("agl_") and inspect.isroutine(inspect.getattr_static(plugin, name, None)):
+            opts = {}  # type: ignore[typeddict-item]  # pluggy fills in the defaults
+        return opts
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        """Register ``plugin``; an ``async def`` hook or one that does not match its spec is a ConfigError."""
+        _check_sync(plugin, name)
+        try:
+            registered = super().register(plugin, name)
+        except pluggy.PluginValidationError as exc:
+            raise _refused(name or self.get_canonical_name(plugin), exc) from exc
+        if registered is not None:
+            self._isolate(plugin, registered)
+        return registered
+
+    def _isolate(self, plugin: object, plugin_name: str) -> None:
+        for caller in self.get_hookcallers(plugin) or []:
+            wrap = _ISOLATED.get(caller.name)
+            if wrap is None:
+                continue
+            for impl in caller.get_hookimpls():
+                if impl.plugin is plugin and not (impl.wrapper or impl.hookwrapper):
+                    impl.function = wrap(plugin_name, impl.function)  # type: ignore[misc]
+
+
+def _refused(name: str, exc: pluggy.PluginValidationError) -> ConfigError:
+    """pluggy's refusal of a hook implementation, on one line, naming the plugin and the hook."""
+    first, *rest = str(exc).splitlines()
+    hook = re.search(r"for hook '(\w+)'", first)
+    where = f"plugin {name!r}, hook {hook.group(1)!r}" if hook else f"plugin {name!r}"
+    return ConfigError(f"{where}: {'; '.join(rest) or first}")
+
+
+def _check_sync(plugin: Any, name: str | None) -> None:
+    for attr in dir(plugin):
+        if attr.startswith("agl_") and inspect.iscoroutinefunction(getattr(plugin, attr, None)):
+            raise ConfigError(f"plugin {name or plugin!r}: hook {attr} is async; agl hooks must be plain functions")
+
+
+def _check_pending(pm: pluggy.PluginManager) -> None:
+    """pluggy's ``check_pending``, its error turned into a ConfigError naming the plugin and the hook.
+
+    The offending plugin is unregistered first, so the manager is left as it was.
+    """
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        plugin = exc.plugin
+        name = pm.get_name(plugin) or repr(plugin)
+        unknown = sorted(
+            hook for hook, caller in vars(pm.hook).items()
+            if not hook.startswith("_") and not caller.has_spec()
+            and any(i.plugin is plugin for i in caller.get_hookimpls())
+        )
+        pm.unregister(plugin)
+        raise ConfigError(f"plugin {name!r}: {'; '.join(_unknown_hook(h) for h in unknown)}") from exc
+
+
+def _unknown_hook(hook: str) -> str:
+    close = difflib.get_close_matches(hook, _HOOKS, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"agl's hooks are {', '.join(sorted(_HOOKS))}"
+    return f"unknown hook {hook!r} ({hint})"
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    """Load the ``agl`` entry points that ``AGL_LOAD_PLUGINS`` allows (all where it is unset)."""
+    wanted = os.environ.get(LOAD_PLUGINS_ENV)
+    installed = _installed()
+    names = installed if wanted is None else [n for n in (n.strip() for n in wanted.split(",")) if n]
+    for name in names:
+        if name not in installed:
+            known = ", ".join(installed) or "none"
+            raise ConfigError(f"{LOAD_PLUGINS_ENV}: no installed plugin named {name!r} (installed: {known})")
+        if not pm.has_plugin(name):
+            _load_entry_point(pm, name)
+
+
+def _load_entry_point(pm: pluggy.PluginManager, name: str) -> None:
+    try:
+        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"plugin {name!r} failed to import: {type(exc).__name__}: {exc} "
+            f"(leave it out with {LOAD_PLUGINS_ENV}=<the plugins to load, comma-separated>)"
+        ) from exc
+
+
+def _installed() -> list[str]:
+    from importlib.metadata import entry_points
+
+    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
 
 
 def get_plugin_manager() -> pluggy.PluginManager:
@@ -24,29 +177,29 @@ def get_plugin_manager() -> pluggy.PluginManager:
     global _manager
     with _lock:
         if _manager is None:
-            pm = pluggy.PluginManager("agl")
+            pm = _Manager("agl")
             pm.add_hookspecs(hookspecs)
             for module_name in _BUILTINS:
                 module = __import__(module_name, fromlist=["_"])
                 pm.register(module, name=module_name)
-            pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-            for plugin in pm.get_plugins():
-                _check_sync(plugin)
+            _load_entry_points(pm)
+            _check_pending(pm)
             _manager = pm
         return _manager
 
 
-def _check_sync(plugin: Any) -> None:
-    for name in dir(plugin):
-        if name.startswith("agl_") and inspect.iscoroutinefunction(getattr(plugin, name, None)):
-            raise ConfigError(f"plugin {plugin!r}: hook {name} is async; agl hooks must be plain functions")
-
-
 def register(plugin: Any, name: str | None = None) -> str:
-    """Register a plugin object or module in code; returns its name."""
-    _check_sync(plugin)
+    """Register a plugin object or module in code; returns its name.
+
+    Raises :class:`~agl.errors.ConfigError` naming the plugin and the hook where a
+    hook is unknown, async, or takes an argument its spec does not have.
+    """
     pm = get_plugin_manager()
-    return pm.register(plugin, name=name)
+    registered = pm.register(plugin, name=name)
+    if registered is None:
+        raise ConfigError(f"plugin {name!r}: that name is blocked")
+    _check_pending(pm)
+    return registered
 
 
 def unregister(plugin: Any = None, name: str | None = None) -> None:
@@ -60,25 +213,39 @@ def hook() -> Any:
 
 
 def list_plugins() -> list[dict[str, Any]]:
-    """What is installed: each plugin's name, distribution and what it provides."""
+    """What is installed: each plugin's name, distribution, hooks and what it provides (``agl_list_components``)."""
     pm = get_plugin_manager()
     dists = {id(p): d for p, d in pm.list_plugin_distinfo()}
     rows = []
     for name, plugin in pm.list_name_plugin():
         if plugin is None:
             continue
-        dist = dists.get(id(plugin))
-        provides = getattr(plugin, "agl_list_components", lambda: None)() or {}
-        hooks = sorted(h.name for h in (pm.get_hookcallers(plugin) or []))
         rows.append(
             {
                 "name": name,
-                "distribution": f"{dist.project_name} {dist.version}" if dist else "(registered in code)" if name not in _BUILTINS else "agl-core (built in)",
-                "hooks": hooks,
-                "provides": provides,
+                "distribution": _distribution(name, dists.get(id(plugin))),
+                "hooks": sorted(h.name for h in (pm.get_hookcallers(plugin) or [])),
+                "provides": _provides(pm, plugin),
             }
         )
     return rows
+
+
+def _distribution(name: str, dist: Any) -> str:
+    if dist is not None:
+        return f"{dist.project_name} {dist.version}"
+    return "agl-core (built in)" if name in _BUILTINS else "(registered in code)"
+
+
+def _provides(pm: pluggy.PluginManager, plugin: object) -> dict[str, list[str]]:
+    """One plugin's ``agl_list_components`` answer, through the relay (a subset holding only that plugin)."""
+    others = [p for p in pm.get_plugins() if p is not plugin]
+    answers = pm.subset_hook_caller("agl_list_components", remove_plugins=others)()
+    merged: dict[str, list[str]] = {}
+    for answer in answers:
+        for kind, names in (answer or {}).items():
+            merged.setdefault(kind, []).extend(names)
+    return merged
 
 
 def resolve(kind: str, name: str, config: dict | None = None) -> Any:
@@ -87,7 +254,8 @@ def resolve(kind: str, name: str, config: dict | None = None) -> Any:
     found = caller(name=name) if kind == "credit_assignment" else caller(name=name, config=config or {})
     if found is None:
         known = sorted({n for row in list_plugins() for n in row["provides"].get(_PLURAL[kind], [])})
-        raise ConfigError(f"{kind.replace('_', ' ')}: no plugin provides {name!r} (installed: {', '.join(known) or 'none'})")
+        installed = ", ".join(known) or "none"
+        raise ConfigError(f"{kind.replace('_', ' ')}: no plugin provides {name!r} (installed: {installed})")
     return found
 
 

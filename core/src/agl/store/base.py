@@ -15,10 +15,11 @@ any other: late data is kept, never dropped, and is part of every later query.
 from __future__ import annotations
 
 import abc
+import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from agl.errors import AglError
+from agl.errors import ConfigError
 from agl.schema import (
     LLMCall,
     ModelVersion,
@@ -214,30 +215,68 @@ class Store(abc.ABC):
         self.close()
 
 
-def open_store(url: str | None = None, **options) -> Store:
+def open_store(url: str | os.PathLike[str] | None = None, **options) -> Store:
     """Open a store from a URL.
 
     - ``sqlite:///relative/agl.db``, ``sqlite:////abs/agl.db`` or a plain path: embedded SQLite;
     - ``http://127.0.0.1:4317`` (token in ``options`` or ``AGL_STORE_TOKEN``): a store server;
-    - ``postgresql://user@host/db``: PostgreSQL.
+    - ``postgresql://user@host/db``: PostgreSQL;
+    - any other ``scheme://``: the opener a plugin gives for it (hook ``agl_store_schemes``),
+      called as ``opener(url, **options)``.
 
     With no URL, ``AGL_STORE_URL`` is read, falling back to ``./.agl/agl.db``.
+    Raises :class:`~agl.errors.ConfigError` for a scheme nothing opens, listing the known ones.
     """
-    import os
+    url = os.fspath(url) if url else os.environ.get("AGL_STORE_URL") or "sqlite:///.agl/agl.db"
+    scheme = url.split("://", 1)[0].lower() if "://" in url else "sqlite"
+    opener = _BUILTIN_SCHEMES.get(scheme)
+    if opener is None:
+        schemes = _plugin_schemes()
+        opener = schemes.get(scheme)
+        if opener is None:
+            known = ", ".join(f"{s}://" for s in sorted({*_BUILTIN_SCHEMES, *schemes}))
+            raise ConfigError(f"store url {url!r}: unknown scheme {scheme!r} (known: {known})")
+    return opener(url, **options)
 
-    url = url or os.environ.get("AGL_STORE_URL") or "sqlite:///.agl/agl.db"
-    if url.startswith(("http://", "https://")):
-        from agl.store.http import HttpStore
 
-        return HttpStore(url, **options)
-    if url.startswith(("postgresql://", "postgres://")):
-        from agl.store.postgres import PostgresStore
-
-        return PostgresStore(url, **options)
-    if url.startswith("sqlite:///"):
-        url = url[len("sqlite:///") :]  # as in SQLAlchemy: sqlite:////abs/path, sqlite:///rel/path
-    if "://" in url:
-        raise AglError(f"store url {url!r}: unknown scheme (use sqlite://, http://, https:// or postgresql://)")
+def _open_sqlite(url: str, **options) -> Store:
     from agl.store.sqlite import SqliteStore
 
+    if url.startswith("sqlite:///"):
+        url = url[len("sqlite:///") :]  # as in SQLAlchemy: sqlite:////abs/path, sqlite:///rel/path
+    elif "://" in url:
+        raise ConfigError(f"store url {url!r}: a sqlite url is sqlite:///relative/path or sqlite:////absolute/path")
     return SqliteStore(url, **options)
+
+
+def _open_http(url: str, **options) -> Store:
+    from agl.store.http import HttpStore
+
+    return HttpStore(url, **options)
+
+
+def _open_postgres(url: str, **options) -> Store:
+    from agl.store.postgres import PostgresStore
+
+    return PostgresStore(url, **options)
+
+
+_BUILTIN_SCHEMES: dict[str, Callable[..., Store]] = {
+    "sqlite": _open_sqlite,
+    "http": _open_http,
+    "https": _open_http,
+    "postgresql": _open_postgres,
+    "postgres": _open_postgres,
+}
+"""The schemes agl-core opens itself; plugins add others and cannot replace these."""
+
+
+def _plugin_schemes() -> dict[str, Callable[..., Store]]:
+    """``{scheme: opener}`` from every plugin's ``agl_store_schemes``; the first in call order wins a scheme."""
+    from agl.plugins import hook
+
+    schemes: dict[str, Callable[..., Store]] = {}
+    for answer in hook().agl_store_schemes():
+        for scheme, opener in (answer or {}).items():
+            schemes.setdefault(scheme.lower(), opener)
+    return schemes

@@ -17,7 +17,7 @@ from agl.transitions.readers import _GenericReader, _SqlReader
 from agl.transitions.records import _Call, _Chunk, _LlmSpan, _Step, _step
 from agl.transitions.rewards import RETURN_SOURCE, _index_before, _plugin_rewards, _with_task, final_reward
 
-log = logging.getLogger("agl.transitions")  # the package's logger, as before it was split
+log = logging.getLogger("agl.transitions")
 
 CHUNK = 200
 """Rollouts read from the store per round trip."""
@@ -35,40 +35,20 @@ def _pick_reader(store: Store, need_text: bool) -> _GenericReader | _SqlReader:
     return transitions._reader_for(store, need_text)
 
 
-_FIELDS = frozenset(Transition.model_fields)
-_FIELDS_SET = set(_FIELDS)
-_new = object.__new__
-_set = object.__setattr__
 _by_seq = attrgetter("seq")
 _Joined = tuple[list[Any], list[Any], list[Any], "list[float] | None"]
 _NO_REWARDS: list[Reward] = []
 
+_TEMPLATE = Transition(rollout_id="-", task_id="-", step=0, agent=None, prompt_ids=[], response_ids=[],
+                       response_logprobs=None, reward=0.0, model_version=None, token_source="engine", call_id=None,
+                       weight=1.0, prompt_messages=None, response_text=None)
+"""A validated transition with every field set; each built one is a ``model_copy`` of it.
 
-def _make_transition(values: dict[str, Any]) -> Transition:
-    """A Transition from values the builder has already checked, without validation.
-
-    What ``Transition.model_construct`` does with every field given, minus its
-    per-field bookkeeping (about 10 µs a call, a third of a build); checked against
-    ``model_construct`` when this module is imported.
-    """
-    obj = _new(Transition)
-    _set(obj, "__dict__", values)
-    # Every field is set, so one shared set is what each instance would hold (pydantic only ever adds to it).
-    _set(obj, "__pydantic_fields_set__", _FIELDS_SET)
-    _set(obj, "__pydantic_extra__", None)
-    _set(obj, "__pydantic_private__", None)
-    return obj
-
-
-def _check_make_transition() -> None:
-    values = dict(rollout_id="r", task_id="t", step=0, agent=None, prompt_ids=array("i", [1]), response_ids=array("i"),
-                  response_logprobs=None, reward=1.0, model_version=None, token_source="engine", call_id=None,
-                  weight=1.0, prompt_messages=None, response_text=None)
-    if set(values) != _FIELDS or _make_transition(dict(values)) != Transition.model_construct(**values):
-        raise RuntimeError("agl.transitions: Transition's fields changed; update _make_transition")
-
-
-_check_make_transition()
+``model_copy(update=...)`` does not validate, and the builder checked its values
+already; it costs a third of ``model_construct`` (which re-walks every field's
+defaults and aliases), a build's largest single cost otherwise.
+"""
+_copy_template = _TEMPLATE.model_copy
 
 
 class TransitionBuilder:
@@ -86,10 +66,11 @@ class TransitionBuilder:
         self._agents = None if self.config.agents is None else frozenset(self.config.agents)
         self._reader = _pick_reader(store, self.config.with_text)
         pm = get_plugin_manager()
-        impls = pm.hook.agl_reward.get_hookimpls() if self.config.reward_plugins else []
-        self._impls = [(pm.get_name(i.plugin) or i.plugin_name, i) for i in impls]
+        self._reward_hook = pm.hook.agl_reward
+        impls = self._reward_hook.get_hookimpls() if self.config.reward_plugins else []
         self._has_plugins = bool(impls)
-        self._plugin_names = frozenset(name for name, _ in self._impls)
+        self._plugin_names = frozenset(i.plugin_name for i in impls)
+        """The plugins answering ``agl_reward``: their stored rows are recomputed, not read back."""
         self._tasks: dict[str, Task] = {}
         """Tasks read for reward plugins, kept for the builder's later chunks (a task does not change)."""
 
@@ -154,14 +135,14 @@ class TransitionBuilder:
             missing = sorted({r.task_id for r in live if r.task is None and r.task_id not in tasks})
             if missing:
                 tasks.update(self._reader.tasks(missing))
-            store, impls, stored_rewards = self.store, self._impls, chunk.rewards
+            store, call, stored_rewards = self.store, self._reward_hook, chunk.rewards
             new: list[Reward] = []
             for r in live:
                 if r.task is None:
                     task = tasks.get(r.task_id)
                     if task is not None:
                         r = _with_task(r, task)
-                got = _plugin_rewards(r, store, report, impls)
+                got = _plugin_rewards(r, store, report, call)
                 plugin_rewards[r.rollout_id] = got
                 if got:
                     have = stored_rewards.get(r.rollout_id)
@@ -248,30 +229,24 @@ class TransitionBuilder:
         weight = 1.0 / len(kept) if cfg.normalize == "rollout" else 1.0
         task_id = rollout.task_id
         fallback_version = rollout.model_version
-        fields_set = _FIELDS_SET
+        make = _copy_template
         append = out.append
         for i in kept:
             c = step_calls[i]
             if c is not None:
-                # _make_transition, inlined: this loop runs once per transition.
-                t = _new(Transition)
-                _set(t, "__dict__", {
+                t = make(update={
                     "rollout_id": rid, "task_id": task_id, "step": i, "agent": step_agents[i],
                     "prompt_ids": c.prompt_ids, "response_ids": c.response_ids, "response_logprobs": c.logprobs,
                     "reward": float(per_call[i]), "model_version": c.model_version or fallback_version,
-                    "token_source": "engine", "call_id": c.call_id, "weight": weight, "prompt_messages": None,
-                    "response_text": None,
+                    "call_id": c.call_id, "weight": weight,
                 })
-                _set(t, "__pydantic_fields_set__", fields_set)
-                _set(t, "__pydantic_extra__", None)
-                _set(t, "__pydantic_private__", None)
                 if with_text:
                     t.prompt_messages = _messages_list(request_messages(c.request or {}))
                     t.response_text = response_text(c.response or {})
             else:
                 sp = step_spans[i]
                 self._reader.load_span(sp)
-                t = _make_transition({
+                t = make(update={
                     "rollout_id": rid, "task_id": task_id, "step": i, "agent": step_agents[i],
                     "prompt_ids": array("i"), "response_ids": array("i"), "response_logprobs": None,
                     "reward": float(per_call[i]), "model_version": fallback_version, "token_source": "text",
