@@ -3,12 +3,10 @@
 Flags override the config file: ``--tasks``/``--val`` (JSONL), ``--backend``,
 ``--model`` (the weights both the backend trains and, when no engine is configured,
 a ``transformers`` engine serves), ``--workdir``, ``--steps``, ``--store`` and any
-field as ``--set rollout.concurrency=8`` (the value is parsed as JSON when it can be).
+field as ``--set rollout.concurrency=8`` (the value is read as YAML: ``8``, ``true``, ``[a, b]``).
 """
 
 from __future__ import annotations
-
-import json
 
 
 def register(subparsers) -> None:
@@ -34,14 +32,6 @@ def build_config(args):
     from agl.errors import ConfigError
 
     overrides: dict = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set: expected KEY=VALUE, got {item!r}")
-        try:
-            overrides[key] = json.loads(value)
-        except ValueError:
-            overrides[key] = value
     for flag, key in [("workdir", "workdir"), ("steps", "steps"), ("store", "store")]:
         if getattr(args, flag) is not None:
             overrides[key] = getattr(args, flag)
@@ -49,7 +39,11 @@ def build_config(args):
         overrides["backend.name"] = args.backend
     if args.engine is not None:
         overrides["engine.name"] = args.engine
-    config = load_config(args.config, overrides) if args.config else parse_config(apply_overrides({}, overrides), "flags")
+    for item in args.set:
+        if "=" not in item:
+            raise ConfigError(f"--set: expected KEY=VALUE, got {item!r}")
+    data = load_config(args.config, args.set).model_dump(mode="json") if args.config else apply_overrides({}, args.set)
+    config = parse_config(apply_overrides(data, overrides), "flags")
     if args.model is not None:
         data = config.model_dump(mode="json")
         if data.get("backend") is None:
