@@ -60,6 +60,31 @@ def test_strategies_resolve_through_the_registry_and_plugins_can_add_one():
         resolve("credit_assignment", "halves")
 
 
+def _provider(strategy_name, value, **opts):
+    class Provider:
+        @staticmethod
+        @hookimpl(**opts)
+        def agl_credit_assignment(name):
+            return (lambda n, rewards, **_: [value] * n) if name == strategy_name else None
+
+    return Provider
+
+
+def test_strategies_are_asked_in_relay_order():
+    register(_provider("x", 1.0, tryfirst=True), name="first")
+    register(_provider("x", 2.0), name="later")  # pluggy asks the last registered first, unless marked
+    register(_provider("broadcast", 42.0), name="my-broadcast")
+    try:
+        assert resolve("credit_assignment", "x")(2, RolloutRewards(final=0.0)) == [1.0, 1.0]
+        # The built-ins answer trylast: a plugin can provide a strategy of the same name.
+        assert resolve("credit_assignment", "broadcast")(2, RolloutRewards(final=1.0)) == [42.0, 42.0]
+        assert resolve("credit_assignment", "last") is last
+    finally:
+        for name in ("first", "later", "my-broadcast"):
+            unregister(name=name)
+    assert resolve("credit_assignment", "broadcast") is broadcast
+
+
 def _multi_agent_rollout(store, rid, agents, final, emitted_after=None):
     """A rollout whose calls are made by ``agents`` in order, one second apart."""
     store.add_tasks([Task(task_id=f"task-{rid}", input={})])
@@ -100,5 +125,6 @@ def test_emitted_credit_on_a_multi_agent_rollout(sqlite_store):
                              emitted_after=[(1, 1.0), (3, -1.0)])
     ts, _ = build_transitions(sqlite_store, [r], TransitionConfig(credit="emitted", normalize="none"))
     assert [t.reward for t in ts] == [2.0, 2.0, 1.0, 1.0]
-    ts, _ = build_transitions(sqlite_store, [r], TransitionConfig(credit="emitted", agents=["writer"], normalize="none"))
+    cfg = TransitionConfig(credit="emitted", agents=["writer"], normalize="none")
+    ts, _ = build_transitions(sqlite_store, [r], cfg)
     assert [(t.step, t.reward) for t in ts] == [(0, 2.0), (2, 1.0)]

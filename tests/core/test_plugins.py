@@ -223,7 +223,8 @@ def test_an_argument_the_hook_does_not_have_is_refused():
         def agl_reward(rollout, judge):
             return 1.0
 
-    with pytest.raises(ConfigError, match=r"plugin 'extra', hook 'agl_reward': .*Argument\(s\) \{'judge'\} are declared in the hookimpl but"):
+    refused = r"plugin 'extra', hook 'agl_reward': .*Argument\(s\) \{'judge'\} are declared in the hookimpl but"
+    with pytest.raises(ConfigError, match=refused):
         register(Extra, name="extra")
 
 

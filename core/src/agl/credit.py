@@ -13,8 +13,8 @@ can add its own through the ``agl_credit_assignment`` hook.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from agl.hookspecs import hookimpl
 
@@ -28,23 +28,34 @@ class RolloutRewards:
     """``(call index, value)``: the index of the last call made before the reward (-1: before any)."""
 
 
-Strategy = Callable[..., list[float]]
+class Strategy(Protocol):
+    """A credit-assignment strategy: one reward per LLM call of a rollout, in call order.
+
+    Called with how many calls the rollout made, its rewards, and the options of
+    ``TransitionConfig.credit_options``; must return exactly ``n_calls`` numbers.
+    """
+
+    def __call__(self, n_calls: int, rewards: RolloutRewards, /, **options: float) -> list[float]: ...
 
 
 def broadcast(n_calls: int, rewards: RolloutRewards, **_: float) -> list[float]:
+    """Every call gets the final reward."""
     return [rewards.final] * n_calls
 
 
 def last(n_calls: int, rewards: RolloutRewards, **_: float) -> list[float]:
+    """The last call gets the final reward, the others 0."""
     return [0.0] * (n_calls - 1) + [rewards.final] if n_calls else []
 
 
 def discounted(n_calls: int, rewards: RolloutRewards, *, gamma: float = 0.9, **_: float) -> list[float]:
+    """The final reward times ``gamma`` per call back from the last (``gamma`` in [0, 1])."""
     _check_gamma(gamma)
     return [rewards.final * gamma ** (n_calls - 1 - i) for i in range(n_calls)]
 
 
 def emitted(n_calls: int, rewards: RolloutRewards, *, gamma: float = 1.0, **_: float) -> list[float]:
+    """Returns-to-go: each call gets what was emitted after it (discounted by ``gamma``) plus the final reward."""
     _check_gamma(gamma)
     if not n_calls:
         return []
@@ -73,11 +84,13 @@ BUILTIN: dict[str, Strategy] = {
 }
 
 
-@hookimpl
+@hookimpl(trylast=True)
 def agl_credit_assignment(name: str) -> Strategy | None:
+    """The built-in strategy called ``name``; asked last, so a plugin can provide one of the same name."""
     return BUILTIN.get(name)
 
 
 @hookimpl
 def agl_list_components() -> dict[str, list[str]]:
+    """The built-in strategies, for ``agl plugins``."""
     return {"credit_assignments": sorted(BUILTIN)}

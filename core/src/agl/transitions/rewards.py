@@ -7,7 +7,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from typing import Any, TypeVar
 
 from agl.plugins import RewardAnswer
-from agl.schema import Reward, Rollout, Task
+from agl.schema import Reward, Rollout, Task, now
 from agl.store.base import Store
 from agl.transitions.config import BuildReport
 
@@ -97,8 +97,9 @@ def _append_rewards(out: list[Reward], rollout: Rollout, answer: RewardAnswer, r
             log.warning("reward plugin %s: reward %r of rollout %s is not a number: %r", source, name, rid, number)
             continue
         # Every field is checked above (str ids, name and source; a float value): no validation needed.
+        # created_at is given so that model_construct calls no default factory (it inspects each one's signature).
         out.append(Reward.model_construct(reward_id=f"rw-{rid}-a{rollout.attempt}-{source}-{name}", rollout_id=rid,
-                                          name=name, value=number, source=source))
+                                          name=name, value=number, source=source, created_at=now()))
 
 
 def final_reward(rewards: Sequence[Reward], plugin_sources: Collection[str]) -> tuple[float | None, Reward | None]:
