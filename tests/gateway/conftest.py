@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import openai
 import pytest
-from agl_trainer.gateway import Gateway
-from agl.schema import Rollout, Task
 
+from agl.schema import Rollout, Task
+from agl_trainer.gateway import Gateway
 from tests.fake_engine import FakeEngine
 
 TOKEN = "test-token"

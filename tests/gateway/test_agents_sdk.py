@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool
-from agl_trainer.gateway import check_continuity
 from openai import AsyncOpenAI
 
+from agl_trainer.gateway import check_continuity
 from tests.gateway.conftest import TOKEN, calls_of
 
 

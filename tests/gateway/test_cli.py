@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import httpx
-from agl.store.sqlite import SqliteStore
 
+from agl.store.sqlite import SqliteStore
 from tests.conftest import free_port
 
 AGL = str(Path(sys.executable).parent / "agl")

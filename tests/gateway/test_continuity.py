@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agl_trainer.gateway.continuity import check_continuity, report
 from agl.schema import LLMCall
+from agl_trainer.gateway.continuity import check_continuity, report
 
 
 def call(i: int, prompt: list[int], response: list[int]) -> LLMCall:

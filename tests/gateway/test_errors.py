@@ -5,9 +5,9 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from agl_trainer.gateway import Gateway
-from agl.schema import RolloutStatus
 
+from agl.schema import RolloutStatus
+from agl_trainer.gateway import Gateway
 from tests.conftest import free_port
 from tests.fake_engine import FakeEngine
 from tests.gateway.conftest import TOKEN, calls_of, new_rollout

@@ -6,8 +6,8 @@ import json
 
 import httpx
 import pytest
-from agl_trainer.gateway import Gateway, check_continuity
 
+from agl_trainer.gateway import Gateway, check_continuity
 from tests.fake_engine import END, FakeEngine, render_chat
 from tests.gateway.conftest import TOKEN, calls_of
 

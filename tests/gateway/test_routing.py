@@ -7,8 +7,8 @@ import time
 
 import httpx
 import pytest
-from agl_trainer.gateway import Gateway
 
+from agl_trainer.gateway import Gateway
 from tests.conftest import free_port
 from tests.fake_engine import FakeEngine
 from tests.gateway.conftest import TOKEN, calls_of, new_rollout
@@ -77,7 +77,9 @@ def test_pause_drains_in_flight_and_holds_new_requests(store):
     with FakeEngine(delay_s=0.3) as eng, Gateway(store, [eng.url], token=TOKEN) as gw:
         with cf.ThreadPoolExecutor(2) as pool:
             first = pool.submit(chat, gw.url)
-            time.sleep(0.1)
+            deadline = time.monotonic() + 10
+            while eng.in_flight == 0 and time.monotonic() < deadline:  # until the engine works on it
+                time.sleep(0.005)
             t0 = time.monotonic()
             assert gw.pause(timeout_s=5) is True
             assert time.monotonic() - t0 > 0.1 and eng.in_flight == 0  # pause waited for the request in flight

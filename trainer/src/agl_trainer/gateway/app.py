@@ -24,7 +24,6 @@ import json
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any
 from urllib.parse import parse_qs
 
 from agl_trainer.gateway import chat, responses_api, validate
@@ -34,6 +33,7 @@ from agl_trainer.gateway.recorder import CallMeta, Recorder
 from agl_trainer.gateway.rollouts import RolloutRegistry
 from agl_trainer.gateway.routing import Replica, Router
 from agl_trainer.gateway.sse import DONE_EVENT, data_event, iter_engine_chunks
+from agl_trainer.gateway.upstream import UpstreamResponse
 
 log = logging.getLogger(__name__)
 
@@ -268,27 +268,23 @@ class GatewayApp:
         self.recorder.record(meta, prompt_ids, tokens, data)
         await send_json(send, 200, payload)
 
-    async def _relay_stream(self, is_chat: bool, meta: CallMeta, req: dict, resp: Any, model: str | None,
-                            send: Callable) -> None:
+    async def _relay_stream(self, is_chat: bool, meta: CallMeta, req: dict, resp: UpstreamResponse,
+                            model: str | None, send: Callable) -> None:
         keep_ids, keep_logprobs = chat.client_wants(req, chat=is_chat)
         include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
         acc = chat.StreamAccumulator(is_chat)
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
         try:
-            async for batch in iter_engine_chunks(resp.iter_chunks()):
-                out = []
-                for chunk in batch:
-                    acc.feed(chunk)
-                    chunk["id"] = meta.call_id
-                    chat.strip_chunk(chunk, keep_ids=keep_ids, keep_logprobs=keep_logprobs)
-                    if not include_usage:
-                        if not chunk.get("choices") and chunk.get("usage"):
-                            continue
-                        chunk.pop("usage", None)
-                    out.append(data_event(chunk))
-                if out:
-                    await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
-        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            async for chunk in iter_engine_chunks(resp):
+                acc.feed(chunk)
+                chunk["id"] = meta.call_id
+                chat.strip_chunk(chunk, keep_ids=keep_ids, keep_logprobs=keep_logprobs)
+                if not include_usage:
+                    if not chunk.get("choices") and chunk.get("usage"):
+                        continue
+                    chunk.pop("usage", None)
+                await send({"type": "http.response.body", "body": data_event(chunk), "more_body": True})
+        except ConnectionError as exc:
             err = {"error": {"message": f"the engine dropped the stream: {exc}", "type": "upstream_error",
                              "param": None, "code": "engine_error"}}
             await send({"type": "http.response.body", "body": data_event(err), "more_body": False})

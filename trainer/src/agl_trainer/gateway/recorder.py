@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agl.capture.writer import BufferedWriter
-from agl_trainer.gateway.errors import GatewayError
 from agl.schema import LLMCall
+from agl_trainer.gateway.errors import GatewayError
 
 log = logging.getLogger(__name__)
 

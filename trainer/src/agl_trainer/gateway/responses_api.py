@@ -14,7 +14,6 @@ Agents SDK does by default).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -27,6 +26,7 @@ from agl_trainer.gateway.chat import StreamAccumulator, take_chat_tokens
 from agl_trainer.gateway.errors import invalid
 from agl_trainer.gateway.recorder import CallMeta, Recorder
 from agl_trainer.gateway.sse import iter_engine_chunks, named_event
+from agl_trainer.gateway.upstream import UpstreamResponse
 
 log = logging.getLogger(__name__)
 
@@ -347,7 +347,7 @@ class EventStream:
         return out
 
 
-async def serve(recorder: Recorder, meta: CallMeta, req: dict, upstream: Any, model: str | None,
+async def serve(recorder: Recorder, meta: CallMeta, req: dict, upstream: UpstreamResponse, model: str | None,
                 send: Callable) -> None:
     """Answer a Responses request from the engine's chat answer ``upstream`` (status 200), and record it."""
     if not req.get("stream"):
@@ -366,14 +366,12 @@ async def serve(recorder: Recorder, meta: CallMeta, req: dict, upstream: Any, mo
                 "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
     await send({"type": "http.response.body", "body": b"".join(events.start()), "more_body": True})
     try:
-        async for batch in iter_engine_chunks(upstream.iter_chunks()):
-            out: list[bytes] = []
-            for chunk in batch:
-                acc.feed(chunk)
-                out += events.feed(chunk)
+        async for chunk in iter_engine_chunks(upstream):
+            acc.feed(chunk)
+            out = events.feed(chunk)
             if out:
                 await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
-    except (ConnectionError, asyncio.IncompleteReadError) as exc:
+    except ConnectionError as exc:
         events.resp["status"] = "failed"
         events.resp["error"] = {"code": "server_error", "message": f"the engine dropped the stream: {exc}"}
         failed = events._event("response.failed", response=events.resp)

@@ -17,8 +17,8 @@ import itertools
 from collections import OrderedDict
 
 from agl.errors import NotFound
-from agl_trainer.gateway.errors import GatewayError
 from agl.store.base import Store
+from agl_trainer.gateway.errors import GatewayError
 
 
 class RolloutRegistry:

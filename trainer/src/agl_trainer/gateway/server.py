@@ -9,12 +9,12 @@ import threading
 from typing import Any
 
 from agl.capture.writer import BufferedWriter
+from agl.store.base import Store
 from agl_trainer.gateway.app import GatewayApp
 from agl_trainer.gateway.pause import PauseGate
 from agl_trainer.gateway.recorder import Recorder
 from agl_trainer.gateway.rollouts import RolloutRegistry
 from agl_trainer.gateway.routing import Router
-from agl.store.base import Store
 
 
 def _event_loop() -> asyncio.AbstractEventLoop:

@@ -1,64 +1,51 @@
-"""Server-sent events: splitting an engine's stream, and writing events to the client."""
+"""Server-sent events: reading an engine's stream (parsed by httpx-sse), and writing events to the client."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
 
-DONE = b"[DONE]"
+import httpx
+from httpx_sse import EventSource
+
+from agl_trainer.gateway.upstream import UpstreamConnectError, UpstreamResponse
+
+DONE = "[DONE]"
 
 
-async def iter_sse_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
-    """The ``data:`` payloads of an event stream, in batches: those completed by each network read.
+class _Body(httpx.AsyncByteStream):
+    """An engine's answer body, as httpx reads a response's stream."""
 
-    Relaying a batch as one write keeps the stream's latency while saving a write per event.
-    """
-    buf = b""
-    async for chunk in chunks:
-        buf += chunk
-        if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n")
-        batch = []
-        while True:
-            end = buf.find(b"\n\n")
-            if end < 0:
-                break
-            event, buf = buf[:end], buf[end + 2 :]
-            data = [line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
-            if data:
-                batch.append(b"\n".join(data))
-        if batch:
-            yield batch
-    if buf.strip().startswith(b"data:"):
-        yield [buf.strip()[5:].lstrip(b" ")]
+    def __init__(self, resp: UpstreamResponse):
+        self._resp = resp
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._resp.iter_chunks():
+            yield chunk
 
 
-async def iter_engine_chunks(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[dict]]:
-    """An engine's streamed completion chunks, parsed, in the batches of :func:`iter_sse_batches`.
+async def iter_engine_chunks(resp: UpstreamResponse) -> AsyncIterator[dict]:
+    """The completion chunks an engine streams in ``resp`` (an answer with status 200), parsed, as they arrive.
 
     After ``[DONE]`` the body is read on to its end (so the connection can be reused)
-    and nothing more is yielded. An error event from the engine raises ConnectionError.
+    and nothing more is yielded. Raises ConnectionError when the engine sends an error
+    event, drops the connection, or does not answer with an event stream.
     """
+    source = EventSource(httpx.Response(resp.status, headers=resp.headers, stream=_Body(resp)))
     done = False
-    async for batch in iter_sse_batches(chunks):
-        parsed = []
-        for data in batch:
-            if done or data == DONE:
+    try:
+        async for event in source.aiter_sse():
+            if done or not event.data:
+                continue
+            if event.data == DONE:
                 done = True
                 continue
-            chunk = json.loads(data)
+            chunk = json.loads(event.data)
             if "error" in chunk and not chunk.get("choices"):
                 raise ConnectionError(f"engine error mid-stream: {chunk['error']}")
-            parsed.append(chunk)
-        if parsed:
-            yield parsed
-
-
-async def iter_sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The ``data:`` payloads of an event stream, one per event, as they arrive."""
-    async for batch in iter_sse_batches(chunks):
-        for data in batch:
-            yield data
+            yield chunk
+    except httpx.HTTPError as exc:  # SSEError: not an event stream; DecodingError: a body that does not decode
+        raise UpstreamConnectError(f"the engine's stream could not be read: {exc}") from exc
 
 
 def data_event(obj: object) -> bytes:

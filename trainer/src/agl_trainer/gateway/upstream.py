@@ -4,7 +4,21 @@ The gateway sends every request to an engine on the same host or network, so it
 needs little of a general HTTP client: JSON bodies with a Content-Length, answers
 with a Content-Length or chunked (streaming), keep-alive connections in a pool.
 Doing just that on asyncio streams costs a fraction of a general client's time per
-request, which is most of the gateway's own overhead.
+request, which is most of the gateway's own overhead. (The engine's event streams
+are parsed by httpx-sse, see :mod:`agl_trainer.gateway.sse`.)
+
+Why not httpx: the gateway on httpx missed both README targets, in the same runs of
+``tests/benchmarks/bench_gateway.py`` (2 shared cores, the same load generator,
+this client and httpx taking turns): added latency at 1 client +1.94 / +2.87 ms p50
+with httpx against +0.74 / +0.87 ms with this client (target <= 1 ms); 168 / 83
+calls/s at 64 clients against 1088 / 733 (target >= 1500). The engine alone
+through httpx (``bench_gateway --httpx``): 1.81 ms p50 against 0.32 ms, and 46
+calls/s at 64 clients against 4411. httpx was tuned first: one ``AsyncClient`` per
+replica, HTTP/1.1 only, no connection limit, 256 keep-alive connections,
+``trust_env=False``, no per-request client, its per-request log line off; neither
+its transport alone (without ``AsyncClient``) nor one client per caller came near
+(1.3 ms per request; 258 calls/s at 64 callers). httpx also does not retry a
+keep-alive connection the engine closed meanwhile, which this pool does once.
 """
 
 from __future__ import annotations
