@@ -15,7 +15,10 @@ threads over HTTP.
 
 Baselines measured in the same run: for the embedded store, plain sqlite3 with one
 INSERT per row and a commit per rollout (what a naive store does); over HTTP, the
-same server driven without coalescing (one request per store call).
+same server driven without coalescing (one request per store call). Over HTTP the
+coalescing client is also run with its ``/v1/batch`` requests sent by its
+``httpx.Client`` ("batches over httpx"), the figure that keeps its ``http.client``
+batch connections (see :mod:`agl.store.http`).
 
 Latency is per store call (claim, add_spans, add_llm_calls, add_rewards, finish).
 Peak RSS is sampled every 20 ms during the run: this process for the embedded
@@ -351,6 +354,15 @@ class UncoalescedHttpStore(HttpStore):
         return Rollout.model_validate_json(answer.content)
 
 
+class HttpxBatchHttpStore(HttpStore):
+    """Comparison: the coalescing client with its ``/v1/batch`` requests sent by the ``httpx.Client`` too."""
+
+    def __init__(self, url: str, **options) -> None:
+        super().__init__(url, **options)
+        self._batch.close()
+        self._batch = None
+
+
 # -- backends ---------------------------------------------------------------------
 @contextlib.contextmanager
 def http_server(db: Path) -> Iterator[tuple[str, str, int]]:
@@ -362,7 +374,7 @@ def http_server(db: Path) -> Iterator[tuple[str, str, int]]:
     token = secrets.token_urlsafe(16)
     code = "import sys; from agl_trainer.cli import main; sys.exit(main())"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "store", "serve", "--store", f"sqlite:///{db}", "--port", str(port), "--token", token],
+        [sys.executable, "-c", code, "store", "serve", "--store", f"sqlite:///{db}", "--port", str(port), f"--token={token}"],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
     )
@@ -470,10 +482,17 @@ def bench_growth(tmp: Path, rounds: int, rollouts: int) -> None:
         print(f"    {spans:>7} spans stored: write peak {_mib(write_peak)} MiB, full scan of {n} spans peak {_mib(read_peak)} MiB")
 
 
+HTTP_CLIENTS = (
+    ("baseline: HTTP, request per call", UncoalescedHttpStore),
+    ("HTTP, batches over httpx", HttpxBatchHttpStore),
+    ("HTTP server (coalescing)", HttpStore),
+)
+
+
 def bench_http(tmp: Path, writer_counts: list[int], rollouts: int) -> None:
     for writers in writer_counts:
-        for label, cls in (("baseline: HTTP, request per call", UncoalescedHttpStore), ("HTTP server (coalescing)", HttpStore)):
-            db = tmp / f"http-{label[:4]}-{writers}.db"
+        for label, cls in HTTP_CLIENTS:
+            db = tmp / f"http-{HTTP_CLIENTS.index((label, cls))}-{writers}.db"
             with http_server(db) as (url, token, pid):
                 store = cls(url, token=token)
                 _seed(store, rollouts)
@@ -500,8 +519,8 @@ def bench_postgres(writer_counts: list[int], rollouts: int) -> None:
 
 
 def bench_w2(tmp: Path, runners: int, rollouts: int) -> None:
-    for label, cls in (("baseline: HTTP, request per call", UncoalescedHttpStore), ("HTTP server (coalescing)", HttpStore)):
-        with http_server(tmp / f"w2-{label[:4]}.db") as (url, token, pid):
+    for label, cls in HTTP_CLIENTS:
+        with http_server(tmp / f"w2-{HTTP_CLIENTS.index((label, cls))}.db") as (url, token, pid):
             store = cls(url, token=token)
             store.add_tasks([Task(task_id="t", input={})])
             for start in range(0, rollouts, 1000):

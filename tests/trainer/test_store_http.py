@@ -8,17 +8,18 @@ import secrets
 import threading
 import time
 
-import agl
 import httpx
 import pytest
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+import agl
 from agl import plugins
 from agl.errors import InvalidTransition, NotFound, StoreUnavailable
 from agl.schema import Rollout, RolloutStatus, Span, Task
 from agl.store.http import HttpStore, RequestRejected, Unauthorized
-from agl_trainer.store_server import ServerThread
 from agl.store.sqlite import SqliteStore
-from starlette.responses import JSONResponse
-from starlette.routing import Route
+from agl_trainer.store_server import ServerThread
 
 
 class CountingStore(SqliteStore):
@@ -57,13 +58,15 @@ def served(tmp_path, middleware=None, **app_options):
     backing = CountingStore(tmp_path / "agl.db")
     token = secrets.token_urlsafe(16)
     try:
-        with ServerThread(backing, token=token, middleware=middleware, **app_options) as server:
-            with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}) as raw:
-                client = HttpStore(server.url, token=token, backoff_s=0.01)
-                try:
-                    yield backing, client, raw, server
-                finally:
-                    client.close()
+        with (
+            ServerThread(backing, token=token, middleware=middleware, **app_options) as server,
+            httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}) as raw,
+        ):
+            client = HttpStore(server.url, token=token, backoff_s=0.01)
+            try:
+                yield backing, client, raw, server
+            finally:
+                client.close()
     finally:
         backing.close()
 
@@ -121,9 +124,11 @@ def test_bad_bodies_get_422_naming_the_field(tmp_path):
         assert "invalid JSON" in not_json.json()["error"]["reason"]
         limit = raw.post("/v1/claims", json={"runner_id": "r", "limit": 0})
         assert limit.status_code == 422 and limit.json()["error"]["field"] == "limit"
-        attempt = raw.post("/v1/batch", json={"finishes": [{"rollout_id": "ro-1", "status": "succeeded", "attempt": 0}]})
+        finish = {"rollout_id": "ro-1", "status": "succeeded", "attempt": 0}
+        attempt = raw.post("/v1/batch", json={"finishes": [finish]})
         assert attempt.status_code == 422 and attempt.json()["error"]["field"] == "finishes.0.attempt"
-        tokens = raw.post("/v1/llm_calls", json={"llm_calls": [{"call_id": "c", "prompt_ids": "!!", "response_ids": []}]})
+        call = {"call_id": "c", "prompt_ids": "!!", "response_ids": []}
+        tokens = raw.post("/v1/llm_calls", json={"llm_calls": [call]})
         assert tokens.json()["error"]["field"] == "llm_calls.0.prompt_ids"
         extra = raw.post("/v1/rollouts/query", json={"bogus": 1})
         assert extra.status_code == 422 and extra.json()["error"]["field"] == "bogus"
@@ -138,7 +143,9 @@ def test_unknown_ids_get_404_and_forbidden_transitions_409(tmp_path):
         [r] = _seed(client, 1)
         missing = raw.get("/v1/rollouts/ro-nope")
         assert missing.status_code == 404
-        assert missing.json()["error"] | {} == {"type": "NotFound", "kind": "rollout", "ident": "ro-nope", "reason": "unknown rollout 'ro-nope'"}
+        assert missing.json()["error"] == {
+            "type": "NotFound", "kind": "rollout", "ident": "ro-nope", "reason": "unknown rollout 'ro-nope'"
+        }
         assert raw.get("/v1/rollouts/ro-nope/attempts").status_code == 404
         assert raw.get("/v1/tasks/t-nope").status_code == 404
         assert raw.get("/v1/model_versions/v9").status_code == 404
@@ -167,7 +174,9 @@ def test_large_queries_stream(tmp_path):
     with served(tmp_path) as (backing, client, raw, _):
         pad = "x" * 1000
         for start in range(0, total, 5000):
-            backing.add_spans(Span(rollout_id="ro-big", seq=i, name="s", attributes={"pad": pad}) for i in range(start, start + 5000))
+            backing.add_spans(
+                Span(rollout_id="ro-big", seq=i, name="s", attributes={"pad": pad}) for i in range(start, start + 5000)
+            )
         with raw.stream("POST", "/v1/spans/query", json={"rollout_id": "ro-big"}) as response:
             first = next(response.iter_lines())
             assert json.loads(first)["seq"] == 0
@@ -232,7 +241,8 @@ class FailAfterServing:
             pass
 
         await self.app(scope, receive, swallow)
-        await JSONResponse({"error": {"type": "Injected", "reason": "answer lost"}}, status_code=503)(scope, receive, send)
+        lost = JSONResponse({"error": {"type": "Injected", "reason": "answer lost"}}, status_code=503)
+        await lost(scope, receive, send)
 
 
 def test_a_retried_write_is_stored_once(tmp_path):
@@ -297,6 +307,34 @@ def test_transient_connection_failures_are_retried(tmp_path):
         client.close()
         server.stop()
         backing.close()
+
+
+def test_connections_kept_alive_across_a_server_restart_are_replaced_without_a_retry(tmp_path):
+    backing = SqliteStore(tmp_path / "agl.db")
+    token = secrets.token_urlsafe(8)
+    first = ServerThread(backing, token=token).start()
+    port = first.port
+    client = HttpStore(first.url, token=token, retries=0)  # any failed request would raise
+    try:
+        client.add_spans([Span(span_id="before", name="s")])  # a kept-alive batch connection
+        assert client.stats().spans == 1  # and a kept-alive one of the httpx client
+        first.stop()  # closes both on the server's side
+        with ServerThread(backing, token=token, port=port):
+            client.add_spans([Span(span_id="after", name="s")])
+            assert client.stats().spans == 2
+    finally:
+        client.close()
+        backing.close()
+
+
+def test_proxies_from_the_environment_are_not_used(tmp_path, monkeypatch):
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # nothing listens there: a proxied request would fail
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with served(tmp_path) as (backing, _, _raw, server), HttpStore(server.url, token=server.token, retries=0) as c:
+        c.add_spans([Span(span_id="s", name="s")])
+        assert c.stats().spans == 1 and backing.stats().spans == 1
 
 
 class RoutesPlugin:
@@ -371,7 +409,11 @@ class ThreadRecordingStore(SqliteStore):
         return super()._write_all(fns)
 
 
-def test_a_lone_caller_sends_itself_and_the_idle_server_commits_on_its_event_loop(tmp_path):
+def test_a_lone_caller_sends_itself_and_the_idle_server_commits_on_its_event_loop(tmp_path, monkeypatch):
+    from agl_trainer import store_server as server_module
+
+    # no batch counts as slow, however busy the shared host: only the idle path is under test here
+    monkeypatch.setattr(server_module, "INLINE_MAX_S", 60.0)
     backing = ThreadRecordingStore(tmp_path / "agl.db")
     token = secrets.token_urlsafe(16)
     with ServerThread(backing, token=token) as server:

@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 
 import httpx
+
 from agl.errors import StoreUnavailable
 from agl.schema import Rollout, RolloutStatus, Span, Task
 from agl.store.http import HttpStore
-from agl_trainer.store_server import ServerThread
 from agl.store.sqlite import SqliteStore
-
+from agl_trainer.store_server import ServerThread
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,8 @@ CLI = "import sys; from agl_trainer.cli import main; sys.exit(main())"
 
 def _start_server(db: Path, port: int, token: str) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-c", CLI, "store", "serve", "--store", f"sqlite:///{db}", "--port", str(port), "--token", token],
+        [sys.executable, "-c", CLI, "store", "serve", "--store", f"sqlite:///{db}", "--port", str(port),
+         f"--token={token}"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -90,15 +91,15 @@ class Writers:
             while not self._stop.is_set():
                 spans = [Span(span_id=f"w{w}-s{i}-{k}", rollout_id=f"ro-w{w}-{i}", seq=k, name="chat", kind="llm",
                               attributes={"text": "x" * 200}) for k in range(3)]
-                self._until_acked(lambda: self.store.add_spans(spans))
+                self._until_acked(lambda spans=spans: self.store.add_spans(spans))
                 with self._lock:
                     self.acked_spans.extend(s.span_id for s in spans)
                 rollout = Rollout(rollout_id=f"ro-w{w}-{i}", task_id="task-0")
-                self._until_acked(lambda: self.store.enqueue([rollout]))
+                self._until_acked(lambda rollout=rollout: self.store.enqueue([rollout]))
                 with self._lock:
                     self.acked_rollouts.append(rollout.rollout_id)
                 claim_id = f"claim-w{w}-{i}"
-                got = self._until_acked(lambda: self.store.claim(f"runner-{w}", limit=1, claim_id=claim_id))
+                got = self._until_acked(lambda c=claim_id, r=f"runner-{w}": self.store.claim(r, limit=1, claim_id=c))
                 with self._lock:
                     for r in got:
                         assert r.rollout_id not in self.claimed, f"{r.rollout_id} claimed twice"

@@ -5,8 +5,8 @@ import contextlib
 import secrets
 
 from agl.store.http import HttpStore
-from agl_trainer.store_server import ServerThread
 from agl.store.sqlite import SqliteStore
+from agl_trainer.store_server import ServerThread
 
 
 @contextlib.contextmanager
