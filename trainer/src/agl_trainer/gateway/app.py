@@ -235,9 +235,10 @@ class GatewayApp:
                 replica, resp = await self.router.send(rollout_id, path, json.dumps(upstream).encode())
             except Saturated:
                 raise GatewayError(429, "every engine replica is at its limit of requests in flight; retry shortly",
-                                   type="rate_limit_error", code="gateway_saturated", headers={"Retry-After": "1"})
+                                   type="rate_limit_error", code="gateway_saturated",
+                                   headers={"Retry-After": "1"}) from None
             except UpstreamUnavailable as exc:
-                raise GatewayError(exc.status, str(exc), type="upstream_error", code="engine_unavailable")
+                raise GatewayError(exc.status, str(exc), type="upstream_error", code="engine_unavailable") from None
             try:
                 if resp.status != 200:
                     raise upstream_error(resp.status, await resp.read(), req)

@@ -49,7 +49,8 @@ def upstream_completion_request(req: dict, model: str | None) -> dict:
 def client_wants(req: dict, *, chat: bool) -> tuple[bool, bool]:
     """Whether the client asked for token ids, and for logprobs (a bool in chat, an int in text completions)."""
     logprobs = req.get("logprobs")
-    return bool(req.get("return_token_ids")), (logprobs is True) if chat else (logprobs is not None and logprobs is not False)
+    wants_logprobs = (logprobs is True) if chat else (logprobs is not None and logprobs is not False)
+    return bool(req.get("return_token_ids")), wants_logprobs
 
 
 def take_chat_tokens(resp: dict, *, keep_ids: bool, keep_logprobs: bool) -> tuple[list[int], list[ChoiceTokens]]:

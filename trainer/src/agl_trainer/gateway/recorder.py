@@ -85,7 +85,8 @@ class Recorder:
                 call_id, body = meta.call_id, response
             else:
                 call_id = f"{meta.call_id}-{choice.index}"
-                body = dict(response, choices=[c for c in response.get("choices", []) if c.get("index") == choice.index])
+                choices = [c for c in response.get("choices", []) if c.get("index") == choice.index]
+                body = dict(response, choices=choices)
             logprobs = choice.logprobs
             if logprobs is not None and len(logprobs) != len(choice.ids):
                 log.warning("gateway: %s has %d logprobs for %d response ids; recording the ids without logprobs",

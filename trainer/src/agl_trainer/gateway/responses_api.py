@@ -356,8 +356,8 @@ async def serve(recorder: Recorder, meta: CallMeta, req: dict, upstream: Upstrea
         resp = from_chat_response(chat, req, meta.call_id, model)
         payload = json.dumps(resp).encode()
         recorder.record(meta, prompt_ids, tokens[:1], resp)
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
         return
     events = EventStream(req, meta.call_id, model)

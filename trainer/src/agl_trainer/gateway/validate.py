@@ -51,9 +51,9 @@ def check_sampling(req: dict) -> None:
     _int(req, "seed", lo=-(2**63))
     _bool(req, "stream")
     stop = req.get("stop")
-    if stop is not None and not isinstance(stop, str):
-        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-            raise invalid("stop", "must be a string or a list of strings")
+    if stop is not None and not isinstance(stop, str) and (
+            not isinstance(stop, list) or not all(isinstance(s, str) for s in stop)):
+        raise invalid("stop", "must be a string or a list of strings")
     opts = req.get("stream_options")
     if opts is not None:
         if not isinstance(opts, dict):
@@ -97,7 +97,8 @@ def check_tool_choice(choice: Any, tools: list | None) -> None:
         if name not in names:
             raise invalid("tool_choice", f"names function {name!r}, which is not in 'tools'")
         return
-    raise invalid("tool_choice", "must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}")
+    raise invalid("tool_choice",
+                  "must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}")
 
 
 def check_response_format(fmt: Any) -> None:
@@ -159,7 +160,8 @@ def check_completion(req: dict) -> None:
                       code="missing_required_parameter" if prompt is None else "invalid_value")
     check_sampling(req)
     logprobs = req.get("logprobs")
-    if logprobs is not None and (not isinstance(logprobs, int) or isinstance(logprobs, bool) or not 0 <= logprobs <= 20):
+    if logprobs is not None and (not isinstance(logprobs, int) or isinstance(logprobs, bool)
+                                 or not 0 <= logprobs <= 20):
         raise invalid("logprobs", f"must be an integer between 0 and 20, got {logprobs!r}")
     _bool(req, "echo")
     if req.get("echo"):
