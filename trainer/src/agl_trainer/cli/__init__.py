@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    # httpx and httpcore log every request at INFO: one line per store call, unless asked for with -v.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(level if args.verbose else logging.WARNING)
     try:
         return int(args.func(args) or 0)
     except AglError as exc:
