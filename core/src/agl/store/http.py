@@ -13,18 +13,19 @@ caller is never delayed.
 Requests go through one pooled ``httpx.Client`` (HTTP/1.1 keep-alive, ``httpx.Limits``;
 its transport retries a failed connect once), except the ``/v1/batch`` POSTs to an
 ``http://`` server: those use :class:`_BatchConnections`, a small pool of
-``http.client`` keep-alive connections, because httpx misses the throughput target
-there. A lone writer makes five sequential ``/v1/batch`` requests per rollout, so
-the client's time per request sets its rate; in same-run A/B runs on the shared
-2-core host (W1, 300 rollouts, spans/s, alternating), batches over the tuned
-``httpx.Client`` (absolute URLs, ``trust_env=False``) reached 0.55-0.85x of
-``http.client``: 1 writer 335-652 vs 480-1166, 32 writers 1267-1412 vs 1865-1908,
-256 writers 979-1074 vs 1461-1641, which on a quiet host (``http.client``
-5.2k-5.6k at 1 writer) puts httpx under the 5k target. Client CPU per batch request
-measured alone: ``httpx.Client`` 850-910 us, ``httpx.HTTPTransport`` called
-directly 640-690 us, ``http.client`` 300-330 us. W2 (claim + finish) meets its
-target over httpx too (1.7k-1.8k vs 1.85k rollouts/s, target 1k).
-``bench_store`` prints both in the same run ("batches over httpx").
+``http.client`` keep-alive connections, because over httpx they miss the W1 target
+(5k spans/s). A lone writer makes five sequential ``/v1/batch`` requests per
+rollout, so the client's time per request sets its rate. Same-run figures from
+``bench_store --only http`` (W1 spans/s at 1 / 32 / 256 writers; two runs on the
+shared 2-core host at load average 3-5, where every figure is several times under a
+quiet host's): batches over the ``httpx.Client`` 354-526 / 1546-1757 / 1456-1765,
+over ``http.client`` 721-757 / 1908-2439 / 1886-2348; that is 0.5-0.7x at 1 writer,
+and ``http.client`` measured 5.2k-5.6k there on a quiet host. A/B runs taking turns
+(300 rollouts, 1 writer): ``httpx.Client`` 449-524, ``httpx.HTTPTransport`` called
+directly 497-670, ``http.client`` 818-972. Client CPU per batch request measured
+alone: ``httpx.Client`` 850-910 us, ``httpx.HTTPTransport`` 640-690 us,
+``http.client`` 300-330 us. W2 (claim + finish, 256 runners) meets its target over
+httpx as well: 2086-2167 rollouts/s, against 2010-2207 with ``http.client`` (target 1k).
 
 Transient failures (connection errors, dropped connections, timeouts, 502/503/504)
 are retried with exponential backoff. Every write is idempotent by id, a claim
@@ -185,7 +186,7 @@ class _BatchConnections:
             conn.request("POST", self.path, body=body, headers={**self.headers, "Idempotency-Key": key})
             answer = conn.getresponse()
             content = answer.read()
-        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+        except (http.client.RemoteDisconnected, ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:
             conn.close()
             raise httpx.RemoteProtocolError(f"{type(exc).__name__}: {exc}") from exc
         except TimeoutError as exc:
