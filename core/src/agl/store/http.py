@@ -16,16 +16,18 @@ its transport retries a failed connect once), except the ``/v1/batch`` POSTs to 
 ``http.client`` keep-alive connections, because over httpx they miss the W1 target
 (5k spans/s). A lone writer makes five sequential ``/v1/batch`` requests per
 rollout, so the client's time per request sets its rate. Same-run figures from
-``bench_store --only http`` (W1 spans/s at 1 / 32 / 256 writers; two runs on the
-shared 2-core host at load average 3-5, where every figure is several times under a
-quiet host's): batches over the ``httpx.Client`` 354-526 / 1546-1757 / 1456-1765,
-over ``http.client`` 721-757 / 1908-2439 / 1886-2348; that is 0.5-0.7x at 1 writer,
-and ``http.client`` measured 5.2k-5.6k there on a quiet host. A/B runs taking turns
-(300 rollouts, 1 writer): ``httpx.Client`` 449-524, ``httpx.HTTPTransport`` called
-directly 497-670, ``http.client`` 818-972. Client CPU per batch request measured
-alone: ``httpx.Client`` 850-910 us, ``httpx.HTTPTransport`` 640-690 us,
-``http.client`` 300-330 us. W2 (claim + finish, 256 runners) meets its target over
-httpx as well: 2086-2167 rollouts/s, against 2010-2207 with ``http.client`` (target 1k).
+``bench_store --only http`` (W1 spans/s at 1 / 32 / 256 writers; three runs on the
+shared 2-core host at load average 0.5-5, where every figure is several times under
+a quiet host's): batches over the ``httpx.Client`` 354-632 / 1546-1961 / 1456-2273,
+over ``http.client`` 539-757 / 1908-2972 / 1886-2816; ``http.client`` measured
+5.2k-5.6k at 1 writer on a quiet host. The 1-writer column is the noisiest, so it
+was also measured in A/B runs taking turns (300 rollouts, seven turns):
+``httpx.Client`` 324-680, ``httpx.HTTPTransport`` called directly 470-807,
+``http.client`` 706-1173, about 0.55x and 0.7x, under 5k on any host where
+``http.client`` makes 5.2k-5.6k. Client CPU per batch request measured alone:
+``httpx.Client`` 850-910 us, ``httpx.HTTPTransport`` 640-690 us, ``http.client``
+300-330 us. W2 (claim + finish, 256 runners) meets its target over httpx as well:
+2086-2208 rollouts/s, against 2010-2335 with ``http.client`` (target 1k).
 
 Transient failures (connection errors, dropped connections, timeouts, 502/503/504)
 are retried with exponential backoff. Every write is idempotent by id, a claim
