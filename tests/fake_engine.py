@@ -90,9 +90,18 @@ def _args_for(tool: dict, text: str) -> str:
 class FakeEngine:
     """The fake engine server. ``start()`` serves it in a background thread; ``url`` ends in ``/v1``."""
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, max_model_len: int = 8192,
-                 structured_output: bool = False, delay_s: float = 0.0, chunk_delay_s: float = 0.0,
-                 api_key: str | None = None, model: str = MODEL):
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_model_len: int = 8192,
+        structured_output: bool = False,
+        delay_s: float = 0.0,
+        chunk_delay_s: float = 0.0,
+        api_key: str | None = None,
+        model: str = MODEL,
+    ):
         self.host = host
         self.port = port
         self.max_model_len = max_model_len
@@ -135,8 +144,11 @@ class FakeEngine:
             elif last["role"] == "user":
                 tool = next((t for t in tools if f"call {t['function']['name']}" in text), None)
         if tool is not None:
-            call = {"id": f"call_{index}_{len(messages)}", "type": "function",
-                    "function": {"name": tool["function"]["name"], "arguments": _args_for(tool, text)}}
+            call = {
+                "id": f"call_{index}_{len(messages)}",
+                "type": "function",
+                "function": {"name": tool["function"]["name"], "arguments": _args_for(tool, text)},
+            }
             return "", [call]
         reply = f"result: {text}" if last["role"] == "tool" else f"echo: {text}"
         fmt = req.get("response_format") or {}
@@ -166,14 +178,16 @@ class FakeEngine:
     def _check(self, req: dict, prompt_len: int) -> tuple[int, dict] | None:
         fmt = req.get("response_format") or {}
         if fmt.get("type") == "json_schema" and not self.structured_output:
-            return 400, self._error("response_format json_schema is not supported by this engine "
-                                    "(no guided decoding backend)")
+            return 400, self._error(
+                "response_format json_schema is not supported by this engine (no guided decoding backend)"
+            )
         max_tokens = req.get("max_tokens") or req.get("max_completion_tokens")
         if prompt_len + (max_tokens or 0) > self.max_model_len or prompt_len >= self.max_model_len:
             return 400, self._error(
                 f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
                 f"{prompt_len + (max_tokens or 0)} tokens ({prompt_len} in the messages, {max_tokens or 0} in the "
-                "completion). Please reduce the length of the messages or completion.")
+                "completion). Please reduce the length of the messages or completion."
+            )
         return None
 
     @staticmethod
@@ -185,8 +199,10 @@ class FakeEngine:
 
     @staticmethod
     def _lp_content(ids: list[int]) -> list[dict]:
-        return [{"token": chr(t) if t < 128 else f"<{t}>", "logprob": logprob(t), "bytes": [t], "top_logprobs": []}
-                for t in ids]
+        return [
+            {"token": chr(t) if t < 128 else f"<{t}>", "logprob": logprob(t), "bytes": [t], "top_logprobs": []}
+            for t in ids
+        ]
 
     def chat(self, req: dict) -> tuple[int, dict]:
         prompt = list(render_chat(req["messages"], req.get("tools")).encode())
@@ -196,20 +212,34 @@ class FakeEngine:
         n = req.get("n") or 1
         choices, completion = [], 0
         for i in range(n):
-            body, calls, ids, finish = self._choice_tokens(req, *self._answer(req, i, n), self._budget(req, len(prompt)))
+            body, calls, ids, finish = self._choice_tokens(
+                req, *self._answer(req, i, n), self._budget(req, len(prompt))
+            )
             completion += len(ids)
             message: dict[str, Any] = {"role": "assistant", "content": body or None}
             if calls:
                 message["tool_calls"] = calls
-            choice = {"index": i, "message": message, "finish_reason": finish,
-                      "logprobs": {"content": self._lp_content(ids)} if req.get("logprobs") else None}
+            choice = {
+                "index": i,
+                "message": message,
+                "finish_reason": finish,
+                "logprobs": {"content": self._lp_content(ids)} if req.get("logprobs") else None,
+            }
             if req.get("return_token_ids"):
                 choice["token_ids"] = ids
             choices.append(choice)
-        out = {"id": f"chatcmpl-fake{time.monotonic_ns()}", "object": "chat.completion", "created": int(time.time()),
-               "model": self.model, "choices": choices,
-               "usage": {"prompt_tokens": len(prompt), "completion_tokens": completion,
-                         "total_tokens": len(prompt) + completion}}
+        out = {
+            "id": f"chatcmpl-fake{time.monotonic_ns()}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": completion,
+                "total_tokens": len(prompt) + completion,
+            },
+        }
         if req.get("return_token_ids"):
             out["prompt_token_ids"] = prompt
         return 200, out
@@ -228,24 +258,46 @@ class FakeEngine:
             completion += len(ids)
             choice = {"index": i, "text": body, "finish_reason": finish, "logprobs": None}
             if req.get("logprobs") is not None:
-                choice["logprobs"] = {"token_logprobs": [logprob(t) for t in ids], "tokens": [chr(t) for t in ids],
-                                      "text_offset": list(range(len(ids))), "top_logprobs": None}
+                choice["logprobs"] = {
+                    "token_logprobs": [logprob(t) for t in ids],
+                    "tokens": [chr(t) for t in ids],
+                    "text_offset": list(range(len(ids))),
+                    "top_logprobs": None,
+                }
             if req.get("return_token_ids"):
                 choice["token_ids"] = ids
                 choice["prompt_token_ids"] = prompt_ids
             choices.append(choice)
-        return 200, {"id": f"cmpl-fake{time.monotonic_ns()}", "object": "text_completion",
-                     "created": int(time.time()), "model": self.model, "choices": choices,
-                     "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": completion,
-                               "total_tokens": len(prompt_ids) + completion}}
+        return 200, {
+            "id": f"cmpl-fake{time.monotonic_ns()}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": completion,
+                "total_tokens": len(prompt_ids) + completion,
+            },
+        }
 
     def chat_chunks(self, req: dict, full: dict) -> list[dict]:
         """The stream a chat answer ``full`` (asked with token ids and logprobs) is sent as."""
         base = {"id": full["id"], "object": "chat.completion.chunk", "created": full["created"], "model": self.model}
         ids_wanted, lp_wanted = req.get("return_token_ids"), req.get("logprobs")
         chunks = []
-        first = dict(base, choices=[{"index": c["index"], "delta": {"role": "assistant", "content": ""},
-                                     "logprobs": None, "finish_reason": None} for c in full["choices"]])
+        first = dict(
+            base,
+            choices=[
+                {
+                    "index": c["index"],
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+                for c in full["choices"]
+            ],
+        )
         if ids_wanted:
             first["prompt_token_ids"] = full["prompt_token_ids"]
         chunks.append(first)
@@ -254,32 +306,60 @@ class FakeEngine:
             all_ids = c.get("token_ids") or []
             decoder = codecs.getincrementaldecoder("utf-8")()
             for k in range(0, len(ids), _STREAM_PIECE):
-                piece = ids[k:k + _STREAM_PIECE]
-                choice = {"index": c["index"], "delta": {"content": decoder.decode(bytes(piece))},
-                          "logprobs": {"content": self._lp_content(piece)} if lp_wanted else None,
-                          "finish_reason": None}
+                piece = ids[k : k + _STREAM_PIECE]
+                choice = {
+                    "index": c["index"],
+                    "delta": {"content": decoder.decode(bytes(piece))},
+                    "logprobs": {"content": self._lp_content(piece)} if lp_wanted else None,
+                    "finish_reason": None,
+                }
                 if ids_wanted:
                     choice["token_ids"] = piece
                 chunks.append(dict(base, choices=[choice]))
-            rest = all_ids[len(ids):]
+            rest = all_ids[len(ids) :]
             for j, call in enumerate(c["message"].get("tool_calls") or []):
                 markup = list(render_tool_call(call).encode())
-                head = {"index": c["index"], "finish_reason": None,
-                        "delta": {"tool_calls": [{"index": j, "id": call["id"], "type": "function",
-                                                  "function": {"name": call["function"]["name"], "arguments": ""}}]},
-                        "logprobs": {"content": self._lp_content(markup)} if lp_wanted else None}
+                head = {
+                    "index": c["index"],
+                    "finish_reason": None,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": j,
+                                "id": call["id"],
+                                "type": "function",
+                                "function": {"name": call["function"]["name"], "arguments": ""},
+                            }
+                        ]
+                    },
+                    "logprobs": {"content": self._lp_content(markup)} if lp_wanted else None,
+                }
                 if ids_wanted:
                     head["token_ids"] = markup
                 chunks.append(dict(base, choices=[head]))
                 args = call["function"]["arguments"]
                 for k in range(0, len(args), 8):
-                    chunks.append(dict(base, choices=[{"index": c["index"], "finish_reason": None, "logprobs": None,
-                                                       "delta": {"tool_calls": [{"index": j, "function": {
-                                                           "arguments": args[k:k + 8]}}]},
-                                                       **({"token_ids": []} if ids_wanted else {})}]))
-                rest = rest[len(markup):]
-            last = {"index": c["index"], "delta": {}, "finish_reason": c["finish_reason"],
-                    "logprobs": {"content": self._lp_content(rest)} if lp_wanted else None}
+                    chunks.append(
+                        dict(
+                            base,
+                            choices=[
+                                {
+                                    "index": c["index"],
+                                    "finish_reason": None,
+                                    "logprobs": None,
+                                    "delta": {"tool_calls": [{"index": j, "function": {"arguments": args[k : k + 8]}}]},
+                                    **({"token_ids": []} if ids_wanted else {}),
+                                }
+                            ],
+                        )
+                    )
+                rest = rest[len(markup) :]
+            last = {
+                "index": c["index"],
+                "delta": {},
+                "finish_reason": c["finish_reason"],
+                "logprobs": {"content": self._lp_content(rest)} if lp_wanted else None,
+            }
             if ids_wanted:
                 last["token_ids"] = rest
             chunks.append(dict(base, choices=[last]))
@@ -294,11 +374,14 @@ class FakeEngine:
             ids = c.get("token_ids") or list(c["text"].encode())
             visible = c["text"].encode()
             for k in range(0, max(len(ids), 1), _STREAM_PIECE):
-                piece = ids[k:k + _STREAM_PIECE]
+                piece = ids[k : k + _STREAM_PIECE]
                 done = k + _STREAM_PIECE >= len(ids)
-                choice = {"index": c["index"], "text": visible[k:k + _STREAM_PIECE].decode("utf-8", "ignore"),
-                          "finish_reason": c["finish_reason"] if done else None,
-                          "logprobs": {"token_logprobs": [logprob(t) for t in piece]} if c.get("logprobs") else None}
+                choice = {
+                    "index": c["index"],
+                    "text": visible[k : k + _STREAM_PIECE].decode("utf-8", "ignore"),
+                    "finish_reason": c["finish_reason"] if done else None,
+                    "logprobs": {"token_logprobs": [logprob(t) for t in piece]} if c.get("logprobs") else None,
+                }
                 if req.get("return_token_ids"):
                     choice["token_ids"] = piece
                     if k == 0:
@@ -321,8 +404,13 @@ class FakeEngine:
         status, payload, stream = await self._handle(scope, body)
         if stream is None:
             data = json.dumps(payload).encode()
-            await send({"type": "http.response.start", "status": status,
-                        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())],
+                }
+            )
             await send({"type": "http.response.body", "body": data})
             return
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
@@ -332,8 +420,13 @@ class FakeEngine:
                 raise ConnectionAbortedError("the fake engine drops this stream on purpose")
             if self.chunk_delay_s:
                 await asyncio.sleep(self.chunk_delay_s)
-            await send({"type": "http.response.body", "body": b"data: " + json.dumps(chunk).encode() + b"\n\n",
-                        "more_body": True})
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": b"data: " + json.dumps(chunk).encode() + b"\n\n",
+                    "more_body": True,
+                }
+            )
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
 
     async def _handle(self, scope: dict, body: bytes) -> tuple[int, dict, list | None]:
@@ -343,9 +436,17 @@ class FakeEngine:
                 return 401, self._error("bad api key", 401), None
         path = scope["path"]
         if path == "/v1/models":
-            return 200, {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "fake",
-                                                     "max_model_len": self.max_model_len}
-                                                    for m in [self.model, *self.extra_models]]}, None
+            return (
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {"id": m, "object": "model", "owned_by": "fake", "max_model_len": self.max_model_len}
+                        for m in [self.model, *self.extra_models]
+                    ],
+                },
+                None,
+            )
         if path not in ("/v1/chat/completions", "/v1/completions"):
             return 404, self._error(f"no route {path}", 404), None
         self.in_flight += 1
@@ -380,11 +481,13 @@ class FakeEngine:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self, lifespan="off", access_log=False, log_level="warning", http="httptools",
-                                loop="uvloop", backlog=4096)
+        config = uvicorn.Config(
+            self, lifespan="off", access_log=False, log_level="warning", http="httptools", loop="uvloop", backlog=4096
+        )
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True,
-                                        name="fake-engine")
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, daemon=True, name="fake-engine"
+        )
         self._thread.start()
         deadline = time.monotonic() + 10
         while not self._server.started:
@@ -414,8 +517,17 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8100)
     args = parser.parse_args()
     engine = FakeEngine(host=args.host, port=args.port)
-    uvicorn.run(engine, host=args.host, port=args.port, lifespan="off", access_log=False, log_level="warning",
-                http="httptools", loop="uvloop", backlog=4096)
+    uvicorn.run(
+        engine,
+        host=args.host,
+        port=args.port,
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+        http="httptools",
+        loop="uvloop",
+        backlog=4096,
+    )
 
 
 if __name__ == "__main__":

@@ -73,7 +73,9 @@ def _as_owner(argv: list[str]) -> list[str]:
 def _run(argv: list[str]) -> None:
     proc = subprocess.run(_as_owner(argv), check=False, capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
-        raise RuntimeError(f"{Path(argv[0]).name} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+        raise RuntimeError(
+            f"{Path(argv[0]).name} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}"
+        )
 
 
 def _owned_tempdir() -> Path:
@@ -105,8 +107,22 @@ def postgres_server(*, durable: bool = False, max_connections: int = 400) -> Ite
     pwfile.chmod(0o600)
     started = False
     try:
-        _run([str(bindir / "initdb"), "-D", str(data), "-U", USER, "-A", "scram-sha-256",
-              f"--pwfile={pwfile}", "-E", "UTF8", "--locale=C", "--no-sync"])
+        _run(
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                USER,
+                "-A",
+                "scram-sha-256",
+                f"--pwfile={pwfile}",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ]
+        )
         pwfile.unlink()
         settings = {
             "listen_addresses": "127.0.0.1",
@@ -120,8 +136,21 @@ def postgres_server(*, durable: bool = False, max_connections: int = 400) -> Ite
             port = _free_port()
             options = " ".join(f"-c {k}={v!r}" if v == "" else f"-c {k}={v}" for k, v in settings.items())
             try:
-                _run([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(workdir / "server.log"), "-w",
-                      "-t", "60", "-o", f"-p {port} {options}", "start"])
+                _run(
+                    [
+                        str(bindir / "pg_ctl"),
+                        "-D",
+                        str(data),
+                        "-l",
+                        str(workdir / "server.log"),
+                        "-w",
+                        "-t",
+                        "60",
+                        "-o",
+                        f"-p {port} {options}",
+                        "start",
+                    ]
+                )
                 started = True
                 break
             except RuntimeError:
@@ -154,8 +183,21 @@ def restart(base_url: str, *, down_s: float = 0.0) -> None:
     bindir, data, options = _clusters[base_url]
     _run([str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"])
     time.sleep(down_s)
-    _run([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(data.parent / "server.log"), "-w", "-t", "60",
-          "-o", options, "start"])
+    _run(
+        [
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(data.parent / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            options,
+            "start",
+        ]
+    )
 
 
 _WATCHDOG = """
@@ -170,8 +212,13 @@ def _start_watchdog(bindir: Path, workdir: Path) -> subprocess.Popen:
     """A process that stops the server and deletes its files once our process is gone,
     so a test run killed by a timeout or a signal leaves no server behind."""
     stop = _as_owner([str(bindir / "pg_ctl"), "-D", str(workdir / "data"), "-m", "immediate", "stop"])
-    return subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(workdir), *stop], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(workdir), *stop],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def create_database(base_url: str, name: str | None = None) -> str:

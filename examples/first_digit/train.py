@@ -26,19 +26,19 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import agl  # noqa: E402
-from agl_trainer import Trainer  # noqa: E402
+import rewards  # noqa: E402
 from agent import first_digit_agent  # noqa: E402
 from tasks import corpus, make_tasks  # noqa: E402
 
-import rewards  # noqa: E402
+import agl  # noqa: E402
+from agl_trainer import Trainer  # noqa: E402
 
 
 def tiny_preset(workdir: Path, steps: int) -> dict:
-    from agl_verl.models import build_tiny_model
-
     from agent import prompt
     from warmup import warm_up
+
+    from agl_verl.models import build_tiny_model
 
     base = build_tiny_model(workdir / "random-model", corpus(), hidden_size=64, layers=2, seed=0)
     messages = [
@@ -51,10 +51,18 @@ def tiny_preset(workdir: Path, steps: int) -> dict:
         "batch_size": 16,
         "n_rollouts": 8,
         "val_every": 10,
-        "backend": {"name": "verl", "config": {
-            "model_path": str(model), "lr": 1.5e-3, "adv_estimator": "grpo", "policy_loss": "vanilla",
-            "micro_batch_size": 128, "seed": 0, "workdir": str(workdir / "verl"),
-        }},
+        "backend": {
+            "name": "verl",
+            "config": {
+                "model_path": str(model),
+                "lr": 1.5e-3,
+                "adv_estimator": "grpo",
+                "policy_loss": "vanilla",
+                "micro_batch_size": 128,
+                "seed": 0,
+                "workdir": str(workdir / "verl"),
+            },
+        },
         "engine": {"name": "transformers", "config": {"model_path": str(model), "seed": 0, "max_batch_size": 64}},
         "rollout": {"concurrency": 32, "timeout_s": 60, "resources": {"max_tokens": 1}},
     }
@@ -70,11 +78,19 @@ def smollm2_preset(workdir: Path, steps: int) -> dict:
         "n_rollouts": 8,
         "val_every": 10,
         "val_max_tasks": 100,
-        "backend": {"name": "verl", "config": {
-            "model_path": str(model), "lr": 2e-4, "adv_estimator": "grpo", "policy_loss": "vanilla",
-            "micro_batch_size": 16, "seed": 0, "workdir": str(workdir / "verl"),
-            "lora": {"r": 16, "alpha": 32, "target_modules": ["q_proj", "v_proj"]},
-        }},
+        "backend": {
+            "name": "verl",
+            "config": {
+                "model_path": str(model),
+                "lr": 2e-4,
+                "adv_estimator": "grpo",
+                "policy_loss": "vanilla",
+                "micro_batch_size": 16,
+                "seed": 0,
+                "workdir": str(workdir / "verl"),
+                "lora": {"r": 16, "alpha": 32, "target_modules": ["q_proj", "v_proj"]},
+            },
+        },
         "engine": {"name": "transformers", "config": {"model_path": str(model), "seed": 0}},
         "rollout": {"concurrency": 32, "timeout_s": 120, "resources": {"max_tokens": 3}},
     }

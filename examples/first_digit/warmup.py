@@ -33,7 +33,9 @@ def warm_up(model_dir: Path, out_dir: Path, prompts: list[list[dict]], *, steps:
     for _ in range(steps):
         rows, masks = [], []
         for messages in rng.sample(prompts, k=min(32, len(prompts))):
-            encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
+            encoded = tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=True
+            )
             prompt = list(encoded["input_ids"])
             answer = tokenizer.encode(str(rng.randrange(10)), add_special_tokens=False) + [end]
             rows.append(prompt + answer)

@@ -96,7 +96,7 @@ async def test_round_robin_team_names_each_agent(recorded, instrumented):
     llm = recorded.spans("llm")
     names = [s.attributes["gen_ai.agent.name"] for s in llm]
     outputs = [s.attributes["gen_ai.output.messages"][0]["parts"][0]["content"] for s in llm]
-    assert list(zip(names, outputs)) == [
+    assert list(zip(names, outputs, strict=False)) == [
         ("writer", "draft 1"),
         ("critic", "fix it"),
         ("writer", "draft 2"),
@@ -127,7 +127,9 @@ async def test_instrument_captures_unwrapped_clients_once(recorded, instrumented
 
 
 async def test_streaming_is_captured(recorded, instrumented):
-    agent = AssistantAgent("streamer", model_client=ReplayChatCompletionClient(["one two three"]), model_client_stream=True)
+    agent = AssistantAgent(
+        "streamer", model_client=ReplayChatCompletionClient(["one two three"]), model_client_stream=True
+    )
     chunks = [m async for m in agent.run_stream(task="count")]
     assert chunks  # the agent streamed
     (llm,) = recorded.spans("llm")

@@ -28,7 +28,10 @@ def main(argv: list[str]) -> int:
         print(f"=== {name}: exit {code} in {time.monotonic() - started:.0f}s ===", flush=True)
         if code:
             failed.append(name)
-    print(f"\n{len(chosen) - len(failed)} benchmarks ran, {len(failed)} failed{': ' + ', '.join(failed) if failed else ''}")
+    print(
+        f"\n{len(chosen) - len(failed)} benchmarks ran, {len(failed)} failed"
+        f"{': ' + ', '.join(failed) if failed else ''}"
+    )
     return 1 if failed else 0
 
 

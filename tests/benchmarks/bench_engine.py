@@ -21,9 +21,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 async def run_level(url: str, concurrency: int, tokens: int) -> tuple[float, int]:
-    body = {"model": "smollm2", "max_tokens": tokens, "temperature": 1.0, "ignore_eos": True,
-            "return_token_ids": True, "logprobs": True}
+    body = {
+        "model": "smollm2",
+        "max_tokens": tokens,
+        "temperature": 1.0,
+        "ignore_eos": True,
+        "return_token_ids": True,
+        "logprobs": True,
+    }
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+
         async def one(i: int) -> int:
             messages = [{"role": "user", "content": f"Tell me a short fact about the number {i}."}]
             response = await client.post("/chat/completions", json={**body, "messages": messages, "seed": i})
@@ -44,7 +51,9 @@ def measure(model_dir, max_batch_size: int, levels: list[int], tokens: int) -> d
         results = {}
         for level in levels:
             results[level] = elapsed, count = asyncio.run(run_level(url, level, tokens))
-            print(f"  max_batch_size={max_batch_size:<2} concurrent={level:<3} {count / elapsed:7.1f} tok/s", flush=True)
+            print(
+                f"  max_batch_size={max_batch_size:<2} concurrent={level:<3} {count / elapsed:7.1f} tok/s", flush=True
+            )
         return results
 
 

@@ -28,7 +28,17 @@ from pathlib import Path
 ROOT = Path(__file__).parents[2]
 
 # Distributions that belong to the training side and must never reach an agent's environment.
-TRAINING_SIDE = {"uvicorn", "starlette", "rich", "torch", "uvloop", "httptools", "watchfiles", "websockets", "agl-trainer"}
+TRAINING_SIDE = {
+    "uvicorn",
+    "starlette",
+    "rich",
+    "torch",
+    "uvloop",
+    "httptools",
+    "watchfiles",
+    "websockets",
+    "agl-trainer",
+}
 
 
 def _install(env: Path, requirements: list[str]) -> dict[str, int]:
@@ -36,8 +46,9 @@ def _install(env: Path, requirements: list[str]) -> dict[str, int]:
     venv.EnvBuilder(with_pip=True).create(env)
     python = env / "bin" / "python"
     constraint = ["-c", str(ROOT / "requirements" / "constraints.txt")]
-    subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *constraint, *requirements],
-                   check=True)
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *constraint, *requirements], check=True
+    )
     code = (
         "import json, importlib.metadata as md, os\n"
         "out = {}\n"
@@ -71,8 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     mib = 1024 * 1024
     added = sorted(set(with_agl) - set(base))
     print(f"{'environment':<40}{'distributions':>14}{'MiB':>10}")
-    print(f"{'baseline: ' + ', '.join(_framework_requirement(package_dir)):<40}{len(base):>14}"
-          f"{sum(base.values()) / mib:>10.1f}")
+    print(
+        f"{'baseline: ' + ', '.join(_framework_requirement(package_dir)):<40}{len(base):>14}"
+        f"{sum(base.values()) / mib:>10.1f}"
+    )
     print(f"{'agl-core + ' + package_dir.name:<40}{len(with_agl):>14}{sum(with_agl.values()) / mib:>10.1f}")
     print(f"added: {len(added)} distributions, {sum(with_agl[n] for n in added) / mib:.1f} MiB: {', '.join(added)}")
     leaked = sorted(TRAINING_SIDE & set(added))

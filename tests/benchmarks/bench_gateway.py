@@ -37,9 +37,15 @@ from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "bench-token"
-BODY = {"model": "gpt-4o", "messages": [{"role": "system", "content": "You are a helpful assistant."},
-                                        {"role": "user", "content": "What is the capital of France?"}],
-        "max_tokens": 64, "temperature": 0.7}
+BODY = {
+    "model": "gpt-4o",
+    "messages": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is the capital of France?"},
+    ],
+    "max_tokens": 64,
+    "temperature": 0.7,
+}
 
 
 def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
@@ -67,9 +73,25 @@ def servers(tmp: str):
         procs.append(engine)
         _wait_ready(f"http://127.0.0.1:{eport}/v1/models", engine)
         gateway = subprocess.Popen(
-            [str(Path(sys.executable).parent / "agl"), "gateway", "serve", "--store", f"sqlite:///{tmp}/agl.db",
-             "--upstream", f"http://127.0.0.1:{eport}/v1", "--port", str(gport), "--token", TOKEN,
-             "--max-in-flight", "100000"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+            [
+                str(Path(sys.executable).parent / "agl"),
+                "gateway",
+                "serve",
+                "--store",
+                f"sqlite:///{tmp}/agl.db",
+                "--upstream",
+                f"http://127.0.0.1:{eport}/v1",
+                "--port",
+                str(gport),
+                "--token",
+                TOKEN,
+                "--max-in-flight",
+                "100000",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
         procs.append(gateway)
         _wait_ready(f"http://127.0.0.1:{gport}/v1/models", gateway)
         yield f"http://127.0.0.1:{eport}/v1", f"http://127.0.0.1:{gport}/v1", f"{tmp}/agl.db"
@@ -82,14 +104,21 @@ def servers(tmp: str):
                 p.kill()
 
 
-async def _load(base_url: str, path: str, body: dict, requests: int, concurrency: int,
-                use_httpx: bool = False) -> tuple[list[float], float]:
+async def _load(
+    base_url: str, path: str, body: dict, requests: int, concurrency: int, use_httpx: bool = False
+) -> tuple[list[float], float]:
     """Send ``requests`` POSTs from ``concurrency`` clients; latencies in seconds and the wall time."""
     auth = {"Authorization": f"Bearer {TOKEN}"}
     pool = ConnectionPool(Endpoint.parse(base_url), headers=auth)
-    http = httpx.AsyncClient(base_url=base_url, headers=auth, http1=True, http2=False, trust_env=False,
-                             timeout=httpx.Timeout(None, connect=5.0),
-                             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
+    http = httpx.AsyncClient(
+        base_url=base_url,
+        headers=auth,
+        http1=True,
+        http2=False,
+        trust_env=False,
+        timeout=httpx.Timeout(None, connect=5.0),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+    )
     payload = json.dumps(body).encode()
     latencies: list[float] = []
     left = requests
@@ -141,8 +170,18 @@ def run_load(base_url: str, path: str, body: dict, requests: int, concurrency: i
     return {"p50_ms": _pct(lat, 50) * 1e3, "p99_ms": _pct(lat, 99) * 1e3, "calls_s": len(lat) / wall}
 
 
-def compare(direct: str, via: str, path: str, body: dict, requests: int, levels: list[int], label: str,
-            via_path: str | None = None, via_body: dict | None = None, with_httpx: bool = False) -> list[dict]:
+def compare(
+    direct: str,
+    via: str,
+    path: str,
+    body: dict,
+    requests: int,
+    levels: list[int],
+    label: str,
+    via_path: str | None = None,
+    via_body: dict | None = None,
+    with_httpx: bool = False,
+) -> list[dict]:
     """Warm both paths, then measure each concurrency level: the baseline first, then the measured path.
 
     With ``with_httpx``, the baseline is also measured with httpx (row ``httpx``).
@@ -164,14 +203,19 @@ def compare(direct: str, via: str, path: str, body: dict, requests: int, levels:
 
 
 def print_rows(rows: list[dict], base_name: str, via_name: str) -> None:
-    print(f"{'requests':<22}{'clients':>8}  {'p50 ms':>16}  {'p99 ms':>16}  {'calls/s':>16}  {'added p50':>10}"
-          f"  {'added p99':>10}")
+    print(
+        f"{'requests':<22}{'clients':>8}  {'p50 ms':>16}  {'p99 ms':>16}  {'calls/s':>16}  {'added p50':>10}"
+        f"  {'added p99':>10}"
+    )
     for r in rows:
         b, g = r["base"], r["gw"]
         measured = [(base_name, b), (via_name, g)] + ([(f"{base_name} httpx", r["httpx"])] if "httpx" in r else [])
         for name, m in measured:
-            print(f"{r['label'] + ' ' + name:<22}{r['concurrency']:>8}  {m['p50_ms']:>16.3f}  {m['p99_ms']:>16.3f}"
-                  f"  {m['calls_s']:>16.0f}", end="")
+            print(
+                f"{r['label'] + ' ' + name:<22}{r['concurrency']:>8}  {m['p50_ms']:>16.3f}  {m['p99_ms']:>16.3f}"
+                f"  {m['calls_s']:>16.0f}",
+                end="",
+            )
             if m is not b:
                 print(f"  {m['p50_ms'] - b['p50_ms']:>10.3f}  {m['p99_ms'] - b['p99_ms']:>10.3f}")
             else:
@@ -184,13 +228,16 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--httpx", action="store_true", help="also measure the engine alone through httpx")
     args = parser.parse_args()
-    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
-          "engine, gateway and load generator in separate processes")
+    print(
+        f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
+        "engine, gateway and load generator in separate processes"
+    )
     tmp = tempfile.mkdtemp(prefix="agl-bench-")
     try:
         with servers(tmp) as (direct, via, db):
-            rows = compare(direct, via, "/chat/completions", BODY, args.requests, args.concurrency, "chat",
-                           with_httpx=args.httpx)
+            rows = compare(
+                direct, via, "/chat/completions", BODY, args.requests, args.concurrency, "chat", with_httpx=args.httpx
+            )
         from agl.store.sqlite import SqliteStore
 
         with SqliteStore(db) as store:  # the gateway wrote out its buffer when it stopped
@@ -203,8 +250,10 @@ def main() -> None:
     print(f"recorded {recorded} LLM calls for {sent} requests through the gateway")
     print("targets: <= 1 ms added p50 latency, >= 1500 calls/s through the gateway at 64 clients")
     if args.httpx:
-        print("'direct httpx': the engine alone through httpx.AsyncClient; its 'added' is httpx's cost over the "
-              "gateway's own client")
+        print(
+            "'direct httpx': the engine alone through httpx.AsyncClient; its 'added' is httpx's cost over the "
+            "gateway's own client"
+        )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,10 @@ def _report(name: str, base: list[float], with_agl: list[float]) -> None:
     b50, b99 = _pct(base)
     a50, a99 = _pct(with_agl)
     verdict = "ok" if a50 - b50 <= 50 else "OVER TARGET"
-    print(f"{name:<34} baseline p50 {b50:8.1f} µs p99 {b99:8.1f} | with agl p50 {a50:8.1f} µs p99 {a99:8.1f} "
-          f"| added p50 {a50 - b50:6.1f} µs ({verdict})")
+    print(
+        f"{name:<34} baseline p50 {b50:8.1f} µs p99 {b99:8.1f} | with agl p50 {a50:8.1f} µs p99 {a99:8.1f} "
+        f"| added p50 {a50 - b50:6.1f} µs ({verdict})"
+    )
 
 
 MESSAGES_TEXT = [("system", "You are a helpful assistant."), ("user", "What is the weather in Oslo today? " * 4)]
@@ -99,7 +101,9 @@ def bench_otel() -> None:
         "gen_ai.response.id": "chatcmpl-1",
         "gen_ai.usage.input_tokens": 30,
         "gen_ai.usage.output_tokens": 2,
-        "gen_ai.input.messages": json.dumps([{"role": r, "parts": [{"type": "text", "content": c}]} for r, c in MESSAGES_TEXT]),
+        "gen_ai.input.messages": json.dumps(
+            [{"role": r, "parts": [{"type": "text", "content": c}]} for r, c in MESSAGES_TEXT]
+        ),
         "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "sunny"}]}]),
     }
 

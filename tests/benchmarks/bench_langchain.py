@@ -75,7 +75,8 @@ def summary(name: str, samples: list[float], base: list[float] | None) -> str:
     mean = statistics.fmean(samples)
     line = f"{name:<22} p50 {p50:8.1f} µs   mean {mean:8.1f} µs"
     if base is not None:
-        line += f"   added p50 {p50 - statistics.median(base):+7.1f} µs   added mean {mean - statistics.fmean(base):+7.1f} µs"
+        line += f"   added p50 {p50 - statistics.median(base):+7.1f} µs"
+        line += f"   added mean {mean - statistics.fmean(base):+7.1f} µs"
     return line
 
 
@@ -115,7 +116,9 @@ def main() -> None:
         print(summary("AglCallbackHandler", explicit, base))
         print(summary("zero-line instrument()", zero, base))
         print(summary("no-op handler (floor)", noop, base))
-        print(f"spans stored: {recorded} (expected {len(explicit) + len(zero) + 200}); handler errors: {handler.errors}")
+        print(
+            f"spans stored: {recorded} (expected {len(explicit) + len(zero) + 200}); handler errors: {handler.errors}"
+        )
 
         n = args.memory_calls
         if n:
@@ -130,13 +133,17 @@ def main() -> None:
                     model.invoke(PROMPT, with_handler)
                     if i in checkpoints:
                         rss, peak = rss_mb()
-                        print(f"  after {i:>7} rss {rss:7.1f} MB  peak {peak:7.1f} MB  "
-                              f"buffered {writer.pending():>6}  open runs {handler.open_runs()}")
+                        print(
+                            f"  after {i:>7} rss {rss:7.1f} MB  peak {peak:7.1f} MB  "
+                            f"buffered {writer.pending():>6}  open runs {handler.open_runs()}"
+                        )
             elapsed = time.perf_counter() - t0
             writer.flush()
             stored = store.stats().spans
-            print(f"  {n / elapsed:,.0f} calls/s; store holds {stored} spans; writer wrote {writer.written}, "
-                  f"write errors {writer.write_errors}")
+            print(
+                f"  {n / elapsed:,.0f} calls/s; store holds {stored} spans; writer wrote {writer.written}, "
+                f"write errors {writer.write_errors}"
+            )
         writer.close()
         store.close()
 

@@ -17,15 +17,29 @@ import tempfile
 
 from tests.benchmarks.bench_gateway import compare, print_rows, servers
 
-TOOL = {"name": "get_weather", "description": "The weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
-CHAT = {"model": "gpt-4o", "max_tokens": 64, "temperature": 0.7,
-        "messages": [{"role": "system", "content": "You are a helpful assistant."},
-                     {"role": "user", "content": "What is the capital of France?"}],
-        "tools": [{"type": "function", "function": TOOL}]}
-RESPONSES = {"model": "gpt-4o", "max_output_tokens": 64, "temperature": 0.7,
-             "instructions": "You are a helpful assistant.", "input": "What is the capital of France?",
-             "tools": [{"type": "function", **TOOL}]}
+TOOL = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+CHAT = {
+    "model": "gpt-4o",
+    "max_tokens": 64,
+    "temperature": 0.7,
+    "messages": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is the capital of France?"},
+    ],
+    "tools": [{"type": "function", "function": TOOL}],
+}
+RESPONSES = {
+    "model": "gpt-4o",
+    "max_output_tokens": 64,
+    "temperature": 0.7,
+    "instructions": "You are a helpful assistant.",
+    "input": "What is the capital of France?",
+    "tools": [{"type": "function", **TOOL}],
+}
 
 
 def main() -> None:
@@ -33,8 +47,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64])
     args = parser.parse_args()
-    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
-          "engine, gateway and load generator in separate processes")
+    print(
+        f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
+        "engine, gateway and load generator in separate processes"
+    )
     tmp = tempfile.mkdtemp(prefix="agl-bench-")
     rows = []
     try:
@@ -44,8 +60,17 @@ def main() -> None:
                 chat = dict(CHAT, stream=stream)
                 resp = dict(RESPONSES, stream=stream)
                 # baseline: chat completions through the gateway; measured: the Responses API through it
-                rows += compare(via, via, "/chat/completions", chat, args.requests, args.concurrency, label,
-                                via_path="/responses", via_body=resp)
+                rows += compare(
+                    via,
+                    via,
+                    "/chat/completions",
+                    chat,
+                    args.requests,
+                    args.concurrency,
+                    label,
+                    via_path="/responses",
+                    via_body=resp,
+                )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"load average at the end: {os.getloadavg()[0]:.1f} (other work on the machine skews the figures)")

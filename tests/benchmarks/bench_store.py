@@ -62,6 +62,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+
 from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task
 from agl.store.base import Store
 from agl.store.http import _ADAPTERS as _LISTS
@@ -175,7 +176,7 @@ class RolloutPayload:
         self.rewards = [Reward(rollout_id="ro-template", value=1.0)]
 
     def aim(self, rollout_id: str) -> tuple[list[Span], list[LLMCall], list[Reward]]:
-        for k, (span, call) in enumerate(zip(self.spans, self.calls)):
+        for k, (span, call) in enumerate(zip(self.spans, self.calls, strict=False)):
             call_id = f"chatcmpl-{rollout_id}-{k}"
             span.span_id = f"{rollout_id}-{k}"
             span.rollout_id = call.rollout_id = rollout_id
@@ -186,9 +187,9 @@ class RolloutPayload:
         return self.spans, self.calls, self.rewards
 
 
-def _timed(latencies: list[float], fn: Callable[[], object]) -> object:
+def _timed(latencies: list[float], fn: Callable[..., object], *args: object, **kwargs: object) -> object:
     t0 = time.perf_counter()
-    result = fn()
+    result = fn(*args, **kwargs)
     latencies.append(time.perf_counter() - t0)
     return result
 
@@ -231,15 +232,15 @@ def run_w1(store: Store, writers: int, rollouts: int) -> dict[str, float]:
         lat = latencies[w]
         payload = RolloutPayload()
         while True:
-            claimed = _timed(lat, lambda: store.claim(f"runner-{w}"))
+            claimed = _timed(lat, store.claim, f"runner-{w}")
             if not claimed:
                 return
             rollout_id = claimed[0].rollout_id
             spans, calls, rewards = payload.aim(rollout_id)
-            _timed(lat, lambda: store.add_spans(spans))
-            _timed(lat, lambda: store.add_llm_calls(calls))
-            _timed(lat, lambda: store.add_rewards(rewards))
-            _timed(lat, lambda: store.finish(rollout_id, RolloutStatus.SUCCEEDED, output="4"))
+            _timed(lat, store.add_spans, spans)
+            _timed(lat, store.add_llm_calls, calls)
+            _timed(lat, store.add_rewards, rewards)
+            _timed(lat, store.finish, rollout_id, RolloutStatus.SUCCEEDED, output="4")
             done[w] += 1
 
     elapsed = _run_threads(writer, writers, "writers")
@@ -262,10 +263,10 @@ def run_w2(store: Store, runners: int, rollouts: int) -> dict[str, float]:
 
     def runner(w: int) -> None:
         while True:
-            claimed = _timed(latencies[w], lambda: store.claim(f"runner-{w}"))
+            claimed = _timed(latencies[w], store.claim, f"runner-{w}")
             if not claimed:
                 return
-            _timed(latencies[w], lambda: store.finish(claimed[0].rollout_id, RolloutStatus.SUCCEEDED))
+            _timed(latencies[w], store.finish, claimed[0].rollout_id, RolloutStatus.SUCCEEDED)
             done[w] += 1
 
     elapsed = _run_threads(runner, runners, "runners")
@@ -326,7 +327,9 @@ class NaiveSqliteStore:
 
     def finish(self, rollout_id, status, **_) -> None:
         with self.lock:
-            self.conn.execute("UPDATE rollouts SET status = ? WHERE rollout_id = ?", (RolloutStatus(status).value, rollout_id))
+            self.conn.execute(
+                "UPDATE rollouts SET status = ? WHERE rollout_id = ?", (RolloutStatus(status).value, rollout_id)
+            )
 
     def close(self) -> None:
         self.conn.close()
@@ -345,7 +348,9 @@ class UncoalescedHttpStore(HttpStore):
         self._post("/v1/rewards", b'{"rewards":' + _LISTS["rewards"].dump_json(list(rewards)) + b"}")
 
     def claim(self, runner_id, *, limit=1, claim_id=None):
-        answer = self._post("/v1/claims", {"runner_id": runner_id, "limit": limit, "claim_id": claim_id or secrets.token_hex(8)})
+        answer = self._post(
+            "/v1/claims", {"runner_id": runner_id, "limit": limit, "claim_id": claim_id or secrets.token_hex(8)}
+        )
         return [Rollout.model_validate(r) for r in answer.json()["rollouts"]]
 
     def finish(self, rollout_id, status, *, error=None, output=None, attempt=None):
@@ -374,7 +379,18 @@ def http_server(db: Path) -> Iterator[tuple[str, str, int]]:
     token = secrets.token_urlsafe(16)
     code = "import sys; from agl_trainer.cli import main; sys.exit(main())"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "store", "serve", "--store", f"sqlite:///{db}", "--port", str(port), f"--token={token}"],
+        [
+            sys.executable,
+            "-c",
+            code,
+            "store",
+            "serve",
+            "--store",
+            f"sqlite:///{db}",
+            "--port",
+            str(port),
+            f"--token={token}",
+        ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
     )
@@ -403,7 +419,6 @@ def postgres_databases() -> Iterator[Callable[[], Store] | str]:
     """A factory of PostgresStores, each on a fresh database of one throwaway server, or why not."""
     try:
         from agl.store.postgres import PostgresStore
-
         from tests.pg import create_database, postgres_server
     except ImportError as exc:
         yield f"tests/pg.py not available ({exc})"
@@ -468,7 +483,7 @@ def bench_growth(tmp: Path, rounds: int, rollouts: int) -> None:
     """Peak RSS per round while the same store grows by ``rollouts`` each round."""
     store = SqliteStore(tmp / "growth.db")
     peaks = []
-    for r in range(rounds):
+    for _r in range(rounds):
         _seed(store, rollouts)
         with RssSampler([os.getpid()]) as rss:
             run_w1(store, 32, rollouts)
@@ -479,7 +494,10 @@ def bench_growth(tmp: Path, rounds: int, rollouts: int) -> None:
     store.close()
     print("  RSS as the embedded store grows (32 writers):", flush=True)
     for spans, write_peak, read_peak, n in peaks:
-        print(f"    {spans:>7} spans stored: write peak {_mib(write_peak)} MiB, full scan of {n} spans peak {_mib(read_peak)} MiB")
+        print(
+            f"    {spans:>7} spans stored: write peak {_mib(write_peak)} MiB,"
+            f" full scan of {n} spans peak {_mib(read_peak)} MiB"
+        )
 
 
 HTTP_CLIENTS = (
@@ -539,7 +557,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=["embedded", "http", "postgres", "w2", "growth"], action="append")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     parser.add_argument(
-        "--repeat", type=int, default=3, metavar="N",
+        "--repeat",
+        type=int,
+        default=3,
+        metavar="N",
         help="embedded W1 runs per writer count, store and baseline taking turns; the median is reported (default 3)",
     )
     args = parser.parse_args(argv)
@@ -547,7 +568,9 @@ def main(argv: list[str] | None = None) -> int:
     w2_rollouts = 2000 if args.quick else 10_000
     writer_counts = [1, 32, 256]
     only = set(args.only or ["embedded", "growth", "http", "postgres", "w2"])
-    print(f"store benchmark on {os.cpu_count()} CPUs; W1 = {w1_rollouts} rollouts x {SPANS_PER_ROLLOUT} spans", flush=True)
+    print(
+        f"store benchmark on {os.cpu_count()} CPUs; W1 = {w1_rollouts} rollouts x {SPANS_PER_ROLLOUT} spans", flush=True
+    )
     print("  workload  backend  writers  rollouts/s  spans/s  p50 ms  p99 ms  peak RSS MiB", flush=True)
     with tempfile.TemporaryDirectory(prefix="agl-bench-") as tmpdir:
         tmp = Path(tmpdir)
@@ -571,8 +594,18 @@ def _print_table() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("workload", "backend", "writers", "rollouts/s", "spans/s", "p50 ms", "p99 ms", "peak RSS MiB",
-                  title="store benchmark (targets: W1 embedded >= 20,000 spans/s, W1 HTTP >= 5,000 spans/s, W2 >= 1,000 rollouts/s)")
+    table = Table(
+        "workload",
+        "backend",
+        "writers",
+        "rollouts/s",
+        "spans/s",
+        "p50 ms",
+        "p99 ms",
+        "peak RSS MiB",
+        title="store benchmark (targets: W1 embedded >= 20,000 spans/s, W1 HTTP >= 5,000 spans/s,"
+        " W2 >= 1,000 rollouts/s)",
+    )
     for row in ROWS:
         table.add_row(*row)
     Console(width=160).print(table)

@@ -37,12 +37,20 @@ def bench_agl(model_dir: Path, batch, steps: int, workdir: Path) -> float:
 
     prompts, completions, logprobs, rewards = batch
     transitions = [
-        Transition(rollout_id=f"r{i}", task_id=f"t{i // GROUP}", step=0, prompt_ids=prompts[i // GROUP],
-                   response_ids=c, response_logprobs=lp, reward=r)
-        for i, (c, lp, r) in enumerate(zip(completions, logprobs, rewards))
+        Transition(
+            rollout_id=f"r{i}",
+            task_id=f"t{i // GROUP}",
+            step=0,
+            prompt_ids=prompts[i // GROUP],
+            response_ids=c,
+            response_logprobs=lp,
+            reward=r,
+        )
+        for i, (c, lp, r) in enumerate(zip(completions, logprobs, rewards, strict=False))
     ]
-    backend = VerlBackend(model_path=str(model_dir), lr=1e-5, micro_batch_size=PROMPTS * GROUP,
-                          workdir=str(workdir))  # old log-probs: the engine's, as in TRL with num_iterations=1
+    backend = VerlBackend(
+        model_path=str(model_dir), lr=1e-5, micro_batch_size=PROMPTS * GROUP, workdir=str(workdir)
+    )  # old log-probs: the engine's, as in TRL with num_iterations=1
     backend.setup(None)
     backend.train_step(transitions, 0)  # warm-up
     started = time.perf_counter()
@@ -87,15 +95,31 @@ def bench_trl(model_dir: Path, batch, steps: int, workdir: Path) -> float:
 
     timer = Timer()
     config = GRPOConfig(
-        output_dir=str(workdir), use_cpu=True, per_device_train_batch_size=PROMPTS * GROUP,
-        num_generations=GROUP, gradient_accumulation_steps=1, max_steps=steps + 1, learning_rate=1e-5,
-        beta=0.0, num_iterations=1, logging_steps=1000, save_strategy="no", report_to=[],
-        max_completion_length=RESPONSE_LEN, seed=0, dataloader_num_workers=0, bf16=False,
+        output_dir=str(workdir),
+        use_cpu=True,
+        per_device_train_batch_size=PROMPTS * GROUP,
+        num_generations=GROUP,
+        gradient_accumulation_steps=1,
+        max_steps=steps + 1,
+        learning_rate=1e-5,
+        beta=0.0,
+        num_iterations=1,
+        logging_steps=1000,
+        save_strategy="no",
+        report_to=[],
+        max_completion_length=RESPONSE_LEN,
+        seed=0,
+        dataloader_num_workers=0,
+        bf16=False,
     )
     trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=reward_fn, args=config,
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
+        reward_funcs=reward_fn,
+        args=config,
         train_dataset=Dataset.from_dict({"prompt": texts * (steps + 2)}),
-        processing_class=AutoTokenizer.from_pretrained(model_dir), rollout_func=rollout, callbacks=[timer],
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+        rollout_func=rollout,
+        callbacks=[timer],
     )
     trainer.train()
     elapsed = time.perf_counter() - timer.starts[1]  # from the second step: the first is warm-up
@@ -115,15 +139,18 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="agl-bench-train-"))
     corpus = [" ".join(random.Random(i).choices("abcdefghij0123456789", k=12)) for i in range(200)]
-    model_dir = build_tiny_model(work / "model", corpus, vocab_size=256, hidden_size=args.hidden,
-                                 layers=args.layers, seed=0)
+    model_dir = build_tiny_model(
+        work / "model", corpus, vocab_size=256, hidden_size=args.hidden, layers=args.layers, seed=0
+    )
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     vocab = sorted(set(tokenizer.get_vocab().values()) - set(tokenizer.all_special_ids))
     batch = fixed_batch(vocab)
     tokens = PROMPTS * GROUP * (PROMPT_LEN + RESPONSE_LEN)
-    print(f"tiny Llama: hidden {args.hidden}, {args.layers} layers, vocab {len(tokenizer)}; "
-          f"batch {PROMPTS}x{GROUP} samples x {PROMPT_LEN}+{RESPONSE_LEN} tokens = {tokens} tokens/step; "
-          f"{args.steps} timed steps, CPU, {os.cpu_count()} cores")
+    print(
+        f"tiny Llama: hidden {args.hidden}, {args.layers} layers, vocab {len(tokenizer)}; "
+        f"batch {PROMPTS}x{GROUP} samples x {PROMPT_LEN}+{RESPONSE_LEN} tokens = {tokens} tokens/step; "
+        f"{args.steps} timed steps, CPU, {os.cpu_count()} cores"
+    )
     agl_tps = bench_agl(model_dir, batch, args.steps, work / "agl")
     trl_tps = bench_trl(model_dir, batch, args.steps, work / "trl")
     print(f"{'agl-verl local backend':<28}{agl_tps:>12,.0f} training tokens/s")

@@ -16,6 +16,7 @@ rollout-level normalization. Three ways, same store, same run:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import tempfile
@@ -43,7 +44,9 @@ class ExactMatch:
 
 def populate(store: SqliteStore, n_rollouts: int, calls_per: int) -> list[Rollout]:
     rng = random.Random(0)
-    tasks = [Task(task_id=f"t{i}", input={"question": f"q{i}", "answer": str(i % 3)}) for i in range(n_rollouts // 4 or 1)]
+    tasks = [
+        Task(task_id=f"t{i}", input={"question": f"q{i}", "answer": str(i % 3)}) for i in range(n_rollouts // 4 or 1)
+    ]
     store.add_tasks(tasks)
     rollouts = [Rollout(rollout_id=f"ro{i}", task_id=tasks[i % len(tasks)].task_id, step=0) for i in range(n_rollouts)]
     store.enqueue(rollouts)
@@ -59,17 +62,36 @@ def populate(store: SqliteStore, n_rollouts: int, calls_per: int) -> list[Rollou
         for j in range(calls_per):
             t = t0 + i + j * 0.01
             cid = f"chatcmpl-{i}-{j}"
-            calls.append(LLMCall(
-                call_id=cid, rollout_id=r.rollout_id, seq=j,
-                request={"model": "gpt-4o", "messages": [{"role": "user", "content": f"step {j} of {i}"}]},
-                response={"id": cid}, prompt_ids=[rng.randrange(32000) for _ in range(500)],
-                response_ids=[rng.randrange(32000) for _ in range(100)], response_logprobs=[-0.1] * 100,
-                model_version="v0", created_at=t,
-            ))
-            spans.append(Span(span_id=f"s-{i}-{j}", rollout_id=r.rollout_id, seq=j, name="chat", kind="llm",
-                              start_time=t - 0.005, end_time=t,
-                              attributes={"gen_ai.response.id": cid, "gen_ai.agent.name": AGENTS[j % 3],
-                                          "gen_ai.input.messages": [{"role": "user", "content": f"step {j} of {i}"}]}))
+            calls.append(
+                LLMCall(
+                    call_id=cid,
+                    rollout_id=r.rollout_id,
+                    seq=j,
+                    request={"model": "gpt-4o", "messages": [{"role": "user", "content": f"step {j} of {i}"}]},
+                    response={"id": cid},
+                    prompt_ids=[rng.randrange(32000) for _ in range(500)],
+                    response_ids=[rng.randrange(32000) for _ in range(100)],
+                    response_logprobs=[-0.1] * 100,
+                    model_version="v0",
+                    created_at=t,
+                )
+            )
+            spans.append(
+                Span(
+                    span_id=f"s-{i}-{j}",
+                    rollout_id=r.rollout_id,
+                    seq=j,
+                    name="chat",
+                    kind="llm",
+                    start_time=t - 0.005,
+                    end_time=t,
+                    attributes={
+                        "gen_ai.response.id": cid,
+                        "gen_ai.agent.name": AGENTS[j % 3],
+                        "gen_ai.input.messages": [{"role": "user", "content": f"step {j} of {i}"}],
+                    },
+                )
+            )
         rewards.append(Reward(rollout_id=r.rollout_id, name="progress", value=0.1, created_at=t0 + i + 0.015))
     for k in range(0, len(calls), 1000):
         store.add_llm_calls(calls[k : k + 1000])
@@ -99,13 +121,25 @@ def naive(store: SqliteStore, rollouts: list[Rollout], config: tm.TransitionConf
             idx = max([i for i, c in enumerate(calls) if c.created_at <= w.created_at], default=-1)
             emitted.append((idx, w.value))
         per_call = strategy(len(calls), RolloutRewards(final, emitted), **config.credit_options)
-        kept = [(i, c) for i, c in enumerate(calls) if config.agents is None or agent_of.get(c.call_id) in config.agents]
+        kept = [
+            (i, c) for i, c in enumerate(calls) if config.agents is None or agent_of.get(c.call_id) in config.agents
+        ]
         for i, c in kept:
-            out.append(Transition(
-                rollout_id=r.rollout_id, task_id=r.task_id, step=i, agent=agent_of.get(c.call_id),
-                prompt_ids=c.prompt_ids, response_ids=c.response_ids, response_logprobs=c.response_logprobs,
-                reward=per_call[i], model_version=c.model_version, call_id=c.call_id, weight=1 / len(kept),
-            ))
+            out.append(
+                Transition(
+                    rollout_id=r.rollout_id,
+                    task_id=r.task_id,
+                    step=i,
+                    agent=agent_of.get(c.call_id),
+                    prompt_ids=c.prompt_ids,
+                    response_ids=c.response_ids,
+                    response_logprobs=c.response_logprobs,
+                    reward=per_call[i],
+                    model_version=c.model_version,
+                    call_id=c.call_id,
+                    weight=1 / len(kept),
+                )
+            )
     return out
 
 
@@ -138,7 +172,10 @@ def main() -> None:
         store = SqliteStore(Path(tmp) / "bench.db")
         t = time.perf_counter()
         rollouts = populate(store, args.rollouts, args.calls)
-        print(f"store: {args.rollouts} rollouts × {args.calls} calls × (500 + 100) token ids, written in {time.perf_counter() - t:.1f}s")
+        print(
+            f"store: {args.rollouts} rollouts × {args.calls} calls × (500 + 100) token ids,"
+            f" written in {time.perf_counter() - t:.1f}s"
+        )
 
         fast_s, fast = timed(lambda: tm.TransitionBuilder(store, config).build(rollouts), args.repeats)
         generic_reader = tm._reader_for
@@ -149,19 +186,20 @@ def main() -> None:
             tm._reader_for = generic_reader
         naive_s, base = timed(lambda: naive(store, rollouts, config), repeats=1)
         assert len(fast) == len(generic) == len(base) == args.rollouts * args.calls
-        for a, b in zip(fast, base):
+        for a, b in zip(fast, base, strict=False):
             assert (a.call_id, a.prompt_ids, a.weight) == (b.call_id, b.prompt_ids, b.weight), (a, b)
             assert abs(a.reward - b.reward) < 1e-9, (a.call_id, a.reward, b.reward)
         n = len(fast)
         print(f"{'way':30} {'wall s':>7} {'transitions/s':>14} {'vs baseline':>11} {'cpu s':>7} {'per cpu-s':>10}")
-        for name, (secs, cpu) in [("builder (sqlite fast path)", fast_s), ("builder (generic store API)", generic_s),
-                                  ("baseline (naive per rollout)", naive_s)]:
+        for name, (secs, cpu) in [
+            ("builder (sqlite fast path)", fast_s),
+            ("builder (generic store API)", generic_s),
+            ("baseline (naive per rollout)", naive_s),
+        ]:
             print(f"{name:30} {secs:7.3f} {n / secs:14,.0f} {naive_s[0] / secs:10.1f}x {cpu:7.3f} {n / cpu:10,.0f}")
         print("floor: >= 50,000 transitions/s (fast path, wall, on an otherwise idle machine)")
-        try:
+        with contextlib.suppress(OSError):
             print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-        except OSError:
-            pass
         store.close()
 
 

@@ -164,14 +164,20 @@ def test_one_context_used_by_two_blocks_stays_active_until_both_end():
 
 @pytest.mark.parametrize("bad", ["1.0", None, True, [1.0], {"v": 1}, b"1"])
 def test_emit_reward_rejects_non_numbers_naming_value(bad, writer):
-    with use_rollout(RolloutContext(rollout_id="ro", writer=writer)), pytest.raises(ValueError, match=r"^value: .*real"):
+    with (
+        use_rollout(RolloutContext(rollout_id="ro", writer=writer)),
+        pytest.raises(ValueError, match=r"^value: .*real"),
+    ):
         emit_reward(bad)
     assert writer.pending() == 0
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_emit_reward_rejects_non_finite_values(bad, writer):
-    with use_rollout(RolloutContext(rollout_id="ro", writer=writer)), pytest.raises(ValueError, match=r"^value: .*finite"):
+    with (
+        use_rollout(RolloutContext(rollout_id="ro", writer=writer)),
+        pytest.raises(ValueError, match=r"^value: .*finite"),
+    ):
         emit_reward(bad)
 
 
@@ -213,7 +219,11 @@ def test_rewards_and_spans_nest_and_reach_the_store(store, writer):
 
 
 def test_a_span_records_the_error_and_lets_it_through(store, writer):
-    with use_rollout(RolloutContext(rollout_id="ro-err", writer=writer)), pytest.raises(KeyError), span("lookup", kind="tool"):
+    with (
+        use_rollout(RolloutContext(rollout_id="ro-err", writer=writer)),
+        pytest.raises(KeyError),
+        span("lookup", kind="tool"),
+    ):
         raise KeyError("missing")
     writer.flush()
     [recorded] = store.query_spans(rollout_id="ro-err")
@@ -319,7 +329,9 @@ _EXITING = textwrap.dedent(
 
 def test_writer_loses_nothing_at_interpreter_exit(tmp_path):
     path = tmp_path / "agl.db"
-    proc = subprocess.run([sys.executable, "-c", _EXITING, str(path)], check=False, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", _EXITING, str(path)], check=False, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "1000"  # all still buffered when the script ended
     with SqliteStore(path) as store:

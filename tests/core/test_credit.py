@@ -91,10 +91,26 @@ def _multi_agent_rollout(store, rid, agents, final, emitted_after=None):
     store.enqueue([Rollout(rollout_id=rid, task_id=f"task-{rid}")])
     store.claim("r", limit=10)
     for i, agent in enumerate(agents):
-        store.add_llm_calls([LLMCall(call_id=f"{rid}-c{i}", rollout_id=rid, seq=i, prompt_ids=[1], response_ids=[2],
-                                     created_at=100.0 + i)])
-        store.add_spans([Span(span_id=f"{rid}-s{i}", rollout_id=rid, seq=i, name="chat", kind="llm", end_time=100.0 + i,
-                              attributes={"gen_ai.response.id": f"{rid}-c{i}", "gen_ai.agent.name": agent})])
+        store.add_llm_calls(
+            [
+                LLMCall(
+                    call_id=f"{rid}-c{i}", rollout_id=rid, seq=i, prompt_ids=[1], response_ids=[2], created_at=100.0 + i
+                )
+            ]
+        )
+        store.add_spans(
+            [
+                Span(
+                    span_id=f"{rid}-s{i}",
+                    rollout_id=rid,
+                    seq=i,
+                    name="chat",
+                    kind="llm",
+                    end_time=100.0 + i,
+                    attributes={"gen_ai.response.id": f"{rid}-c{i}", "gen_ai.agent.name": agent},
+                )
+            ]
+        )
     for index, value in emitted_after or []:
         store.add_rewards([Reward(rollout_id=rid, name="step", value=value, created_at=100.0 + index + 0.5)])
     store.add_rewards([Reward(rollout_id=rid, value=final, created_at=200.0)])
@@ -121,8 +137,9 @@ def test_multi_agent_selection_and_rollout_normalization(sqlite_store):
 
 def test_emitted_credit_on_a_multi_agent_rollout(sqlite_store):
     # The checker's verdicts are intermediate rewards: +1 after call 1, -1 after call 3.
-    r = _multi_agent_rollout(sqlite_store, "r", ["writer", "checker", "writer", "checker"], 2.0,
-                             emitted_after=[(1, 1.0), (3, -1.0)])
+    r = _multi_agent_rollout(
+        sqlite_store, "r", ["writer", "checker", "writer", "checker"], 2.0, emitted_after=[(1, 1.0), (3, -1.0)]
+    )
     ts, _ = build_transitions(sqlite_store, [r], TransitionConfig(credit="emitted", normalize="none"))
     assert [t.reward for t in ts] == [2.0, 2.0, 1.0, 1.0]
     cfg = TransitionConfig(credit="emitted", agents=["writer"], normalize="none")

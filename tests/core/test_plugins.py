@@ -42,10 +42,22 @@ def _ended_rollout(store, rid: str = "ro-1", output: str = "42"):
     store.add_tasks([Task(task_id="t-1", input={"answer": "42"})])
     store.enqueue([Rollout(rollout_id=rid, task_id="t-1")])
     store.claim("runner", limit=10)
-    store.add_llm_calls([LLMCall(call_id=f"{rid}-c0", rollout_id=rid, seq=0, prompt_ids=[1, 2], response_ids=[3],
-                                 created_at=10.0)])
-    store.add_spans([Span(span_id=f"{rid}-s0", rollout_id=rid, name="chat", kind="llm", start_time=9.9, end_time=10.0,
-                          attributes={"gen_ai.response.id": f"{rid}-c0"})])
+    store.add_llm_calls(
+        [LLMCall(call_id=f"{rid}-c0", rollout_id=rid, seq=0, prompt_ids=[1, 2], response_ids=[3], created_at=10.0)]
+    )
+    store.add_spans(
+        [
+            Span(
+                span_id=f"{rid}-s0",
+                rollout_id=rid,
+                name="chat",
+                kind="llm",
+                start_time=9.9,
+                end_time=10.0,
+                attributes={"gen_ai.response.id": f"{rid}-c0"},
+            )
+        ]
+    )
     return store.finish(rid, RolloutStatus.SUCCEEDED, output=output)
 
 

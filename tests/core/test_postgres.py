@@ -14,11 +14,11 @@ import time
 
 import psycopg
 import pytest
+
 from agl.errors import StoreUnavailable
 from agl.schema import Rollout, RolloutStatus, Span, Task
 from agl.store import open_store
 from agl.store.postgres import PostgresDialect, PostgresStore
-
 from tests.pg import create_database, drop_database, postgres_server, restart, shared_server_url
 
 pytestmark = pytest.mark.postgres
@@ -83,8 +83,12 @@ _CLAIMER = textwrap.dedent(
 
 def test_claims_are_atomic_across_processes(pg_url):
     procs = [
-        subprocess.Popen([sys.executable, "-c", _CLAIMER, pg_url, f"proc-{i}"], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _CLAIMER, pg_url, f"proc-{i}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for i in range(4)
     ]
     try:

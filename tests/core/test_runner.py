@@ -113,8 +113,12 @@ def test_concurrency_runs_rollouts_at_once(sqlite_store, kind):
 @pytest.mark.parametrize("kind", ["async", "sync"])
 def test_timeout_becomes_timed_out_with_error_and_the_loop_goes_on(sqlite_store, kind):
     sqlite_store.add_tasks([Task(task_id="slow", input={"slow": True}), Task(task_id="fast", input={"slow": False})])
-    sqlite_store.enqueue([Rollout(rollout_id="slow", task_id="slow", timeout_s=0.2),
-                          Rollout(rollout_id="fast", task_id="fast", timeout_s=5)])
+    sqlite_store.enqueue(
+        [
+            Rollout(rollout_id="slow", task_id="slow", timeout_s=0.2),
+            Rollout(rollout_id="fast", task_id="fast", timeout_s=5),
+        ]
+    )
 
     async def async_agent(task_input):
         await asyncio.sleep(30 if task_input["slow"] else 0)
@@ -274,8 +278,13 @@ def test_agents_reach_the_gateway_and_calls_become_transitions(sqlite_store):
     def agent(task_input, ctx):
         with httpx.Client(base_url=ctx.base_url, headers={"Authorization": f"Bearer {ctx.api_key}"}) as client:
             for turn in range(2):
-                r = client.post("/chat/completions", json={
-                    "model": ctx.model, "messages": [{"role": "user", "content": f"q{task_input['i']} turn {turn}"}]})
+                r = client.post(
+                    "/chat/completions",
+                    json={
+                        "model": ctx.model,
+                        "messages": [{"role": "user", "content": f"q{task_input['i']} turn {turn}"}],
+                    },
+                )
                 r.raise_for_status()
         return 1.0
 
@@ -297,30 +306,54 @@ def _write_script(tmp_path: Path, body: str) -> Path:
 
 @pytest.mark.slow
 def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
-    from agl_trainer.gateway import Gateway
     from agl.store.sqlite import SqliteStore
+    from agl_trainer.gateway import Gateway
 
     db = tmp_path / "agl.db"
     url = f"sqlite:///{db}"
-    script = _write_script(tmp_path, """
+    script = _write_script(
+        tmp_path,
+        """
         import json, os, sys
         import agl
         from openai import OpenAI
         client = OpenAI()  # OPENAI_BASE_URL and OPENAI_API_KEY from the environment, as such scripts do
         reply = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hello"}])
-        keys = ["OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY", "AGL_ROLLOUT_ID", "AGL_STORE_URL", "AGL_TASK_INPUT"]
+        keys = ["OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY"]
+        keys += ["AGL_ROLLOUT_ID", "AGL_STORE_URL", "AGL_TASK_INPUT"]
         json.dump({k: os.environ.get(k) for k in keys} | {"reply": reply.choices[0].message.content},
                   open(sys.argv[1], "w"))
         agl.emit_reward(0.75)  # lands on the rollout agl run created (AGL_ROLLOUT_ID, AGL_STORE_URL)
         sys.exit(int(sys.argv[2]))
-    """)
+    """,
+    )
     store = SqliteStore(db)
     try:
         with FakeEngine() as engine, Gateway(store, [engine.url], token="tok", model_version="v7") as gw:
             env = dict(os.environ, PYTHONPATH=str(REPO / "core" / "src"))
-            ok = subprocess.run([*AGL, "run", "--store", url, "--gateway", gw.url, "--gateway-token", "tok",
-                                 "--input", '{"question": "hi"}', "--", sys.executable, str(script), str(tmp_path / "ok.json"), "0"],
-                                env=env, capture_output=True, text=True, timeout=60)
+            ok = subprocess.run(
+                [
+                    *AGL,
+                    "run",
+                    "--store",
+                    url,
+                    "--gateway",
+                    gw.url,
+                    "--gateway-token",
+                    "tok",
+                    "--input",
+                    '{"question": "hi"}',
+                    "--",
+                    sys.executable,
+                    str(script),
+                    str(tmp_path / "ok.json"),
+                    "0",
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert ok.returncode == 0, ok.stderr
             seen = json.loads((tmp_path / "ok.json").read_text())
             rid = seen["AGL_ROLLOUT_ID"]
@@ -336,9 +369,26 @@ def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
             (t,) = build_transitions(store, [store.get_rollout(rid)])[0]
             assert t.reward == 0.75 and t.token_source == "engine" and t.call_id == call.call_id
 
-            bad = subprocess.run([*AGL, "run", "--store", url, "--gateway", gw.url, "--gateway-token", "tok",
-                                  "--", sys.executable, "-c", "import sys; print('it broke', file=sys.stderr); sys.exit(3)"],
-                                 env=env, capture_output=True, text=True, timeout=60)
+            bad = subprocess.run(
+                [
+                    *AGL,
+                    "run",
+                    "--store",
+                    url,
+                    "--gateway",
+                    gw.url,
+                    "--gateway-token",
+                    "tok",
+                    "--",
+                    sys.executable,
+                    "-c",
+                    "import sys; print('it broke', file=sys.stderr); sys.exit(3)",
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert bad.returncode == 3 and "it broke" in bad.stderr
             failed = list(store.query_rollouts(status=RolloutStatus.FAILED))
             assert len(failed) == 1 and "exited with code 3" in failed[0].error and "it broke" in failed[0].error
@@ -348,17 +398,35 @@ def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
 
 def test_agl_runner_process_runs_an_agent_module(tmp_path, sqlite_store):
     _enqueue(sqlite_store, 5)
-    agent_file = _write_script(tmp_path, """
+    agent_file = _write_script(
+        tmp_path,
+        """
         import agl
 
         def agent(task_input, ctx):
             agl.emit_reward(task_input["i"] * 2)
             return {"seen": ctx.base_url}
-    """)
+    """,
+    )
     env = dict(os.environ, PYTHONPATH=str(REPO / "core" / "src"))
-    proc = subprocess.run([*AGL, "runner", f"{agent_file}:agent", "--store", f"sqlite:///{sqlite_store.path}",
-                           "--gateway", "http://127.0.0.1:9", "--concurrency", "2", "--until-idle"],
-                          env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            *AGL,
+            "runner",
+            f"{agent_file}:agent",
+            "--store",
+            f"sqlite:///{sqlite_store.path}",
+            "--gateway",
+            "http://127.0.0.1:9",
+            "--concurrency",
+            "2",
+            "--until-idle",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "5 succeeded" in proc.stdout
     r = sqlite_store.get_rollout("ro2")
@@ -368,6 +436,11 @@ def test_agl_runner_process_runs_an_agent_module(tmp_path, sqlite_store):
 
 def test_agl_runner_rejects_a_bad_agent_spec(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO / "core" / "src"))
-    proc = subprocess.run([*AGL, "runner", "no_such_module_xyz:agent", "--store", f"sqlite:///{tmp_path}/a.db"],
-                          env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [*AGL, "runner", "no_such_module_xyz:agent", "--store", f"sqlite:///{tmp_path}/a.db"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "agent: cannot import module 'no_such_module_xyz'" in proc.stderr

@@ -9,6 +9,8 @@ import struct
 from array import array
 
 import pytest
+from pydantic import ValidationError
+
 from agl.schema import (
     ALLOWED_TRANSITIONS,
     TERMINAL_STATUSES,
@@ -24,31 +26,88 @@ from agl.schema import (
     Transition,
 )
 from agl.tokens import float32_array, int32_array, to_bytes
-from pydantic import ValidationError
 
-TASK = Task(task_id="t1", input={"question": "2+3?", "answer": 5, "nested": [1, {"a": None}]}, split="val",
-            metadata={"source": "gsm8k"})
+TASK = Task(
+    task_id="t1",
+    input={"question": "2+3?", "answer": 5, "nested": [1, {"a": None}]},
+    split="val",
+    metadata={"source": "gsm8k"},
+)
 
 EXAMPLES = [
     TASK,
-    Rollout(rollout_id="ro-1", task_id="t1", status=RolloutStatus.RUNNING, attempt=2, max_attempts=3, timeout_s=30.5,
-            model_version="v3", step=7, mode="val", runner_id="r", claim_id="c", started_at=1.5, heartbeat_at=2.5,
-            error="ValueError: x", output={"answer": "5", "list": [1, 2.5, "x"]}, task=TASK),
-    Attempt(rollout_id="ro-1", attempt=1, runner_id="r", status=RolloutStatus.FAILED, started_at=1.0, ended_at=2.0,
-            error="boom"),
-    Span(span_id="s1", trace_id="tr", parent_id="s0", rollout_id="ro-1", seq=3, name="chat", kind="llm",
-         start_time=1.25, end_time=2.5, status="ok",
-         attributes={"gen_ai.response.id": "c1", "gen_ai.usage.input_tokens": 12, "agl.list": [1, "a", None]}),
-    LLMCall(call_id="c1", rollout_id="ro-1", seq=3, requested_model="gpt-4o", request={"messages": []},
-            response={"choices": [{"index": 0}]}, prompt_ids=[1, 2, 2**31 - 1, -5], response_ids=[7, 8, 0],
-            response_logprobs=[-0.5, -float("inf"), 0.0], model_version="v3", latency_s=0.125),
+    Rollout(
+        rollout_id="ro-1",
+        task_id="t1",
+        status=RolloutStatus.RUNNING,
+        attempt=2,
+        max_attempts=3,
+        timeout_s=30.5,
+        model_version="v3",
+        step=7,
+        mode="val",
+        runner_id="r",
+        claim_id="c",
+        started_at=1.5,
+        heartbeat_at=2.5,
+        error="ValueError: x",
+        output={"answer": "5", "list": [1, 2.5, "x"]},
+        task=TASK,
+    ),
+    Attempt(
+        rollout_id="ro-1",
+        attempt=1,
+        runner_id="r",
+        status=RolloutStatus.FAILED,
+        started_at=1.0,
+        ended_at=2.0,
+        error="boom",
+    ),
+    Span(
+        span_id="s1",
+        trace_id="tr",
+        parent_id="s0",
+        rollout_id="ro-1",
+        seq=3,
+        name="chat",
+        kind="llm",
+        start_time=1.25,
+        end_time=2.5,
+        status="ok",
+        attributes={"gen_ai.response.id": "c1", "gen_ai.usage.input_tokens": 12, "agl.list": [1, "a", None]},
+    ),
+    LLMCall(
+        call_id="c1",
+        rollout_id="ro-1",
+        seq=3,
+        requested_model="gpt-4o",
+        request={"messages": []},
+        response={"choices": [{"index": 0}]},
+        prompt_ids=[1, 2, 2**31 - 1, -5],
+        response_ids=[7, 8, 0],
+        response_logprobs=[-0.5, -float("inf"), 0.0],
+        model_version="v3",
+        latency_s=0.125,
+    ),
     LLMCall(call_id="c2", prompt_ids=[], response_ids=[]),
     Reward(reward_id="rw1", rollout_id="ro-1", span_id="s1", name="format", value=-0.75, source="plugin", seq=4),
-    Transition(rollout_id="ro-1", task_id="t1", step=0, agent="solver", prompt_ids=[1, 2], response_ids=[3],
-               response_logprobs=[-0.25], reward=0.5, model_version="v3", token_source="engine", call_id="c1",
-               weight=0.5),
-    Transition(rollout_id="ro-1", task_id="t1", step=1, prompt_ids=[1], response_ids=[2], reward=0.0,
-               token_source="text"),
+    Transition(
+        rollout_id="ro-1",
+        task_id="t1",
+        step=0,
+        agent="solver",
+        prompt_ids=[1, 2],
+        response_ids=[3],
+        response_logprobs=[-0.25],
+        reward=0.5,
+        model_version="v3",
+        token_source="engine",
+        call_id="c1",
+        weight=0.5,
+    ),
+    Transition(
+        rollout_id="ro-1", task_id="t1", step=1, prompt_ids=[1], response_ids=[2], reward=0.0, token_source="text"
+    ),
     ModelVersion(version="v3", path="/ckpt/3", base_model="smollm2", step=3, metadata={"lr": 1e-5}),
     StoreStats(tasks=1, rollouts={"queued": 2}, spans=3, llm_calls=4, rewards=5, model_versions=6),
 ]
@@ -84,8 +143,14 @@ def test_token_arrays_are_int32_and_float32_arrays_in_python():
 
 @pytest.mark.parametrize(
     "given",
-    [[1, 2, 3], (1, 2, 3), array("i", [1, 2, 3]), array("l", [1, 2, 3]), struct.pack("<3i", 1, 2, 3),
-     base64.b64encode(struct.pack("<3i", 1, 2, 3)).decode()],
+    [
+        [1, 2, 3],
+        (1, 2, 3),
+        array("i", [1, 2, 3]),
+        array("l", [1, 2, 3]),
+        struct.pack("<3i", 1, 2, 3),
+        base64.b64encode(struct.pack("<3i", 1, 2, 3)).decode(),
+    ],
     ids=["list", "tuple", "array", "long-array", "bytes", "base64"],
 )
 def test_token_ids_accept_lists_arrays_bytes_and_base64(given):
@@ -107,15 +172,23 @@ def _error_of(model, **fields):
 
 
 def test_logprobs_that_do_not_match_the_response_ids_name_the_field():
-    error, text = _error_of(LLMCall, call_id="c", prompt_ids=[1], response_ids=[1, 2, 3], response_logprobs=[-0.1, -0.2])
+    error, text = _error_of(
+        LLMCall, call_id="c", prompt_ids=[1], response_ids=[1, 2, 3], response_logprobs=[-0.1, -0.2]
+    )
     assert error["loc"] == ("response_logprobs",)
     assert "2 values for 3 response ids" in text and "response_logprobs" in text
 
 
 @pytest.mark.parametrize(
     ("value", "reason"),
-    [([1, "a"], "int32 token ids"), ([1.5], "int32 token ids"), ([2**31], "int32 token ids"),
-     ("not base64!", "base64"), (b"\x01\x02\x03", "multiple of 4"), (7, "expected a list")],
+    [
+        ([1, "a"], "int32 token ids"),
+        ([1.5], "int32 token ids"),
+        ([2**31], "int32 token ids"),
+        ("not base64!", "base64"),
+        (b"\x01\x02\x03", "multiple of 4"),
+        (7, "expected a list"),
+    ],
     ids=["string-id", "float-id", "out-of-range", "bad-base64", "ragged-bytes", "scalar"],
 )
 def test_bad_token_ids_name_the_field_and_the_reason(value, reason):
@@ -127,8 +200,16 @@ def test_bad_token_ids_name_the_field_and_the_reason(value, reason):
 def test_bad_logprobs_name_the_field():
     error, _ = _error_of(LLMCall, call_id="c", prompt_ids=[], response_ids=[1], response_logprobs=["high"])
     assert error["loc"] == ("response_logprobs",)
-    error, _ = _error_of(Transition, rollout_id="r", task_id="t", step=0, prompt_ids=[1], response_ids=[1],
-                         response_logprobs=["x"], reward=0.0)
+    error, _ = _error_of(
+        Transition,
+        rollout_id="r",
+        task_id="t",
+        step=0,
+        prompt_ids=[1],
+        response_ids=[1],
+        response_logprobs=["x"],
+        reward=0.0,
+    )
     assert error["loc"] == ("response_logprobs",)
 
 
@@ -145,10 +226,24 @@ def test_bad_logprobs_name_the_field():
         (Span, {"name": "s", "status": "fine"}, "status"),
         (Reward, {"value": "lots"}, "value"),
         (Attempt, {"rollout_id": "r", "attempt": 0}, "attempt"),
-        (Transition, {"rollout_id": "r", "task_id": "t", "step": -1, "prompt_ids": [], "response_ids": [], "reward": 0},
-         "step"),
-        (Transition, {"rollout_id": "r", "task_id": "t", "step": 0, "prompt_ids": [], "response_ids": [], "reward": 0,
-                      "token_source": "vibes"}, "token_source"),
+        (
+            Transition,
+            {"rollout_id": "r", "task_id": "t", "step": -1, "prompt_ids": [], "response_ids": [], "reward": 0},
+            "step",
+        ),
+        (
+            Transition,
+            {
+                "rollout_id": "r",
+                "task_id": "t",
+                "step": 0,
+                "prompt_ids": [],
+                "response_ids": [],
+                "reward": 0,
+                "token_source": "vibes",
+            },
+            "token_source",
+        ),
         (ModelVersion, {"version": ""}, "version"),
         (LLMCall, {"call_id": "", "prompt_ids": [], "response_ids": []}, "call_id"),
     ],
@@ -168,13 +263,19 @@ def test_special_floats_survive_json():
 
 
 def test_the_status_machine():
-    Q, R, S, F, T, C = (RolloutStatus.QUEUED, RolloutStatus.RUNNING, RolloutStatus.SUCCEEDED, RolloutStatus.FAILED,
-                        RolloutStatus.TIMED_OUT, RolloutStatus.CANCELLED)
+    Q, R, S, F, T, C = (
+        RolloutStatus.QUEUED,
+        RolloutStatus.RUNNING,
+        RolloutStatus.SUCCEEDED,
+        RolloutStatus.FAILED,
+        RolloutStatus.TIMED_OUT,
+        RolloutStatus.CANCELLED,
+    )
     assert ALLOWED_TRANSITIONS[Q] == {R, C}
     assert ALLOWED_TRANSITIONS[R] == {S, F, T, C, Q}  # running → queued is a retry by policy
     for end in (S, F, T, C):
         assert ALLOWED_TRANSITIONS[end] == frozenset() and end.terminal
-    assert TERMINAL_STATUSES == {S, F, T, C}
+    assert {S, F, T, C} == TERMINAL_STATUSES
     assert not Q.terminal and not R.terminal
     assert set(ALLOWED_TRANSITIONS) == set(RolloutStatus)
     assert Q not in ALLOWED_TRANSITIONS[Q] and S not in ALLOWED_TRANSITIONS[Q]
@@ -185,7 +286,15 @@ def test_transition_logprobs_must_match_the_response_ids():
     from agl.schema import Transition
 
     with pytest.raises(ValidationError, match="response_logprobs"):
-        Transition(rollout_id="r", task_id="t", step=0, prompt_ids=[1], response_ids=[1, 2], response_logprobs=[-0.1], reward=1.0)
+        Transition(
+            rollout_id="r",
+            task_id="t",
+            step=0,
+            prompt_ids=[1],
+            response_ids=[1, 2],
+            response_logprobs=[-0.1],
+            reward=1.0,
+        )
 
 
 def test_ids_made_by_one_process_increase_even_within_a_millisecond():

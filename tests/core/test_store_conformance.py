@@ -113,7 +113,10 @@ def test_a_late_finish_from_an_attempt_that_timed_out_does_not_end_the_next_one(
     done = store.finish(rollout.rollout_id, RolloutStatus.SUCCEEDED, output="4", attempt=second.attempt)
     assert (done.status, done.output) == (RolloutStatus.SUCCEEDED, "4")
     # Naming the attempt keeps a repeated finish a no-op, and a wrong number is refused.
-    assert store.finish(rollout.rollout_id, RolloutStatus.SUCCEEDED, output="4", attempt=2).status == RolloutStatus.SUCCEEDED
+    assert (
+        store.finish(rollout.rollout_id, RolloutStatus.SUCCEEDED, output="4", attempt=2).status
+        == RolloutStatus.SUCCEEDED
+    )
     assert [a.status for a in store.attempts(rollout.rollout_id)] == [RolloutStatus.TIMED_OUT, RolloutStatus.SUCCEEDED]
     with pytest.raises(InvalidTransition, match="attempt 3 is not running"):
         store.finish(rollout.rollout_id, RolloutStatus.SUCCEEDED, attempt=3)
@@ -179,7 +182,13 @@ def test_observations_round_trip_unchanged_and_idempotent(store):
     _tasks(store, 1)
     [r] = store.enqueue([Rollout(task_id="train-0")])
     spans = [
-        Span(rollout_id=r.rollout_id, seq=i, name="chat", kind="llm", attributes={"gen_ai.response.id": f"c{i}", "n": [1, 2]})
+        Span(
+            rollout_id=r.rollout_id,
+            seq=i,
+            name="chat",
+            kind="llm",
+            attributes={"gen_ai.response.id": f"c{i}", "n": [1, 2]},
+        )
         for i in range(3)
     ]
     calls = [
@@ -197,7 +206,10 @@ def test_observations_round_trip_unchanged_and_idempotent(store):
         )
         for i in range(3)
     ]
-    rewards = [Reward(rollout_id=r.rollout_id, value=1.0), Reward(rollout_id=r.rollout_id, span_id=spans[0].span_id, name="format", value=0.5)]
+    rewards = [
+        Reward(rollout_id=r.rollout_id, value=1.0),
+        Reward(rollout_id=r.rollout_id, span_id=spans[0].span_id, name="format", value=0.5),
+    ]
     for _ in range(2):  # the second time is a retry and must not duplicate
         store.add_spans(spans)
         store.add_llm_calls(calls)

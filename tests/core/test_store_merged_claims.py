@@ -12,7 +12,6 @@ import pytest
 from agl.errors import InvalidTransition, NotFound
 from agl.schema import Rollout, RolloutStatus, Task
 from agl.store.claims import MERGE_MAX
-
 from tests.core.backends import BACKENDS
 
 
@@ -24,12 +23,19 @@ def sql_store(request, tmp_path):
         store.merged = {"claims": 0, "finishes": 0}  # how many ran in a merged statement
         queue = store._queue
         for kind, name in (("claims", "claim_all"), ("finishes", "finish_all")):
-            def spy(cur, items, t, run=getattr(queue, name), kind=kind):
-                results = run(cur, items, t)
-                store.merged[kind] += sum(r is not None for r in results)
-                return results
-            setattr(queue, name, spy)
+            setattr(queue, name, _counting(getattr(queue, name), store.merged, kind))
         yield store
+
+
+def _counting(run, merged: dict[str, int], kind: str):
+    """``run`` (a merged-statement method), counting in ``merged[kind]`` the items it settled."""
+
+    def spy(cur, items, t):
+        results = run(cur, items, t)
+        merged[kind] += sum(r is not None for r in results)
+        return results
+
+    return spy
 
 
 def _queue(store, n, *, max_attempts=1):
@@ -51,7 +57,7 @@ def test_merged_claims_share_the_queue_in_order_and_respect_each_limit(sql_store
     assert [len(c) for c in claimed] == [1, 3, 2, 1]
     taken = [r.rollout_id for c in claimed for r in c]
     assert sorted(taken) == sorted(r.rollout_id for r in queued[:7])  # the first seven in the queue
-    for runner, rollouts in zip("abcd", claimed):
+    for runner, rollouts in zip("abcd", claimed, strict=False):
         for r in rollouts:
             assert (r.status, r.runner_id, r.attempt) == (RolloutStatus.RUNNING, runner, 1)
             assert r.task is not None and r.task.task_id == "t"
@@ -103,7 +109,10 @@ def test_merged_finishes_apply_each_status_and_the_retry_policy(sql_store):
         ]
     )
     assert [r.status for r in finished] == [
-        RolloutStatus.SUCCEEDED, RolloutStatus.QUEUED, RolloutStatus.CANCELLED, RolloutStatus.QUEUED
+        RolloutStatus.SUCCEEDED,
+        RolloutStatus.QUEUED,
+        RolloutStatus.CANCELLED,
+        RolloutStatus.QUEUED,
     ]
     assert finished[0].output == {"answer": 4} and finished[0].ended_at is not None
     assert finished[1].error == "boom" and finished[1].ended_at is None
@@ -143,7 +152,12 @@ def test_an_attempt_is_recorded_when_it_ends_and_reads_from_the_rollout_while_it
     [queued] = _queue(sql_store, 1)
     [running] = sql_store.claim("r1")
     [attempt] = sql_store.attempts(queued.rollout_id)
-    assert (attempt.attempt, attempt.runner_id, attempt.status, attempt.ended_at) == (1, "r1", RolloutStatus.RUNNING, None)
+    assert (attempt.attempt, attempt.runner_id, attempt.status, attempt.ended_at) == (
+        1,
+        "r1",
+        RolloutStatus.RUNNING,
+        None,
+    )
     assert attempt.started_at == running.started_at
     sql_store.finish(queued.rollout_id, RolloutStatus.SUCCEEDED)
     [ended] = sql_store.attempts(queued.rollout_id)
@@ -154,10 +168,15 @@ def test_a_running_attempt_written_by_an_older_agl_is_ended_in_place(sql_store):
     [queued] = _queue(sql_store, 1)
     [running] = sql_store.claim("r1")
     # Older versions wrote the running attempt at claim time.
-    sql_store._write(lambda cur: cur.execute(
-        sql_store._sql("INSERT INTO attempts (rollout_id, attempt, runner_id, status, started_at) VALUES (?, 1, 'r1', 'running', ?)"),
-        (queued.rollout_id, running.started_at),
-    ))
+    sql_store._write(
+        lambda cur: cur.execute(
+            sql_store._sql(
+                "INSERT INTO attempts (rollout_id, attempt, runner_id, status, started_at)"
+                " VALUES (?, 1, 'r1', 'running', ?)"
+            ),
+            (queued.rollout_id, running.started_at),
+        )
+    )
     assert len(sql_store.attempts(queued.rollout_id)) == 1
     sql_store.finish(queued.rollout_id, RolloutStatus.FAILED, error="boom")
     [ended] = sql_store.attempts(queued.rollout_id)
@@ -168,7 +187,9 @@ def test_a_merged_finish_naming_an_attempt_that_ended_changes_nothing(sql_store)
     _queue(sql_store, 2, max_attempts=2)
     first = [r for c in _claims(sql_store, [("r1", 1, None), ("r2", 1, None)]) for r in c]
     a, b = (r.rollout_id for r in first)
-    sql_store._write_batch(finishes=[(a, RolloutStatus.FAILED, "try again", None, 1), (b, RolloutStatus.FAILED, "x", None, 1)])
+    sql_store._write_batch(
+        finishes=[(a, RolloutStatus.FAILED, "try again", None, 1), (b, RolloutStatus.FAILED, "x", None, 1)]
+    )
     again = [r for c in _claims(sql_store, [("r3", 1, None), ("r4", 1, None)]) for r in c]
     assert sorted(r.rollout_id for r in again) == sorted([a, b]) and all(r.attempt == 2 for r in again)
     # Late finishes of the first attempts arrive while the second ones run, next to a good one.

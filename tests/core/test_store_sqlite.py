@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+
 from agl.errors import IncompatibleStore, NotFound, StoreUnavailable
 from agl.schema import Rollout, Span, Task
 from agl.store.sqlite import SqliteStore
@@ -241,15 +242,23 @@ def test_checkpoints_run_off_the_commit_path_and_the_log_stays_bounded(tmp_path,
     pad = "x" * 2000
     with SqliteStore(path) as store:
         for i in range(300):  # about 4 MiB, well under the writer's own checkpoint threshold
-            store.add_spans([Span(span_id=f"s{i}-{k}", rollout_id=f"ro-{i}", seq=k, name="s", attributes={"pad": pad})
-                             for k in range(6)])
+            store.add_spans(
+                [
+                    Span(span_id=f"s{i}-{k}", rollout_id=f"ro-{i}", seq=k, name="s", attributes={"pad": pad})
+                    for k in range(6)
+                ]
+            )
         deadline = time.monotonic() + 10
         while os.path.getsize(path) < 3 * 2**20:  # the background thread copies the log into the file
             assert time.monotonic() < deadline, f"no checkpoint: database file {os.path.getsize(path)} bytes"
             time.sleep(0.05)
         for i in range(300, 2000):  # sustained writes: the writer's own checkpoint bounds the log
-            store.add_spans([Span(span_id=f"s{i}-{k}", rollout_id=f"ro-{i}", seq=k, name="s", attributes={"pad": pad})
-                             for k in range(6)])
+            store.add_spans(
+                [
+                    Span(span_id=f"s{i}-{k}", rollout_id=f"ro-{i}", seq=k, name="s", attributes={"pad": pad})
+                    for k in range(6)
+                ]
+            )
         page = store._read("PRAGMA page_size")[0][0]
         # (the writer's checkpoint is skipped while the background one holds the checkpoint lock,
         # and tried again on the next commit, so the bound is soft)
@@ -303,15 +312,37 @@ def test_transition_rows_read_the_fields_copied_into_columns(tmp_path):
     store = _quick(tmp_path / "agl.db")
     try:
         spans = [
-            Span(span_id="s1", rollout_id="r", seq=3, name="llm", kind="llm", start_time=1.0, end_time=2.5,
-                 attributes={"gen_ai.response.id": "c1", "gen_ai.agent.name": "planner"}),
-            Span(span_id="s2", rollout_id="r", seq=4, name="llm", kind="llm", start_time=3.0,
-                 attributes={"gen_ai.response.id": 7, "gen_ai.agent.name": ["a", 1]}),
+            Span(
+                span_id="s1",
+                rollout_id="r",
+                seq=3,
+                name="llm",
+                kind="llm",
+                start_time=1.0,
+                end_time=2.5,
+                attributes={"gen_ai.response.id": "c1", "gen_ai.agent.name": "planner"},
+            ),
+            Span(
+                span_id="s2",
+                rollout_id="r",
+                seq=4,
+                name="llm",
+                kind="llm",
+                start_time=3.0,
+                attributes={"gen_ai.response.id": 7, "gen_ai.agent.name": ["a", 1]},
+            ),
             Span(span_id="s3", rollout_id="r", seq=5, name="tool", kind="tool", start_time=4.0),
         ]
         calls = [
-            LLMCall(call_id="c1", rollout_id="r", seq=2, prompt_ids=[1, 2], response_ids=[3], created_at=9.5,
-                    model_version="v1"),
+            LLMCall(
+                call_id="c1",
+                rollout_id="r",
+                seq=2,
+                prompt_ids=[1, 2],
+                response_ids=[3],
+                created_at=9.5,
+                model_version="v1",
+            ),
             LLMCall(call_id="c2", rollout_id="r", seq=6, prompt_ids=[4], response_ids=[5], created_at=10.0),
         ]
         store.add_spans(spans)
@@ -340,5 +371,7 @@ def test_a_database_from_an_older_schema_fails_naming_the_missing_columns(tmp_pa
     )
     conn.commit()
     conn.close()
-    with pytest.raises(IncompatibleStore, match=r"table spans has no column seq, end_time, response_id, agent.*older version"):
+    with pytest.raises(
+        IncompatibleStore, match=r"table spans has no column seq, end_time, response_id, agent.*older version"
+    ):
         _quick(path)

@@ -21,9 +21,25 @@ CORE_DEPENDENCIES = {"pydantic", "httpx", "pluggy", "python-ulid"}
 # Modules an agent process must never load through agl-core. (rich is not among them:
 # httpx imports it for its command line whenever click, rich and pygments are installed,
 # as they are here; the dependency check above keeps it out of an agent's environment.)
-FORBIDDEN = ("torch", "transformers", "verl", "ray", "vllm", "numpy", "langchain", "langchain_core", "langgraph",
-             "autogen_core", "autogen_agentchat", "agents", "openai", "opentelemetry",
-             "starlette", "uvicorn", "agl_trainer")
+FORBIDDEN = (
+    "torch",
+    "transformers",
+    "verl",
+    "ray",
+    "vllm",
+    "numpy",
+    "langchain",
+    "langchain_core",
+    "langgraph",
+    "autogen_core",
+    "autogen_agentchat",
+    "agents",
+    "openai",
+    "opentelemetry",
+    "starlette",
+    "uvicorn",
+    "agl_trainer",
+)
 
 
 def _dependency_names(pyproject: Path) -> set[str]:

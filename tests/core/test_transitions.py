@@ -34,10 +34,16 @@ def _rollout(store, rid="ro-1", task="t-1", status=RolloutStatus.SUCCEEDED, outp
 
 def _call(rid, cid, seq, messages, t, n=3):
     return LLMCall(
-        call_id=cid, rollout_id=rid, seq=seq, request={"model": "m", "messages": messages},
+        call_id=cid,
+        rollout_id=rid,
+        seq=seq,
+        request={"model": "m", "messages": messages},
         response={"id": cid, "choices": [{"message": {"role": "assistant", "content": f"answer {cid}"}}]},
-        prompt_ids=list(range(seq, seq + n)), response_ids=[7, 8], response_logprobs=[-0.5, -0.25],
-        model_version="v1", created_at=t,
+        prompt_ids=list(range(seq, seq + n)),
+        response_ids=[7, 8],
+        response_logprobs=[-0.5, -0.25],
+        model_version="v1",
+        created_at=t,
     )
 
 
@@ -50,7 +56,9 @@ def _span(rid, sid, seq, t, response_id=None, agent=None, messages=None):
     if messages is not None:
         attrs["gen_ai.input.messages"] = messages
     attrs["gen_ai.output.messages"] = [{"role": "assistant", "parts": [{"type": "text", "content": f"out {sid}"}]}]
-    return Span(span_id=sid, rollout_id=rid, seq=seq, name="chat", kind="llm", start_time=t - 0.1, end_time=t, attributes=attrs)
+    return Span(
+        span_id=sid, rollout_id=rid, seq=seq, name="chat", kind="llm", start_time=t - 0.1, end_time=t, attributes=attrs
+    )
 
 
 def _msgs(text):
@@ -67,7 +75,10 @@ def test_join_by_response_id_keeps_agent_names_and_engine_tokens(store):
     store.add_spans([_span("ro-1", "s1", 0, 10.0, "c1", "planner"), _span("ro-1", "s2", 1, 11.0, "c2", "coder")])
     store.add_rewards([_reward("ro-1", 1.0, 12.0)])
     ts, report = build_transitions(store, [r])
-    assert [(t.call_id, t.agent, t.token_source) for t in ts] == [("c1", "planner", "engine"), ("c2", "coder", "engine")]
+    assert [(t.call_id, t.agent, t.token_source) for t in ts] == [
+        ("c1", "planner", "engine"),
+        ("c2", "coder", "engine"),
+    ]
     assert list(ts[0].prompt_ids) == [0, 1, 2] and list(ts[1].response_ids) == [7, 8]
     assert list(ts[0].response_logprobs) == [-0.5, -0.25]
     assert [t.reward for t in ts] == [1.0, 1.0]
@@ -79,18 +90,24 @@ def test_join_by_response_id_keeps_agent_names_and_engine_tokens(store):
 
 def test_fallback_by_order_needs_matching_messages(store):
     r = _rollout(store)
-    store.add_llm_calls([
-        _call("ro-1", "c1", 0, _msgs("first"), 10.0),
-        _call("ro-1", "c2", 1, _msgs("second"), 11.0),
-        _call("ro-1", "c3", 2, _msgs("third"), 12.0),
-    ])
+    store.add_llm_calls(
+        [
+            _call("ro-1", "c1", 0, _msgs("first"), 10.0),
+            _call("ro-1", "c2", 1, _msgs("second"), 11.0),
+            _call("ro-1", "c3", 2, _msgs("third"), 12.0),
+        ]
+    )
     # Span messages in OpenTelemetry's parts shape; the span for c2 is missing (not traced).
     otel = lambda text: [  # noqa: E731
         {"role": "system", "parts": [{"type": "text", "content": "be brief"}]},
         {"role": "user", "parts": [{"type": "text", "content": text}]},
     ]
-    store.add_spans([_span("ro-1", "s1", 0, 10.0, agent="a", messages=otel("first")),
-                     _span("ro-1", "s3", 1, 12.0, agent="b", messages=otel("third"))])
+    store.add_spans(
+        [
+            _span("ro-1", "s1", 0, 10.0, agent="a", messages=otel("first")),
+            _span("ro-1", "s3", 1, 12.0, agent="b", messages=otel("third")),
+        ]
+    )
     store.add_rewards([_reward("ro-1", 1.0, 13.0)])
     ts, report = build_transitions(store, [r])
     assert [(t.call_id, t.agent) for t in ts] == [("c1", "a"), ("c2", None), ("c3", "b")]
@@ -238,5 +255,6 @@ def test_unknown_credit_strategy_names_the_field():
 
 def test_normalize_messages_shapes():
     assert normalize_messages("hi") == [("user", "hi")]
-    assert normalize_messages([{"type": "human", "content": "x"}, {"role": "ai", "content": [{"type": "text", "text": "y"}]}]) == [
-        ("user", "x"), ("assistant", "y")]
+    assert normalize_messages(
+        [{"type": "human", "content": "x"}, {"role": "ai", "content": [{"type": "text", "text": "y"}]}]
+    ) == [("user", "x"), ("assistant", "y")]

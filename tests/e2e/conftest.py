@@ -56,12 +56,30 @@ class Stack:
         self.store.enqueue([Rollout(rollout_id=rid, task_id=f"task-{rid}")])
         (claimed,) = self.store.claim("e2e-runner", limit=1)
         assert claimed.rollout_id == rid
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("OPENAI_", "AGL_")) and k not in ("PYTEST_CURRENT_TEST",)}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("OPENAI_", "AGL_")) and k not in ("PYTEST_CURRENT_TEST",)
+        }
         env.update({"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **switch})
         agl = str(Path(sys.executable).parent / "agl")
-        cmd = [agl, "run", "--store", self.store_url, "--gateway", self.gateway.url, "--gateway-token", TOKEN,
-               "--rollout-id", rid, "--timeout", str(timeout - 10), "--", sys.executable, str(AGENTS / script)]
+        cmd = [
+            agl,
+            "run",
+            "--store",
+            self.store_url,
+            "--gateway",
+            self.gateway.url,
+            "--gateway-token",
+            TOKEN,
+            "--rollout-id",
+            rid,
+            "--timeout",
+            str(timeout - 10),
+            "--",
+            sys.executable,
+            str(AGENTS / script),
+        ]
         proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
         self.gateway.flush()
         return AgentRun(rid, proc.returncode, proc.stdout, proc.stderr)
@@ -71,8 +89,8 @@ class Stack:
 def stack(tmp_path_factory):
     from transformers import AutoTokenizer
 
-    from agl_trainer.gateway import Gateway
     from agl.store.sqlite import SqliteStore
+    from agl_trainer.gateway import Gateway
     from agl_verl.engines.transformers_engine import TransformersEngine
     from agl_verl.models import smollm2_dir
 

@@ -116,7 +116,8 @@ def test_langchain_create_agent_with_a_tool_that_calls_the_model(stack):
     model_of = {c.call_id: c.requested_model for c in calls}
     # create_agent's loop runs in its "model" node; the tool's own call is made inside the "tools" node.
     assert [(t.agent, model_of[t.call_id]) for t in ts] == (
-        [("model", "gpt-4o")] + [("tools", "gpt-4.1-nano"), ("model", "gpt-4o")] * len(out["tool_runs"]))
+        [("model", "gpt-4o")] + [("tools", "gpt-4.1-nano"), ("model", "gpt-4o")] * len(out["tool_runs"])
+    )
 
 
 def test_autogen_assistant_with_a_tool_streaming(stack):
@@ -170,7 +171,7 @@ def test_openai_agents_sdk_with_tracing_disabled(stack):
     assert [c.call_id for c in calls] == out["response_ids"]
     assert calls[0].request["tool_choice"] == "required"
     (call,) = tool_calls_in(calls[0])
-    assert call["name"] == "add" and json.loads(call["arguments"]) == dict(zip("ab", out["tool_runs"][0]))
+    assert call["name"] == "add" and json.loads(call["arguments"]) == dict(zip("ab", out["tool_runs"][0], strict=False))
     # Tracing off: the SDK told agl nothing, the gateway records are all there is.
     assert list(stack.store.query_spans(rollout_id=run.rollout_id)) == []
 

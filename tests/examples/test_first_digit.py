@@ -64,10 +64,16 @@ def test_held_out_reward_rises_in_a_few_steps(example, tmp_path):
                 "seed": 0,
                 "progress": False,
                 "plot": False,
-                "backend": {"name": "verl", "config": {
-                    "model_path": str(model), "lr": 5e-3, "seed": 0, "micro_batch_size": 64,
-                    "workdir": str(tmp_path / "verl"),
-                }},
+                "backend": {
+                    "name": "verl",
+                    "config": {
+                        "model_path": str(model),
+                        "lr": 5e-3,
+                        "seed": 0,
+                        "micro_batch_size": 64,
+                        "workdir": str(tmp_path / "verl"),
+                    },
+                },
                 "engine": {"name": "transformers", "config": {"model_path": str(model), "seed": 0}},
                 "rollout": {"concurrency": 16, "timeout_s": 60, "resources": {"max_tokens": 1}},
             }

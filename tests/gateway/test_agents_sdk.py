@@ -17,13 +17,18 @@ def get_weather(city: str) -> str:
 
 def make_agent(gateway, rollout) -> Agent:
     client = AsyncOpenAI(base_url=gateway.rollout_base_url(rollout), api_key=TOKEN, max_retries=0)
-    return Agent(name="weather", instructions="Answer with the weather.", tools=[get_weather],
-                 model=OpenAIResponsesModel(model="gpt-5.2", openai_client=client))
+    return Agent(
+        name="weather",
+        instructions="Answer with the weather.",
+        tools=[get_weather],
+        model=OpenAIResponsesModel(model="gpt-5.2", openai_client=client),
+    )
 
 
 async def test_agent_with_a_tool_runs_and_every_call_is_recorded(gateway, store, rollout):
-    result = await Runner.run(make_agent(gateway, rollout), "call get_weather for Paris",
-                              run_config=RunConfig(tracing_disabled=True))
+    result = await Runner.run(
+        make_agent(gateway, rollout), "call get_weather for Paris", run_config=RunConfig(tracing_disabled=True)
+    )
     assert result.final_output == "result: sunny in call get_weather for Paris"
     calls = calls_of(gateway, store, rollout)
     assert [c.endpoint for c in calls] == ["responses", "responses"]
@@ -33,8 +38,9 @@ async def test_agent_with_a_tool_runs_and_every_call_is_recorded(gateway, store,
 
 
 async def test_streamed_agent_run(gateway, store, rollout):
-    run = Runner.run_streamed(make_agent(gateway, rollout), "call get_weather for Rome",
-                              run_config=RunConfig(tracing_disabled=True))
+    run = Runner.run_streamed(
+        make_agent(gateway, rollout), "call get_weather for Rome", run_config=RunConfig(tracing_disabled=True)
+    )
     kinds = [event.type async for event in run.stream_events()]
     assert run.final_output == "result: sunny in call get_weather for Rome"
     assert "raw_response_event" in kinds

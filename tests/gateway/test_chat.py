@@ -36,13 +36,15 @@ def test_chat_records_exact_ids_and_returns_a_standard_answer(client, gateway, s
 
 
 def test_client_that_asks_for_ids_and_logprobs_gets_them(client, gateway, store, rollout):
-    resp = client.chat.completions.create(model="m", messages=MESSAGES, logprobs=True,
-                                          extra_body={"return_token_ids": True})
+    resp = client.chat.completions.create(
+        model="m", messages=MESSAGES, logprobs=True, extra_body={"return_token_ids": True}
+    )
     extra = resp.model_extra
     assert extra["prompt_token_ids"] == list(render_chat(MESSAGES).encode())
     assert resp.choices[0].model_extra["token_ids"] == list(("echo: hello" + END).encode())
     assert [c.logprob for c in resp.choices[0].logprobs.content] == pytest.approx(
-        [logprob(t) for t in resp.choices[0].model_extra["token_ids"]])
+        [logprob(t) for t in resp.choices[0].model_extra["token_ids"]]
+    )
 
 
 def test_seq_orders_a_rollouts_calls_and_model_version_changes_apply(client, gateway, store, rollout):
@@ -71,8 +73,11 @@ def test_streaming_records_the_same_ids_as_plain(client, gateway, store, rollout
 
 
 def test_stream_usage_only_when_asked(client):
-    chunks = list(client.chat.completions.create(model="m", messages=MESSAGES, stream=True,
-                                                 stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="m", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens == len(render_chat(MESSAGES).encode())
 
 
@@ -96,32 +101,46 @@ def test_max_completion_tokens_and_stop(client, gateway, store, rollout, engine)
     assert len(calls[0].response_ids) == 4 and bytes(calls[1].response_ids.tolist()) == b"echo: he"
 
 
-TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "look a word up",
-                                           "parameters": {"type": "object", "properties": {"word": {"type": "string"}},
-                                                          "required": ["word"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "look a word up",
+            "parameters": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]},
+        },
+    }
+]
 
 
 def test_tool_calls_plain_and_streamed_and_multi_turn(client, gateway, store, rollout, engine):
     messages = [{"role": "user", "content": "call lookup for me"}]
-    resp = client.chat.completions.create(model="m", messages=messages, tools=TOOLS, tool_choice="auto",
-                                          parallel_tool_calls=False)
+    resp = client.chat.completions.create(
+        model="m", messages=messages, tools=TOOLS, tool_choice="auto", parallel_tool_calls=False
+    )
     [tc] = resp.choices[0].message.tool_calls
     assert resp.choices[0].finish_reason == "tool_calls" and tc.function.name == "lookup"
     assert engine.requests[-1]["parallel_tool_calls"] is False and engine.requests[-1]["tool_choice"] == "auto"
     streamed = list(client.chat.completions.create(model="m", messages=messages, tools=TOOLS, stream=True))
-    args = "".join(c.choices[0].delta.tool_calls[0].function.arguments or ""
-                   for c in streamed if c.choices and c.choices[0].delta.tool_calls)
+    args = "".join(
+        c.choices[0].delta.tool_calls[0].function.arguments or ""
+        for c in streamed
+        if c.choices and c.choices[0].delta.tool_calls
+    )
     assert args == tc.function.arguments
-    messages += [resp.choices[0].message.model_dump(exclude_none=True),
-                 {"role": "tool", "tool_call_id": tc.id, "content": "a greeting"}]
+    messages += [
+        resp.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": tc.id, "content": "a greeting"},
+    ]
     final = client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
     assert final.choices[0].message.content == "result: a greeting"
 
     first, second, third = calls_of(gateway, store, rollout)
     assert list(second.response_ids) == list(first.response_ids)
     assert second.response["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == tc.function.arguments
-    assert list(third.prompt_ids[: len(first.prompt_ids) + len(first.response_ids)]) == \
-        list(first.prompt_ids) + list(first.response_ids)
+    assert list(third.prompt_ids[: len(first.prompt_ids) + len(first.response_ids)]) == list(first.prompt_ids) + list(
+        first.response_ids
+    )
 
 
 def test_named_tool_choice_reaches_the_engine(client, engine):
@@ -164,8 +183,9 @@ def test_health_needs_no_token(gateway):
     assert httpx.get(f"{gateway.url}/health").json() == {"ok": True}
 
 
-def test_engine_dropping_a_stream_gives_the_client_an_error_and_records_nothing(client, gateway, store, rollout,
-                                                                                 engine):
+def test_engine_dropping_a_stream_gives_the_client_an_error_and_records_nothing(
+    client, gateway, store, rollout, engine
+):
     engine.break_stream_after = 2
     with pytest.raises(openai.APIError, match="dropped the stream"):
         list(client.chat.completions.create(model="m", messages=MESSAGES, stream=True))

@@ -56,8 +56,10 @@ def test_gateway_records_of_a_tool_loop_extend(client, gateway, store, rollout):
     tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}]
     messages = [{"role": "user", "content": "call add"}]
     first = client.chat.completions.create(model="m", messages=messages, tools=tools)
-    messages += [first.choices[0].message.model_dump(exclude_none=True),
-                 {"role": "tool", "tool_call_id": first.choices[0].message.tool_calls[0].id, "content": "3"}]
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": first.choices[0].message.tool_calls[0].id, "content": "3"},
+    ]
     client.chat.completions.create(model="m", messages=messages, tools=tools)
     edited = [dict(messages[0]), {"role": "assistant", "content": "I will add"}, messages[2]]
     client.chat.completions.create(model="m", messages=edited, tools=tools)

@@ -26,9 +26,11 @@ def test_missing_or_wrong_token_is_401(gateway, rollout):
     for token in (None, "wrong"):
         r = post(gateway, "/v1/chat/completions", {"model": "m", "messages": MESSAGES}, token=token)
         assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
-    with openai.OpenAI(base_url=gateway.base_url, api_key="wrong", max_retries=0) as c:
-        with pytest.raises(openai.AuthenticationError):
-            c.chat.completions.create(model="m", messages=MESSAGES)
+    with (
+        openai.OpenAI(base_url=gateway.base_url, api_key="wrong", max_retries=0) as c,
+        pytest.raises(openai.AuthenticationError),
+    ):
+        c.chat.completions.create(model="m", messages=MESSAGES)
 
 
 def test_unknown_rollout_is_404_and_nothing_is_recorded(gateway, store):
@@ -40,21 +42,29 @@ def test_unknown_rollout_is_404_and_nothing_is_recorded(gateway, store):
     assert post(gateway, "/rollouts/nope/v1/chat/completions", {"model": "m", "messages": MESSAGES}).status_code == 200
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"model": "m"}, "messages"),
-    ({"model": "m", "messages": []}, "messages"),
-    ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
-    ({"model": "m", "messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
-    ({"model": "m", "messages": MESSAGES, "temperature": "hot"}, "temperature"),
-    ({"model": "m", "messages": MESSAGES, "n": 0}, "n"),
-    ({"model": "m", "messages": MESSAGES, "max_tokens": -1}, "max_tokens"),
-    ({"model": "m", "messages": MESSAGES, "stop": [1]}, "stop"),
-    ({"model": "m", "messages": MESSAGES, "tools": [{"type": "function", "function": {}}]}, "tools[0].function.name"),
-    ({"model": "m", "messages": MESSAGES, "tool_choice": {"type": "function", "function": {"name": "x"}}},
-     "tool_choice"),
-    ({"model": 5, "messages": MESSAGES}, "model"),
-    ({"model": "m", "messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"model": "m"}, "messages"),
+        ({"model": "m", "messages": []}, "messages"),
+        ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+        ({"model": "m", "messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
+        ({"model": "m", "messages": MESSAGES, "temperature": "hot"}, "temperature"),
+        ({"model": "m", "messages": MESSAGES, "n": 0}, "n"),
+        ({"model": "m", "messages": MESSAGES, "max_tokens": -1}, "max_tokens"),
+        ({"model": "m", "messages": MESSAGES, "stop": [1]}, "stop"),
+        (
+            {"model": "m", "messages": MESSAGES, "tools": [{"type": "function", "function": {}}]},
+            "tools[0].function.name",
+        ),
+        (
+            {"model": "m", "messages": MESSAGES, "tool_choice": {"type": "function", "function": {"name": "x"}}},
+            "tool_choice",
+        ),
+        ({"model": 5, "messages": MESSAGES}, "model"),
+        ({"model": "m", "messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),
+    ],
+)
 def test_malformed_chat_request_is_400_naming_the_field(gateway, rollout, body, param):
     r = post(gateway, f"/rollouts/{rollout}/v1/chat/completions", body)
     assert r.status_code == 400, r.text
@@ -62,12 +72,15 @@ def test_malformed_chat_request_is_400_naming_the_field(gateway, rollout, body, 
     assert err["type"] == "invalid_request_error" and err["param"] == param and param in err["message"]
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"model": "m"}, "prompt"),
-    ({"model": "m", "prompt": ["a", "b"]}, "prompt"),
-    ({"model": "m", "prompt": [1, -2]}, "prompt"),
-    ({"model": "m", "prompt": "x", "logprobs": 99}, "logprobs"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"model": "m"}, "prompt"),
+        ({"model": "m", "prompt": ["a", "b"]}, "prompt"),
+        ({"model": "m", "prompt": [1, -2]}, "prompt"),
+        ({"model": "m", "prompt": "x", "logprobs": 99}, "logprobs"),
+    ],
+)
 def test_malformed_completion_request_is_400(gateway, body, param):
     r = post(gateway, "/v1/completions", body)
     assert r.status_code == 400 and r.json()["error"]["param"] == param
@@ -81,8 +94,11 @@ def test_body_that_is_not_json_is_400(gateway):
 
 def test_prompt_over_the_context_length_passes_the_engines_400(store, rollout):
     with FakeEngine(max_model_len=64) as eng, Gateway(store, [eng.url], token=TOKEN) as gw:
-        r = post(gw, f"/rollouts/{rollout}/v1/chat/completions",
-                 {"model": "m", "messages": [{"role": "user", "content": "x" * 100}], "max_tokens": 10})
+        r = post(
+            gw,
+            f"/rollouts/{rollout}/v1/chat/completions",
+            {"model": "m", "messages": [{"role": "user", "content": "x" * 100}], "max_tokens": 10},
+        )
     assert r.status_code == 400
     message = r.json()["error"]["message"]
     assert "maximum context length is 64" in message and "121 in the messages" in message

@@ -11,17 +11,29 @@ from agl_trainer.gateway import Gateway, check_continuity
 from tests.fake_engine import END, FakeEngine, render_chat
 from tests.gateway.conftest import TOKEN, calls_of
 
-TOOLS = [{"type": "function", "name": "get_weather", "description": "weather in a city", "strict": True,
-          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
-                         "additionalProperties": False}}]
+TOOLS = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "weather in a city",
+        "strict": True,
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    }
+]
 CHAT_TOOLS = [{"type": "function", "function": {k: v for k, v in TOOLS[0].items() if k != "type"}}]
 
 
 def test_plain_text_with_instructions(client, gateway, store, rollout, engine):
     resp = client.responses.create(model="gpt-5", instructions="be brief", input="hello", temperature=0.5)
     assert resp.output_text == "echo: hello" and resp.status == "completed" and resp.id.startswith("resp_")
-    assert resp.usage.input_tokens == len(render_chat([{"role": "system", "content": "be brief"},
-                                                       {"role": "user", "content": "hello"}]).encode())
+    assert resp.usage.input_tokens == len(
+        render_chat([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]).encode()
+    )
     sent = engine.requests[-1]
     assert sent["messages"][0] == {"role": "system", "content": "be brief"} and sent["temperature"] == 0.5
     [call] = calls_of(gateway, store, rollout)
@@ -33,14 +45,17 @@ def test_plain_text_with_instructions(client, gateway, store, rollout, engine):
 
 
 def test_function_tools_multi_turn(client, gateway, store, rollout, engine):
-    first = client.responses.create(model="m", input="call get_weather please", tools=TOOLS,
-                                    tool_choice="auto", parallel_tool_calls=False)
+    first = client.responses.create(
+        model="m", input="call get_weather please", tools=TOOLS, tool_choice="auto", parallel_tool_calls=False
+    )
     [fc] = [o for o in first.output if o.type == "function_call"]
     assert fc.name == "get_weather" and json.loads(fc.arguments) == {"city": "call get_weather please"}
     assert engine.requests[-1]["tools"] == CHAT_TOOLS and engine.requests[-1]["parallel_tool_calls"] is False
-    items = [{"role": "user", "content": "call get_weather please"},
-             {"type": "function_call", "call_id": fc.call_id, "name": fc.name, "arguments": fc.arguments},
-             {"type": "function_call_output", "call_id": fc.call_id, "output": "sunny"}]
+    items = [
+        {"role": "user", "content": "call get_weather please"},
+        {"type": "function_call", "call_id": fc.call_id, "name": fc.name, "arguments": fc.arguments},
+        {"type": "function_call_output", "call_id": fc.call_id, "output": "sunny"},
+    ]
     second = client.responses.create(model="m", input=items, tools=TOOLS)
     assert second.output_text == "result: sunny"
     assert engine.requests[-1]["messages"][1]["tool_calls"][0]["id"] == fc.call_id
@@ -49,10 +64,13 @@ def test_function_tools_multi_turn(client, gateway, store, rollout, engine):
     assert [c.status for c in check_continuity(calls)] == ["new", "extends"]
 
 
-@pytest.mark.parametrize("choice, sent", [
-    ("required", "required"),
-    ({"type": "function", "name": "get_weather"}, {"type": "function", "function": {"name": "get_weather"}}),
-])
+@pytest.mark.parametrize(
+    "choice, sent",
+    [
+        ("required", "required"),
+        ({"type": "function", "name": "get_weather"}, {"type": "function", "function": {"name": "get_weather"}}),
+    ],
+)
 def test_tool_choice_required_and_named(client, engine, choice, sent):
     resp = client.responses.create(model="m", input="hi", tools=TOOLS, tool_choice=choice)
     assert resp.output[0].type == "function_call" and engine.requests[-1]["tool_choice"] == sent
@@ -93,31 +111,44 @@ def test_max_output_tokens_gives_incomplete(client):
     assert resp.status == "incomplete" and resp.incomplete_details.reason == "max_output_tokens"
 
 
-@pytest.mark.parametrize("extra, param", [
-    ({"previous_response_id": "resp_1"}, "previous_response_id"),
-    ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
-    ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type"),
-    ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input[0].content[0].type"),
-    ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
-    ({"text": {"format": {"type": "yaml"}}}, "text.format.type"),
-    ({"frobnicate": 1}, "frobnicate"),
-    ({"input": None}, "input"),
-])
+@pytest.mark.parametrize(
+    "extra, param",
+    [
+        ({"previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+            "input[0].content[0].type",
+        ),
+        ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
+        ({"text": {"format": {"type": "yaml"}}}, "text.format.type"),
+        ({"frobnicate": 1}, "frobnicate"),
+        ({"input": None}, "input"),
+    ],
+)
 def test_unsupported_or_malformed_is_400_naming_the_field(gateway, rollout, extra, param):
     body = {"model": "m", "input": "hi", **extra}
-    r = httpx.post(f"{gateway.rollout_base_url(rollout)}/responses", json=body,
-                   headers={"Authorization": f"Bearer {TOKEN}"})
+    r = httpx.post(
+        f"{gateway.rollout_base_url(rollout)}/responses", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
 
 
 def test_json_schema_output(store, rollout):
     fmt = {"format": {"type": "json_schema", "name": "answer", "schema": {"type": "object"}, "strict": True}}
     with FakeEngine(structured_output=True) as eng, Gateway(store, [eng.url], token=TOKEN) as gw:
-        r = httpx.post(f"{gw.base_url}/responses", json={"model": "m", "input": "hi", "text": fmt},
-                       headers={"Authorization": f"Bearer {TOKEN}"})
+        r = httpx.post(
+            f"{gw.base_url}/responses",
+            json={"model": "m", "input": "hi", "text": fmt},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
         assert json.loads(r.json()["output"][0]["content"][0]["text"]) == {"echo": "hi"}
         assert eng.requests[-1]["response_format"]["json_schema"]["name"] == "answer"
     with FakeEngine(structured_output=False) as eng, Gateway(store, [eng.url], token=TOKEN) as gw:
-        r = httpx.post(f"{gw.base_url}/responses", json={"model": "m", "input": "hi", "text": fmt},
-                       headers={"Authorization": f"Bearer {TOKEN}"})
+        r = httpx.post(
+            f"{gw.base_url}/responses",
+            json={"model": "m", "input": "hi", "text": fmt},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
         assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"

@@ -63,40 +63,45 @@ def test_transient_errors_are_retried_on_another_replica(store, rollout):
 
 
 def test_saturation_answers_429_with_retry_after(store):
-    with FakeEngine(delay_s=0.5) as eng, Gateway(store, [eng.url], token=TOKEN, max_in_flight=1) as gw:
-        with cf.ThreadPoolExecutor(2) as pool:
-            slow = pool.submit(chat, gw.url)
-            time.sleep(0.2)
-            r = chat(gw.url)
-            assert r.status_code == 429 and r.headers["retry-after"] == "1"
-            assert r.json()["error"]["code"] == "gateway_saturated"
-            assert slow.result().status_code == 200
+    with (
+        FakeEngine(delay_s=0.5) as eng,
+        Gateway(store, [eng.url], token=TOKEN, max_in_flight=1) as gw,
+        cf.ThreadPoolExecutor(2) as pool,
+    ):
+        slow = pool.submit(chat, gw.url)
+        time.sleep(0.2)
+        r = chat(gw.url)
+        assert r.status_code == 429 and r.headers["retry-after"] == "1"
+        assert r.json()["error"]["code"] == "gateway_saturated"
+        assert slow.result().status_code == 200
 
 
 def test_pause_drains_in_flight_and_holds_new_requests(store):
-    with FakeEngine(delay_s=0.3) as eng, Gateway(store, [eng.url], token=TOKEN) as gw:
-        with cf.ThreadPoolExecutor(2) as pool:
-            first = pool.submit(chat, gw.url)
-            deadline = time.monotonic() + 10
-            while eng.in_flight == 0 and time.monotonic() < deadline:  # until the engine works on it
-                time.sleep(0.005)
-            t0 = time.monotonic()
-            assert gw.pause(timeout_s=5) is True
-            assert time.monotonic() - t0 > 0.1 and eng.in_flight == 0  # pause waited for the request in flight
-            assert first.result(timeout=2).status_code == 200
-            held = pool.submit(chat, gw.url)
-            time.sleep(0.3)
-            assert not held.done() and len(eng.requests) == 1  # waiting at the gate, not failed
-            gw.resume()
-            assert held.result(timeout=5).status_code == 200
+    with (
+        FakeEngine(delay_s=0.3) as eng,
+        Gateway(store, [eng.url], token=TOKEN) as gw,
+        cf.ThreadPoolExecutor(2) as pool,
+    ):
+        first = pool.submit(chat, gw.url)
+        deadline = time.monotonic() + 10
+        while eng.in_flight == 0 and time.monotonic() < deadline:  # until the engine works on it
+            time.sleep(0.005)
+        t0 = time.monotonic()
+        assert gw.pause(timeout_s=5) is True
+        assert time.monotonic() - t0 > 0.1 and eng.in_flight == 0  # pause waited for the request in flight
+        assert first.result(timeout=2).status_code == 200
+        held = pool.submit(chat, gw.url)
+        time.sleep(0.3)
+        assert not held.done() and len(eng.requests) == 1  # waiting at the gate, not failed
+        gw.resume()
+        assert held.result(timeout=5).status_code == 200
 
 
 def test_admin_routes_drive_a_gateway_from_another_process(store, engine):
     with Gateway(store, [engine.url], token=TOKEN) as gw:
         admin = httpx.Client(base_url=f"{gw.url}/admin", headers=AUTH, timeout=10)
         assert httpx.post(f"{gw.url}/admin/pause").status_code == 401
-        assert admin.post("/pause", params={"timeout_s": 5}).json() == {"paused": True, "drained": True,
-                                                                        "in_flight": 0}
+        assert admin.post("/pause", params={"timeout_s": 5}).json() == {"paused": True, "drained": True, "in_flight": 0}
         assert admin.get("/status").json()["paused"] is True
         assert admin.post("/model_version", json={"model_version": "v7"}).json() == {"model_version": "v7"}
         assert admin.post("/resume").json() == {"paused": False}
@@ -114,13 +119,16 @@ def test_admin_routes_drive_a_gateway_from_another_process(store, engine):
 
 
 def test_pause_times_out_while_a_request_is_still_running(store):
-    with FakeEngine(delay_s=1.0) as eng, Gateway(store, [eng.url], token=TOKEN) as gw:
-        with cf.ThreadPoolExecutor(1) as pool:
-            slow = pool.submit(chat, gw.url)
-            time.sleep(0.2)
-            assert gw.pause(timeout_s=0.1) is False and gw.paused
-            gw.resume()
-            assert slow.result().status_code == 200 and not gw.paused
+    with (
+        FakeEngine(delay_s=1.0) as eng,
+        Gateway(store, [eng.url], token=TOKEN) as gw,
+        cf.ThreadPoolExecutor(1) as pool,
+    ):
+        slow = pool.submit(chat, gw.url)
+        time.sleep(0.2)
+        assert gw.pause(timeout_s=0.1) is False and gw.paused
+        gw.resume()
+        assert slow.result().status_code == 200 and not gw.paused
 
 
 def test_a_new_model_version_is_served_under_its_own_name_when_the_engine_lists_it(store, engine):

@@ -18,11 +18,10 @@ from langgraph.graph import END, START, StateGraph
 
 import agl
 from agl.capture import BufferedWriter
-from agl_trainer.gateway import Gateway
 from agl.schema import Rollout, RolloutStatus, Task
 from agl.transitions import build_transitions
 from agl_langchain import AglCallbackHandler
-
+from agl_trainer.gateway import Gateway
 from tests.fake_engine import FakeEngine
 
 TOKEN = "gw-token"
@@ -67,8 +66,9 @@ class Harness:
         self._n = 0
 
     def model(self, rollout_id: str, **kwargs) -> ChatOpenAI:
-        return ChatOpenAI(base_url=self.gateway.rollout_base_url(rollout_id), api_key=TOKEN, model="anything",
-                          max_retries=0, **kwargs)
+        return ChatOpenAI(
+            base_url=self.gateway.rollout_base_url(rollout_id), api_key=TOKEN, model="anything", max_retries=0, **kwargs
+        )
 
     def rollout(self) -> str:
         self._n += 1
@@ -101,7 +101,9 @@ def test_llm_spans_carry_the_gateway_call_ids(harness):
     rid = harness.rollout()
     ctx = agl.RolloutContext(rollout_id=rid, writer=harness.writer)
     with agl.use_rollout(ctx):
-        out = two_agent_graph(harness.model(rid)).invoke({"topic": "owls"}, config={"callbacks": [AglCallbackHandler()]})
+        out = two_agent_graph(harness.model(rid)).invoke(
+            {"topic": "owls"}, config={"callbacks": [AglCallbackHandler()]}
+        )
         agl.emit_reward(1.0)
     assert out["draft"] == "echo: write about owls"
     rollout = harness.finish(rid)
@@ -126,7 +128,9 @@ def test_create_agent_tool_loop_through_the_gateway(harness):
     rid = harness.rollout()
     agent = create_agent(harness.model(rid), tools=[add], name="calculator")
     with agl.use_rollout(agl.RolloutContext(rollout_id=rid, writer=harness.writer)):
-        out = agent.invoke({"messages": [HumanMessage("please call add")]}, config={"callbacks": [AglCallbackHandler()]})
+        out = agent.invoke(
+            {"messages": [HumanMessage("please call add")]}, config={"callbacks": [AglCallbackHandler()]}
+        )
         agl.emit_reward(0.5)
     assert out["messages"][-1].content == "result: 2"
     rollout = harness.finish(rid)
@@ -151,7 +155,9 @@ async def test_streamed_calls_join_by_order(harness):
     rid = harness.rollout()
     graph = two_agent_graph(harness.model(rid, streaming=True))
     with agl.use_rollout(agl.RolloutContext(rollout_id=rid, writer=harness.writer)):
-        events = [e async for e in graph.astream_events({"topic": "bats"}, config={"callbacks": [AglCallbackHandler()]})]
+        events = [
+            e async for e in graph.astream_events({"topic": "bats"}, config={"callbacks": [AglCallbackHandler()]})
+        ]
         agl.emit_reward(1.0)
     assert sum(e["event"] == "on_chat_model_stream" for e in events) > 2
     rollout = harness.finish(rid)
@@ -178,7 +184,8 @@ def test_join_with_a_real_engine(sqlite_store, tmp_path):
         rid = h.rollout()
         with agl.use_rollout(agl.RolloutContext(rollout_id=rid, writer=h.writer)):
             two_agent_graph(h.model(rid, max_tokens=8, temperature=1.0)).invoke(
-                {"topic": "owls"}, config={"callbacks": [AglCallbackHandler()]})
+                {"topic": "owls"}, config={"callbacks": [AglCallbackHandler()]}
+            )
             agl.emit_reward(1.0)
         rollout = h.finish(rid)
         calls = {c.call_id: c for c in sqlite_store.query_llm_calls(rollout_id=rid)}

@@ -10,7 +10,6 @@ from langgraph.types import Send
 
 import agl
 from agl_langchain import AglCallbackHandler
-
 from tests.langchain.fakes import fake_model
 
 
@@ -69,7 +68,11 @@ def test_each_llm_call_carries_its_node(cap):
     assert [s.attributes["gen_ai.agent.name"] for s in llm] == ["write", "check", "rewrite", "check"]
     assert [s.attributes["agl.agent.step"] for s in llm] == [1, 2, 3, 4]
     assert [s.attributes["gen_ai.output.messages"][0]["content"] for s in llm] == [
-        "a draft", "bad", "a better draft", "good"]
+        "a draft",
+        "bad",
+        "a better draft",
+        "good",
+    ]
     assert llm[2].attributes["gen_ai.input.messages"] == [{"role": "user", "content": "improve: a draft"}]
     for s in llm:
         node = by_id[s.parent_id]

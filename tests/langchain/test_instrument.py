@@ -36,7 +36,11 @@ def test_instrument_and_uninstrument(cap):
         writer_graph(fake_model(REPLIES)).invoke({"topic": "owls"})
     llm = cap.spans(kind="llm")
     assert [s.attributes["gen_ai.agent.name"] for s in sorted(llm, key=lambda s: s.seq)] == [
-        "write", "check", "rewrite", "check"]
+        "write",
+        "check",
+        "rewrite",
+        "check",
+    ]
 
     agl_langchain.uninstrument()
     assert agl_langchain.active_handler() is None

@@ -39,7 +39,10 @@ def test_retriever_and_chain_io(cap):
     by_name = {s.name: s for s in cap.spans()}
     tool = by_name["KeywordRetriever"]
     assert tool.kind == "tool" and tool.attributes["agl.retriever.query"] == "owls"
-    assert [d["page_content"] for d in tool.attributes["agl.retriever.documents"]] == ["owls hunt at night", "owls hoot"]
+    assert [d["page_content"] for d in tool.attributes["agl.retriever.documents"]] == [
+        "owls hunt at night",
+        "owls hoot",
+    ]
     count = by_name["count"]
     assert count.attributes["agl.chain.outputs"] == 2
     assert count.attributes["agl.chain.inputs"][0]["page_content"] == "owls hunt at night"

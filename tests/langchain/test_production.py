@@ -9,7 +9,6 @@ from langchain_core.tracers.context import collect_runs
 
 import agl.capture.context
 from agl_langchain import AglCallbackHandler, reward_run
-
 from tests.langchain.fakes import fake_model
 from tests.langchain.test_graph import writer_graph
 

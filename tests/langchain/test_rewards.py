@@ -9,7 +9,6 @@ from langgraph.graph import END, START, StateGraph
 
 import agl
 from agl_langchain import AglCallbackHandler
-
 from tests.langchain.fakes import fake_model
 
 

@@ -14,7 +14,6 @@ from pydantic import BaseModel
 
 import agl
 from agl_langchain import AglCallbackHandler
-
 from tests.langchain.fakes import fake_model, tool_call
 
 
@@ -45,7 +44,12 @@ def test_create_agent_tool_loop(cap):
     assert json.loads(call["function"]["arguments"]) == {"a": 2, "b": 3}
     assert first["gen_ai.agent.name"] == "model" and first["agl.langchain.agent_name"] == "adder"
     # the second call sees the tool's answer, in OpenAI form
-    assert second["gen_ai.input.messages"][-1] == {"role": "tool", "content": "5", "name": "add", "tool_call_id": "call-1"}
+    assert second["gen_ai.input.messages"][-1] == {
+        "role": "tool",
+        "content": "5",
+        "name": "add",
+        "tool_call_id": "call-1",
+    }
 
     (tool_span,) = [s for s in by_id.values() if s.kind == "tool"]
     assert tool_span.name == "add" and tool_span.status == "ok"
@@ -96,7 +100,9 @@ def test_with_structured_output(cap):
     model = fake_model([tool_call("Verdict", {"ok": True, "reason": "fine"}, "call-s")])
     judge = model.with_structured_output(Verdict)
     with agl.use_rollout(cap.ctx):
-        verdict = judge.invoke([SystemMessage("judge"), HumanMessage("2+2=4")], config={"callbacks": [AglCallbackHandler()]})
+        verdict = judge.invoke(
+            [SystemMessage("judge"), HumanMessage("2+2=4")], config={"callbacks": [AglCallbackHandler()]}
+        )
     assert verdict == Verdict(ok=True, reason="fine")
     (llm,) = cap.spans(kind="llm")
     assert llm.attributes["gen_ai.tool.definitions"][0]["function"]["name"] == "Verdict"

@@ -21,27 +21,36 @@ def test_openinference_llm_and_tool_spans(provider, sqlite_store):
     writer = BufferedWriter(sqlite_store)
     tracer = provider.get_tracer("phoenix-style")
     with agl.use_rollout(RolloutContext(rollout_id="ro-oi", writer=writer)):
-        with tracer.start_as_current_span("agent", attributes={"openinference.span.kind": "AGENT",
-                                                               "agent.name": "researcher"}):
-            with tracer.start_as_current_span("ChatCompletion", attributes={
-                "openinference.span.kind": "LLM",
-                "llm.model_name": "gpt-4o-mini",
-                "llm.input_messages.0.message.role": "system",
-                "llm.input_messages.0.message.content": "be brief",
-                "llm.input_messages.1.message.role": "user",
-                "llm.input_messages.1.message.content": "weather?",
-                "llm.output_messages.0.message.role": "assistant",
-                "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "lookup",
-                "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": '{"city": "Oslo"}',
-                "llm.token_count.prompt": 12,
-                "llm.token_count.completion": 5,
-                "output.value": json.dumps({"id": "chatcmpl-42", "choices": []}),
-            }):
+        with tracer.start_as_current_span(
+            "agent", attributes={"openinference.span.kind": "AGENT", "agent.name": "researcher"}
+        ):
+            with tracer.start_as_current_span(
+                "ChatCompletion",
+                attributes={
+                    "openinference.span.kind": "LLM",
+                    "llm.model_name": "gpt-4o-mini",
+                    "llm.input_messages.0.message.role": "system",
+                    "llm.input_messages.0.message.content": "be brief",
+                    "llm.input_messages.1.message.role": "user",
+                    "llm.input_messages.1.message.content": "weather?",
+                    "llm.output_messages.0.message.role": "assistant",
+                    "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "lookup",
+                    "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": '{"city": "Oslo"}',
+                    "llm.token_count.prompt": 12,
+                    "llm.token_count.completion": 5,
+                    "output.value": json.dumps({"id": "chatcmpl-42", "choices": []}),
+                },
+            ):
                 pass
-            with tracer.start_as_current_span("lookup", attributes={
-                "openinference.span.kind": "TOOL", "tool.name": "lookup",
-                "input.value": '{"city": "Oslo"}', "output.value": "rain",
-            }):
+            with tracer.start_as_current_span(
+                "lookup",
+                attributes={
+                    "openinference.span.kind": "TOOL",
+                    "tool.name": "lookup",
+                    "input.value": '{"city": "Oslo"}',
+                    "output.value": "rain",
+                },
+            ):
                 pass
         with tracer.start_as_current_span("plain http span", attributes={"http.method": "GET"}):
             pass
@@ -73,33 +82,63 @@ def test_otlp_endpoint_takes_protobuf_and_json(sqlite_store):
         exporter = OTLPSpanExporter(endpoint=f"{server.url}/v1/traces", headers={"Authorization": "Bearer s3cret"})
         tp.add_span_processor(SimpleSpanProcessor(exporter))
         tracer = tp.get_tracer("remote")
-        with tracer.start_as_current_span("chat gpt-4o", attributes={
-            "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
-            "gen_ai.response.id": "chatcmpl-remote", "gen_ai.usage.input_tokens": 9,
-            "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "hi"}]}]),
-        }):
+        with tracer.start_as_current_span(
+            "chat gpt-4o",
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": "gpt-4o",
+                "gen_ai.response.id": "chatcmpl-remote",
+                "gen_ai.usage.input_tokens": 9,
+                "gen_ai.output.messages": json.dumps(
+                    [{"role": "assistant", "parts": [{"type": "text", "content": "hi"}]}]
+                ),
+            },
+        ):
             pass
         with tracer.start_as_current_span("unrelated"):
             pass
         tp.shutdown()
 
-        body = {"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"spans": [{
-            "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174", "name": "execute_tool lookup",
-            "parentSpanId": "b7ad6b7169203331", "kind": 1, "flags": 257, "aFieldFromALaterOtlp": {"x": 1},
-            "startTimeUnixNano": "1700000000000000000", "endTimeUnixNano": "1700000001000000000",
-            "status": {"code": 1},
-            "attributes": [
-                {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
-                {"key": "gen_ai.tool.name", "value": {"stringValue": "lookup"}},
-                {"key": "agl.rollout_id", "value": {"stringValue": "ro-otlp"}},
-                {"key": "attempt", "value": {"intValue": "2"}},
-            ]}]}]}]}
+        body = {
+            "resourceSpans": [
+                {
+                    "resource": {"attributes": []},
+                    "scopeSpans": [
+                        {
+                            "spans": [
+                                {
+                                    "traceId": "5b8efff798038103d269b633813fc60c",
+                                    "spanId": "eee19b7ec3c1b174",
+                                    "name": "execute_tool lookup",
+                                    "parentSpanId": "b7ad6b7169203331",
+                                    "kind": 1,
+                                    "flags": 257,
+                                    "aFieldFromALaterOtlp": {"x": 1},
+                                    "startTimeUnixNano": "1700000000000000000",
+                                    "endTimeUnixNano": "1700000001000000000",
+                                    "status": {"code": 1},
+                                    "attributes": [
+                                        {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
+                                        {"key": "gen_ai.tool.name", "value": {"stringValue": "lookup"}},
+                                        {"key": "agl.rollout_id", "value": {"stringValue": "ro-otlp"}},
+                                        {"key": "attempt", "value": {"intValue": "2"}},
+                                    ],
+                                }
+                            ]
+                        }
+                    ],
+                }
+            ]
+        }
         ok = httpx.post(f"{server.url}/v1/traces", json=body, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200, ok.text
         denied = httpx.post(f"{server.url}/v1/traces", json=body)
         assert denied.status_code == 401
-        bad = httpx.post(f"{server.url}/v1/traces", content=b"\x00not protobuf", headers={
-            "Authorization": "Bearer s3cret", "Content-Type": "application/x-protobuf"})
+        bad = httpx.post(
+            f"{server.url}/v1/traces",
+            content=b"\x00not protobuf",
+            headers={"Authorization": "Bearer s3cret", "Content-Type": "application/x-protobuf"},
+        )
         assert bad.status_code == 400 and bad.json()["error"]["field"] == "body"
 
     spans = list(sqlite_store.query_spans(rollout_id="ro-otlp"))
@@ -122,15 +161,24 @@ def _exported_request():
     memory = InMemorySpanExporter()
     tp.add_span_processor(SimpleSpanProcessor(memory))
     tracer = tp.get_tracer("remote")
-    with tracer.start_as_current_span("invoke_agent writer", attributes={"gen_ai.operation.name": "invoke_agent",
-                                                                         "gen_ai.agent.name": "writer"}):
-        with tracer.start_as_current_span("chat m", attributes={
-            "gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.usage.input_tokens": 9,
-            "gen_ai.request.temperature": 0.5, "gen_ai.request.stop_sequences": ["\\n", "END"], "streamed": True,
-        }):
+    with tracer.start_as_current_span(
+        "invoke_agent writer", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "writer"}
+    ):
+        with tracer.start_as_current_span(
+            "chat m",
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": "m",
+                "gen_ai.usage.input_tokens": 9,
+                "gen_ai.request.temperature": 0.5,
+                "gen_ai.request.stop_sequences": ["\\n", "END"],
+                "streamed": True,
+            },
+        ):
             pass
-        with tracer.start_as_current_span("execute_tool lookup", attributes={
-            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}) as tool:
+        with tracer.start_as_current_span(
+            "execute_tool lookup", attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}
+        ) as tool:
             tool.set_status(Status(StatusCode.ERROR, "no such city"))
     tp.shutdown()
     return memory.get_finished_spans(), encode_spans(memory.get_finished_spans())
@@ -160,6 +208,7 @@ def test_otlp_json_and_protobuf_of_one_export_give_the_same_spans():
     assert body["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] == f"{sdk_spans[0].context.span_id:016x}"
     from_pb = list(from_protobuf(request.SerializeToString()))
     from_js = list(from_json(json.loads(json.dumps(body))))
+
     def comparable(spans):
         return [s.model_dump(exclude={"trace_id"}) for s in spans]
 
@@ -182,17 +231,48 @@ def test_otlp_json_takes_base64_ids_enum_names_and_nested_values():
     from agl_otel.otlp import from_json
 
     span_id, parent = bytes.fromhex("eee19b7ec3c1b174"), bytes.fromhex("b7ad6b7169203331")
-    body = {"resourceSpans": [{"scopeSpans": [{"spans": [{
-        "spanId": base64.b64encode(span_id).decode(), "parentSpanId": base64.b64encode(parent).decode(),
-        "name": "chat m", "startTimeUnixNano": 1700000000000000000, "status": {"code": "STATUS_CODE_ERROR"},
-        "attributes": [
-            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
-            {"key": "blob", "value": {"bytesValue": base64.b64encode(b"\x01\xff").decode()}},
-            {"key": "meta", "value": {"kvlistValue": {"values": [
-                {"key": "n", "value": {"intValue": "3"}}, {"key": "xs", "value": {"arrayValue": {"values": [
-                    {"doubleValue": 1.5}, {"boolValue": False}]}}}]}}},
-            {"key": "empty", "value": {}},
-        ]}]}]}]}
+    body = {
+        "resourceSpans": [
+            {
+                "scopeSpans": [
+                    {
+                        "spans": [
+                            {
+                                "spanId": base64.b64encode(span_id).decode(),
+                                "parentSpanId": base64.b64encode(parent).decode(),
+                                "name": "chat m",
+                                "startTimeUnixNano": 1700000000000000000,
+                                "status": {"code": "STATUS_CODE_ERROR"},
+                                "attributes": [
+                                    {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+                                    {"key": "blob", "value": {"bytesValue": base64.b64encode(b"\x01\xff").decode()}},
+                                    {
+                                        "key": "meta",
+                                        "value": {
+                                            "kvlistValue": {
+                                                "values": [
+                                                    {"key": "n", "value": {"intValue": "3"}},
+                                                    {
+                                                        "key": "xs",
+                                                        "value": {
+                                                            "arrayValue": {
+                                                                "values": [{"doubleValue": 1.5}, {"boolValue": False}]
+                                                            }
+                                                        },
+                                                    },
+                                                ]
+                                            }
+                                        },
+                                    },
+                                    {"key": "empty", "value": {}},
+                                ],
+                            }
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
     (span,) = from_json(body)
     assert span.span_id == "eee19b7ec3c1b174" and span.parent_id == "b7ad6b7169203331"
     assert span.status == "error" and span.start_time == 1700000000.0 and span.end_time is None
@@ -205,20 +285,41 @@ def test_bad_otlp_json_is_refused_with_the_reason(sqlite_store):
 
     from agl_otel.otlp import from_json
 
-    no_id = {"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "chat m", "attributes": [
-        {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}}]}]}]}]}
+    no_id = {
+        "resourceSpans": [
+            {
+                "scopeSpans": [
+                    {
+                        "spans": [
+                            {
+                                "name": "chat m",
+                                "attributes": [{"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}}],
+                            }
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
     with pytest.raises(ValueError, match="spanId: missing"):
         list(from_json(no_id))
     with pytest.raises(ParseError, match="startTimeUnixNano"):
-        from_json({"resourceSpans": [{"scopeSpans": [{"spans": [{"spanId": "eee19b7ec3c1b174",
-                                                                 "startTimeUnixNano": "soon"}]}]}]})
+        from_json(
+            {
+                "resourceSpans": [
+                    {"scopeSpans": [{"spans": [{"spanId": "eee19b7ec3c1b174", "startTimeUnixNano": "soon"}]}]}
+                ]
+            }
+        )
     with ServerThread(sqlite_store, token="s3cret") as server:
-        bad = httpx.post(f"{server.url}/v1/traces", json={"resourceSpans": "not a list"},
-                         headers={"Authorization": "Bearer s3cret"})
+        bad = httpx.post(
+            f"{server.url}/v1/traces", json={"resourceSpans": "not a list"}, headers={"Authorization": "Bearer s3cret"}
+        )
         assert bad.status_code == 400 and "resourceSpans" in bad.json()["error"]["reason"]
         missing = httpx.post(f"{server.url}/v1/traces", json=no_id, headers={"Authorization": "Bearer s3cret"})
         assert missing.status_code == 400 and "spanId: missing" in missing.json()["error"]["reason"]
     assert list(sqlite_store.query_spans()) == []
+
 
 def test_instrumentor_is_registered_and_adds_the_processor(sqlite_store):
     (ep,) = [e for e in entry_points(group="opentelemetry_instrumentor") if e.name == "agl"]
@@ -226,12 +327,16 @@ def test_instrumentor_is_registered_and_adds_the_processor(sqlite_store):
     tp = TracerProvider()
     instrumentor.instrument(tracer_provider=tp)
     writer = BufferedWriter(sqlite_store)
-    with agl.use_rollout(RolloutContext(rollout_id="ro-inst", writer=writer)), \
-            tp.get_tracer("x").start_as_current_span("chat m", attributes={"gen_ai.operation.name": "chat"}):
+    with (
+        agl.use_rollout(RolloutContext(rollout_id="ro-inst", writer=writer)),
+        tp.get_tracer("x").start_as_current_span("chat m", attributes={"gen_ai.operation.name": "chat"}),
+    ):
         pass
     instrumentor.uninstrument()
-    with agl.use_rollout(RolloutContext(rollout_id="ro-inst", writer=writer)), \
-            tp.get_tracer("x").start_as_current_span("chat m", attributes={"gen_ai.operation.name": "chat"}):
+    with (
+        agl.use_rollout(RolloutContext(rollout_id="ro-inst", writer=writer)),
+        tp.get_tracer("x").start_as_current_span("chat m", attributes={"gen_ai.operation.name": "chat"}),
+    ):
         pass
     writer.close()
     assert [s.kind for s in sqlite_store.query_spans(rollout_id="ro-inst")] == ["llm"]

@@ -25,10 +25,24 @@ def test_chat_calls_join_the_gateway_by_response_id(gateway_rollout, instrumente
     rig = gateway_rollout
     tracer = instrumented_openai.get_tracer("my-agent")
     client = openai.OpenAI(base_url=rig.base_url, api_key=TOKEN, max_retries=0)
-    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
-    with tracer.start_as_current_span("invoke_agent planner", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"}):
-        first = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "call lookup"}], tools=tools)
-        second = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "thanks"}], max_tokens=64)
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "lookup",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
+    with tracer.start_as_current_span(
+        "invoke_agent planner", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"}
+    ):
+        first = client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "call lookup"}], tools=tools
+        )
+        second = client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "thanks"}], max_tokens=64
+        )
     agl.emit_reward(1.0)
 
     llm = rig.spans("llm")

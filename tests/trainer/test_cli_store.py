@@ -5,10 +5,11 @@ from __future__ import annotations
 import secrets
 
 import pytest
-from agl_trainer.cli import main
+
 from agl.schema import Reward, Rollout, RolloutStatus, Span, Task
-from agl_trainer.store_server import ServerThread
 from agl.store.sqlite import SqliteStore
+from agl_trainer.cli import main
+from agl_trainer.store_server import ServerThread
 
 
 @pytest.fixture
@@ -19,14 +20,34 @@ def filled(tmp_path):
     store.add_tasks([Task(task_id="task-a", input={"q": "2+2"}), Task(task_id="task-b", input={"q": "3+3"})])
     done, waiting = store.enqueue([Rollout(task_id="task-a", step=3), Rollout(task_id="task-b")])
     store.claim("runner-1")
-    root = Span(span_id="sp-root", rollout_id=done.rollout_id, seq=0, name="solve", kind="agent",
-                attributes={"gen_ai.agent.name": "solver"}, end_time=None)
-    chat = Span(span_id="sp-chat", parent_id="sp-root", rollout_id=done.rollout_id, seq=1, name="chat", kind="llm",
-                attributes={"gen_ai.response.id": "chatcmpl-1"})
-    tool = Span(span_id="sp-tool", parent_id="sp-chat", rollout_id=done.rollout_id, seq=2, name="calculator", kind="tool")
+    root = Span(
+        span_id="sp-root",
+        rollout_id=done.rollout_id,
+        seq=0,
+        name="solve",
+        kind="agent",
+        attributes={"gen_ai.agent.name": "solver"},
+        end_time=None,
+    )
+    chat = Span(
+        span_id="sp-chat",
+        parent_id="sp-root",
+        rollout_id=done.rollout_id,
+        seq=1,
+        name="chat",
+        kind="llm",
+        attributes={"gen_ai.response.id": "chatcmpl-1"},
+    )
+    tool = Span(
+        span_id="sp-tool", parent_id="sp-chat", rollout_id=done.rollout_id, seq=2, name="calculator", kind="tool"
+    )
     store.add_spans([root, chat, tool])
-    store.add_rewards([Reward(rollout_id=done.rollout_id, value=1.0),
-                       Reward(rollout_id=done.rollout_id, span_id="sp-chat", name="format", value=0.5)])
+    store.add_rewards(
+        [
+            Reward(rollout_id=done.rollout_id, value=1.0),
+            Reward(rollout_id=done.rollout_id, span_id="sp-chat", name="format", value=0.5),
+        ]
+    )
     store.finish(done.rollout_id, RolloutStatus.SUCCEEDED, output="4")
     yield store, f"sqlite:///{path}", done, waiting
     store.close()
@@ -99,8 +120,22 @@ def test_spans_list_over_http(filled, capsys):
         rows = [line for line in _lines(out) if "│" in line and "sp-" in line]
         assert [row.split("│")[2].strip() for row in rows] == ["sp-root", "sp-chat", "sp-tool"]
         assert "3 span(s)" in out
-        assert main(["spans", "list", "--rollout", done.rollout_id, "--kind", "tool", "--store", server.url,
-                     f"--token={token}"]) == 0
+        assert (
+            main(
+                [
+                    "spans",
+                    "list",
+                    "--rollout",
+                    done.rollout_id,
+                    "--kind",
+                    "tool",
+                    "--store",
+                    server.url,
+                    f"--token={token}",
+                ]
+            )
+            == 0
+        )
         assert "1 span(s)" in capsys.readouterr().out
         assert main(["spans", "list", "--rollout", "ro-nope", "--store", server.url, f"--token={token}"]) == 2
         assert "unknown rollout" in capsys.readouterr().err
@@ -116,16 +151,30 @@ def test_store_serve_without_a_token_prints_a_new_one(tmp_path):
     from pathlib import Path
 
     import httpx
-    from agl.store.http import HttpStore
 
+    from agl.store.http import HttpStore
     from tests.conftest import free_port
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("AGL_STORE_TOKEN", "AGL_STORE_URL")}
     code = "import sys; from agl_trainer.cli import main; sys.exit(main())"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "store", "serve", "--store", f"sqlite:///{tmp_path / 'agl.db'}", "--port", str(port)],
-        cwd=Path(__file__).resolve().parents[2], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-c",
+            code,
+            "store",
+            "serve",
+            "--store",
+            f"sqlite:///{tmp_path / 'agl.db'}",
+            "--port",
+            str(port),
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         first = proc.stdout.readline()

@@ -14,8 +14,16 @@ def _config(*argv: str):
 
 
 def test_set_values_are_typed_as_yaml():
-    config = _config("--set", "engine_urls=[http://127.0.0.1:1, http://127.0.0.1:2]", "--set", "val_before=false",
-                     "--set", "rollout.concurrency=3", "--set", "seed=7")
+    config = _config(
+        "--set",
+        "engine_urls=[http://127.0.0.1:1, http://127.0.0.1:2]",
+        "--set",
+        "val_before=false",
+        "--set",
+        "rollout.concurrency=3",
+        "--set",
+        "seed=7",
+    )
     assert config.engine_urls == ["http://127.0.0.1:1", "http://127.0.0.1:2"]
     assert config.val_before is False
     assert config.rollout.concurrency == 3

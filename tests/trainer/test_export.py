@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from agl.errors import ConfigError
-from agl_trainer.export import COLUMNS, export_transitions
 from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task
 from agl.transitions import TransitionConfig
+from agl_trainer.export import COLUMNS, export_transitions
 
 AGL = [sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))"]
 
@@ -23,16 +23,49 @@ def filled(sqlite_store):
     s.enqueue([Rollout(rollout_id=f"r{i}", task_id=f"t{i}", step=1 + (i == 2), model_version="v0") for i in range(3)])
     s.claim("x", limit=3)
     for i in range(3):
-        s.add_llm_calls([LLMCall(call_id=f"c{i}", rollout_id=f"r{i}", request={"messages": [{"role": "user", "content": f"q{i}"}]},
-                                 response={"choices": [{"message": {"role": "assistant", "content": f"a{i}"}}]},
-                                 prompt_ids=[1, 2, i], response_ids=[5, 6], response_logprobs=[-0.5, -0.25], model_version="v0")])
-        s.add_spans([Span(span_id=f"s{i}", rollout_id=f"r{i}", name="chat", kind="llm",
-                          attributes={"gen_ai.response.id": f"c{i}", "gen_ai.agent.name": "writer" if i else "critic"})])
+        s.add_llm_calls(
+            [
+                LLMCall(
+                    call_id=f"c{i}",
+                    rollout_id=f"r{i}",
+                    request={"messages": [{"role": "user", "content": f"q{i}"}]},
+                    response={"choices": [{"message": {"role": "assistant", "content": f"a{i}"}}]},
+                    prompt_ids=[1, 2, i],
+                    response_ids=[5, 6],
+                    response_logprobs=[-0.5, -0.25],
+                    model_version="v0",
+                )
+            ]
+        )
+        s.add_spans(
+            [
+                Span(
+                    span_id=f"s{i}",
+                    rollout_id=f"r{i}",
+                    name="chat",
+                    kind="llm",
+                    attributes={"gen_ai.response.id": f"c{i}", "gen_ai.agent.name": "writer" if i else "critic"},
+                )
+            ]
+        )
     # r0 also made a call to a hosted model the gateway never saw: a text-only transition.
-    s.add_spans([Span(span_id="hosted", rollout_id="r0", seq=1, name="chat", kind="llm",
-                      attributes={"gen_ai.response.id": "chatcmpl-hosted", "gen_ai.agent.name": "critic",
-                                  "gen_ai.input.messages": [{"role": "user", "content": "judge"}],
-                                  "gen_ai.output.messages": [{"role": "assistant", "content": "fine"}]})])
+    s.add_spans(
+        [
+            Span(
+                span_id="hosted",
+                rollout_id="r0",
+                seq=1,
+                name="chat",
+                kind="llm",
+                attributes={
+                    "gen_ai.response.id": "chatcmpl-hosted",
+                    "gen_ai.agent.name": "critic",
+                    "gen_ai.input.messages": [{"role": "user", "content": "judge"}],
+                    "gen_ai.output.messages": [{"role": "assistant", "content": "fine"}],
+                },
+            )
+        ]
+    )
     s.add_rewards([Reward(rollout_id=f"r{i}", value=float(i)) for i in range(2)])  # r2 gets none
     for i in range(3):
         s.finish(f"r{i}", RolloutStatus.SUCCEEDED)
@@ -48,7 +81,9 @@ def test_jsonl_export_has_text_ids_and_rewards(filled, tmp_path):
     c1 = by_call["c1"]
     assert c1["prompt_ids"] == [1, 2, 1] and c1["response_ids"] == [5, 6] and c1["response_logprobs"] == [-0.5, -0.25]
     assert c1["prompt_messages"] == [{"role": "user", "content": "q1"}] and c1["response_text"] == "a1"
-    assert c1["reward"] == 1.0 and c1["agent"] == "writer" and c1["rollout_step"] == 1 and c1["token_source"] == "engine"
+    assert (
+        c1["reward"] == 1.0 and c1["agent"] == "writer" and c1["rollout_step"] == 1 and c1["token_source"] == "engine"
+    )
     hosted = by_call["chatcmpl-hosted"]
     assert hosted["token_source"] == "text" and hosted["prompt_ids"] == [] and hosted["response_logprobs"] is None
     assert hosted["prompt_messages"] == [{"role": "user", "content": "judge"}] and hosted["response_text"] == "fine"
@@ -69,7 +104,9 @@ def test_parquet_export_round_trips(filled, tmp_path):
     table = pq.read_table(tmp_path / "out.parquet")
     assert n == table.num_rows == 3 and tuple(table.column_names) == COLUMNS
     rows = {r["call_id"]: r for r in table.to_pylist()}
-    assert rows["c1"]["prompt_ids"] == [1, 2, 1] and json.loads(rows["c1"]["prompt_messages"]) == [{"role": "user", "content": "q1"}]
+    assert rows["c1"]["prompt_ids"] == [1, 2, 1] and json.loads(rows["c1"]["prompt_messages"]) == [
+        {"role": "user", "content": "q1"}
+    ]
 
 
 def test_bad_format_is_a_clear_error(filled, tmp_path):
@@ -80,10 +117,30 @@ def test_bad_format_is_a_clear_error(filled, tmp_path):
 @pytest.mark.slow
 def test_the_command(filled, tmp_path):
     out = tmp_path / "cli.parquet"
-    proc = subprocess.run([*AGL, "export", "transitions", "--store", f"sqlite:///{filled.path}", "--step", "1",
-                           "--agent", "writer", "-o", str(out)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            *AGL,
+            "export",
+            "transitions",
+            "--store",
+            f"sqlite:///{filled.path}",
+            "--step",
+            "1",
+            "--agent",
+            "writer",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "1 transitions from 2 rollouts" in proc.stderr and out.exists()
-    bad = subprocess.run([*AGL, "export", "transitions", "--store", f"sqlite:///{filled.path}", "-o", str(tmp_path / "x.txt")],
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [*AGL, "export", "transitions", "--store", f"sqlite:///{filled.path}", "-o", str(tmp_path / "x.txt")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "--format: cannot tell the format" in bad.stderr

@@ -144,7 +144,10 @@ def test_unknown_ids_get_404_and_forbidden_transitions_409(tmp_path):
         missing = raw.get("/v1/rollouts/ro-nope")
         assert missing.status_code == 404
         assert missing.json()["error"] == {
-            "type": "NotFound", "kind": "rollout", "ident": "ro-nope", "reason": "unknown rollout 'ro-nope'"
+            "type": "NotFound",
+            "kind": "rollout",
+            "ident": "ro-nope",
+            "reason": "unknown rollout 'ro-nope'",
         }
         assert raw.get("/v1/rollouts/ro-nope/attempts").status_code == 404
         assert raw.get("/v1/tasks/t-nope").status_code == 404

@@ -30,8 +30,18 @@ CLI = "import sys; from agl_trainer.cli import main; sys.exit(main())"
 
 def _start_server(db: Path, port: int, token: str) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-c", CLI, "store", "serve", "--store", f"sqlite:///{db}", "--port", str(port),
-         f"--token={token}"],
+        [
+            sys.executable,
+            "-c",
+            CLI,
+            "store",
+            "serve",
+            "--store",
+            f"sqlite:///{db}",
+            "--port",
+            str(port),
+            f"--token={token}",
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -89,8 +99,17 @@ class Writers:
         try:
             i = 0
             while not self._stop.is_set():
-                spans = [Span(span_id=f"w{w}-s{i}-{k}", rollout_id=f"ro-w{w}-{i}", seq=k, name="chat", kind="llm",
-                              attributes={"text": "x" * 200}) for k in range(3)]
+                spans = [
+                    Span(
+                        span_id=f"w{w}-s{i}-{k}",
+                        rollout_id=f"ro-w{w}-{i}",
+                        seq=k,
+                        name="chat",
+                        kind="llm",
+                        attributes={"text": "x" * 200},
+                    )
+                    for k in range(3)
+                ]
                 self._until_acked(lambda spans=spans: self.store.add_spans(spans))
                 with self._lock:
                     self.acked_spans.extend(s.span_id for s in spans)
@@ -226,4 +245,3 @@ def test_sigkilled_http_writer_loses_nothing_acknowledged(tmp_path):
     token = secrets.token_urlsafe(16)
     with SqliteStore(db) as backing, ServerThread(backing, token=token) as server:
         _sigkill_writer("http", server.url, token, db)
-

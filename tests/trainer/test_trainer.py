@@ -1,4 +1,4 @@
-"""The trainer loop on real parts: SqliteStore, the gateway, the in-process runner, a real subprocess killed with SIGKILL.
+"""The trainer loop on real parts: SqliteStore, the gateway, the in-process runner, a subprocess killed with SIGKILL.
 
 The model behind the gateway is tests/fake_engine.py (a test double for a model). The
 backend is TinyBackend below: a real, cheap implementation of agl.backend.Backend, since
@@ -22,11 +22,11 @@ import pytest
 
 import agl
 from agl.backend import Backend
-from agl_trainer.config import load_config
 from agl.errors import ConfigError
 from agl.plugins import register, unregister
 from agl.schema import ModelVersion, RolloutStatus
 from agl.store.sqlite import SqliteStore
+from agl_trainer.config import load_config
 from agl_trainer.trainer import Trainer
 from tests.fake_engine import FakeEngine
 
@@ -47,10 +47,18 @@ class TinyBackend(Backend):
 
     def train_step(self, transitions, step):
         with open(self.log_path, "a") as f:
-            f.write(json.dumps({"step": step, "call_ids": [t.call_id for t in transitions],
-                                "tasks": sorted({t.task_id for t in transitions}),
-                                "sources": sorted({t.token_source for t in transitions}),
-                                "versions": sorted({t.model_version for t in transitions})}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "step": step,
+                        "call_ids": [t.call_id for t in transitions],
+                        "tasks": sorted({t.task_id for t in transitions}),
+                        "sources": sorted({t.token_source for t in transitions}),
+                        "versions": sorted({t.model_version for t in transitions}),
+                    }
+                )
+                + "\n"
+            )
         self.weights["trained"].append(step)
         self.weights["reward_mass"] += sum(t.reward * t.weight for t in transitions)
         return {"loss": 1.0 / step, "kl": 0.01 * step, "entropy": 0.5}
@@ -74,8 +82,10 @@ def agent(task_input, ctx):
     with httpx.Client(base_url=ctx.base_url, headers={"Authorization": f"Bearer {ctx.api_key}"}, timeout=30) as client:
         reply = ""
         for turn in range(2):
-            r = client.post("/chat/completions", json={"model": ctx.model, "messages": [
-                {"role": "user", "content": f"{task_input['word']} {turn}"}]})
+            r = client.post(
+                "/chat/completions",
+                json={"model": ctx.model, "messages": [{"role": "user", "content": f"{task_input['word']} {turn}"}]},
+            )
             r.raise_for_status()
             reply = r.json()["choices"][0]["message"]["content"]
     if task_input.get("sleep"):
@@ -118,8 +128,16 @@ def test_a_short_loop_end_to_end(tmp_path, engine):
     hooks = Hooks()
     register(hooks, name="test-hooks")
     backend = TinyBackend(tmp_path / "calls.jsonl")
-    config = {"workdir": str(tmp_path / "run"), "steps": 3, "batch_size": 2, "n_rollouts": 2, "val_every": 2,
-              "engine_urls": [engine.url], "progress": False, "rollout": {"concurrency": 4, "heartbeat_s": 0.2}}
+    config = {
+        "workdir": str(tmp_path / "run"),
+        "steps": 3,
+        "batch_size": 2,
+        "n_rollouts": 2,
+        "val_every": 2,
+        "engine_urls": [engine.url],
+        "progress": False,
+        "rollout": {"concurrency": 4, "heartbeat_s": 0.2},
+    }
     try:
         result = Trainer(config, backend=backend).fit(agent, _tasks(4), _tasks(2, prefix="v"))
     finally:
@@ -144,10 +162,29 @@ def test_a_short_loop_end_to_end(tmp_path, engine):
     finally:
         store.close()
     records = result.history
-    assert [(r["kind"], r["step"]) for r in records] == [("val", 0), ("train", 1), ("train", 2), ("train", 3), ("val", 4)]
+    assert [(r["kind"], r["step"]) for r in records] == [
+        ("val", 0),
+        ("train", 1),
+        ("train", 2),
+        ("train", 3),
+        ("val", 4),
+    ]
     step2 = records[2]
-    for key in ("reward_mean", "reward_std", "success_rate", "response_length_mean", "tokens_per_s", "staleness_mean",
-                "time_rollout_s", "time_transitions_s", "time_update_s", "time_publish_s", "time_val_s", "loss", "kl"):
+    for key in (
+        "reward_mean",
+        "reward_std",
+        "success_rate",
+        "response_length_mean",
+        "tokens_per_s",
+        "staleness_mean",
+        "time_rollout_s",
+        "time_transitions_s",
+        "time_update_s",
+        "time_publish_s",
+        "time_val_s",
+        "loss",
+        "kl",
+    ):
         assert key in step2, key
     assert step2["staleness_max"] == 0 and step2["transitions"] == 8
     assert 0 <= step2["reward_mean"] <= 1 and step2["val_rollouts"] == 2
@@ -172,8 +209,9 @@ def _child(workdir: Path, engine_url: str, agent_log: Path) -> subprocess.Popen:
         "Trainer(cfg, backend=TinyBackend(w / 'calls.jsonl')).fit(agent, _tasks(4, sleep=0.3))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO), AGENT_LOG=str(agent_log))
-    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", code], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 @pytest.mark.slow
@@ -255,32 +293,49 @@ def test_dotlist_overrides_type_their_values_as_yaml(tmp_path):
     from agl_trainer.config import apply_overrides
 
     (tmp_path / "t.yaml").write_text("steps: 3\nrollout:\n  concurrency: 2\n  model: m-${x}\nbackend:\n")
-    cfg = load_config(tmp_path / "t.yaml", [
-        "rollout.concurrency=8", "rollout.timeout_s=1e-1", "val_before=false", "engine_urls=[http://a:1, http://b:2]",
-        "backend.name=verl", "backend.config={lr: 1e-6, mode: local}", "rollout.resources.tag=8x=y", "store=",
-    ])
+    cfg = load_config(
+        tmp_path / "t.yaml",
+        [
+            "rollout.concurrency=8",
+            "rollout.timeout_s=1e-1",
+            "val_before=false",
+            "engine_urls=[http://a:1, http://b:2]",
+            "backend.name=verl",
+            "backend.config={lr: 1e-6, mode: local}",
+            "rollout.resources.tag=8x=y",
+            "store=",
+        ],
+    )
     assert cfg.steps == 3 and cfg.rollout.concurrency == 8 and cfg.rollout.timeout_s == 0.1
     assert cfg.val_before is False and cfg.engine_urls == ["http://a:1", "http://b:2"]
-    assert cfg.backend is not None and cfg.backend.name == "verl" and cfg.backend.config == {"lr": 1e-6, "mode": "local"}
+    assert (
+        cfg.backend is not None and cfg.backend.name == "verl" and cfg.backend.config == {"lr": 1e-6, "mode": "local"}
+    )
     assert cfg.rollout.resources == {"tag": "8x=y"} and cfg.store is None
     assert cfg.rollout.model == "m-${x}"  # strings stay as written: no interpolation
     # a dict merges into the dict it overrides; a mapping's values are taken as given; the input is not changed
     data = {"backend": {"name": "verl", "config": {"lr": 1.0, "mode": "local"}}}
     out = apply_overrides(data, ["backend.config={lr: 2}"])
     assert out["backend"]["config"] == {"lr": 2, "mode": "local"} and data["backend"]["config"]["lr"] == 1.0
-    assert apply_overrides({}, {"workdir": "123", "rollout.concurrency": 8}) == {"workdir": "123", "rollout": {"concurrency": 8}}
+    assert apply_overrides({}, {"workdir": "123", "rollout.concurrency": 8}) == {
+        "workdir": "123",
+        "rollout": {"concurrency": 8},
+    }
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["rollout.concurrency"], "override 'rollout.concurrency': expected KEY=VALUE"),
-    (["rollout..concurrency=8"], "override 'rollout..concurrency': a key is dot-separated names"),
-    (["=8"], "override '': a key is dot-separated names"),
-    ({"rollout.concurrency ": 8}, "override 'rollout.concurrency ': a key is dot-separated names"),
-    (["engine_urls=[http://a, "], "override 'engine_urls': '[http://a, ' is not a YAML value"),
-    (["engine_urls.0=http://b"], "override 'engine_urls.0': does not fit the config"),
-    (["rollout.concurency=8"], "rollout.concurency: Extra inputs are not permitted"),
-    (["rollout.concurrency=many"], "rollout.concurrency: Input should be a valid integer"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["rollout.concurrency"], "override 'rollout.concurrency': expected KEY=VALUE"),
+        (["rollout..concurrency=8"], "override 'rollout..concurrency': a key is dot-separated names"),
+        (["=8"], "override '': a key is dot-separated names"),
+        ({"rollout.concurrency ": 8}, "override 'rollout.concurrency ': a key is dot-separated names"),
+        (["engine_urls=[http://a, "], "override 'engine_urls': '[http://a, ' is not a YAML value"),
+        (["engine_urls.0=http://b"], "override 'engine_urls.0': does not fit the config"),
+        (["rollout.concurency=8"], "rollout.concurency: Extra inputs are not permitted"),
+        (["rollout.concurrency=many"], "rollout.concurrency: Input should be a valid integer"),
+    ],
+)
 def test_bad_overrides_are_config_errors_naming_the_key(tmp_path, overrides, message):
     (tmp_path / "t.yaml").write_text("engine_urls: [http://a]\n")
     with pytest.raises(ConfigError) as err:
@@ -296,16 +351,45 @@ def test_agl_train_cli_runs_a_loop_from_a_config_file(tmp_path, engine):
         f"engine_urls: ['{engine.url}']\n"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))",
-                           "train", "tests.trainer.test_trainer:agent", "--config", str(tmp_path / "train.yaml"),
-                           "--tasks", str(tmp_path / "tasks.jsonl")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))",
+            "train",
+            "tests.trainer.test_trainer:agent",
+            "--config",
+            str(tmp_path / "train.yaml"),
+            "--tasks",
+            str(tmp_path / "tasks.jsonl"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "agl train: 1 steps" in proc.stdout
     assert "no backend configured" in proc.stderr
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert records[0]["step"] == 1 and records[0]["rollouts"] == 2 and records[0]["transitions"] == 4
-    bad = subprocess.run([sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))",
-                          "train", "tests.trainer.test_trainer:agent", "--set", "steps=0", "--tasks", str(tmp_path / "tasks.jsonl")],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))",
+            "train",
+            "tests.trainer.test_trainer:agent",
+            "--set",
+            "steps=0",
+            "--tasks",
+            str(tmp_path / "tasks.jsonl"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "steps: Input should be greater than or equal to 1" in bad.stderr

@@ -94,8 +94,8 @@ def test_engine_logprobs_become_old_log_probs(batch):
 def test_missing_logprobs_leave_them_out(batch):
     batch.append(_t("task-b", "ro-3", 0, [1], [2], 0.0, None))
     data = transitions_to_dataproto(batch)
-    assert "old_log_probs" not in data.batch.keys()
-    assert "rollout_log_probs" not in data.batch.keys()
+    assert "old_log_probs" not in data.batch
+    assert "rollout_log_probs" not in data.batch
 
 
 def test_truncation_keeps_prompt_tail_and_moves_reward():

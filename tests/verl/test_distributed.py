@@ -38,8 +38,14 @@ def settings(**overrides):
         kl_coef=0.01,
         lr=2e-6,
         micro_batch_size=4,
-        distributed={"n_gpus_per_node": 8, "nnodes": 2, "rollout_n": 8, "train_batch_size": 64,
-                     "ppo_mini_batch_size": 16, "train_files": "/data/train.parquet"},
+        distributed={
+            "n_gpus_per_node": 8,
+            "nnodes": 2,
+            "rollout_n": 8,
+            "train_batch_size": 64,
+            "ppo_mini_batch_size": 16,
+            "train_files": "/data/train.parquet",
+        },
     )
     config.update(overrides)
     return parse_settings(config)
@@ -53,8 +59,9 @@ def test_version_pin():
 
 def test_compose_maps_agl_settings_onto_verl_trainer_config(tmp_path):
     loops = write_agent_loop_config(tmp_path / "loops.yaml", store_url="http://store:4317", rollout_timeout_s=30)
-    cfg = compose_trainer_config(settings(lora={"r": 16, "alpha": 32, "target_modules": ["q_proj", "v_proj"]}),
-                                 agent_loop_config=str(loops))
+    cfg = compose_trainer_config(
+        settings(lora={"r": 16, "alpha": 32, "target_modules": ["q_proj", "v_proj"]}), agent_loop_config=str(loops)
+    )
     assert cfg.algorithm.adv_estimator == "rloo"
     actor = cfg.actor_rollout_ref.actor
     assert actor.policy_loss.loss_mode == "vanilla"
@@ -85,8 +92,14 @@ def test_compose_errors():
     with pytest.raises(AglError, match="distributed.train_files: required"):
         compose_trainer_config(bad)
     with pytest.raises(Exception, match="ppo_mini_batch_size"):
-        too_big = settings(distributed={"train_files": "/x.parquet", "train_batch_size": 4,
-                                        "ppo_mini_batch_size": 64, "n_gpus_per_node": 1})
+        too_big = settings(
+            distributed={
+                "train_files": "/x.parquet",
+                "train_batch_size": 4,
+                "ppo_mini_batch_size": 64,
+                "n_gpus_per_node": 1,
+            }
+        )
         from verl.utils.config import validate_config
 
         validate_config(compose_trainer_config(too_big), use_reference_policy=False, use_critic=False)
@@ -124,8 +137,16 @@ def test_tasks_parquet_is_read_by_verls_dataset(tmp_path, tiny_model):
 
 
 def _transition(step, prompt, response, logprobs, reward, source="engine"):
-    return Transition(rollout_id="ro-1", task_id="t", step=step, prompt_ids=prompt, response_ids=response,
-                      response_logprobs=logprobs, reward=reward, token_source=source)
+    return Transition(
+        rollout_id="ro-1",
+        task_id="t",
+        step=step,
+        prompt_ids=prompt,
+        response_ids=response,
+        response_logprobs=logprobs,
+        reward=reward,
+        token_source=source,
+    )
 
 
 def test_transitions_become_agent_loop_outputs():
@@ -151,9 +172,18 @@ def _fake_runner(store, stop: threading.Event, reward: float):
     while not stop.is_set():
         for rollout in store.claim("runner-1", limit=4):
             for seq in range(2):
-                store.add_llm_calls([LLMCall(call_id=f"{rollout.rollout_id}-{seq}", rollout_id=rollout.rollout_id,
-                                             seq=seq, prompt_ids=[1, 2, seq], response_ids=[5, 6],
-                                             response_logprobs=[-0.5, -0.25])])
+                store.add_llm_calls(
+                    [
+                        LLMCall(
+                            call_id=f"{rollout.rollout_id}-{seq}",
+                            rollout_id=rollout.rollout_id,
+                            seq=seq,
+                            prompt_ids=[1, 2, seq],
+                            response_ids=[5, 6],
+                            response_logprobs=[-0.5, -0.25],
+                        )
+                    ]
+                )
             store.add_rewards([Reward(rollout_id=rollout.rollout_id, value=reward)])
             store.flush()
             store.finish(rollout.rollout_id, RolloutStatus.SUCCEEDED)
@@ -194,8 +224,9 @@ def test_agent_loop_runs_inside_a_ray_actor(tmp_path, tiny_model):
     db = tmp_path / "agl.db"
     store = SqliteStore(db)
     store.add_tasks([Task(task_id="t-ray", input={"q": 1})])
-    cfg = compose_trainer_config(settings(model_path=str(tiny_model), distributed={
-        "train_files": "/x.parquet", "max_response_length": 8}))
+    cfg = compose_trainer_config(
+        settings(model_path=str(tiny_model), distributed={"train_files": "/x.parquet", "max_response_length": 8})
+    )
 
     @ray.remote(num_cpus=1)
     class LoopHost:
@@ -207,10 +238,16 @@ def test_agent_loop_runs_inside_a_ray_actor(tmp_path, tiny_model):
 
             from agl_verl.distributed import AglAgentLoop
 
-            loop = AglAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=None,
-                                tokenizer=AutoTokenizer.from_pretrained(model_path), processor=None,
-                                dataset_cls=None, data_config=DictConfigWrap(cfg.data),
-                                store_url=store_url, rollout_timeout_s=20)
+            loop = AglAgentLoop(
+                trainer_config=DictConfigWrap(cfg),
+                server_manager=None,
+                tokenizer=AutoTokenizer.from_pretrained(model_path),
+                processor=None,
+                dataset_cls=None,
+                data_config=DictConfigWrap(cfg.data),
+                store_url=store_url,
+                rollout_timeout_s=20,
+            )
             outputs = asyncio.run(loop.run({}, extra_info={"task_id": "t-ray"}, global_steps=1))
             return [(o.prompt_ids, o.response_ids, o.reward_score) for o in outputs]
 

@@ -67,7 +67,7 @@ def test_response_ids_decode_to_text_and_logprobs_match_forward(client, tokenize
     assert tokenizer.decode(ids, skip_special_tokens=True) == choice["message"]["content"]
     recorded = [entry["logprob"] for entry in choice["logprobs"]["content"]]
     expected = reference_logprobs(ref_model, out["prompt_token_ids"], ids)
-    assert max(abs(a - b) for a, b in zip(recorded, expected)) < TOL
+    assert max(abs(a - b) for a, b in zip(recorded, expected, strict=False)) < TOL
 
 
 def test_logprobs_ignore_temperature(client, ref_model):
@@ -76,7 +76,7 @@ def test_logprobs_ignore_temperature(client, ref_model):
     ids = cold["choices"][0]["token_ids"]
     expected = reference_logprobs(ref_model, cold["prompt_token_ids"], ids)
     recorded = [e["logprob"] for e in cold["choices"][0]["logprobs"]["content"]]
-    assert max(abs(a - b) for a, b in zip(recorded, expected)) < TOL
+    assert max(abs(a - b) for a, b in zip(recorded, expected, strict=False)) < TOL
 
 
 def test_batched_and_one_at_a_time_agree(client, tiny_engine):
@@ -88,12 +88,12 @@ def test_batched_and_one_at_a_time_agree(client, tiny_engine):
         together = list(pool.map(lambda m: chat(client, m, max_tokens=12, temperature=0, ignore_eos=True), prompts))
     assert tiny_engine.batchers[0].max_rows_seen > 1, "concurrent requests were never batched"
     tiny_engine.batchers[0].max_rows_seen = max(before, tiny_engine.batchers[0].max_rows_seen)
-    for a, b in zip(alone, together):
+    for a, b in zip(alone, together, strict=False):
         assert a["prompt_token_ids"] == b["prompt_token_ids"]
         assert a["choices"][0]["token_ids"] == b["choices"][0]["token_ids"]
         la = [e["logprob"] for e in a["choices"][0]["logprobs"]["content"]]
         lb = [e["logprob"] for e in b["choices"][0]["logprobs"]["content"]]
-        assert max(abs(x - y) for x, y in zip(la, lb)) < TOL
+        assert max(abs(x - y) for x, y in zip(la, lb, strict=False)) < TOL
 
 
 def test_seeded_sampling_is_reproducible_and_n_gives_distinct_choices(client):
@@ -119,8 +119,16 @@ def test_stop_string_cuts_text_but_keeps_sampled_ids(client, tokenizer):
 
 def test_stream_carries_the_same_ids_text_and_usage(client):
     plain = chat(client, MESSAGES, max_tokens=10, temperature=0, ignore_eos=True)
-    body = {"messages": MESSAGES, "max_tokens": 10, "temperature": 0, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}, "return_token_ids": True, "logprobs": True}
+    body = {
+        "messages": MESSAGES,
+        "max_tokens": 10,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_token_ids": True,
+        "logprobs": True,
+    }
     ids, text, prompt_ids, usage, finish, logprobs = [], "", None, None, None, []
     with client.stream("POST", "/chat/completions", json=body) as response:
         assert response.status_code == 200
@@ -145,26 +153,54 @@ def test_stream_carries_the_same_ids_text_and_usage(client):
 
 def test_completions_take_token_ids_and_text(client, tokenizer, ref_model):
     prompt = tokenizer.encode("hello world !")
-    out = client.post("/completions", json={"prompt": prompt, "max_tokens": 5, "temperature": 0, "logprobs": 0,
-                                             "return_token_ids": True, "ignore_eos": True}).json()
+    out = client.post(
+        "/completions",
+        json={
+            "prompt": prompt,
+            "max_tokens": 5,
+            "temperature": 0,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "ignore_eos": True,
+        },
+    ).json()
     choice = out["choices"][0]
     assert choice["prompt_token_ids"] == prompt
     assert tokenizer.decode(choice["token_ids"], skip_special_tokens=True) == choice["text"]
     expected = reference_logprobs(ref_model, prompt, choice["token_ids"])
     assert choice["logprobs"]["token_logprobs"] == pytest.approx(expected, abs=TOL)
-    by_text = client.post("/completions", json={"prompt": "hello world !", "max_tokens": 5, "temperature": 0,
-                                                 "return_token_ids": True, "ignore_eos": True}).json()
+    by_text = client.post(
+        "/completions",
+        json={
+            "prompt": "hello world !",
+            "max_tokens": 5,
+            "temperature": 0,
+            "return_token_ids": True,
+            "ignore_eos": True,
+        },
+    ).json()
     assert by_text["choices"][0]["token_ids"] == choice["token_ids"]
 
 
 def test_tools_are_rendered_into_the_prompt_by_the_convention(client, tokenizer):
     from agl_verl.engines.tools import ToolChoice, render_messages
 
-    tools = [{"type": "function", "function": {"name": "add", "description": "add two numbers",
-                                                "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "add",
+                "description": "add two numbers",
+                "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}},
+            },
+        }
+    ]
     history = MESSAGES + [
-        {"role": "assistant", "content": None,
-         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 12}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 12}'}}],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "46"},
     ]
     out = chat(client, history, tools=tools, max_tokens=3, temperature=0)
@@ -179,8 +215,14 @@ def test_tools_are_rendered_into_the_prompt_by_the_convention(client, tokenizer)
 
 def test_named_tool_choice_forces_the_call_prefix(client, tokenizer):
     tools = [{"type": "function", "function": {"name": "add", "parameters": {}}}]
-    out = chat(client, MESSAGES, tools=tools, tool_choice={"type": "function", "function": {"name": "add"}},
-               max_tokens=60, temperature=0)
+    out = chat(
+        client,
+        MESSAGES,
+        tools=tools,
+        tool_choice={"type": "function", "function": {"name": "add"}},
+        max_tokens=60,
+        temperature=0,
+    )
     text = tokenizer.decode(out["choices"][0]["token_ids"], skip_special_tokens=True)
     assert text.startswith('<tool_call>\n{"name": "add", "arguments": ')
     # the random tiny model cannot finish the JSON: content comes back, never a made-up call

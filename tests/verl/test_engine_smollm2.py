@@ -15,9 +15,14 @@ from tests.verl.conftest import reference_logprobs
 pytestmark = pytest.mark.slow
 TOL = 1e-4
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Get the current weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
@@ -40,7 +45,8 @@ def test_ids_text_and_logprobs(smollm2_engine, hf):
     messages = [{"role": "user", "content": "Name three colours."}]
     out = chat(smollm2_engine, messages, max_tokens=20, temperature=0.7, seed=2, n=2)
     assert out["prompt_token_ids"] == list(
-        tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+        tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    )
     for choice in out["choices"]:
         ids = choice["token_ids"]
         assert tokenizer.decode(ids, skip_special_tokens=True) == choice["message"]["content"]
@@ -63,12 +69,20 @@ def test_tool_choice_required_yields_a_parseable_call(smollm2_engine, hf):
 
 def test_named_tool_and_history_round_trip(smollm2_engine, hf):
     tokenizer, model = hf
-    first = chat(smollm2_engine, QUESTION, tools=[WEATHER],
-                 tool_choice={"type": "function", "function": {"name": "get_weather"}}, max_tokens=64, temperature=0)
+    first = chat(
+        smollm2_engine,
+        QUESTION,
+        tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=64,
+        temperature=0,
+    )
     message = first["choices"][0]["message"]
     assert first["choices"][0]["finish_reason"] == "tool_calls"
-    history = QUESTION + [message, {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"],
-                                     "content": "sunny, 21 C"}]
+    history = QUESTION + [
+        message,
+        {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": "sunny, 21 C"},
+    ]
     second = chat(smollm2_engine, history, tools=[WEATHER], max_tokens=20, temperature=0)
     prompt_text = tokenizer.decode(second["prompt_token_ids"])
     assert "<tool_response>\nsunny, 21 C\n</tool_response>" in prompt_text

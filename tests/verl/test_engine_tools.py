@@ -12,8 +12,10 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
 
 
 def test_parse_two_calls_and_content():
-    text = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
-            '<tool_call>{"name": "get_weather", "arguments": {"city": "Rome"}}</tool_call>')
+    text = (
+        'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Rome"}}</tool_call>'
+    )
     content, calls = parse_tool_calls(text, allowed={"get_weather"})
     assert content == "Let me check."
     assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"city": "Paris"}, {"city": "Rome"}]
@@ -40,15 +42,23 @@ def test_render_puts_tools_in_system_and_history_by_the_convention():
     messages = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Weather in Paris and Rome?"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-            {"id": "2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+                {"id": "2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}},
+            ],
+        },
         {"role": "tool", "tool_call_id": "1", "content": "sunny"},
         {"role": "tool", "tool_call_id": "2", "content": "rain"},
     ]
     out = render_messages(messages, TOOLS, ToolChoice("required"))
     assert [m["role"] for m in out] == ["system", "user", "assistant", "user"]
-    assert out[0]["content"].startswith("Be brief.\n\n# Tools") and "You must call at least one function." in out[0]["content"]
+    assert (
+        out[0]["content"].startswith("Be brief.\n\n# Tools")
+        and "You must call at least one function." in out[0]["content"]
+    )
     assert out[2]["content"].count("<tool_call>") == 2
     assert out[3]["content"] == "<tool_response>\nsunny\n</tool_response>\n<tool_response>\nrain\n</tool_response>"
     none = render_messages(messages[:2], TOOLS, ToolChoice("none"))
@@ -83,10 +93,24 @@ def test_tiny_model_is_deterministic_and_round_trips(tmp_path):
 
 
 def test_forced_prefix_starts_the_named_functions_arguments():
-    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-    add = {"type": "function", "function": {"name": "add", "parameters": {
-        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
+    weather = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+    add = {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+            },
+        },
+    }
     bare = {"type": "function", "function": {"name": "handoff", "parameters": {"type": "object", "properties": {}}}}
     assert forced_prefix(ToolChoice("function", "get_weather"), weather).endswith('"arguments": {"city": "')
     assert forced_prefix(ToolChoice("function", "add"), add).endswith('"arguments": {"a": ')
@@ -96,8 +120,10 @@ def test_forced_prefix_starts_the_named_functions_arguments():
 
 
 def test_a_call_cut_short_in_its_arguments_keeps_the_complete_members():
-    text = ('<tool_call>\n{"name": "summarize", "arguments": {"text": "Owls hunt, at night.", '
-            '"properties": {"type": "object", "description": "The ow')
+    text = (
+        '<tool_call>\n{"name": "summarize", "arguments": {"text": "Owls hunt, at night.", '
+        '"properties": {"type": "object", "description": "The ow'
+    )
     (call,) = parse_tool_calls(text, allowed={"summarize"})[1]
     assert json.loads(call["function"]["arguments"]) == {"text": "Owls hunt, at night."}
     assert parse_tool_calls('<tool_call>\n{"name": "summarize", "arguments": {"text": "Owls hu')[1] == []

@@ -26,8 +26,14 @@ def engine(tiny_model_dir):
 
 
 def ask(url: str, max_tokens: int = 8) -> dict:
-    body = {"messages": MESSAGES, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-            "logprobs": True, "return_token_ids": True}
+    body = {
+        "messages": MESSAGES,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "logprobs": True,
+        "return_token_ids": True,
+    }
     response = httpx.post(url + "/chat/completions", json=body, timeout=120)
     assert response.status_code == 200, response.text
     return response.json()
@@ -79,8 +85,9 @@ def test_lora_adapter_version(engine, tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                                 init_lora_weights=False))
+    peft_model = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
     peft_model.save_pretrained(tmp_path / "adapter")
     engine.load_version(ModelVersion(version="lora-1", path=str(tmp_path / "adapter"), base_model=str(tiny_model_dir)))
     out = ask(engine.urls[0])

@@ -78,7 +78,7 @@ def sample(model, prompts: list[list[int]], n: int, max_new: int, gen: torch.Gen
 def greedy_accuracy(model, prompts: list[list[int]]) -> float:
     logits = model(input_ids=torch.tensor(prompts)).logits[:, -1, :]
     answers = logits.argmax(-1).tolist()
-    return sum(a == p[0] for a, p in zip(answers, prompts)) / len(prompts)
+    return sum(a == p[0] for a, p in zip(answers, prompts, strict=False)) / len(prompts)
 
 
 def first_digit_transitions(model, digit_ids, rng, gen, tasks=8, n=8, step=0):
@@ -86,7 +86,7 @@ def first_digit_transitions(model, digit_ids, rng, gen, tasks=8, n=8, step=0):
     prompts = [rng.choices(digit_ids, k=4) for _ in range(tasks)]
     responses, logprobs = sample(model, prompts, n, 1, gen)
     out = []
-    for i, (resp, lp) in enumerate(zip(responses, logprobs)):
+    for i, (resp, lp) in enumerate(zip(responses, logprobs, strict=False)):
         prompt = prompts[i // n]
         out.append(
             Transition(
@@ -157,14 +157,27 @@ def test_train_step_metrics_and_weights_change(tiny_model, digit_ids, tmp_path):
     backend = make_backend(tiny_model, tmp_path)
     before = [p.detach().clone() for p in backend.learner.model.parameters()]
     metrics = backend.train_step(static_batch(digit_ids), step=0)
-    for key in ("loss", "pg_loss", "pg_clipfrac", "ppo_kl", "kl", "entropy", "grad_norm", "response_length/mean",
-                "tokens_per_s", "advantages/mean", "advantages/std", "transitions", "skipped_text"):
+    for key in (
+        "loss",
+        "pg_loss",
+        "pg_clipfrac",
+        "ppo_kl",
+        "kl",
+        "entropy",
+        "grad_norm",
+        "response_length/mean",
+        "tokens_per_s",
+        "advantages/mean",
+        "advantages/std",
+        "transitions",
+        "skipped_text",
+    ):
         assert key in metrics, key
         assert metrics[key] == metrics[key], key  # not NaN
     assert metrics["transitions"] == 8 and metrics["response_length/mean"] == 2.0
     assert metrics["grad_norm"] > 0 and metrics["entropy"] > 0 and metrics["tokens_per_s"] > 0
     after = list(backend.learner.model.parameters())
-    assert any(not torch.equal(a, b) for a, b in zip(before, after))
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=False))
 
 
 @pytest.mark.parametrize("estimator", ["rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "gpg"])
@@ -195,8 +208,9 @@ def test_recompute_old_log_probs_without_engine_logprobs(tiny_model, digit_ids, 
 
 
 def test_text_transitions_skipped_and_counted_or_rejected(tiny_model, digit_ids, tmp_path):
-    text = Transition(rollout_id="x", task_id="t0", step=0, prompt_ids=[], response_ids=[], reward=1.0,
-                      token_source="text")
+    text = Transition(
+        rollout_id="x", task_id="t0", step=0, prompt_ids=[], response_ids=[], reward=1.0, token_source="text"
+    )
     backend = make_backend(tiny_model, tmp_path)
     metrics = backend.train_step([*static_batch(digit_ids), text], step=0)
     assert metrics["skipped_text"] == 1 and metrics["transitions"] == 8
@@ -240,8 +254,9 @@ def test_publish_saves_loadable_weights_and_tells_the_engine(tiny_model, digit_i
 
 def test_lora_trains_adapter_only_and_publishes_it(tiny_model, digit_ids, tmp_path):
     engine = RecordingEngine()
-    backend = make_backend(tiny_model, tmp_path, lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
-                           kl_coef=0.05)
+    backend = make_backend(
+        tiny_model, tmp_path, lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, kl_coef=0.05
+    )
     backend.setup(engine)
     model = backend.learner.model
     frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
@@ -261,7 +276,7 @@ def test_lora_trains_adapter_only_and_publishes_it(tiny_model, digit_ids, tmp_pa
 def test_checkpoint_resume_continues_identically(tiny_model, digit_ids, tmp_path):
     def batches():
         rng = random.Random(5)
-        for step in range(4):
+        for _step in range(4):
             yield [t.model_copy(update={"reward": rng.random()}) for t in static_batch(digit_ids)]
 
     settings = dict(mini_batch_size=4, micro_batch_size=2, ppo_epochs=2)
@@ -280,7 +295,9 @@ def test_checkpoint_resume_continues_identically(tiny_model, digit_ids, tmp_path
             resumed.load_checkpoint(tmp_path / "ckpt")
         if step >= 2:
             resumed.train_step(batch, step)
-    for (name, a), b in zip(straight.learner.model.named_parameters(), resumed.learner.model.parameters()):
+    for (name, a), b in zip(
+        straight.learner.model.named_parameters(), resumed.learner.model.parameters(), strict=False
+    ):
         assert torch.equal(a, b), name
     with pytest.raises(FileNotFoundError, match="no verl backend checkpoint"):
         resumed.load_checkpoint(tmp_path / "nothing")

@@ -58,14 +58,22 @@ def test_chat_ids_and_logprobs_match_transformers(vllm_engine, hf):
     response = httpx.post(
         vllm_engine.urls[0] + "/chat/completions",
         headers={"Authorization": "Bearer vllm-secret"},
-        json={"model": "smollm2", "messages": MESSAGES, "max_tokens": 24, "temperature": 0.8, "seed": 1,
-              "logprobs": True, "return_token_ids": True},
+        json={
+            "model": "smollm2",
+            "messages": MESSAGES,
+            "max_tokens": 24,
+            "temperature": 0.8,
+            "seed": 1,
+            "logprobs": True,
+            "return_token_ids": True,
+        },
         timeout=120,
     )
     assert response.status_code == 200, response.text
     out = response.json()
-    expected_prompt = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True,
-                                                    return_dict=False)
+    expected_prompt = tokenizer.apply_chat_template(
+        MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
     assert out["prompt_token_ids"] == list(expected_prompt)
     choice = out["choices"][0]
     ids = choice["token_ids"]
@@ -73,7 +81,7 @@ def test_chat_ids_and_logprobs_match_transformers(vllm_engine, hf):
     recorded = [entry["logprob"] for entry in choice["logprobs"]["content"]]
     assert len(recorded) == len(ids)
     expected = reference_logprobs(model, out["prompt_token_ids"], ids)
-    worst = max(abs(a - b) for a, b in zip(recorded, expected))
+    worst = max(abs(a - b) for a, b in zip(recorded, expected, strict=False))
     print(f"max |vLLM - transformers| logprob difference: {worst:.2e} over {len(ids)} tokens")
     assert worst < TOL
 
@@ -84,8 +92,14 @@ def test_completion_takes_token_ids(vllm_engine, hf):
     response = httpx.post(
         vllm_engine.urls[0] + "/completions",
         headers={"Authorization": "Bearer vllm-secret"},
-        json={"model": "smollm2", "prompt": list(prompt), "max_tokens": 12, "temperature": 0, "logprobs": 0,
-              "return_token_ids": True},
+        json={
+            "model": "smollm2",
+            "prompt": list(prompt),
+            "max_tokens": 12,
+            "temperature": 0,
+            "logprobs": 0,
+            "return_token_ids": True,
+        },
         timeout=120,
     )
     assert response.status_code == 200, response.text
@@ -93,4 +107,4 @@ def test_completion_takes_token_ids(vllm_engine, hf):
     assert choice["prompt_token_ids"] == list(prompt)
     assert tokenizer.decode(choice["token_ids"], skip_special_tokens=True) == choice["text"]
     expected = reference_logprobs(model, list(prompt), choice["token_ids"])
-    assert max(abs(a - b) for a, b in zip(choice["logprobs"]["token_logprobs"], expected)) < TOL
+    assert max(abs(a - b) for a, b in zip(choice["logprobs"]["token_logprobs"], expected, strict=False)) < TOL

@@ -45,7 +45,7 @@ class Engine(abc.ABC):
     def stop(self) -> None:
         """Stop the replicas."""
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         self.start()
         return self
 

@@ -129,8 +129,10 @@ def _check_pending(pm: pluggy.PluginManager) -> None:
         plugin = exc.plugin
         name = pm.get_name(plugin) or repr(plugin)
         unknown = sorted(
-            hook for hook, caller in vars(pm.hook).items()
-            if not hook.startswith("_") and not caller.has_spec()
+            hook
+            for hook, caller in vars(pm.hook).items()
+            if not hook.startswith("_")
+            and not caller.has_spec()
             and any(i.plugin is plugin for i in caller.get_hookimpls())
         )
         pm.unregister(plugin)

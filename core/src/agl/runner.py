@@ -113,7 +113,7 @@ def _takes_context(agent: Agent) -> bool:
 
 
 def _is_async(agent: Agent) -> bool:
-    return inspect.iscoroutinefunction(agent) or inspect.iscoroutinefunction(getattr(agent, "__call__", None))
+    return inspect.iscoroutinefunction(agent) or callable(agent) and inspect.iscoroutinefunction(type(agent).__call__)
 
 
 def load_agent(spec: str) -> Agent:
@@ -267,7 +267,9 @@ class Runner:
     async def _wait(self, seconds: float) -> None:
         waiters = [asyncio.ensure_future(self._stop.wait())]
         if self._active:
-            waiters.append(asyncio.ensure_future(asyncio.wait(list(self._active.values()), return_when=asyncio.FIRST_COMPLETED)))
+            waiters.append(
+                asyncio.ensure_future(asyncio.wait(list(self._active.values()), return_when=asyncio.FIRST_COMPLETED))
+            )
         done, pending = await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         for w in pending:
             w.cancel()
@@ -287,7 +289,7 @@ class Runner:
                 continue
             try:
                 await asyncio.to_thread(self.store.heartbeat, ids, self.runner_id)
-                current = await asyncio.to_thread(lambda: list(self.store.query_rollouts(rollout_ids=ids)))
+                current = await asyncio.to_thread(lambda ids=ids: list(self.store.query_rollouts(rollout_ids=ids)))
             except Exception as exc:  # the store is down for a moment; the next beat tries again
                 log.warning("runner %s: heartbeat failed: %s", self.runner_id, exc)
                 continue
@@ -295,7 +297,9 @@ class Runner:
                 if r.status != RolloutStatus.RUNNING or r.runner_id != self.runner_id:
                     task = self._active.get(r.rollout_id)
                     if task is not None:
-                        log.info("rollout %s was taken back by the store (%s); stopping it", r.rollout_id, r.status.value)
+                        log.info(
+                            "rollout %s was taken back by the store (%s); stopping it", r.rollout_id, r.status.value
+                        )
                         self._taken_back.add(r.rollout_id)
                         task.cancel()
 
@@ -306,8 +310,13 @@ class Runner:
         resources = {**self.resources, **self.mode_resources.get(rollout.mode, {})}
         resources.setdefault("mode", rollout.mode)
         return RolloutContext(
-            rollout_id=rollout.rollout_id, task=rollout.task, base_url=base_url, model=self.model,
-            api_key=self.api_key, resources=resources, writer=self.writer,
+            rollout_id=rollout.rollout_id,
+            task=rollout.task,
+            base_url=base_url,
+            model=self.model,
+            api_key=self.api_key,
+            resources=resources,
+            writer=self.writer,
         )
 
     async def _run_one(self, rollout: Rollout) -> None:
@@ -322,7 +331,10 @@ class Runner:
             output = _jsonable(output)
         except TimeoutError as exc:
             if deadline.expired():
-                status, error = RolloutStatus.TIMED_OUT, f"TimeoutError: the agent ran past the rollout's timeout of {timeout}s"
+                status, error = (
+                    RolloutStatus.TIMED_OUT,
+                    f"TimeoutError: the agent ran past the rollout's timeout of {timeout}s",
+                )
             else:  # the agent's own TimeoutError (a socket, a client) is a failure like any other
                 status, error = RolloutStatus.FAILED, format_error(exc)
         except asyncio.CancelledError:
@@ -352,15 +364,35 @@ class Runner:
 
         if not self.set_env or ctx.base_url is None:
             return contextlib.nullcontext()
-        return _environment({"OPENAI_BASE_URL": ctx.base_url, "OPENAI_API_BASE": ctx.base_url,
-                             "OPENAI_API_KEY": ctx.api_key, "AGL_ROLLOUT_ID": ctx.rollout_id or ""})
+        return _environment(
+            {
+                "OPENAI_BASE_URL": ctx.base_url,
+                "OPENAI_API_BASE": ctx.base_url,
+                "OPENAI_API_KEY": ctx.api_key,
+                "AGL_ROLLOUT_ID": ctx.rollout_id or "",
+            }
+        )
 
-    async def _end(self, rollout: Rollout, ctx: RolloutContext, status: RolloutStatus, error: str | None,
-                   output: Any, reward: float | None) -> None:
+    async def _end(
+        self,
+        rollout: Rollout,
+        ctx: RolloutContext,
+        status: RolloutStatus,
+        error: str | None,
+        output: Any,
+        reward: float | None,
+    ) -> None:
         rid = rollout.rollout_id
         if reward is not None:
-            self.writer.put(Reward(reward_id=f"rw-{rid}-a{rollout.attempt}-return", rollout_id=rid,
-                                   value=reward, source=RETURN_SOURCE, seq=ctx.next_seq()))
+            self.writer.put(
+                Reward(
+                    reward_id=f"rw-{rid}-a{rollout.attempt}-return",
+                    rollout_id=rid,
+                    value=reward,
+                    source=RETURN_SOURCE,
+                    seq=ctx.next_seq(),
+                )
+            )
         # shielded: the observations and the outcome are written even while the runner is being cancelled
         await asyncio.shield(asyncio.to_thread(self._flush_and_finish, rollout, status, error, output))
 
@@ -379,8 +411,14 @@ class Runner:
         self._count(status.value)
         if status != RolloutStatus.SUCCEEDED:
             again = " (queued again)" if ended.status == RolloutStatus.QUEUED else ""
-            log.warning("rollout %s attempt %d %s%s: %s", rid, rollout.attempt, status.value, again,
-                        (error or "").splitlines()[0] if error else "")
+            log.warning(
+                "rollout %s attempt %d %s%s: %s",
+                rid,
+                rollout.attempt,
+                status.value,
+                again,
+                (error or "").splitlines()[0] if error else "",
+            )
 
     def _count(self, key: str) -> None:
         with _count_lock:

@@ -237,7 +237,9 @@ class Transition(_Model):
     prompt_messages: list[dict[str, JSON]] | None = Field(
         default=None, description="the prompt as chat messages (text-only transitions, SFT export)"
     )
-    response_text: str | None = Field(default=None, description="the response as text (text-only transitions, SFT export)")
+    response_text: str | None = Field(
+        default=None, description="the response as text (text-only transitions, SFT export)"
+    )
 
     _check_logprobs = field_validator("response_logprobs")(_logprobs_match_ids)
 

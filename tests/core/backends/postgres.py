@@ -6,7 +6,6 @@ The server (tests/pg.py) starts on first use and stops at interpreter exit.
 import contextlib
 
 from agl.store.postgres import PostgresStore
-
 from tests.pg import create_database, drop_database, shared_server_url
 
 

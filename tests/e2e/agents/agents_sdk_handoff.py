@@ -41,6 +41,14 @@ triage_agent = Agent(
 
 if __name__ == "__main__":
     result = Runner.run_sync(triage_agent, "What is the weather in Paris?", max_turns=4)
-    print(json.dumps({"answer": result.final_output, "last_agent": result.last_agent.name, "tool_runs": TOOL_RUNS,
-                      "model_calls": len(result.raw_responses),
-                      "response_ids": [r.response_id for r in result.raw_responses]}))
+    print(
+        json.dumps(
+            {
+                "answer": result.final_output,
+                "last_agent": result.last_agent.name,
+                "tool_runs": TOOL_RUNS,
+                "model_calls": len(result.raw_responses),
+                "response_ids": [r.response_id for r in result.raw_responses],
+            }
+        )
+    )

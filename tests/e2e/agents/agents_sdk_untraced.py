@@ -36,8 +36,16 @@ agent = Agent(
 
 async def main() -> None:
     result = await Runner.run(agent, "What is 12 + 30?", max_turns=3)
-    print(json.dumps({"answer": result.final_output, "tool_runs": TOOL_RUNS, "model_calls": len(result.raw_responses),
-                      "response_ids": [r.response_id for r in result.raw_responses]}))
+    print(
+        json.dumps(
+            {
+                "answer": result.final_output,
+                "tool_runs": TOOL_RUNS,
+                "model_calls": len(result.raw_responses),
+                "response_ids": [r.response_id for r in result.raw_responses],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -42,8 +42,16 @@ async def main() -> None:
         result = event
     await model_client.close()
     calls = sum(1 for m in result.messages if getattr(m, "models_usage", None) is not None)
-    print(json.dumps({"answer": result.messages[-1].to_text(), "tool_runs": TOOL_RUNS, "model_calls": calls,
-                      "stream_chunks": chunks}))
+    print(
+        json.dumps(
+            {
+                "answer": result.messages[-1].to_text(),
+                "tool_runs": TOOL_RUNS,
+                "model_calls": calls,
+                "stream_chunks": chunks,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

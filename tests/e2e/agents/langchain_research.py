@@ -49,9 +49,17 @@ agent = create_agent(
 
 if __name__ == "__main__":
     text = "Owls are birds of prey that hunt at night. They have large eyes and can turn their heads far."
-    result = agent.invoke({"messages": [{"role": "user", "content": f"Summarize this for me: {text}"}]},
-                          {"recursion_limit": 8})
+    result = agent.invoke(
+        {"messages": [{"role": "user", "content": f"Summarize this for me: {text}"}]}, {"recursion_limit": 8}
+    )
     ai = [m for m in result["messages"] if m.type == "ai"]
-    print(json.dumps({"answer": result["messages"][-1].content, "tool_runs": TOOL_RUNS,
-                      "model_calls": len(ai) + len(WRITER_CALLS),
-                      "response_ids": [m.response_metadata.get("id") for m in ai] + WRITER_CALLS}))
+    print(
+        json.dumps(
+            {
+                "answer": result["messages"][-1].content,
+                "tool_runs": TOOL_RUNS,
+                "model_calls": len(ai) + len(WRITER_CALLS),
+                "response_ids": [m.response_metadata.get("id") for m in ai] + WRITER_CALLS,
+            }
+        )
+    )

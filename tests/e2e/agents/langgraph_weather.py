@@ -54,10 +54,22 @@ builder.add_edge("tools", "assistant")
 graph = builder.compile()
 
 if __name__ == "__main__":
-    result = graph.invoke({"messages": [
-        SystemMessage("You are a helpful weather assistant."),
-        HumanMessage("What is the weather in Paris?"),
-    ]})
+    result = graph.invoke(
+        {
+            "messages": [
+                SystemMessage("You are a helpful weather assistant."),
+                HumanMessage("What is the weather in Paris?"),
+            ]
+        }
+    )
     ai = [m for m in result["messages"] if m.type == "ai"]
-    print(json.dumps({"answer": result["messages"][-1].content, "tool_runs": TOOL_RUNS, "model_calls": len(ai),
-                      "response_ids": [m.response_metadata.get("id") for m in ai]}))
+    print(
+        json.dumps(
+            {
+                "answer": result["messages"][-1].content,
+                "tool_runs": TOOL_RUNS,
+                "model_calls": len(ai),
+                "response_ids": [m.response_metadata.get("id") for m in ai],
+            }
+        )
+    )

@@ -227,6 +227,12 @@ def _plain(value: Any) -> Any:
 
 
 __all__ = [
-    "ComponentConfig", "GatewayConfig", "Overrides", "RolloutConfig", "TrainerConfig", "apply_overrides", "load_config",
+    "ComponentConfig",
+    "GatewayConfig",
+    "Overrides",
+    "RolloutConfig",
+    "TrainerConfig",
+    "apply_overrides",
+    "load_config",
     "parse_config",
 ]

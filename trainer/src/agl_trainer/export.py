@@ -25,19 +25,43 @@ from agl.transitions import BuildReport, TransitionBuilder, TransitionConfig
 
 Format = Literal["jsonl", "parquet"]
 
-COLUMNS = ("rollout_id", "task_id", "rollout_step", "call_index", "agent", "token_source", "call_id", "model_version",
-           "reward", "weight", "prompt_ids", "response_ids", "response_logprobs", "prompt_messages", "response_text")
+COLUMNS = (
+    "rollout_id",
+    "task_id",
+    "rollout_step",
+    "call_index",
+    "agent",
+    "token_source",
+    "call_id",
+    "model_version",
+    "reward",
+    "weight",
+    "prompt_ids",
+    "response_ids",
+    "response_logprobs",
+    "prompt_messages",
+    "response_text",
+)
 
 
 def transition_row(t: Transition, rollout_step: int | None) -> dict[str, Any]:
     """One transition as a plain row (lists of numbers, JSON-ready)."""
     return {
-        "rollout_id": t.rollout_id, "task_id": t.task_id, "rollout_step": rollout_step, "call_index": t.step,
-        "agent": t.agent, "token_source": t.token_source, "call_id": t.call_id, "model_version": t.model_version,
-        "reward": t.reward, "weight": t.weight, "prompt_ids": t.prompt_ids.tolist(),
+        "rollout_id": t.rollout_id,
+        "task_id": t.task_id,
+        "rollout_step": rollout_step,
+        "call_index": t.step,
+        "agent": t.agent,
+        "token_source": t.token_source,
+        "call_id": t.call_id,
+        "model_version": t.model_version,
+        "reward": t.reward,
+        "weight": t.weight,
+        "prompt_ids": t.prompt_ids.tolist(),
         "response_ids": t.response_ids.tolist(),
         "response_logprobs": None if t.response_logprobs is None else t.response_logprobs.tolist(),
-        "prompt_messages": t.prompt_messages, "response_text": t.response_text,
+        "prompt_messages": t.prompt_messages,
+        "response_text": t.response_text,
     }
 
 
@@ -53,7 +77,9 @@ def format_for(path: str | Path, format: str | None) -> Format:
     return format  # type: ignore[return-value]
 
 
-def iter_rows(store: Store, rollouts: Iterable[Rollout], config: TransitionConfig, report_to: list[BuildReport]) -> Iterator[dict]:
+def iter_rows(
+    store: Store, rollouts: Iterable[Rollout], config: TransitionConfig, report_to: list[BuildReport]
+) -> Iterator[dict]:
     """Rows of the transitions of ``rollouts`` (text filled in); the build's report is appended to ``report_to``."""
     builder = TransitionBuilder(store, config.model_copy(update={"with_text": True}))
     report_to.append(builder.report)
@@ -84,8 +110,9 @@ def export_transitions(
     """
     fmt = format_for(path, format)
     config = config or TransitionConfig()
-    rollouts = (r for r in store.query_rollouts(step=step, status=list(TERMINAL_STATUSES))
-                if mode is None or r.mode == mode)
+    rollouts = (
+        r for r in store.query_rollouts(step=step, status=list(TERMINAL_STATUSES)) if mode is None or r.mode == mode
+    )
     reports: list[BuildReport] = []
     rows = iter_rows(store, rollouts, config, reports)
     path = Path(path)
@@ -111,13 +138,25 @@ def _write_parquet(rows: Iterator[dict], path: Path, batch_rows: int) -> int:
         import pyarrow.parquet as pq
     except ImportError:
         raise ConfigError("--format parquet: needs pyarrow (pip install 'agl-core[parquet]')") from None
-    schema = pa.schema([
-        ("rollout_id", pa.string()), ("task_id", pa.string()), ("rollout_step", pa.int64()),
-        ("call_index", pa.int64()), ("agent", pa.string()), ("token_source", pa.string()), ("call_id", pa.string()),
-        ("model_version", pa.string()), ("reward", pa.float64()), ("weight", pa.float64()),
-        ("prompt_ids", pa.list_(pa.int32())), ("response_ids", pa.list_(pa.int32())),
-        ("response_logprobs", pa.list_(pa.float32())), ("prompt_messages", pa.string()), ("response_text", pa.string()),
-    ])
+    schema = pa.schema(
+        [
+            ("rollout_id", pa.string()),
+            ("task_id", pa.string()),
+            ("rollout_step", pa.int64()),
+            ("call_index", pa.int64()),
+            ("agent", pa.string()),
+            ("token_source", pa.string()),
+            ("call_id", pa.string()),
+            ("model_version", pa.string()),
+            ("reward", pa.float64()),
+            ("weight", pa.float64()),
+            ("prompt_ids", pa.list_(pa.int32())),
+            ("response_ids", pa.list_(pa.int32())),
+            ("response_logprobs", pa.list_(pa.float32())),
+            ("prompt_messages", pa.string()),
+            ("response_text", pa.string()),
+        ]
+    )
     n = 0
     tmp = path.with_name(path.name + ".part")
     with pq.ParquetWriter(tmp, schema) as writer:

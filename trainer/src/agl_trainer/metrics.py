@@ -27,8 +27,9 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return m, math.sqrt(sum((v - m) ** 2 for v in values) / len(values))
 
 
-def reward_metrics(finals: dict[str, float], rollouts: Iterable[Rollout], success_threshold: float,
-                   prefix: str = "") -> dict[str, float]:
+def reward_metrics(
+    finals: dict[str, float], rollouts: Iterable[Rollout], success_threshold: float, prefix: str = ""
+) -> dict[str, float]:
     """Reward mean/std, success rate and outcome counts over rollouts (a rollout with no final reward counts as 0)."""
     rollouts = list(rollouts)
     values = [finals.get(r.rollout_id, 0.0) for r in rollouts]
@@ -44,8 +45,9 @@ def reward_metrics(finals: dict[str, float], rollouts: Iterable[Rollout], succes
     return out
 
 
-def transition_metrics(transitions: Sequence[Transition], version_steps: dict[str | None, int], current_step: int,
-                       update_s: float) -> dict[str, float]:
+def transition_metrics(
+    transitions: Sequence[Transition], version_steps: dict[str | None, int], current_step: int, update_s: float
+) -> dict[str, float]:
     """Sizes, training tokens/s and staleness (steps between a transition's model version and now)."""
     if not transitions:
         return {"transitions": 0.0}
@@ -104,14 +106,23 @@ def console_line(record: dict[str, Any], total_steps: int) -> str:
     if "reward_mean" in record:
         parts.append(f"reward {record['reward_mean']:.3f}±{record.get('reward_std', 0):.3f}")
         parts.append(f"success {100 * record.get('success_rate', 0):.0f}%")
-    for key, label, fmt in [("val_reward_mean", "val", "{:.3f}"), ("loss", "loss", "{:.4f}"), ("kl", "kl", "{:.4f}"),
-                            ("entropy", "entropy", "{:.3f}"), ("transitions", "trans", "{:.0f}"),
-                            ("response_length_mean", "resp", "{:.1f}"), ("tokens_per_s", "tok/s", "{:.0f}"),
-                            ("staleness_mean", "stale", "{:.2f}")]:
+    for key, label, fmt in [
+        ("val_reward_mean", "val", "{:.3f}"),
+        ("loss", "loss", "{:.4f}"),
+        ("kl", "kl", "{:.4f}"),
+        ("entropy", "entropy", "{:.3f}"),
+        ("transitions", "trans", "{:.0f}"),
+        ("response_length_mean", "resp", "{:.1f}"),
+        ("tokens_per_s", "tok/s", "{:.0f}"),
+        ("staleness_mean", "stale", "{:.2f}"),
+    ]:
         if key in record and isinstance(record[key], (int, float)):
             parts.append(f"{label} {fmt.format(record[key])}")
-    phases = [f"{k[5:-2]} {record[k]:.1f}s" for k in ("time_rollout_s", "time_transitions_s", "time_update_s",
-                                                      "time_publish_s", "time_val_s") if k in record]
+    phases = [
+        f"{k[5:-2]} {record[k]:.1f}s"
+        for k in ("time_rollout_s", "time_transitions_s", "time_update_s", "time_publish_s", "time_val_s")
+        if k in record
+    ]
     if phases:
         parts.append("(" + ", ".join(phases) + ")")
     return "  ".join(parts)
@@ -134,7 +145,9 @@ def plot_reward_curve(records: Sequence[dict[str, Any]], path: str | Path) -> Pa
         ys = [r["reward_mean"] for r in train]
         sd = [r.get("reward_std", 0.0) for r in train]
         ax.plot(xs, ys, marker="o", label="train reward (mean)")
-        ax.fill_between(xs, [y - s for y, s in zip(ys, sd)], [y + s for y, s in zip(ys, sd)], alpha=0.2)
+        ax.fill_between(
+            xs, [y - s for y, s in zip(ys, sd, strict=False)], [y + s for y, s in zip(ys, sd, strict=False)], alpha=0.2
+        )
     if val:
         ax.plot([r["step"] for r in val], [r["val_reward_mean"] for r in val], marker="s", label="val reward (mean)")
     ax.set_xlabel("step")
@@ -152,9 +165,14 @@ def plot_reward_curve(records: Sequence[dict[str, Any]], path: str | Path) -> Pa
 def before_after(before: dict[str, float] | None, after: dict[str, float] | None) -> list[tuple[str, str, str, str]]:
     """Rows ``(metric, before, after, change)`` for the held-out evaluation."""
     rows = []
-    for key, label in [("val_reward_mean", "reward (mean)"), ("val_reward_std", "reward (std)"),
-                       ("val_success_rate", "success rate"), ("val_rollouts", "rollouts"),
-                       ("val_rollouts_failed", "failed"), ("val_rollouts_timed_out", "timed out")]:
+    for key, label in [
+        ("val_reward_mean", "reward (mean)"),
+        ("val_reward_std", "reward (std)"),
+        ("val_success_rate", "success rate"),
+        ("val_rollouts", "rollouts"),
+        ("val_rollouts_failed", "failed"),
+        ("val_rollouts_timed_out", "timed out"),
+    ]:
         b = None if before is None else before.get(key)
         a = None if after is None else after.get(key)
         if b is None and a is None:

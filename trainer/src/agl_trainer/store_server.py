@@ -271,7 +271,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
 def _query_params(request: Request, model: type[_Body]) -> dict[str, Any]:
     """Query parameters as a dict for ``model``: list fields take repeated parameters."""
     data: dict[str, Any] = {}
-    for key in request.query_params.keys():
+    for key in request.query_params:
         values = request.query_params.getlist(key)
         field = model.model_fields.get(key)
         is_list = field is not None and "list" in str(field.annotation)
@@ -347,7 +347,6 @@ class _Api:
         self.pool = ThreadPoolExecutor(max_workers=BATCH_WORKERS, thread_name_prefix="agl-store-batch")
         self.together = _batch_writer(store)
         self.inline_after = 0.0  # batches run on threads until then (see _run_batch_inline)
-
 
     def close(self) -> None:
         """Stop the batch threads (the store itself belongs to the caller)."""
@@ -433,7 +432,11 @@ class _Api:
     async def finish(self, request: Request) -> Response:
         body = await self.body(request, FinishBody)
         rollout = await self.call(
-            self.store.finish, request.path_params["rollout_id"], body.status, error=body.error, output=body.output,
+            self.store.finish,
+            request.path_params["rollout_id"],
+            body.status,
+            error=body.error,
+            output=body.output,
             attempt=body.attempt,
         )
         return _json_response(rollout.model_dump_json())
@@ -577,12 +580,16 @@ class _Api:
             return (
                 b'{"claims":['
                 + b",".join(
-                    _error_item(got) if isinstance(got, BaseException) else b'{"rollouts":' + _ROLLOUT_LIST.dump_json(got) + b"}"
+                    _error_item(got)
+                    if isinstance(got, BaseException)
+                    else b'{"rollouts":' + _ROLLOUT_LIST.dump_json(got) + b"}"
                     for got in claimed
                 )
                 + b'],"finishes":['
                 + b",".join(
-                    _error_item(done) if isinstance(done, BaseException) else b'{"rollout":' + done.model_dump_json().encode() + b"}"
+                    _error_item(done)
+                    if isinstance(done, BaseException)
+                    else b'{"rollout":' + done.model_dump_json().encode() + b"}"
                     for done in finished
                 )
                 + b"]}"
@@ -794,7 +801,14 @@ def serve(store: Store, *, token: str, host: str = "127.0.0.1", port: int = 4317
 
     app = create_app(store, token=token, **app_options)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", lifespan="off", access_log=False,
-                    timeout_graceful_shutdown=5)
+        uvicorn.run(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            timeout_graceful_shutdown=5,
+        )
     finally:
         app.close()

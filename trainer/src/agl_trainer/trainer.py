@@ -34,6 +34,7 @@ and no step's data is trained on twice.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -49,9 +50,13 @@ from typing import Any
 
 from agl.backend import Backend
 from agl.capture import BufferedWriter
-from agl_trainer.config import TrainerConfig, parse_config
 from agl.engine import Engine
 from agl.errors import ConfigError, InvalidTransition
+from agl.runner import Agent, Runner
+from agl.schema import ModelVersion, Rollout, RolloutStatus, Task, Transition, short_id
+from agl.store.base import Store, open_store
+from agl.transitions import TransitionBuilder
+from agl_trainer.config import TrainerConfig, parse_config
 from agl_trainer.metrics import (
     MetricsLog,
     before_after,
@@ -62,10 +67,6 @@ from agl_trainer.metrics import (
     reward_metrics,
     transition_metrics,
 )
-from agl.runner import Agent, Runner
-from agl.schema import ModelVersion, Rollout, RolloutStatus, Task, Transition, short_id
-from agl.store.base import Store, open_store
-from agl.transitions import TransitionBuilder
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +145,14 @@ class Trainer:
     one the config names (the trainer then does not close the store).
     """
 
-    def __init__(self, config: TrainerConfig | dict[str, Any] | None = None, *, backend: Backend | None = None,
-                 engine: Engine | None = None, store: Store | None = None):
+    def __init__(
+        self,
+        config: TrainerConfig | dict[str, Any] | None = None,
+        *,
+        backend: Backend | None = None,
+        engine: Engine | None = None,
+        store: Store | None = None,
+    ):
         self.config = config if isinstance(config, TrainerConfig) else parse_config(config or {})
         self.workdir = Path(self.config.workdir)
         self._backend = backend
@@ -160,7 +167,9 @@ class Trainer:
         self.console: Any = None
 
     # -- entry point ---------------------------------------------------------------------
-    def fit(self, agent: Agent | None, train_tasks: Iterable[Any], val_tasks: Iterable[Any] | None = None) -> TrainResult:
+    def fit(
+        self, agent: Agent | None, train_tasks: Iterable[Any], val_tasks: Iterable[Any] | None = None
+    ) -> TrainResult:
         """Train; returns the final version, the metrics history and the before/after evaluation.
 
         ``agent`` may be None when rollouts run in external ``agl runner`` processes.
@@ -218,8 +227,15 @@ class Trainer:
             state = json.loads(path.read_text())
             log.info("resuming run %s after step %d", state["run_id"], state["completed_step"])
             return state
-        return {"run_id": "run-" + short_id(12), "completed_step": 0, "model_version": None, "runner_ids": [],
-                "checkpoint": None, "before": None, "after": None}
+        return {
+            "run_id": "run-" + short_id(12),
+            "completed_step": 0,
+            "model_version": None,
+            "runner_ids": [],
+            "checkpoint": None,
+            "before": None,
+            "after": None,
+        }
 
     def _save_state(self, state: dict[str, Any]) -> None:
         path = self.workdir / STATE_FILE
@@ -278,14 +294,28 @@ class Trainer:
         if gateway_url is None and engine_urls:
             from agl_trainer.gateway import Gateway
 
-            self.gateway = Gateway(self._store, engine_urls, token=cfg.gateway.token, port=cfg.gateway.port,
-                                   model_version=version, writer=self._writer).start()
+            self.gateway = Gateway(
+                self._store,
+                engine_urls,
+                token=cfg.gateway.token,
+                port=cfg.gateway.port,
+                model_version=version,
+                writer=self._writer,
+            ).start()
             gateway_url, token = self.gateway.url, self.gateway.token
         if cfg.rollout.runners == "inprocess":
-            self.runner = Runner(agent, self._store, gateway_url=gateway_url, api_key=token, model=cfg.rollout.model,
-                                 resources=cfg.rollout.resources, concurrency=cfg.rollout.concurrency,
-                                 heartbeat_s=cfg.rollout.heartbeat_s, writer=self._writer,
-                                 mode_resources={"val": {"temperature": cfg.val_temperature}})
+            self.runner = Runner(
+                agent,
+                self._store,
+                gateway_url=gateway_url,
+                api_key=token,
+                model=cfg.rollout.model,
+                resources=cfg.rollout.resources,
+                concurrency=cfg.rollout.concurrency,
+                heartbeat_s=cfg.rollout.heartbeat_s,
+                writer=self._writer,
+                mode_resources={"val": {"temperature": cfg.val_temperature}},
+            )
             state["runner_ids"].append(self.runner.runner_id)
             self._runner_thread = threading.Thread(target=self.runner.run_sync, name="agl-runner", daemon=True)
             self._runner_thread.start()
@@ -295,14 +325,19 @@ class Trainer:
         previous = set(state["runner_ids"][:-1] if self.runner is not None else state["runner_ids"])
         if not previous:
             return
-        running = [r for r in self._store.query_rollouts(status=RolloutStatus.RUNNING)
-                   if r.runner_id in previous and r.rollout_id.startswith(state["run_id"])]
+        running = [
+            r
+            for r in self._store.query_rollouts(status=RolloutStatus.RUNNING)
+            if r.runner_id in previous and r.rollout_id.startswith(state["run_id"])
+        ]
         for r in running:
-            try:
-                self._store.finish(r.rollout_id, RolloutStatus.FAILED, attempt=r.attempt,
-                                   error="TrainerRestarted: the trainer running this attempt was stopped")
-            except InvalidTransition:
-                pass
+            with contextlib.suppress(InvalidTransition):
+                self._store.finish(
+                    r.rollout_id,
+                    RolloutStatus.FAILED,
+                    attempt=r.attempt,
+                    error="TrainerRestarted: the trainer running this attempt was stopped",
+                )
         if running:
             log.info("gave %d interrupted rollout(s) back to the queue", len(running))
 
@@ -356,9 +391,17 @@ class Trainer:
         version = state["model_version"]
         batch = self._batch(step, train)
         rollouts = [
-            Rollout(rollout_id=f"{state['run_id']}-s{step}-b{b}-r{k}", task_id=task.task_id, step=step, mode="train",
-                    model_version=version, timeout_s=cfg.rollout.timeout_s, max_attempts=cfg.rollout.max_attempts)
-            for b, task in enumerate(batch) for k in range(cfg.n_rollouts)
+            Rollout(
+                rollout_id=f"{state['run_id']}-s{step}-b{b}-r{k}",
+                task_id=task.task_id,
+                step=step,
+                mode="train",
+                model_version=version,
+                timeout_s=cfg.rollout.timeout_s,
+                max_attempts=cfg.rollout.max_attempts,
+            )
+            for b, task in enumerate(batch)
+            for k in range(cfg.n_rollouts)
         ]
         t0 = time.perf_counter()
         ended = self._run_rollouts(rollouts, f"step {step}/{cfg.steps}")
@@ -385,8 +428,14 @@ class Trainer:
             new = self._publish(step)
             state["model_version"] = new.version
         t4 = time.perf_counter()
-        record.update({"time_rollout_s": t1 - t0, "time_transitions_s": t2 - t1, "time_update_s": t3 - t2,
-                       "time_publish_s": t4 - t3})
+        record.update(
+            {
+                "time_rollout_s": t1 - t0,
+                "time_transitions_s": t2 - t1,
+                "time_update_s": t3 - t2,
+                "time_publish_s": t4 - t3,
+            }
+        )
         if val and cfg.val_every and step % cfg.val_every == 0 and step != cfg.steps:
             tv = time.perf_counter()
             record.update(self._evaluate(val, step, state))
@@ -411,12 +460,20 @@ class Trainer:
         self._remember_version(version.version, step)
         return version
 
-    def _evaluate(self, val: list[Task], step: int, state: dict[str, Any], label: str | None = None) -> dict[str, float]:
+    def _evaluate(
+        self, val: list[Task], step: int, state: dict[str, Any], label: str | None = None
+    ) -> dict[str, float]:
         cfg = self.config
         rollouts = [
-            Rollout(rollout_id=f"{state['run_id']}-val{step}-{i}", task_id=task.task_id, step=step, mode="val",
-                    model_version=state["model_version"], timeout_s=cfg.rollout.timeout_s,
-                    max_attempts=cfg.rollout.max_attempts)
+            Rollout(
+                rollout_id=f"{state['run_id']}-val{step}-{i}",
+                task_id=task.task_id,
+                step=step,
+                mode="val",
+                model_version=state["model_version"],
+                timeout_s=cfg.rollout.timeout_s,
+                max_attempts=cfg.rollout.max_attempts,
+            )
             for i, task in enumerate(val)
         ]
         ended = self._run_rollouts(rollouts, f"eval {label or f'step {step}'}")
@@ -448,8 +505,12 @@ class Trainer:
                 if deadline is not None and time.monotonic() > deadline:
                     pending = [r.rollout_id for r in current if not r.status.terminal]
                     store.cancel(pending)
-                    log.warning("%s: cancelled %d rollout(s) still pending after %.0fs", label, len(pending),
-                                cfg.rollout.wait_timeout_s)
+                    log.warning(
+                        "%s: cancelled %d rollout(s) still pending after %.0fs",
+                        label,
+                        len(pending),
+                        cfg.rollout.wait_timeout_s,
+                    )
                     break
                 if time.monotonic() - last_expire > max(1.0, cfg.rollout.heartbeat_s):
                     store.expire(heartbeat_timeout_s=cfg.rollout.heartbeat_timeout_s)
@@ -473,8 +534,14 @@ class Trainer:
             return contextlib.nullcontext()
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=self.console, transient=True)
+        return Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
 
     @staticmethod
     def _hook(name: str, **kwargs: Any) -> None:
@@ -504,8 +571,14 @@ class Trainer:
                 f"train reward {train[0].get('reward_mean', 0):.3f} → {train[-1].get('reward_mean', 0):.3f}; "
                 f"metrics in {self.workdir / 'metrics.jsonl'}"
             )
-        return TrainResult(steps_completed=state["completed_step"], model_version=state["model_version"],
-                           history=records, before=state.get("before"), after=state.get("after"), reward_curve=curve)
+        return TrainResult(
+            steps_completed=state["completed_step"],
+            model_version=state["model_version"],
+            history=records,
+            before=state.get("before"),
+            after=state.get("after"),
+            reward_curve=curve,
+        )
 
 
 __all__ = ["TrainResult", "Trainer", "as_tasks", "load_tasks_jsonl"]

@@ -188,4 +188,6 @@ def span(name: str, kind: SpanKind = "custom", **attributes: Any) -> Iterator[Sp
 def annotate(**attributes: Any) -> Span:
     """Record a point-in-time ``custom`` span carrying ``attributes``."""
     t = now()
-    return emit_span(Span(name="annotation", kind="custom", start_time=t, end_time=t, status="ok", attributes=attributes))
+    return emit_span(
+        Span(name="annotation", kind="custom", start_time=t, end_time=t, status="ok", attributes=attributes)
+    )

@@ -121,7 +121,9 @@ class Store(abc.ABC):
     def attempts(self, rollout_id: str) -> list:
         """The :class:`agl.schema.Attempt` records of a rollout, first to last."""
 
-    def wait(self, rollout_ids: Sequence[str], *, timeout_s: float | None = None, poll_s: float = 0.05) -> list[Rollout]:
+    def wait(
+        self, rollout_ids: Sequence[str], *, timeout_s: float | None = None, poll_s: float = 0.05
+    ) -> list[Rollout]:
         """Block until every rollout has ended (or the timeout passes); return them."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pending = list(rollout_ids)

@@ -56,7 +56,9 @@ class Finish:
 
     __slots__ = ("attempt", "error", "output", "rollout_id", "status")
 
-    def __init__(self, rollout_id: str, status: RolloutStatus, error: str | None, output: str, attempt: int | None = None):
+    def __init__(
+        self, rollout_id: str, status: RolloutStatus, error: str | None, output: str, attempt: int | None = None
+    ):
         self.rollout_id = rollout_id
         self.status = status
         self.error = error
@@ -104,7 +106,8 @@ class RolloutQueue:
                 new_status = ended = "?"
             for named in (False, True):  # the caller named the attempt it ends
                 self.finish_sql[retryable, named] = sql(
-                    f"""UPDATE rollouts SET status = {new_status}, ended_at = {ended}, error = ?, output = ?, claim_id = NULL
+                    f"""UPDATE rollouts SET status = {new_status}, ended_at = {ended}, error = ?, output = ?,
+                    claim_id = NULL
                     WHERE rollout_id = ? AND status = ?{" AND attempt = ?" if named else ""} RETURNING {columns}"""
                 )
 
@@ -188,13 +191,16 @@ class RolloutQueue:
         # The usual case, a running rollout, in one statement that returns the new row.
         params = (status.value, t, error, finish.output, rollout_id, _RUNNING)
         cur.execute(
-            self.finish_sql[status in _RETRYABLE, attempt is not None], params if attempt is None else (*params, attempt)
+            self.finish_sql[status in _RETRYABLE, attempt is not None],
+            params if attempt is None else (*params, attempt),
         )
         row = cur.fetchone()
         if row is not None:
             self._end_attempts(cur, [(row, status.value, error)], t)
             return row
-        cur.execute(self._sql(f"SELECT {self._columns} FROM rollouts WHERE rollout_id = ?{self._for_update}"), (rollout_id,))
+        cur.execute(
+            self._sql(f"SELECT {self._columns} FROM rollouts WHERE rollout_id = ?{self._for_update}"), (rollout_id,)
+        )
         row = cur.fetchone()
         if row is None:
             raise NotFound("rollout", rollout_id)
@@ -203,11 +209,14 @@ class RolloutQueue:
             return self._attempt_over(cur, finish, row)
         if current == status:
             return row  # a retried finish
-        if current == RolloutStatus.QUEUED and row[_ATTEMPT] > 0:
-            # A retried finish of an attempt the retry policy already put back in the
-            # queue (the first call's reply was lost): the attempt record says so.
-            if self._ended_as(cur, rollout_id, row[_ATTEMPT]) == status.value:
-                return row
+        # A retried finish of an attempt the retry policy already put back in the
+        # queue (the first call's reply was lost): the attempt record says so.
+        if (
+            current == RolloutStatus.QUEUED
+            and row[_ATTEMPT] > 0
+            and self._ended_as(cur, rollout_id, row[_ATTEMPT]) == status.value
+        ):
+            return row
         if status not in ALLOWED_TRANSITIONS[current]:
             raise InvalidTransition(f"rollout {rollout_id}: cannot go from {current.value!r} to {status.value!r}")
         self.end_attempt(cur, row, status, error, finish.output, t)
@@ -228,7 +237,9 @@ class RolloutQueue:
 
     def _ended_as(self, cur, rollout_id: str, attempt: int) -> str | None:
         """The status an ended attempt recorded, or None if it has not ended."""
-        cur.execute(self._sql("SELECT status FROM attempts WHERE rollout_id = ? AND attempt = ?"), (rollout_id, attempt))
+        cur.execute(
+            self._sql("SELECT status FROM attempts WHERE rollout_id = ? AND attempt = ?"), (rollout_id, attempt)
+        )
         ended = cur.fetchone()
         return None if ended is None else ended[0]
 
@@ -292,14 +303,17 @@ class RolloutQueue:
             )
         cur.execute(text, values)
 
-    def end_attempt(self, cur, row: Sequence[Any], status: RolloutStatus, error: str | None, output: str, t: float) -> None:
+    def end_attempt(
+        self, cur, row: Sequence[Any], status: RolloutStatus, error: str | None, output: str, t: float
+    ) -> None:
         """End the running attempt of ``row``'s rollout: requeued if the retry policy allows, else ``status``."""
         rollout_id, attempt, max_attempts = row[_ID], row[_ATTEMPT], row[_MAX_ATTEMPTS]
         retry = status in _RETRYABLE and attempt < max_attempts
         new_status = RolloutStatus.QUEUED if retry else status
         cur.execute(
             self._sql(
-                "UPDATE rollouts SET status = ?, ended_at = ?, error = ?, output = ?, claim_id = NULL WHERE rollout_id = ?"
+                "UPDATE rollouts SET status = ?, ended_at = ?, error = ?, output = ?, claim_id = NULL"
+                " WHERE rollout_id = ?"
             ),
             (new_status.value, None if retry else t, error, output, rollout_id),
         )

@@ -511,7 +511,12 @@ class HttpStore(Store):
         self._post("/v1/heartbeats", {"runner_id": runner_id, "rollout_ids": list(rollout_ids)})
 
     def finish(
-        self, rollout_id: str, status: RolloutStatus, *, error: str | None = None, output: object = None,
+        self,
+        rollout_id: str,
+        status: RolloutStatus,
+        *,
+        error: str | None = None,
+        output: object = None,
         attempt: int | None = None,
     ) -> Rollout:
         payload = {"rollout_id": rollout_id, "status": RolloutStatus(status).value, "error": error, "output": output}

@@ -19,9 +19,9 @@ placeholder and how it locks rows for a claim.
 
 from __future__ import annotations
 
-import abc
-
 import _thread
+import abc
+import contextlib
 import json
 import logging
 import threading
@@ -143,7 +143,8 @@ def _schema(d: Dialect) -> list[str]:
         "CREATE INDEX IF NOT EXISTS rollouts_claim ON rollouts (claim_id) WHERE claim_id IS NOT NULL",
         f"""CREATE TABLE IF NOT EXISTS attempts (
             rollout_id TEXT NOT NULL, attempt {d.bigint} NOT NULL, runner_id TEXT, status TEXT NOT NULL,
-            started_at {d.real} NOT NULL, ended_at {d.real}, error TEXT, PRIMARY KEY (rollout_id, attempt)){d.without_rowid}""",
+            started_at {d.real} NOT NULL, ended_at {d.real}, error TEXT,
+            PRIMARY KEY (rollout_id, attempt)){d.without_rowid}""",
         f"""CREATE TABLE IF NOT EXISTS spans (
             pk {d.autoinc_pk}, span_id TEXT NOT NULL UNIQUE, rollout_id TEXT, kind TEXT NOT NULL,
             start_time {d.real} NOT NULL, body TEXT NOT NULL,
@@ -194,7 +195,7 @@ def _dumps(value: Any) -> str:
 
 
 def _rollout_from_row(row: Sequence[Any]) -> Rollout:
-    data = dict(zip(_ROLLOUT_COLUMNS, row))
+    data = dict(zip(_ROLLOUT_COLUMNS, row, strict=False))
     data["output"] = None if data["output"] is None else json.loads(data["output"])
     return Rollout.model_validate(data)
 
@@ -344,10 +345,8 @@ class _ReaderPool:
 
 
 def _close_quietly(conn: Any) -> None:
-    try:
+    with contextlib.suppress(Exception):  # closing a dead connection; nothing left to save
         conn.close()
-    except Exception:  # closing a dead connection; nothing left to save
-        pass
 
 
 class SqlStore(Store):
@@ -486,10 +485,9 @@ class SqlStore(Store):
                             results.append((False, exc))
                 cur.execute("COMMIT")
             except BaseException:
-                try:
+                # The connection may be gone (or the transaction already ended); the retry reconnects.
+                with contextlib.suppress(Exception):
                     cur.execute("ROLLBACK")
-                except Exception:  # the connection may be gone (or the transaction already ended); the retry reconnects
-                    pass
                 raise
             self._committed(len(jobs))
             return results
@@ -500,7 +498,7 @@ class SqlStore(Store):
             for job in jobs:
                 job.settle(False, exc)
             return
-        for job, (ok, value) in zip(jobs, results):
+        for job, (ok, value) in zip(jobs, results, strict=False):
             job.settle(ok, value)
 
     def _run_inserts(self, cur, jobs: list[_Job]) -> None:
@@ -533,11 +531,11 @@ class SqlStore(Store):
             return merged
         t = now()
         if len(claims) > 1:
-            for (i, _), rows in zip(claims, self._queue.claim_all(cur, [c for _, c in claims], t)):
+            for (i, _), rows in zip(claims, self._queue.claim_all(cur, [c for _, c in claims], t), strict=False):
                 if rows is not None:
                     merged[i] = self._with_tasks(cur, rows)
         if len(finishes) > 1:
-            for (i, _), row in zip(finishes, self._queue.finish_all(cur, [f for _, f in finishes], t)):
+            for (i, _), row in zip(finishes, self._queue.finish_all(cur, [f for _, f in finishes], t), strict=False):
                 if row is not None:
                     merged[i] = row
         return merged
@@ -697,7 +695,8 @@ class SqlStore(Store):
         if text is None:
             marks = "(" + ", ".join("?" for _ in columns) + ")"
             text = self._sql(
-                f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join(marks for _ in range(n))} ON CONFLICT DO NOTHING"
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join(marks for _ in range(n))}"
+                " ON CONFLICT DO NOTHING"
             )
             self._insert_texts[key] = text
         return text
@@ -736,10 +735,29 @@ class SqlStore(Store):
             rows = []
             for r in rollouts:
                 if r.status != RolloutStatus.QUEUED:
-                    raise InvalidTransition(f"rollout {r.rollout_id}: enqueue needs status 'queued', got {r.status.value!r}")
+                    raise InvalidTransition(
+                        f"rollout {r.rollout_id}: enqueue needs status 'queued', got {r.status.value!r}"
+                    )
                 rows.append(
-                    (r.rollout_id, r.task_id, r.status.value, 0, r.max_attempts, r.timeout_s, r.model_version,
-                     r.step, r.mode, None, None, r.created_at, None, None, None, None, _dumps(r.output))
+                    (
+                        r.rollout_id,
+                        r.task_id,
+                        r.status.value,
+                        0,
+                        r.max_attempts,
+                        r.timeout_s,
+                        r.model_version,
+                        r.step,
+                        r.mode,
+                        None,
+                        None,
+                        r.created_at,
+                        None,
+                        None,
+                        None,
+                        None,
+                        _dumps(r.output),
+                    )
                 )
             self._insert_ignore(cur, "rollouts", _ROLLOUT_COLUMNS, rows)
 
@@ -813,14 +831,20 @@ class SqlStore(Store):
         self._write(run)
 
     def finish(
-        self, rollout_id: str, status: RolloutStatus, *, error: str | None = None, output: object = None,
+        self,
+        rollout_id: str,
+        status: RolloutStatus,
+        *,
+        error: str | None = None,
+        output: object = None,
         attempt: int | None = None,
     ) -> Rollout:
         fn, post = self._finish_op(rollout_id, status, error, output, attempt)
         return post(self._write(fn))
 
-    def _finish_op(self, rollout_id: str, status: RolloutStatus, error: str | None, output: object,
-                   attempt: int | None = None):
+    def _finish_op(
+        self, rollout_id: str, status: RolloutStatus, error: str | None, output: object, attempt: int | None = None
+    ):
         status = RolloutStatus(status)
         if not status.terminal:
             raise InvalidTransition(f"status: finish needs a terminal status, got {status.value!r}")
@@ -834,7 +858,10 @@ class SqlStore(Store):
 
         def run(cur):
             for rid in ids:
-                cur.execute(self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE rollout_id = ?{self.dialect.for_update}"), (rid,))
+                cur.execute(
+                    self._sql(f"SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE rollout_id = ?{self.dialect.for_update}"),
+                    (rid,),
+                )
                 row = cur.fetchone()
                 if row is None:
                     raise NotFound("rollout", rid)
@@ -859,7 +886,8 @@ class SqlStore(Store):
             cur.execute(
                 self._sql(
                     f"""SELECT {_ROLLOUT_SELECT} FROM rollouts WHERE status = ? AND (
-                        heartbeat_at < ? OR (timeout_s IS NOT NULL AND started_at + timeout_s < ?)){self.dialect.for_update}"""
+                        heartbeat_at < ?
+                        OR (timeout_s IS NOT NULL AND started_at + timeout_s < ?)){self.dialect.for_update}"""
                 ),
                 (RolloutStatus.RUNNING.value, t - heartbeat_timeout_s, t),
             )
@@ -921,12 +949,18 @@ class SqlStore(Store):
             [rollout_id, rollout_id],
         )
         keys = ("rollout_id", "attempt", "runner_id", "status", "started_at", "ended_at", "error")
-        return [Attempt.model_validate(dict(zip(keys, row))) for row in rows]
+        return [Attempt.model_validate(dict(zip(keys, row, strict=False))) for row in rows]
 
     # -- observations --------------------------------------------------------------
     _SPAN_COLUMNS = ("span_id", "rollout_id", "kind", "start_time", "body", *_FIELD_COLUMNS["spans"])
     _CALL_COLUMNS = (
-        "call_id", "rollout_id", "body", "prompt_ids", "response_ids", "response_logprobs", *_FIELD_COLUMNS["llm_calls"]
+        "call_id",
+        "rollout_id",
+        "body",
+        "prompt_ids",
+        "response_ids",
+        "response_logprobs",
+        *_FIELD_COLUMNS["llm_calls"],
     )
     _REWARD_COLUMNS = ("reward_id", "rollout_id", "body")
 
@@ -951,10 +985,19 @@ class SqlStore(Store):
         for c in calls:
             body = _body(c, _TOKEN_EXCLUDE)
             logprobs = None if c.response_logprobs is None else to_bytes(c.response_logprobs)
-            rows.append((
-                c.call_id, c.rollout_id, body, to_bytes(c.prompt_ids), to_bytes(c.response_ids), logprobs,
-                c.seq, c.created_at, c.model_version,
-            ))
+            rows.append(
+                (
+                    c.call_id,
+                    c.rollout_id,
+                    body,
+                    to_bytes(c.prompt_ids),
+                    to_bytes(c.response_ids),
+                    logprobs,
+                    c.seq,
+                    c.created_at,
+                    c.model_version,
+                )
+            )
         return _Insert(self, "llm_calls", self._CALL_COLUMNS, rows)
 
     def _rewards_op(self, rewards: Iterable[Reward]) -> Callable[[Any], Any]:
@@ -1079,16 +1122,23 @@ class SqlStore(Store):
         calls = self._read_in(
             "SELECT rollout_id, call_id, seq, created_at, model_version, prompt_ids, response_ids, response_logprobs "
             "FROM llm_calls WHERE",
-            "rollout_id", rollout_ids, " ORDER BY rollout_id, pk",
+            "rollout_id",
+            rollout_ids,
+            " ORDER BY rollout_id, pk",
         )
         spans = self._read_in(
-            "SELECT rollout_id, span_id, seq, start_time, end_time, response_id, agent FROM spans WHERE kind = 'llm' AND",
-            "rollout_id", rollout_ids, " ORDER BY rollout_id, pk",
+            "SELECT rollout_id, span_id, seq, start_time, end_time, response_id, agent"
+            " FROM spans WHERE kind = 'llm' AND",
+            "rollout_id",
+            rollout_ids,
+            " ORDER BY rollout_id, pk",
         )
         rewards = self._read_in(
             f"SELECT rollout_id, reward_id, {f('body', ['name'])}, {f('body', ['value'], d.real)}, "
             f"{f('body', ['source'])}, {f('body', ['created_at'], d.real)} FROM rewards WHERE",
-            "rollout_id", rollout_ids, " ORDER BY rollout_id, pk",
+            "rollout_id",
+            rollout_ids,
+            " ORDER BY rollout_id, pk",
         )
         return TransitionRows(calls, spans, rewards)
 
@@ -1099,7 +1149,8 @@ class SqlStore(Store):
         return self._read_in(
             f"SELECT span_id, {f('body', ['attributes', 'gen_ai.input.messages'])}, "
             f"{f('body', ['attributes', 'gen_ai.output.messages'])} FROM spans WHERE",
-            "span_id", span_ids,
+            "span_id",
+            span_ids,
         )
 
     def call_payloads(self, call_ids: Sequence[str]) -> list[tuple]:
@@ -1107,7 +1158,9 @@ class SqlStore(Store):
         request and response bodies (None where there was none)."""
         f = self.dialect.json_field
         return self._read_in(
-            f"SELECT call_id, {f('body', ['request'])}, {f('body', ['response'])} FROM llm_calls WHERE", "call_id", call_ids
+            f"SELECT call_id, {f('body', ['request'])}, {f('body', ['response'])} FROM llm_calls WHERE",
+            "call_id",
+            call_ids,
         )
 
     def get_tasks(self, task_ids: Sequence[str]) -> dict[str, Task]:

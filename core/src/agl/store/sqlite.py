@@ -48,7 +48,10 @@ class SqliteDialect(Dialect):
 
     def connect(self, *, writer: bool) -> sqlite3.Connection:
         conn = sqlite3.connect(
-            self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False,
+            self.path,
+            timeout=self.busy_timeout_s,
+            isolation_level=None,
+            check_same_thread=False,
             cached_statements=512,  # multi-row inserts: a statement text per row count (see agl.store.sql.INSERT_ROWS)
         )
         conn.execute("PRAGMA journal_mode=WAL")
@@ -63,9 +66,7 @@ class SqliteDialect(Dialect):
         return conn
 
     def is_transient(self, exc: BaseException) -> bool:
-        return isinstance(exc, sqlite3.OperationalError) and (
-            "locked" in str(exc) or "busy" in str(exc)
-        )
+        return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
 
     def describe(self) -> str:
         return f"the sqlite store {self.path}"

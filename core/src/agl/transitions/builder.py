@@ -39,9 +39,22 @@ _by_seq = attrgetter("seq")
 _Joined = tuple[list[Any], list[Any], list[Any], "list[float] | None"]
 _NO_REWARDS: list[Reward] = []
 
-_TEMPLATE = Transition(rollout_id="-", task_id="-", step=0, agent=None, prompt_ids=[], response_ids=[],
-                       response_logprobs=None, reward=0.0, model_version=None, token_source="engine", call_id=None,
-                       weight=1.0, prompt_messages=None, response_text=None)
+_TEMPLATE = Transition(
+    rollout_id="-",
+    task_id="-",
+    step=0,
+    agent=None,
+    prompt_ids=[],
+    response_ids=[],
+    response_logprobs=None,
+    reward=0.0,
+    model_version=None,
+    token_source="engine",
+    call_id=None,
+    weight=1.0,
+    prompt_messages=None,
+    response_text=None,
+)
 """A validated transition with every field set; each built one is a ``model_copy`` of it.
 
 ``model_copy(update=...)`` does not validate, and the builder checked its values
@@ -107,7 +120,8 @@ class TransitionBuilder:
         if self.report.unmatched_spans:
             log.warning(
                 "%d LLM span(s) could not be matched to a gateway record and were left out, e.g. %s",
-                self.report.unmatched_spans, ", ".join(f"{r}/{s}" for r, s in self.report.unmatched[:5]),
+                self.report.unmatched_spans,
+                ", ".join(f"{r}/{s}" for r, s in self.report.unmatched[:5]),
             )
 
     def _live_chunks(self, rollouts: Iterable[Rollout]) -> Iterator[list[Rollout]]:
@@ -234,25 +248,45 @@ class TransitionBuilder:
         for i in kept:
             c = step_calls[i]
             if c is not None:
-                t = make(update={
-                    "rollout_id": rid, "task_id": task_id, "step": i, "agent": step_agents[i],
-                    "prompt_ids": c.prompt_ids, "response_ids": c.response_ids, "response_logprobs": c.logprobs,
-                    "reward": float(per_call[i]), "model_version": c.model_version or fallback_version,
-                    "call_id": c.call_id, "weight": weight,
-                })
+                t = make(
+                    update={
+                        "rollout_id": rid,
+                        "task_id": task_id,
+                        "step": i,
+                        "agent": step_agents[i],
+                        "prompt_ids": c.prompt_ids,
+                        "response_ids": c.response_ids,
+                        "response_logprobs": c.logprobs,
+                        "reward": float(per_call[i]),
+                        "model_version": c.model_version or fallback_version,
+                        "call_id": c.call_id,
+                        "weight": weight,
+                    }
+                )
                 if with_text:
                     t.prompt_messages = _messages_list(request_messages(c.request or {}))
                     t.response_text = response_text(c.response or {})
             else:
                 sp = step_spans[i]
                 self._reader.load_span(sp)
-                t = make(update={
-                    "rollout_id": rid, "task_id": task_id, "step": i, "agent": step_agents[i],
-                    "prompt_ids": array("i"), "response_ids": array("i"), "response_logprobs": None,
-                    "reward": float(per_call[i]), "model_version": fallback_version, "token_source": "text",
-                    "call_id": sp.response_id, "weight": weight, "prompt_messages": _messages_list(sp.input_messages),
-                    "response_text": _output_text(sp.output_messages),
-                })
+                t = make(
+                    update={
+                        "rollout_id": rid,
+                        "task_id": task_id,
+                        "step": i,
+                        "agent": step_agents[i],
+                        "prompt_ids": array("i"),
+                        "response_ids": array("i"),
+                        "response_logprobs": None,
+                        "reward": float(per_call[i]),
+                        "model_version": fallback_version,
+                        "token_source": "text",
+                        "call_id": sp.response_id,
+                        "weight": weight,
+                        "prompt_messages": _messages_list(sp.input_messages),
+                        "response_text": _output_text(sp.output_messages),
+                    }
+                )
             append(t)
         report.transitions += len(kept)
 

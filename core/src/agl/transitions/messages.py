@@ -5,8 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-_ROLE_ALIASES = {"human": "user", "ai": "assistant", "AIMessage": "assistant", "HumanMessage": "user",
-                 "SystemMessage": "system", "developer": "system", "model": "assistant"}
+_ROLE_ALIASES = {
+    "human": "user",
+    "ai": "assistant",
+    "AIMessage": "assistant",
+    "HumanMessage": "user",
+    "SystemMessage": "system",
+    "developer": "system",
+    "model": "assistant",
+}
 
 
 def _opt_str(value: Any) -> str | None:
@@ -64,10 +71,7 @@ def normalize_messages(messages: Any) -> list[tuple[str, str]]:
             continue
         role = m.get("role") or m.get("type") or ""
         role = _ROLE_ALIASES.get(role, role)
-        if "parts" in m and "content" not in m:
-            text = _content_text(m["parts"])
-        else:
-            text = _content_text(m.get("content"))
+        text = _content_text(m["parts"]) if "parts" in m and "content" not in m else _content_text(m.get("content"))
         out.append((role, text.strip()))
     return out
 

@@ -8,6 +8,7 @@ queries and works on any store (HTTP included).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from array import array
@@ -38,15 +39,31 @@ class _GenericReader:
         chunk = _Chunk({}, {}, {})
         for c in self.store.query_llm_calls(rollout_ids=rollout_ids):
             chunk.calls.setdefault(c.rollout_id, []).append(
-                _Call(c.call_id, c.seq, c.created_at, c.model_version, c.prompt_ids, c.response_ids,
-                      c.response_logprobs, c.request, c.response)
+                _Call(
+                    c.call_id,
+                    c.seq,
+                    c.created_at,
+                    c.model_version,
+                    c.prompt_ids,
+                    c.response_ids,
+                    c.response_logprobs,
+                    c.request,
+                    c.response,
+                )
             )
         for s in self.store.query_spans(rollout_ids=rollout_ids, kind="llm"):
             a = s.attributes
             chunk.spans.setdefault(s.rollout_id, []).append(
-                _LlmSpan(s.span_id, s.seq, s.end_time or s.start_time, _opt_str(a.get("gen_ai.response.id")),
-                         _opt_str(a.get("gen_ai.agent.name")), _json_attr(a.get("gen_ai.input.messages")),
-                         _json_attr(a.get("gen_ai.output.messages")), True)
+                _LlmSpan(
+                    s.span_id,
+                    s.seq,
+                    s.end_time or s.start_time,
+                    _opt_str(a.get("gen_ai.response.id")),
+                    _opt_str(a.get("gen_ai.agent.name")),
+                    _json_attr(a.get("gen_ai.input.messages")),
+                    _json_attr(a.get("gen_ai.output.messages")),
+                    True,
+                )
             )
         for r in self.store.query_rewards(rollout_ids=rollout_ids):
             chunk.rewards.setdefault(r.rollout_id, []).append(r)
@@ -61,10 +78,8 @@ class _GenericReader:
     def tasks(self, task_ids: list[str]) -> dict[str, Task]:
         out = {}
         for tid in task_ids:
-            try:
+            with contextlib.suppress(KeyError):
                 out[tid] = self.store.get_task(tid)
-            except KeyError:
-                pass
         return out
 
 

@@ -70,12 +70,18 @@ def _plugin_rewards(
     for answer in answers:
         if not isinstance(answer, RewardAnswer):
             report.plugin_errors += 1
-            log.warning("agl_reward on rollout %s: a wrapper returned %r; answers must be agl.plugins.RewardAnswer",
-                        rid, answer)
+            log.warning(
+                "agl_reward on rollout %s: a wrapper returned %r; answers must be agl.plugins.RewardAnswer", rid, answer
+            )
         elif answer.error is not None:
             report.plugin_errors += 1
-            log.warning("reward plugin %s failed on rollout %s: %s: %s",
-                        answer.plugin, rid, type(answer.error).__name__, answer.error)
+            log.warning(
+                "reward plugin %s failed on rollout %s: %s: %s",
+                answer.plugin,
+                rid,
+                type(answer.error).__name__,
+                answer.error,
+            )
         elif answer.value is not None:
             _append_rewards(out, rollout, answer, report)
     return out
@@ -98,8 +104,16 @@ def _append_rewards(out: list[Reward], rollout: Rollout, answer: RewardAnswer, r
             continue
         # Every field is checked above (str ids, name and source; a float value): no validation needed.
         # created_at is given so that model_construct calls no default factory (it inspects each one's signature).
-        out.append(Reward.model_construct(reward_id=f"rw-{rid}-a{rollout.attempt}-{source}-{name}", rollout_id=rid,
-                                          name=name, value=number, source=source, created_at=now()))
+        out.append(
+            Reward.model_construct(
+                reward_id=f"rw-{rid}-a{rollout.attempt}-{source}-{name}",
+                rollout_id=rid,
+                name=name,
+                value=number,
+                source=source,
+                created_at=now(),
+            )
+        )
 
 
 def final_reward(rewards: Sequence[Reward], plugin_sources: Collection[str]) -> tuple[float | None, Reward | None]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from autogen_core import CancellationToken
 from autogen_core.models import (
@@ -52,9 +52,9 @@ class AglChatCompletionClient(ChatCompletionClient):
         *,
         tools: Sequence[Tool | ToolSchema] = [],
         tool_choice: Tool | Literal["auto", "required", "none"] = "auto",
-        json_output: Optional[bool | type[BaseModel]] = None,
+        json_output: bool | type[BaseModel] | None = None,
         extra_create_args: Mapping[str, Any] = {},
-        cancellation_token: Optional[CancellationToken] = None,
+        cancellation_token: CancellationToken | None = None,
     ) -> CreateResult:
         opened = _record.begin_call(self.inner, messages, tools, stream=False)
         try:
@@ -78,10 +78,10 @@ class AglChatCompletionClient(ChatCompletionClient):
         *,
         tools: Sequence[Tool | ToolSchema] = [],
         tool_choice: Tool | Literal["auto", "required", "none"] = "auto",
-        json_output: Optional[bool | type[BaseModel]] = None,
+        json_output: bool | type[BaseModel] | None = None,
         extra_create_args: Mapping[str, Any] = {},
-        cancellation_token: Optional[CancellationToken] = None,
-    ) -> AsyncGenerator[Union[str, CreateResult], None]:
+        cancellation_token: CancellationToken | None = None,
+    ) -> AsyncGenerator[str | CreateResult, None]:
         stream = self.inner.create_stream(
             messages,
             tools=tools,
@@ -125,10 +125,10 @@ class AglChatCompletionClient(ChatCompletionClient):
 
 async def capture_stream(
     client: Any,
-    stream: AsyncGenerator[Union[str, CreateResult], None],
+    stream: AsyncGenerator[str | CreateResult, None],
     messages: Sequence[Any],
     tools: Sequence[Any],
-) -> AsyncGenerator[Union[str, CreateResult], None]:
+) -> AsyncGenerator[str | CreateResult, None]:
     """Pass a ``create_stream`` through, recording its final ``CreateResult``."""
     opened = _record.begin_call(client, messages, tools, stream=True)
     result: CreateResult | None = None

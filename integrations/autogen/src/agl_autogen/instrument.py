@@ -58,9 +58,11 @@ def _wrap_invoke_agent(original: Callable[..., Any]) -> Callable[..., Any]:
             attrs["gen_ai.agent.id"] = agent_id
         if kwargs.get("agent_description"):
             attrs["gen_ai.agent.description"] = kwargs["agent_description"]
-        with _record.scope(f"invoke_agent {agent_name}", "agent", attrs, _record.AgentInfo(agent_name, agent_id)):
-            with original(agent_name, **kwargs) as otel_span:
-                yield otel_span
+        with (
+            _record.scope(f"invoke_agent {agent_name}", "agent", attrs, _record.AgentInfo(agent_name, agent_id)),
+            original(agent_name, **kwargs) as otel_span,
+        ):
+            yield otel_span
 
     setattr(trace_invoke_agent_span, _MARK, original)
     return trace_invoke_agent_span

@@ -66,7 +66,9 @@ def chat_messages(messages: Any) -> list[dict[str, Any]]:
             parts.append({"type": "refusal", "content": m["refusal"]})
         for call in m.get("tool_calls") or []:
             fn = call.get("function") or {}
-            parts.append({"type": "tool_call", "id": call.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments")})
+            parts.append(
+                {"type": "tool_call", "id": call.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments")}
+            )
         if role == "tool":
             parts = [{"type": "tool_call_response", "id": m.get("tool_call_id"), "response": m.get("content")}]
         out.append({"role": role, "parts": parts})
@@ -87,14 +89,24 @@ def response_items(items: Any) -> list[dict[str, Any]]:
             item = item.model_dump() if hasattr(item, "model_dump") else {}
         kind = item.get("type")
         if kind == "function_call":
-            part = {"type": "tool_call", "id": item.get("call_id"), "name": item.get("name"), "arguments": item.get("arguments")}
+            part = {
+                "type": "tool_call",
+                "id": item.get("call_id"),
+                "name": item.get("name"),
+                "arguments": item.get("arguments"),
+            }
             if out and out[-1]["role"] == "assistant" and all(p["type"] == "tool_call" for p in out[-1]["parts"]):
                 out[-1]["parts"].append(part)
             else:
                 out.append({"role": "assistant", "parts": [part]})
         elif kind == "function_call_output":
             out.append(
-                {"role": "tool", "parts": [{"type": "tool_call_response", "id": item.get("call_id"), "response": item.get("output")}]}
+                {
+                    "role": "tool",
+                    "parts": [
+                        {"type": "tool_call_response", "id": item.get("call_id"), "response": item.get("output")}
+                    ],
+                }
             )
         elif kind == "reasoning":
             summary = " ".join(s.get("text", "") for s in item.get("summary") or [] if isinstance(s, dict))

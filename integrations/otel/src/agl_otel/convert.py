@@ -20,8 +20,20 @@ _RENAMED = {
     "gen_ai.usage.completion_tokens": "gen_ai.usage.output_tokens",
     "gen_ai.system": "gen_ai.provider.name",
 }
-_JSON_VALUED = ("gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions", "gen_ai.tool.definitions")
-_OI_KIND = {"LLM": "llm", "TOOL": "tool", "AGENT": "agent", "CHAIN": "custom", "RETRIEVER": "tool", "EMBEDDING": "custom"}
+_JSON_VALUED = (
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "gen_ai.system_instructions",
+    "gen_ai.tool.definitions",
+)
+_OI_KIND = {
+    "LLM": "llm",
+    "TOOL": "tool",
+    "AGENT": "agent",
+    "CHAIN": "custom",
+    "RETRIEVER": "tool",
+    "EMBEDDING": "custom",
+}
 _OI_MESSAGE = re.compile(r"^llm\.(input|output)_messages\.(\d+)\.message\.(.+)$")
 
 
@@ -95,9 +107,7 @@ def _openinference(attributes: Mapping[str, Any], agent: str | None) -> tuple[st
             attrs[key] = value
     for direction in ("input", "output"):
         if messages[direction]:
-            attrs[f"gen_ai.{direction}.messages"] = [
-                messages[direction][i] for i in sorted(messages[direction])
-            ]
+            attrs[f"gen_ai.{direction}.messages"] = [messages[direction][i] for i in sorted(messages[direction])]
     if agent and "gen_ai.agent.name" not in attrs:
         attrs["gen_ai.agent.name"] = agent
     return kind, attrs
@@ -115,7 +125,9 @@ def _oi_tool_call(msg: dict[str, Any], field: str, value: Any) -> None:
         msg["parts"].append(call)
         calls.append(call)
     leaf = parts[-1]
-    calls[index]["name" if leaf == "name" else "arguments" if leaf == "arguments" else "id" if leaf == "id" else leaf] = value
+    calls[index][
+        "name" if leaf == "name" else "arguments" if leaf == "arguments" else "id" if leaf == "id" else leaf
+    ] = value
 
 
 def is_relevant(attributes: Mapping[str, Any]) -> bool:

@@ -62,9 +62,15 @@ def _span(s: OtlpSpan, resource: dict[str, Any]) -> Span | None:
     if not s.span_id:
         raise ValueError("resourceSpans[].scopeSpans[].spans[].spanId: missing")
     attrs = _attributes(s.attributes)
-    record = to_agl(name=s.name, attributes=attrs, span_id=s.span_id.hex(), parent_id=s.parent_span_id.hex() or None,
-                    start_ns=s.start_time_unix_nano, end_ns=s.end_time_unix_nano,
-                    status=_STATUS.get(s.status.code, "unset"))
+    record = to_agl(
+        name=s.name,
+        attributes=attrs,
+        span_id=s.span_id.hex(),
+        parent_id=s.parent_span_id.hex() or None,
+        start_ns=s.start_time_unix_nano,
+        end_ns=s.end_time_unix_nano,
+        status=_STATUS.get(s.status.code, "unset"),
+    )
     if record is not None:
         rollout = attrs.get("agl.rollout_id") or resource.get("agl.rollout_id")
         record.rollout_id = str(rollout) if rollout else None

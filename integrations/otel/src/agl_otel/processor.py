@@ -89,4 +89,3 @@ class AglSpanProcessor(SpanProcessor):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
-

@@ -19,7 +19,6 @@ from agl.backend import Backend
 from agl.engine import Engine
 from agl.errors import AglError
 from agl.schema import ModelVersion, Transition
-
 from agl_verl.config import VerlSettings, parse_settings
 
 _STATE_FILE = "backend_state.pt"

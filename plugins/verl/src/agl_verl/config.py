@@ -149,7 +149,7 @@ class VerlSettings(BaseModel):
         return device
 
     @model_validator(mode="after")
-    def _mode_needs(self) -> "VerlSettings":
+    def _mode_needs(self) -> VerlSettings:
         if self.model_path is None:
             raise ValueError("model_path is required: the weights (a local directory) to train")
         if self.mode == "local" and self.device.startswith("cuda"):

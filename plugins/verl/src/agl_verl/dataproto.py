@@ -125,7 +125,7 @@ def transitions_to_dataproto(
     response_arr = np.full((batch, r_len), pad_token_id, dtype=np.int64)
     response_mask = np.zeros((batch, r_len), dtype=np.int64)
     rewards = np.zeros((batch, r_len), dtype=np.float32)
-    for i, (p, r, t) in enumerate(zip(prompts, responses, transitions)):
+    for i, (p, r, t) in enumerate(zip(prompts, responses, transitions, strict=False)):
         if len(p):
             prompt_arr[i, p_len - len(p) :] = p
             prompt_mask[i, p_len - len(p) :] = 1

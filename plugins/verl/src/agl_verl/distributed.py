@@ -31,7 +31,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from agl.errors import AglError
 from agl.schema import Rollout, Transition
-
 from agl_verl.config import VerlSettings
 
 SUPPORTED_VERL = "0.9"
@@ -57,7 +56,6 @@ check_verl_version()
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput  # noqa: E402
 
-
 # -- config composition ----------------------------------------------------------------------------
 
 
@@ -66,8 +64,9 @@ def verl_config_dir() -> Path:
     return Path(verl.__file__).parent / "trainer" / "config"
 
 
-def write_agent_loop_config(path: Path, *, store_url: str | None, rollout_timeout_s: float,
-                            transition_config: dict[str, Any] | None = None) -> Path:
+def write_agent_loop_config(
+    path: Path, *, store_url: str | None, rollout_timeout_s: float, transition_config: dict[str, Any] | None = None
+) -> Path:
     """Write the agent-loop list verl reads from ``rollout.agent.agent_loop_config_path``."""
     entry: dict[str, Any] = {
         "name": AGENT_LOOP_NAME,
@@ -81,8 +80,9 @@ def write_agent_loop_config(path: Path, *, store_url: str | None, rollout_timeou
     return path
 
 
-def trainer_overrides(settings: VerlSettings, *, train_files: str | None = None,
-                      agent_loop_config: str | None = None) -> list[str]:
+def trainer_overrides(
+    settings: VerlSettings, *, train_files: str | None = None, agent_loop_config: str | None = None
+) -> list[str]:
     """agl's settings as hydra overrides of verl's ``ppo_trainer`` config."""
     d = settings.distributed
     s = settings
@@ -118,7 +118,7 @@ def trainer_overrides(settings: VerlSettings, *, train_files: str | None = None,
         f"actor_rollout_ref.actor.use_kl_loss={s.kl_coef > 0}",
         f"actor_rollout_ref.actor.kl_loss_coef={s.kl_coef}",
         f"actor_rollout_ref.actor.kl_loss_type={s.kl_penalty}",
-        f"actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.name=vllm",
         f"actor_rollout_ref.rollout.n={d.rollout_n}",
         f"actor_rollout_ref.rollout.temperature={s.temperature}",
         f"actor_rollout_ref.rollout.tensor_model_parallel_size={d.tensor_model_parallel_size}",
@@ -151,8 +151,9 @@ def trainer_overrides(settings: VerlSettings, *, train_files: str | None = None,
     return overrides + list(d.overrides)
 
 
-def compose_trainer_config(settings: VerlSettings, *, train_files: str | None = None,
-                           agent_loop_config: str | None = None) -> DictConfig:
+def compose_trainer_config(
+    settings: VerlSettings, *, train_files: str | None = None, agent_loop_config: str | None = None
+) -> DictConfig:
     """verl's full trainer config (``ppo_trainer.yaml``) with agl's settings applied."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -189,16 +190,18 @@ def write_tasks_parquet(tasks: Sequence[Any], path: Path) -> Path:
 # -- transitions → agent-loop outputs -----------------------------------------------------------------
 
 
-def transitions_to_outputs(transitions: Sequence[Transition], *, response_length: int | None = None,
-                           rollout_reward: float | None = None) -> list[AgentLoopOutput]:
+def transitions_to_outputs(
+    transitions: Sequence[Transition], *, response_length: int | None = None, rollout_reward: float | None = None
+) -> list[AgentLoopOutput]:
     """One ``AgentLoopOutput`` per engine transition, in call order.
 
     The last output carries the rollout's reward (``rollout_reward``, or the last
     transition's); verl copies it to the others. Text-only transitions are left out:
     they have no token ids verl could train on.
     """
-    usable = sorted((t for t in transitions if t.token_source == "engine" and len(t.response_ids)),
-                    key=lambda t: t.step)
+    usable = sorted(
+        (t for t in transitions if t.token_source == "engine" and len(t.response_ids)), key=lambda t: t.step
+    )
     outputs = []
     for t in usable:
         response = list(t.response_ids)[:response_length]
@@ -242,8 +245,14 @@ def _default_builder(transition_config: dict[str, Any]) -> TransitionBuilder:
 class RolloutBridge:
     """Enqueue one agl rollout of a task, wait for a runner to finish it, return its transitions."""
 
-    def __init__(self, store, *, timeout_s: float = 600.0, builder: TransitionBuilder | None = None,
-                 transition_config: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        store,
+        *,
+        timeout_s: float = 600.0,
+        builder: TransitionBuilder | None = None,
+        transition_config: dict[str, Any] | None = None,
+    ):
         self.store = store
         self.timeout_s = timeout_s
         self.builder = builder or _default_builder(transition_config or {})
@@ -272,16 +281,23 @@ class AglAgentLoop(AgentLoopBase):
     ``transition_config`` come from there, or from ``AGL_STORE_URL``).
     """
 
-    def __init__(self, *args, store_url: str | None = None, rollout_timeout_s: float = 600.0,
-                 transition_config: dict[str, Any] | None = None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        store_url: str | None = None,
+        rollout_timeout_s: float = 600.0,
+        transition_config: dict[str, Any] | None = None,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         from agl.store import open_store
 
         url = store_url or os.environ.get("AGL_STORE_URL")
         if not url:
             raise AglError("AglAgentLoop: no store_url in the agent-loop config and AGL_STORE_URL is unset")
-        self.bridge = RolloutBridge(open_store(url), timeout_s=rollout_timeout_s,
-                                    transition_config=dict(transition_config or {}))
+        self.bridge = RolloutBridge(
+            open_store(url), timeout_s=rollout_timeout_s, transition_config=dict(transition_config or {})
+        )
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> list[AgentLoopOutput]:
         """One sample: one agl rollout of the row's task."""

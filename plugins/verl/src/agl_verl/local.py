@@ -24,8 +24,8 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits, masked_mean
 from verl.workers.config import ActorConfig
 
-from agl_verl.quiet import no_progress_bars
 from agl_verl.config import VerlSettings
+from agl_verl.quiet import no_progress_bars
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -177,7 +177,7 @@ class LocalLearner:
         s = self.settings
         started = time.perf_counter()
         metrics: dict[str, float] = {}
-        if "old_log_probs" not in data.batch.keys() or s.old_log_probs == "recompute":
+        if "old_log_probs" not in data.batch or s.old_log_probs == "recompute":
             self.model.eval()
             data.batch["old_log_probs"] = self.log_probs(data)
             self.model.train()
@@ -202,7 +202,7 @@ class LocalLearner:
         # Rollout-level normalization: each transition's loss scaled by its weight.
         # Every registered policy loss is linear in the advantage, so this is that weighting.
         data.batch["advantages"] = adv * data.batch["weights"].unsqueeze(1)
-        if "rollout_log_probs" in data.batch.keys() and s.old_log_probs == "recompute":
+        if "rollout_log_probs" in data.batch and s.old_log_probs == "recompute":
             diff = (data.batch["old_log_probs"] - data.batch["rollout_log_probs"]).abs()
             metrics["engine_logprob_diff"] = masked_mean(diff, mask).item()
 
@@ -210,7 +210,7 @@ class LocalLearner:
         config = actor_config(s, rollout_n=max(1, len(data) // n_groups))
         mini_size = s.mini_batch_size or len(data)
         generator = torch.Generator().manual_seed(s.seed)
-        for epoch in range(s.ppo_epochs):
+        for _epoch in range(s.ppo_epochs):
             order = torch.randperm(len(data), generator=generator) if mini_size < len(data) else None
             shuffled = data.select_idxs(order) if order is not None else data
             for mini in shuffled.split(mini_size):

@@ -15,28 +15,36 @@ def register(subparsers) -> None:
     t.add_argument("--format", choices=["jsonl", "parquet"], default=None, help="default: from the file name")
     t.add_argument("--agent", action="append", default=None, help="only this agent's calls (repeat for several)")
     t.add_argument("--credit", default="broadcast", help="credit-assignment strategy (default broadcast)")
-    t.add_argument("--missing-reward", type=float, default=None,
-                   help="reward for rollouts nobody rewarded (default: leave them out, counted)")
+    t.add_argument(
+        "--missing-reward",
+        type=float,
+        default=None,
+        help="reward for rollouts nobody rewarded (default: leave them out, counted)",
+    )
     t.add_argument("--no-text-only", action="store_true", help="leave out text-only transitions")
     t.add_argument("-o", "--output", required=True, help="the file to write")
     t.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from agl_trainer.export import export_transitions, format_for
     from agl.store import open_store
     from agl.transitions import TransitionConfig
+    from agl_trainer.export import export_transitions, format_for
 
     fmt = format_for(args.output, args.format)
-    config = TransitionConfig(credit=args.credit, agents=args.agent, missing_reward=args.missing_reward,
-                              text_only=not args.no_text_only)
+    config = TransitionConfig(
+        credit=args.credit, agents=args.agent, missing_reward=args.missing_reward, text_only=not args.no_text_only
+    )
     store = open_store(args.store)
     try:
         n, report = export_transitions(store, args.output, step=args.step, mode=args.mode, format=fmt, config=config)
     finally:
         store.close()
     dropped = ", ".join(f"{v} {k}" for k, v in sorted(report.dropped_rollouts.items()))
-    print(f"agl export: {n} transitions from {report.rollouts} rollouts to {args.output} ({fmt})"
-          + (f"; rollouts left out: {dropped}" if dropped else "")
-          + (f"; {report.unmatched_spans} unmatched spans" if report.unmatched_spans else ""), file=sys.stderr)
+    print(
+        f"agl export: {n} transitions from {report.rollouts} rollouts to {args.output} ({fmt})"
+        + (f"; rollouts left out: {dropped}" if dropped else "")
+        + (f"; {report.unmatched_spans} unmatched spans" if report.unmatched_spans else ""),
+        file=sys.stderr,
+    )
     return 0

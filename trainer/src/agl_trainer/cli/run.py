@@ -31,10 +31,16 @@ from collections import deque
 def register(subparsers) -> None:
     p = subparsers.add_parser("run", help="run an unmodified command as one rollout (agl run -- python agent.py)")
     p.add_argument("--store", default=None, help="store URL (default: $AGL_STORE_URL or .agl/agl.db)")
-    p.add_argument("--gateway", default=os.environ.get("AGL_GATEWAY_URL"),
-                   help="the gateway's root URL, e.g. http://127.0.0.1:8088 (default: $AGL_GATEWAY_URL)")
-    p.add_argument("--gateway-token", default=os.environ.get("AGL_GATEWAY_TOKEN", "agl"),
-                   help="the gateway's bearer token, given to the child as OPENAI_API_KEY")
+    p.add_argument(
+        "--gateway",
+        default=os.environ.get("AGL_GATEWAY_URL"),
+        help="the gateway's root URL, e.g. http://127.0.0.1:8088 (default: $AGL_GATEWAY_URL)",
+    )
+    p.add_argument(
+        "--gateway-token",
+        default=os.environ.get("AGL_GATEWAY_TOKEN", "agl"),
+        help="the gateway's bearer token, given to the child as OPENAI_API_KEY",
+    )
     p.add_argument("--rollout-id", default=None, help="run as this rollout instead of claiming the next one")
     p.add_argument("--input", default=None, help="task input (JSON) when a new task has to be created")
     p.add_argument("--timeout", type=float, default=None, help="kill the command after this many seconds")
@@ -89,17 +95,26 @@ def run(args) -> int:
     try:
         rollout, runner_id = _resolve_rollout(store, args, f"agl-run-{os.getpid()}-{short_id(6)}")
         env = dict(os.environ)
-        env.update({"AGL_ROLLOUT_ID": rollout.rollout_id, "AGL_STORE_URL": store_url,
-                    "AGL_TASK_INPUT": json.dumps(rollout.task.input if rollout.task else None),
-                    "OPENAI_API_KEY": args.gateway_token})
+        env.update(
+            {
+                "AGL_ROLLOUT_ID": rollout.rollout_id,
+                "AGL_STORE_URL": store_url,
+                "AGL_TASK_INPUT": json.dumps(rollout.task.input if rollout.task else None),
+                "OPENAI_API_KEY": args.gateway_token,
+            }
+        )
         if args.gateway:
             base = f"{args.gateway.rstrip('/')}/rollouts/{rollout.rollout_id}/v1"
             env["OPENAI_BASE_URL"] = env["OPENAI_API_BASE"] = base
         timeout = args.timeout or rollout.timeout_s
-        print(f"agl run: rollout {rollout.rollout_id} (attempt {rollout.attempt}): {' '.join(command)}",
-              file=sys.stderr, flush=True)
-        code, timed_out, tail = _run_child(command, env, timeout, lambda: store.heartbeat([rollout.rollout_id], runner_id),
-                                           args.heartbeat)
+        print(
+            f"agl run: rollout {rollout.rollout_id} (attempt {rollout.attempt}): {' '.join(command)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        code, timed_out, tail = _run_child(
+            command, env, timeout, lambda: store.heartbeat([rollout.rollout_id], runner_id), args.heartbeat
+        )
         if timed_out:
             status, error = RolloutStatus.TIMED_OUT, f"TimeoutError: the command ran past {timeout}s and was killed"
         elif code == 0:
@@ -108,8 +123,12 @@ def run(args) -> int:
             why = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
             status, error = RolloutStatus.FAILED, f"CommandFailed: {why}" + (f"\n{tail}" if tail else "")
         ended = store.finish(rollout.rollout_id, status, error=error, attempt=rollout.attempt)
-        print(f"agl run: rollout {rollout.rollout_id} {status.value}"
-              + (" (queued again)" if ended.status == RolloutStatus.QUEUED else ""), file=sys.stderr, flush=True)
+        print(
+            f"agl run: rollout {rollout.rollout_id} {status.value}"
+            + (" (queued again)" if ended.status == RolloutStatus.QUEUED else ""),
+            file=sys.stderr,
+            flush=True,
+        )
         return code if code >= 0 else 128 - code
     finally:
         store.close()

@@ -5,16 +5,23 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("runner", help="run an agent on rollouts claimed from a store")
     p.add_argument("agent", help="the agent function, as module:function or path/to/file.py:function")
     p.add_argument("--store", default=None, help="store URL (default: $AGL_STORE_URL or .agl/agl.db)")
-    p.add_argument("--gateway", default=os.environ.get("AGL_GATEWAY_URL"),
-                   help="the gateway's root URL, e.g. http://127.0.0.1:8088 (default: $AGL_GATEWAY_URL)")
-    p.add_argument("--gateway-token", default=os.environ.get("AGL_GATEWAY_TOKEN", "agl"),
-                   help="the gateway's bearer token, given to the agent as its api key (default: $AGL_GATEWAY_TOKEN)")
+    p.add_argument(
+        "--gateway",
+        default=os.environ.get("AGL_GATEWAY_URL"),
+        help="the gateway's root URL, e.g. http://127.0.0.1:8088 (default: $AGL_GATEWAY_URL)",
+    )
+    p.add_argument(
+        "--gateway-token",
+        default=os.environ.get("AGL_GATEWAY_TOKEN", "agl"),
+        help="the gateway's bearer token, given to the agent as its api key (default: $AGL_GATEWAY_TOKEN)",
+    )
     p.add_argument("--model", default="agl-policy", help="model name the agent is told to ask for")
     p.add_argument("--concurrency", type=int, default=4, help="rollouts run at once (default 4)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per rollout when the rollout names none")
@@ -22,8 +29,11 @@ def register(subparsers) -> None:
     p.add_argument("--resources", default=None, help="JSON object (or @file.json) given to the agent as ctx.resources")
     p.add_argument("--max-rollouts", type=int, default=None, help="stop after starting this many rollouts")
     p.add_argument("--until-idle", action="store_true", help="stop when the queue is empty and nothing runs")
-    p.add_argument("--set-env", action="store_true",
-                   help="set OPENAI_BASE_URL/OPENAI_API_BASE/OPENAI_API_KEY per rollout (needs --concurrency 1)")
+    p.add_argument(
+        "--set-env",
+        action="store_true",
+        help="set OPENAI_BASE_URL/OPENAI_API_BASE/OPENAI_API_KEY per rollout (needs --concurrency 1)",
+    )
     p.set_defaults(func=run)
 
 
@@ -34,7 +44,7 @@ def load_json_arg(name: str, value: str | None) -> dict:
     if value is None:
         return {}
     try:
-        text = open(value[1:]).read() if value.startswith("@") else value
+        text = Path(value[1:]).read_text() if value.startswith("@") else value
         data = json.loads(text)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{name}: not a JSON object: {exc}") from None
@@ -55,9 +65,18 @@ def run(args) -> int:
     agent = load_agent(args.agent)
     resources = load_json_arg("--resources", args.resources)
     store = open_store(args.store)
-    runner = Runner(agent, store, gateway_url=args.gateway, api_key=args.gateway_token, model=args.model,
-                    concurrency=args.concurrency, default_timeout_s=args.timeout, heartbeat_s=args.heartbeat,
-                    resources=resources, set_env=args.set_env)
+    runner = Runner(
+        agent,
+        store,
+        gateway_url=args.gateway,
+        api_key=args.gateway_token,
+        model=args.model,
+        concurrency=args.concurrency,
+        default_timeout_s=args.timeout,
+        heartbeat_s=args.heartbeat,
+        resources=resources,
+        set_env=args.set_env,
+    )
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: runner.stop())
     print(f"agl runner {runner.runner_id}: running {args.agent} on {store!r}, {args.concurrency} at a time", flush=True)

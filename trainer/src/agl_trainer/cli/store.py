@@ -28,7 +28,9 @@ def register(subparsers) -> None:
     store_cmds = store.add_subparsers(dest="store_command", metavar="COMMAND", required=True)
 
     serve = store_cmds.add_parser("serve", help="serve a store over HTTP (127.0.0.1 unless --host says otherwise)")
-    serve.add_argument("--store", metavar="URL", help="the store to serve (default: $AGL_STORE_URL or sqlite:///.agl/agl.db)")
+    serve.add_argument(
+        "--store", metavar="URL", help="the store to serve (default: $AGL_STORE_URL or sqlite:///.agl/agl.db)"
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=4317, help="port to bind (default 4317)")
     serve.add_argument("--token", help="bearer token clients must send (default: $AGL_STORE_TOKEN, else a new one)")
@@ -57,7 +59,9 @@ def register(subparsers) -> None:
     span_list = span_cmds.add_parser("list", help="the spans of a rollout, in order")
     _store_arg(span_list)
     span_list.add_argument("--rollout", required=True, help="rollout id")
-    span_list.add_argument("--kind", choices=["llm", "tool", "agent", "reward", "custom"], help="only spans of this kind")
+    span_list.add_argument(
+        "--kind", choices=["llm", "tool", "agent", "reward", "custom"], help="only spans of this kind"
+    )
     span_list.set_defaults(func=run_spans_list)
 
 
@@ -165,9 +169,15 @@ def run_rollouts_list(args) -> int:
             if args.limit and shown >= args.limit:
                 break
             table.add_row(
-                r.rollout_id, r.task_id, r.status.value, f"{r.attempt}/{r.max_attempts}",
-                "" if r.step is None else str(r.step), r.model_version or "", _when(r.created_at),
-                _duration(r.started_at, r.ended_at), _short(r.error or "", 40),
+                r.rollout_id,
+                r.task_id,
+                r.status.value,
+                f"{r.attempt}/{r.max_attempts}",
+                "" if r.step is None else str(r.step),
+                r.model_version or "",
+                _when(r.created_at),
+                _duration(r.started_at, r.ended_at),
+                _short(r.error or "", 40),
             )
             shown += 1
     console = _console()
@@ -219,8 +229,14 @@ def run_rollouts_show(args) -> int:
 
     history = Table("attempt", "runner", "status", "started", "duration", "error", title="attempts")
     for a in attempts:
-        history.add_row(str(a.attempt), a.runner_id or "", a.status.value, _when(a.started_at),
-                        _duration(a.started_at, a.ended_at), escape(_short(a.error or "", 60)))
+        history.add_row(
+            str(a.attempt),
+            a.runner_id or "",
+            a.status.value,
+            _when(a.started_at),
+            _duration(a.started_at, a.ended_at),
+            escape(_short(a.error or "", 60)),
+        )
     console.print(history)
 
     rewards_by_span: dict[str, list] = defaultdict(list)
@@ -257,8 +273,16 @@ def run_spans_list(args) -> int:
     with _open(args) as store:
         for s in store.query_spans(rollout_id=args.rollout, kind=args.kind):
             keys = ", ".join(sorted(s.attributes))
-            table.add_row(str(s.seq), s.span_id, s.parent_id or "", escape(s.name), s.kind, s.status,
-                          _duration(s.start_time, s.end_time), escape(_short(keys, 60)))
+            table.add_row(
+                str(s.seq),
+                s.span_id,
+                s.parent_id or "",
+                escape(s.name),
+                s.kind,
+                s.status,
+                _duration(s.start_time, s.end_time),
+                escape(_short(keys, 60)),
+            )
             shown += 1
     if not shown:
         with _open(args) as store:
@@ -267,4 +291,3 @@ def run_spans_list(args) -> int:
     console.print(table)
     console.print(f"{shown} span(s)")
     return 0
-

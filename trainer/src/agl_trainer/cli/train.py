@@ -11,8 +11,12 @@ from __future__ import annotations
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("train", help="train an agent with reinforcement learning")
-    p.add_argument("agent", nargs="?", default=None,
-                   help="the agent function, module:function or file.py:function (leave out with external runners)")
+    p.add_argument(
+        "agent",
+        nargs="?",
+        default=None,
+        help="the agent function, module:function or file.py:function (leave out with external runners)",
+    )
     p.add_argument("--config", default=None, help="trainer config file (.yaml, .json or .toml)")
     p.add_argument("--tasks", default=None, help="training tasks, JSONL (one task a line)")
     p.add_argument("--val", default=None, help="held-out tasks, JSONL")
@@ -28,8 +32,8 @@ def register(subparsers) -> None:
 
 def build_config(args):
     """The config from the file and the flags; errors name the flag or field."""
-    from agl_trainer.config import apply_overrides, load_config, parse_config
     from agl.errors import ConfigError
+    from agl_trainer.config import apply_overrides, load_config, parse_config
 
     overrides: dict = {}
     for flag, key in [("workdir", "workdir"), ("steps", "steps"), ("store", "store")]:
@@ -71,6 +75,8 @@ def run(args) -> int:
     train = load_tasks_jsonl(args.tasks, "train")
     val = load_tasks_jsonl(args.val, "val") if args.val else []
     result = Trainer(config).fit(agent, train, val)
-    print(f"agl train: {result.steps_completed} steps, model version {result.model_version}"
-          + (f", reward curve {result.reward_curve}" if result.reward_curve else ""))
+    print(
+        f"agl train: {result.steps_completed} steps, model version {result.model_version}"
+        + (f", reward curve {result.reward_curve}" if result.reward_curve else "")
+    )
     return 0

@@ -56,8 +56,13 @@ async def _read_body(receive: Callable) -> bytes:
 
 
 async def send_json(send: Callable, status: int, payload: bytes, headers: list | None = None) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": _JSON + [(b"content-length", str(len(payload)).encode())] + (headers or [])})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": _JSON + [(b"content-length", str(len(payload)).encode())] + (headers or []),
+        }
+    )
     await send({"type": "http.response.body", "body": payload})
 
 
@@ -85,22 +90,40 @@ def upstream_error(status: int, body: bytes, req: dict) -> GatewayError:
         param = detail.get("param")
         fmt = req.get("response_format") or (req.get("text") or {}).get("format")
         if fmt and any(w in message.lower() for w in ("response_format", "json_schema", "guided", "structured")):
-            return GatewayError(400, f"response_format: the engine cannot honour it: {message}",
-                                param="response_format", code="response_format_unsupported")
+            return GatewayError(
+                400,
+                f"response_format: the engine cannot honour it: {message}",
+                param="response_format",
+                code="response_format_unsupported",
+            )
         code = detail.get("code")
-        return GatewayError(400, message, param=param if isinstance(param, str) else None,
-                            code=code if isinstance(code, str) else None)
+        return GatewayError(
+            400, message, param=param if isinstance(param, str) else None, code=code if isinstance(code, str) else None
+        )
     if status == 429:
-        return GatewayError(429, f"the engine is overloaded: {message}", type="rate_limit_error",
-                            code="engine_overloaded", headers={"Retry-After": "1"})
+        return GatewayError(
+            429,
+            f"the engine is overloaded: {message}",
+            type="rate_limit_error",
+            code="engine_overloaded",
+            headers={"Retry-After": "1"},
+        )
     return GatewayError(502, f"the engine answered {status}: {message}", type="upstream_error", code="engine_error")
 
 
 class GatewayApp:
     """The ASGI callable; state lives in the parts it is given."""
 
-    def __init__(self, *, router: Router, recorder: Recorder, registry: RolloutRegistry, gate: PauseGate,
-                 token: str | None, flush: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        *,
+        router: Router,
+        recorder: Recorder,
+        registry: RolloutRegistry,
+        gate: PauseGate,
+        token: str | None,
+        flush: Callable[[], None] | None = None,
+    ):
         self.router = router
         self.recorder = recorder
         self.registry = registry
@@ -134,8 +157,9 @@ class GatewayApp:
                 await send_error(send, exc)
             else:  # a bug: answer 500 with its name rather than dropping the connection
                 log.exception("gateway: internal error")
-                await send_error(send, GatewayError(500, f"internal gateway error: {type(exc).__name__}: {exc}",
-                                                    type="server_error"))
+                await send_error(
+                    send, GatewayError(500, f"internal gateway error: {type(exc).__name__}: {exc}", type="server_error")
+                )
 
     async def _dispatch(self, scope: dict, receive: Callable, send: Callable) -> None:
         path: str = scope["path"]
@@ -145,7 +169,7 @@ class GatewayApp:
         self._check_auth(scope)
         rollout_id: str | None = None
         if path.startswith("/rollouts/"):
-            rollout_id, _, rest = path[len("/rollouts/"):].partition("/")
+            rollout_id, _, rest = path[len("/rollouts/") :].partition("/")
             if not rollout_id or not rest.startswith("v1/"):
                 raise GatewayError(404, f"no route {path}: use /rollouts/{{rollout_id}}/v1/...", code="not_found")
             endpoint = rest[3:]
@@ -155,7 +179,7 @@ class GatewayApp:
                 if name == _ROLLOUT_HEADER:
                     rollout_id = value.decode() or None
         elif path.startswith("/admin/"):
-            return await self._admin(path[len("/admin/"):], method, scope, receive, send)
+            return await self._admin(path[len("/admin/") :], method, scope, receive, send)
         else:
             raise GatewayError(404, f"no route {path}", code="not_found")
         endpoint = endpoint.rstrip("/")
@@ -178,8 +202,12 @@ class GatewayApp:
                 if hmac.compare_digest(value, self._auth):
                     return
                 break
-        raise GatewayError(401, "missing or wrong bearer token (Authorization: Bearer <token>)",
-                           type="authentication_error", code="invalid_api_key")
+        raise GatewayError(
+            401,
+            "missing or wrong bearer token (Authorization: Bearer <token>)",
+            type="authentication_error",
+            code="invalid_api_key",
+        )
 
     # -- the LLM pipeline ----------------------------------------------------------------
     async def served_model(self) -> str | None:
@@ -234,9 +262,13 @@ class GatewayApp:
             try:
                 replica, resp = await self.router.send(rollout_id, path, json.dumps(upstream).encode())
             except Saturated:
-                raise GatewayError(429, "every engine replica is at its limit of requests in flight; retry shortly",
-                                   type="rate_limit_error", code="gateway_saturated",
-                                   headers={"Retry-After": "1"}) from None
+                raise GatewayError(
+                    429,
+                    "every engine replica is at its limit of requests in flight; retry shortly",
+                    type="rate_limit_error",
+                    code="gateway_saturated",
+                    headers={"Retry-After": "1"},
+                ) from None
             except UpstreamUnavailable as exc:
                 raise GatewayError(exc.status, str(exc), type="upstream_error", code="engine_unavailable") from None
             try:
@@ -269,8 +301,9 @@ class GatewayApp:
         self.recorder.record(meta, prompt_ids, tokens, data)
         await send_json(send, 200, payload)
 
-    async def _relay_stream(self, is_chat: bool, meta: CallMeta, req: dict, resp: UpstreamResponse,
-                            model: str | None, send: Callable) -> None:
+    async def _relay_stream(
+        self, is_chat: bool, meta: CallMeta, req: dict, resp: UpstreamResponse, model: str | None, send: Callable
+    ) -> None:
         keep_ids, keep_logprobs = chat.client_wants(req, chat=is_chat)
         include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
         acc = chat.StreamAccumulator(is_chat)
@@ -286,8 +319,14 @@ class GatewayApp:
                     chunk.pop("usage", None)
                 await send({"type": "http.response.body", "body": data_event(chunk), "more_body": True})
         except ConnectionError as exc:
-            err = {"error": {"message": f"the engine dropped the stream: {exc}", "type": "upstream_error",
-                             "param": None, "code": "engine_error"}}
+            err = {
+                "error": {
+                    "message": f"the engine dropped the stream: {exc}",
+                    "type": "upstream_error",
+                    "param": None,
+                    "code": "engine_error",
+                }
+            }
             await send({"type": "http.response.body", "body": data_event(err), "more_body": False})
             log.warning("gateway: stream of %s cut short, not recorded: %s", meta.call_id, exc)
             return

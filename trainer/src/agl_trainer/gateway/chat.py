@@ -110,8 +110,15 @@ class StreamAccumulator:
     def _choice(self, index: int) -> dict[str, Any]:
         c = self.choices.get(index)
         if c is None:
-            c = self.choices[index] = {"ids": [], "logprobs": [], "has_logprobs": False, "text": [],
-                                       "tool_calls": {}, "finish_reason": None, "role": "assistant"}
+            c = self.choices[index] = {
+                "ids": [],
+                "logprobs": [],
+                "has_logprobs": False,
+                "text": [],
+                "tool_calls": {},
+                "finish_reason": None,
+                "role": "assistant",
+            }
         return c
 
     def feed(self, chunk: dict) -> None:
@@ -139,8 +146,9 @@ class StreamAccumulator:
                 if delta.get("content"):
                     c["text"].append(delta["content"])
                 for tc in delta.get("tool_calls") or []:
-                    slot = c["tool_calls"].setdefault(tc.get("index", 0), {"id": None, "type": "function",
-                                                                             "function": {"name": "", "arguments": ""}})
+                    slot = c["tool_calls"].setdefault(
+                        tc.get("index", 0), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                    )
                     if tc.get("id"):
                         slot["id"] = tc["id"]
                     fn = tc.get("function") or {}

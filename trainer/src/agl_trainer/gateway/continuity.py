@@ -46,8 +46,10 @@ class Mismatch:
         where = "the previous response" if self.in_response else "the previous prompt"
         exp = decode(self.expected) if decode else self.expected
         act = decode(self.actual) if decode else self.actual
-        return (f"prompt differs from {where} at token {self.position}: "
-                f"expected {exp!r}, got {act!r} (tokens {self.window_start}..)")
+        return (
+            f"prompt differs from {where} at token {self.position}: "
+            f"expected {exp!r}, got {act!r} (tokens {self.window_start}..)"
+        )
 
 
 @dataclass(frozen=True)
@@ -98,8 +100,9 @@ def check_continuity(calls: Sequence[LLMCall], *, window: int = 8, min_shared: f
             elif shared >= plen or (plen and shared >= min_shared * plen):
                 status = "rewritten"
                 start = max(0, shared - window)
-                mismatch = Mismatch(shared, full[start:shared + window], prompt[start:shared + window], start,
-                                    shared >= plen)
+                mismatch = Mismatch(
+                    shared, full[start : shared + window], prompt[start : shared + window], start, shared >= plen
+                )
             else:
                 previous = None
         out.append(Continuity(call.call_id, call.seq, status, previous, shared, mismatch))

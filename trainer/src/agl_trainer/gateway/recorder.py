@@ -89,8 +89,12 @@ class Recorder:
                 body = dict(response, choices=choices)
             logprobs = choice.logprobs
             if logprobs is not None and len(logprobs) != len(choice.ids):
-                log.warning("gateway: %s has %d logprobs for %d response ids; recording the ids without logprobs",
-                            call_id, len(logprobs), len(choice.ids))
+                log.warning(
+                    "gateway: %s has %d logprobs for %d response ids; recording the ids without logprobs",
+                    call_id,
+                    len(logprobs),
+                    len(choice.ids),
+                )
                 logprobs = None
             self.writer.put(
                 LLMCall(

@@ -30,11 +30,27 @@ from agl_trainer.gateway.upstream import UpstreamResponse
 
 log = logging.getLogger(__name__)
 
-_IGNORED = frozenset({
-    "model", "store", "metadata", "include", "truncation", "reasoning", "user", "service_tier",
-    "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options",
-    "context_management", "max_tool_calls", "top_logprobs", "stream_options", "background",
-})
+_IGNORED = frozenset(
+    {
+        "model",
+        "store",
+        "metadata",
+        "include",
+        "truncation",
+        "reasoning",
+        "user",
+        "service_tier",
+        "safety_identifier",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "prompt_cache_options",
+        "context_management",
+        "max_tool_calls",
+        "top_logprobs",
+        "stream_options",
+        "background",
+    }
+)
 _STATEFUL = ("previous_response_id", "conversation", "prompt")
 _PASSED = ("temperature", "top_p", "parallel_tool_calls", "stream", "seed", "stop", "user")
 
@@ -73,8 +89,11 @@ def _messages(req: dict) -> list[dict]:
         messages.append({"role": "user", "content": items})
         return messages
     if not isinstance(items, list) or not items:
-        raise invalid("input", "is required: a string or a non-empty list of input items",
-                      code="missing_required_parameter" if items is None else "invalid_value")
+        raise invalid(
+            "input",
+            "is required: a string or a non-empty list of input items",
+            code="missing_required_parameter" if items is None else "invalid_value",
+        )
     prev_assistant = False
     for i, item in enumerate(items):
         where = f"input[{i}]"
@@ -90,8 +109,11 @@ def _messages(req: dict) -> list[dict]:
             for key in ("call_id", "name", "arguments"):
                 if not isinstance(item.get(key), str):
                     raise invalid(f"{where}.{key}", "is required (a string) on a function_call item")
-            call = {"id": item["call_id"], "type": "function",
-                    "function": {"name": item["name"], "arguments": item["arguments"]}}
+            call = {
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": item["arguments"]},
+            }
             if prev_assistant:  # calls right after an assistant turn belong to it
                 messages[-1].setdefault("tool_calls", []).append(call)
             else:
@@ -103,8 +125,11 @@ def _messages(req: dict) -> list[dict]:
             content = output if isinstance(output, str) else _text_of(output, where)
             messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": content})
         else:
-            raise invalid(f"{where}.type", f"input items of type {kind!r} are not supported by the gateway "
-                          "(message, function_call and function_call_output are)")
+            raise invalid(
+                f"{where}.type",
+                f"input items of type {kind!r} are not supported by the gateway "
+                "(message, function_call and function_call_output are)",
+            )
         prev_assistant = kind == "function_call" or (kind == "message" and item.get("role") == "assistant")
     return messages
 
@@ -162,8 +187,11 @@ def to_chat_request(req: dict) -> dict:
     if req.get("background"):
         raise invalid("background", "background responses are not supported by the gateway")
     for key in req:
-        if key not in _IGNORED and key not in _PASSED and key not in (
-                "input", "instructions", "tools", "tool_choice", "max_output_tokens", "text"):
+        if (
+            key not in _IGNORED
+            and key not in _PASSED
+            and key not in ("input", "instructions", "tools", "tool_choice", "max_output_tokens", "text")
+        ):
             raise invalid(key, "unknown parameter for /v1/responses", code="unknown_parameter")
     body: dict[str, Any] = {"messages": _messages(req)}
     if isinstance(req.get("model"), str):
@@ -190,26 +218,46 @@ def to_chat_request(req: dict) -> dict:
 
 # -- answers ------------------------------------------------------------------------------
 
+
 def _usage(usage: dict | None) -> dict | None:
     if not usage:
         return None
     inp, out = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
-    return {"input_tokens": inp, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": out,
-            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": inp + out}
+    return {
+        "input_tokens": inp,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": out,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": inp + out,
+    }
 
 
 def _shell(req: dict, resp_id: str, model: str | None, created: float) -> dict:
     """A Response object with everything but its output, status and usage."""
     text = req.get("text") if isinstance(req.get("text"), dict) else {"format": {"type": "text"}}
     return {
-        "id": resp_id, "object": "response", "created_at": created, "status": "in_progress",
-        "model": model or req.get("model") or "agl-policy", "output": [], "usage": None,
-        "error": None, "incomplete_details": None, "instructions": req.get("instructions"),
-        "max_output_tokens": req.get("max_output_tokens"), "metadata": req.get("metadata") or {},
-        "parallel_tool_calls": req.get("parallel_tool_calls", True), "previous_response_id": None,
-        "reasoning": None, "store": False, "temperature": req.get("temperature"), "text": text,
-        "tool_choice": req.get("tool_choice", "auto"), "tools": req.get("tools") or [],
-        "top_p": req.get("top_p"), "truncation": req.get("truncation") or "disabled",
+        "id": resp_id,
+        "object": "response",
+        "created_at": created,
+        "status": "in_progress",
+        "model": model or req.get("model") or "agl-policy",
+        "output": [],
+        "usage": None,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": req.get("instructions"),
+        "max_output_tokens": req.get("max_output_tokens"),
+        "metadata": req.get("metadata") or {},
+        "parallel_tool_calls": req.get("parallel_tool_calls", True),
+        "previous_response_id": None,
+        "reasoning": None,
+        "store": False,
+        "temperature": req.get("temperature"),
+        "text": text,
+        "tool_choice": req.get("tool_choice", "auto"),
+        "tools": req.get("tools") or [],
+        "top_p": req.get("top_p"),
+        "truncation": req.get("truncation") or "disabled",
     }
 
 
@@ -224,14 +272,25 @@ def _finish(resp: dict, finish_reason: str | None, usage: dict | None) -> dict:
 
 
 def _message_item(text: str, item_id: str, status: str = "completed") -> dict:
-    return {"type": "message", "id": item_id, "status": status, "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+    return {
+        "type": "message",
+        "id": item_id,
+        "status": status,
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+    }
 
 
 def _call_item(call: dict, item_id: str, status: str = "completed") -> dict:
     fn = call.get("function") or {}
-    return {"type": "function_call", "id": item_id, "call_id": call.get("id") or f"call_{uuid.uuid4().hex[:24]}",
-            "name": fn.get("name", ""), "arguments": fn.get("arguments", ""), "status": status}
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call.get("id") or f"call_{uuid.uuid4().hex[:24]}",
+        "name": fn.get("name", ""),
+        "arguments": fn.get("arguments", ""),
+        "status": status,
+    }
 
 
 def from_chat_response(chat: dict, req: dict, resp_id: str, model: str | None) -> dict:
@@ -264,8 +323,10 @@ class EventStream:
         return named_event(event_type, payload)
 
     def start(self) -> list[bytes]:
-        return [self._event("response.created", response=dict(self.resp)),
-                self._event("response.in_progress", response=dict(self.resp))]
+        return [
+            self._event("response.created", response=dict(self.resp)),
+            self._event("response.in_progress", response=dict(self.resp)),
+        ]
 
     def _close_text(self) -> list[bytes]:
         if self.text_item is None:
@@ -276,10 +337,15 @@ class EventStream:
         item.update(_message_item(text, item["id"]))
         self.text_item = None
         return [
-            self._event("response.output_text.done", item_id=item["id"], output_index=idx, content_index=0,
-                        text=text, logprobs=[]),
-            self._event("response.content_part.done", item_id=item["id"], output_index=idx, content_index=0,
-                        part=part),
+            self._event(
+                "response.output_text.done",
+                item_id=item["id"],
+                output_index=idx,
+                content_index=0,
+                text=text,
+                logprobs=[],
+            ),
+            self._event("response.content_part.done", item_id=item["id"], output_index=idx, content_index=0, part=part),
             self._event("response.output_item.done", output_index=idx, item=item),
         ]
 
@@ -289,8 +355,15 @@ class EventStream:
             item = self.calls[k]
             idx = self.resp["output"].index(item)
             item["status"] = "completed"
-            out.append(self._event("response.function_call_arguments.done", item_id=item["id"], output_index=idx,
-                                   arguments=item["arguments"], name=item["name"]))
+            out.append(
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=idx,
+                    arguments=item["arguments"],
+                    name=item["name"],
+                )
+            )
             out.append(self._event("response.output_item.done", output_index=idx, item=dict(item)))
         self.open_calls = []
         return out
@@ -309,32 +382,57 @@ class EventStream:
                     self.resp["output"].append(self.text_item)
                     idx = len(self.resp["output"]) - 1
                     out.append(self._event("response.output_item.added", output_index=idx, item=dict(self.text_item)))
-                    out.append(self._event("response.content_part.added", item_id=self.text_item["id"],
-                                           output_index=idx, content_index=0,
-                                           part={"type": "output_text", "text": "", "annotations": [], "logprobs": []}))
+                    out.append(
+                        self._event(
+                            "response.content_part.added",
+                            item_id=self.text_item["id"],
+                            output_index=idx,
+                            content_index=0,
+                            part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+                        )
+                    )
                 self.text.append(delta["content"])
-                out.append(self._event("response.output_text.delta", item_id=self.text_item["id"],
-                                       output_index=self.resp["output"].index(self.text_item), content_index=0,
-                                       delta=delta["content"], logprobs=[]))
+                out.append(
+                    self._event(
+                        "response.output_text.delta",
+                        item_id=self.text_item["id"],
+                        output_index=self.resp["output"].index(self.text_item),
+                        content_index=0,
+                        delta=delta["content"],
+                        logprobs=[],
+                    )
+                )
             for tc in delta.get("tool_calls") or []:
                 k = tc.get("index", 0)
                 fn = tc.get("function") or {}
                 item = self.calls.get(k)
                 if item is None:
                     out += self._close_text()
-                    item = _call_item({"id": tc.get("id"), "function": {"name": fn.get("name") or "", "arguments": ""}},
-                                      f"fc_{uuid.uuid4().hex}", "in_progress")
+                    item = _call_item(
+                        {"id": tc.get("id"), "function": {"name": fn.get("name") or "", "arguments": ""}},
+                        f"fc_{uuid.uuid4().hex}",
+                        "in_progress",
+                    )
                     self.calls[k] = item
                     self.open_calls.append(k)
                     self.resp["output"].append(item)
-                    out.append(self._event("response.output_item.added", output_index=len(self.resp["output"]) - 1,
-                                           item=dict(item)))
+                    out.append(
+                        self._event(
+                            "response.output_item.added", output_index=len(self.resp["output"]) - 1, item=dict(item)
+                        )
+                    )
                 elif fn.get("name"):
                     item["name"] += fn["name"]
                 if fn.get("arguments"):
                     item["arguments"] += fn["arguments"]
-                    out.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
-                                           output_index=self.resp["output"].index(item), delta=fn["arguments"]))
+                    out.append(
+                        self._event(
+                            "response.function_call_arguments.delta",
+                            item_id=item["id"],
+                            output_index=self.resp["output"].index(item),
+                            delta=fn["arguments"],
+                        )
+                    )
             if choice.get("finish_reason") is not None:
                 self.finish_reason = choice["finish_reason"]
         return out
@@ -347,8 +445,9 @@ class EventStream:
         return out
 
 
-async def serve(recorder: Recorder, meta: CallMeta, req: dict, upstream: UpstreamResponse, model: str | None,
-                send: Callable) -> None:
+async def serve(
+    recorder: Recorder, meta: CallMeta, req: dict, upstream: UpstreamResponse, model: str | None, send: Callable
+) -> None:
     """Answer a Responses request from the engine's chat answer ``upstream`` (status 200), and record it."""
     if not req.get("stream"):
         chat = json.loads(await upstream.read())
@@ -362,8 +461,13 @@ async def serve(recorder: Recorder, meta: CallMeta, req: dict, upstream: Upstrea
         return
     events = EventStream(req, meta.call_id, model)
     acc = StreamAccumulator(chat=True)
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
+        }
+    )
     await send({"type": "http.response.body", "body": b"".join(events.start()), "more_body": True})
     try:
         async for chunk in iter_engine_chunks(upstream):

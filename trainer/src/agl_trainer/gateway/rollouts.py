@@ -63,8 +63,9 @@ class RolloutRegistry:
         try:
             self.store.get_rollout(rollout_id)
         except NotFound:
-            raise GatewayError(404, f"unknown rollout {rollout_id!r}", param="rollout_id",
-                               code="rollout_not_found") from None
+            raise GatewayError(
+                404, f"unknown rollout {rollout_id!r}", param="rollout_id", code="rollout_not_found"
+            ) from None
         last = -1
         for call in self.store.query_llm_calls(rollout_id=rollout_id):
             last = max(last, call.seq)

@@ -66,8 +66,9 @@ class Replica:
 class Router:
     """Picks replicas, tracks load, retries transient failures."""
 
-    def __init__(self, upstreams: list[str], *, max_in_flight: int = 512, api_key: str | None = None,
-                 max_sticky: int = 100_000):
+    def __init__(
+        self, upstreams: list[str], *, max_in_flight: int = 512, api_key: str | None = None, max_sticky: int = 100_000
+    ):
         if not upstreams:
             raise ValueError("upstreams: at least one engine URL is needed")
         self.max_in_flight = max_in_flight
@@ -94,8 +95,13 @@ class Router:
     def _candidates(self, rollout_id: str | None, tried: list[Replica]) -> Replica | None:
         now = time.monotonic()
         sticky = self._sticky.get(rollout_id) if rollout_id else None
-        if sticky is not None and sticky not in tried and sticky.in_flight < self.max_in_flight \
-                and sticky.down_until <= now and sticky in self.replicas:
+        if (
+            sticky is not None
+            and sticky not in tried
+            and sticky.in_flight < self.max_in_flight
+            and sticky.down_until <= now
+            and sticky in self.replicas
+        ):
             return sticky
         best: Replica | None = None
         for r in self.replicas:

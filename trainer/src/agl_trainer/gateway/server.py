@@ -95,11 +95,26 @@ class Gateway:
             self._loop = loop
             try:
                 self._gate = PauseGate()
-                self.app = GatewayApp(router=self.router, recorder=self.recorder, registry=self.registry,
-                                      gate=self._gate, token=self.token, flush=self.writer.flush)
-                config = uvicorn.Config(self.app, lifespan="off", access_log=False, log_level="warning",
-                                        http=_http_impl(), loop="none", proxy_headers=False, timeout_keep_alive=60,
-                                        backlog=4096, timeout_graceful_shutdown=10)
+                self.app = GatewayApp(
+                    router=self.router,
+                    recorder=self.recorder,
+                    registry=self.registry,
+                    gate=self._gate,
+                    token=self.token,
+                    flush=self.writer.flush,
+                )
+                config = uvicorn.Config(
+                    self.app,
+                    lifespan="off",
+                    access_log=False,
+                    log_level="warning",
+                    http=_http_impl(),
+                    loop="none",
+                    proxy_headers=False,
+                    timeout_keep_alive=60,
+                    backlog=4096,
+                    timeout_graceful_shutdown=10,
+                )
                 self._server = uvicorn.Server(config)
                 loop.run_until_complete(self._prime())
                 task = loop.create_task(self._server.serve(sockets=[sock]))

@@ -97,8 +97,9 @@ class UpstreamResponse:
                 body = await self._conn.reader.readexactly(self._length) if self._length else b""
             except asyncio.IncompleteReadError as exc:
                 self.aclose()
-                raise UpstreamConnectError(f"{self._pool.endpoint.url} closed the connection in the middle of its "
-                                           "answer") from exc
+                raise UpstreamConnectError(
+                    f"{self._pool.endpoint.url} closed the connection in the middle of its answer"
+                ) from exc
             self._finish()
             return body
         return b"".join([chunk async for chunk in self.iter_chunks()])
@@ -131,8 +132,9 @@ class UpstreamResponse:
                     yield data
         except asyncio.IncompleteReadError as exc:
             self.aclose()
-            raise UpstreamConnectError(f"{self._pool.endpoint.url} closed the connection in the middle of its answer") \
-                from exc
+            raise UpstreamConnectError(
+                f"{self._pool.endpoint.url} closed the connection in the middle of its answer"
+            ) from exc
         except BaseException:
             self.aclose()
             raise
@@ -160,8 +162,14 @@ class UpstreamResponse:
 class ConnectionPool:
     """Keep-alive connections to one replica."""
 
-    def __init__(self, endpoint: Endpoint, *, connect_timeout_s: float = 5.0, max_idle: int = 256,
-                 headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        connect_timeout_s: float = 5.0,
+        max_idle: int = 256,
+        headers: dict[str, str] | None = None,
+    ):
         self.endpoint = endpoint
         self.connect_timeout_s = connect_timeout_s
         self.max_idle = max_idle
@@ -187,8 +195,9 @@ class ConnectionPool:
         else:
             self._idle.append(conn)
 
-    async def request(self, method: str, path: str, body: bytes | None = None,
-                      content_type: str = "application/json") -> UpstreamResponse:
+    async def request(
+        self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json"
+    ) -> UpstreamResponse:
         """Send a request for ``base_path + path`` and read the status line and headers.
 
         A pooled connection the replica closed meanwhile is retried once on a fresh one.

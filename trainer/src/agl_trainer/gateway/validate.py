@@ -51,8 +51,11 @@ def check_sampling(req: dict) -> None:
     _int(req, "seed", lo=-(2**63))
     _bool(req, "stream")
     stop = req.get("stop")
-    if stop is not None and not isinstance(stop, str) and (
-            not isinstance(stop, list) or not all(isinstance(s, str) for s in stop)):
+    if (
+        stop is not None
+        and not isinstance(stop, str)
+        and (not isinstance(stop, list) or not all(isinstance(s, str) for s in stop))
+    ):
         raise invalid("stop", "must be a string or a list of strings")
     opts = req.get("stream_options")
     if opts is not None:
@@ -97,8 +100,9 @@ def check_tool_choice(choice: Any, tools: list | None) -> None:
         if name not in names:
             raise invalid("tool_choice", f"names function {name!r}, which is not in 'tools'")
         return
-    raise invalid("tool_choice",
-                  "must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}")
+    raise invalid(
+        "tool_choice", "must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}"
+    )
 
 
 def check_response_format(fmt: Any) -> None:
@@ -114,8 +118,11 @@ def check_chat(req: dict) -> None:
     """A ``/v1/chat/completions`` request body."""
     messages = req.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise invalid("messages", "is required: a non-empty list of messages", code="missing_required_parameter"
-                      if messages is None else "invalid_value")
+        raise invalid(
+            "messages",
+            "is required: a non-empty list of messages",
+            code="missing_required_parameter" if messages is None else "invalid_value",
+        )
     for i, msg in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(msg, dict):
@@ -156,12 +163,16 @@ def check_completion(req: dict) -> None:
     elif isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
         raise invalid("prompt", "batched prompts are not supported: send one request per prompt")
     else:
-        raise invalid("prompt", "is required: a string or a non-empty list of token ids",
-                      code="missing_required_parameter" if prompt is None else "invalid_value")
+        raise invalid(
+            "prompt",
+            "is required: a string or a non-empty list of token ids",
+            code="missing_required_parameter" if prompt is None else "invalid_value",
+        )
     check_sampling(req)
     logprobs = req.get("logprobs")
-    if logprobs is not None and (not isinstance(logprobs, int) or isinstance(logprobs, bool)
-                                 or not 0 <= logprobs <= 20):
+    if logprobs is not None and (
+        not isinstance(logprobs, int) or isinstance(logprobs, bool) or not 0 <= logprobs <= 20
+    ):
         raise invalid("logprobs", f"must be an integer between 0 and 20, got {logprobs!r}")
     _bool(req, "echo")
     if req.get("echo"):

@@ -20,8 +20,9 @@ import concurrent.futures
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -47,7 +48,7 @@ class Sequence:
     prompt_ids: list[int]
     params: SamplingParams
     forced_ids: list[int] = field(default_factory=list)
-    on_token: Callable[["Sequence"], None] | None = None
+    on_token: Callable[[Sequence], None] | None = None
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
@@ -56,7 +57,7 @@ class Sequence:
     stop_at: int | None = None
     model_version: str | None = None
     cancelled: bool = False
-    _job: "_Job | None" = None
+    _job: _Job | None = None
 
 
 @dataclass
@@ -278,7 +279,7 @@ class Batcher:
             top: list[tuple[int, float]] = []
             if row.params.top_logprobs:
                 values, ids = torch.topk(logp[b], row.params.top_logprobs)
-                top = list(zip(ids.tolist(), values.tolist()))
+                top = list(zip(ids.tolist(), values.tolist(), strict=False))
             result.append((token, float(logp[b, token]), top))
         return result
 
@@ -291,9 +292,7 @@ class Batcher:
         params = row.params
         forcing = len(row.token_ids) <= len(row.forced_ids)
         if not forcing:
-            if token in self.eos_token_ids and not params.ignore_eos:
-                row.finish_reason = "stop"
-            elif token in params.stop_token_ids:
+            if token in self.eos_token_ids and not params.ignore_eos or token in params.stop_token_ids:
                 row.finish_reason = "stop"
             elif params.stop:
                 text = self.tokenizer.decode(row.token_ids, skip_special_tokens=True)
@@ -302,7 +301,10 @@ class Batcher:
                     row.stop_at = min(hits)
                     row.finish_reason = "stop"
         if row.finish_reason is None:
-            if len(row.token_ids) >= params.max_tokens or len(row.prompt_ids) + len(row.token_ids) >= self.max_model_len:
+            if (
+                len(row.token_ids) >= params.max_tokens
+                or len(row.prompt_ids) + len(row.token_ids) >= self.max_model_len
+            ):
                 row.finish_reason = "length"
             elif row.cancelled:
                 row.finish_reason = "abort"

@@ -86,7 +86,14 @@ def _get(body: dict, name: str, kinds: tuple, default: Any = None, *, nullable: 
 
 
 def _names(kinds: tuple) -> str:
-    words = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "a list", dict: "an object"}
+    words = {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "a boolean",
+        list: "a list",
+        dict: "an object",
+    }
     return " or ".join(words.get(k, k.__name__) for k in kinds)
 
 
@@ -205,10 +212,14 @@ def parse_tools(body: dict) -> tuple[list[dict] | None, ToolChoice]:
         choice = ToolChoice("auto" if tools else "none")
     elif raw in ("none", "auto", "required"):
         choice = ToolChoice(raw)
-    elif isinstance(raw, dict) and isinstance(raw.get("function"), dict) and isinstance(raw["function"].get("name"), str):
+    elif (
+        isinstance(raw, dict) and isinstance(raw.get("function"), dict) and isinstance(raw["function"].get("name"), str)
+    ):
         choice = ToolChoice("function", raw["function"]["name"])
     else:
-        raise RequestError("tool_choice", "tool_choice must be none, auto, required or {type: function, function: {name}}")
+        raise RequestError(
+            "tool_choice", "tool_choice must be none, auto, required or {type: function, function: {name}}"
+        )
     if choice.mode in ("required", "function") and not tools:
         raise RequestError("tool_choice", f"tool_choice {choice.mode!r} needs tools")
     if choice.mode == "function" and choice.name not in {t["function"]["name"] for t in tools or []}:
@@ -249,8 +260,10 @@ def parse_completion(body: Any, vocab_size: int) -> CompletionRequest:
     prompt = body.get("prompt")
     if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(_is_id(x) for x in prompt)):
         prompts = [prompt]
-    elif isinstance(prompt, list) and prompt and all(
-        isinstance(p, str) or (isinstance(p, list) and p and all(_is_id(x) for x in p)) for p in prompt
+    elif (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(p, str) or (isinstance(p, list) and p and all(_is_id(x) for x in p)) for p in prompt)
     ):
         prompts = list(prompt)
     else:

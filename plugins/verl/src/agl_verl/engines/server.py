@@ -55,10 +55,20 @@ def create_app(replica: Replica, *, api_key: str | None = None) -> Starlette:
     async def models(request: Request) -> Response:
         if not authorized(request):
             return error(RequestError(None, "missing or wrong bearer token", 401))
-        return JSONResponse({"object": "list", "data": [{
-            "id": replica.model_name, "object": "model", "owned_by": "agl", "max_model_len": replica.max_model_len,
-            "model_version": replica.slot.get()[1],
-        }]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": replica.model_name,
+                        "object": "model",
+                        "owned_by": "agl",
+                        "max_model_len": replica.max_model_len,
+                        "model_version": replica.slot.get()[1],
+                    }
+                ],
+            }
+        )
 
     async def chat(request: Request) -> Response:
         if not authorized(request):
@@ -136,7 +146,9 @@ class ServerThread:
 
     def _main(self) -> None:
         async def serve_all() -> None:
-            await asyncio.gather(*(srv.serve(sockets=[sock]) for srv, sock in zip(self._servers, self._sockets)))
+            await asyncio.gather(
+                *(srv.serve(sockets=[sock]) for srv, sock in zip(self._servers, self._sockets, strict=False))
+            )
 
         try:
             asyncio.run(serve_all())
@@ -170,9 +182,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     engine = TransformersEngine(
-        args.model, device=args.device, replicas=args.replicas, host=args.host, port=args.port,
-        max_batch_size=args.max_batch_size, dtype=args.dtype, seed=args.seed, api_key=args.api_key,
-        max_model_len=args.max_model_len, served_model_name=args.served_model_name,
+        args.model,
+        device=args.device,
+        replicas=args.replicas,
+        host=args.host,
+        port=args.port,
+        max_batch_size=args.max_batch_size,
+        dtype=args.dtype,
+        seed=args.seed,
+        api_key=args.api_key,
+        max_model_len=args.max_model_len,
+        served_model_name=args.served_model_name,
     )
     urls = engine.start()
     print("serving " + " ".join(urls), flush=True)

@@ -16,8 +16,9 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
 from agl_verl.engines.batching import Batcher, SamplingParams, Sequence, WeightSlot
 from agl_verl.engines.protocol import ChatRequest, CompletionRequest, RequestError, Sampling
@@ -38,8 +39,9 @@ class _Prepared:
 class Replica:
     """Serves chat and completion requests for one model through one :class:`Batcher`."""
 
-    def __init__(self, slot: WeightSlot, tokenizer: Any, batcher: Batcher, *, model_name: str,
-                 max_model_len: int) -> None:
+    def __init__(
+        self, slot: WeightSlot, tokenizer: Any, batcher: Batcher, *, model_name: str, max_model_len: int
+    ) -> None:
         self.slot = slot
         self.tokenizer = tokenizer
         self.batcher = batcher
@@ -108,12 +110,19 @@ class Replica:
                 f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} for the completion).",
             )
         return SamplingParams(
-            max_tokens=max_tokens, temperature=s.temperature, top_p=s.top_p, top_logprobs=top_logprobs, seed=s.seed,
-            stop=s.stop, stop_token_ids=s.stop_token_ids, ignore_eos=s.ignore_eos,
+            max_tokens=max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_logprobs=top_logprobs,
+            seed=s.seed,
+            stop=s.stop,
+            stop_token_ids=s.stop_token_ids,
+            ignore_eos=s.ignore_eos,
         )
 
-    def _rows(self, prompt_ids: list[int], params: SamplingParams, n: int, forced: list[int],
-              attempt: int = 0) -> list[Sequence]:
+    def _rows(
+        self, prompt_ids: list[int], params: SamplingParams, n: int, forced: list[int], attempt: int = 0
+    ) -> list[Sequence]:
         rows = []
         for i in range(n):
             p = SamplingParams(**{**params.__dict__})
@@ -143,8 +152,10 @@ class Replica:
                 failed = [i for i, r in enumerate(rows) if not self._message(req, prepared, r)[1]]
                 if not failed:
                     break
-                retry = await self._generate(self._rows(prepared.prompt_ids, params, len(failed), prepared.forced_ids, attempt))
-                for i, row in zip(failed, retry):
+                retry = await self._generate(
+                    self._rows(prepared.prompt_ids, params, len(failed), prepared.forced_ids, attempt)
+                )
+                for i, row in zip(failed, retry, strict=False):
                     rows[i] = row
         choices = []
         for i, row in enumerate(rows):
@@ -180,7 +191,7 @@ class Replica:
 
     def _chat_logprobs(self, row: Sequence) -> list[dict]:
         entries = []
-        for token, logprob, top in zip(row.token_ids, row.logprobs, row.top_logprobs):
+        for token, logprob, top in zip(row.token_ids, row.logprobs, row.top_logprobs, strict=False):
             entries.append({**self._lp_entry(token, logprob), "top_logprobs": [self._lp_entry(t, v) for t, v in top]})
         return entries
 
@@ -199,8 +210,12 @@ class Replica:
         base = self._envelope("chatcmpl", "chat.completion.chunk", req.model, rows)
         holdback = max((len(s) for s in req.sampling.stop), default=1) - 1
         for i in range(len(rows)):
-            chunk = {**base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
-                                          "logprobs": None, "finish_reason": None}]}
+            chunk = {
+                **base,
+                "choices": [
+                    {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+                ],
+            }
             if req.sampling.return_token_ids:
                 chunk["prompt_token_ids"] = prepared.prompt_ids
             yield _sse(chunk)
@@ -209,9 +224,11 @@ class Replica:
             delta: dict[str, Any] = {}
             if finish is None:
                 if not prepared.tools_active:
-                    visible = _stable_text(self.tokenizer.decode(row.token_ids[: len(row.token_ids)], skip_special_tokens=True), holdback)
+                    visible = _stable_text(
+                        self.tokenizer.decode(row.token_ids[: len(row.token_ids)], skip_special_tokens=True), holdback
+                    )
                     if len(visible) > len(sent[i]) and visible.startswith(sent[i]):
-                        delta["content"] = visible[len(sent[i]):]
+                        delta["content"] = visible[len(sent[i]) :]
                         sent[i] = visible
             else:
                 message, calls = self._message(req, prepared, row)
@@ -222,14 +239,19 @@ class Replica:
                     finish = "tool_calls"
                 else:
                     text = self.text_of(row)
-                    rest = text[len(sent[i]):] if text.startswith(sent[i]) else text
+                    rest = text[len(sent[i]) :] if text.startswith(sent[i]) else text
                     if rest:
                         delta["content"] = rest
             choice: dict[str, Any] = {
                 "index": i,
                 "delta": delta,
-                "logprobs": {"content": [{**self._lp_entry(token, logprob),
-                                          "top_logprobs": [self._lp_entry(t, v) for t, v in top]}]} if req.logprobs else None,
+                "logprobs": {
+                    "content": [
+                        {**self._lp_entry(token, logprob), "top_logprobs": [self._lp_entry(t, v) for t, v in top]}
+                    ]
+                }
+                if req.logprobs
+                else None,
                 "finish_reason": finish,
             }
             if req.sampling.return_token_ids:
@@ -298,13 +320,21 @@ class Replica:
         sent = [""] * len(rows)
         first = [True] * len(rows)
         async for i, row, token, logprob, top, finish in self._stream(rows):
-            text = self.text_of(row) if finish else _stable_text(self.tokenizer.decode(row.token_ids, skip_special_tokens=True), holdback)
-            piece = text[len(sent[i]):] if text.startswith(sent[i]) else ""
+            text = (
+                self.text_of(row)
+                if finish
+                else _stable_text(self.tokenizer.decode(row.token_ids, skip_special_tokens=True), holdback)
+            )
+            piece = text[len(sent[i]) :] if text.startswith(sent[i]) else ""
             sent[i] += piece
             choice: dict[str, Any] = {"index": i, "text": piece, "finish_reason": finish, "logprobs": None}
             if req.logprobs is not None:
-                choice["logprobs"] = {"tokens": [self.token_text(token)], "token_logprobs": [logprob],
-                                      "top_logprobs": [{self.token_text(t): v for t, v in top}], "text_offset": [0]}
+                choice["logprobs"] = {
+                    "tokens": [self.token_text(token)],
+                    "token_logprobs": [logprob],
+                    "top_logprobs": [{self.token_text(t): v for t, v in top}],
+                    "text_offset": [0],
+                }
             if req.sampling.return_token_ids:
                 choice["token_ids"] = [token]
                 if first[i]:
@@ -312,8 +342,13 @@ class Replica:
             first[i] = False
             yield _sse({**base, "choices": [choice]})
         if req.sampling.include_usage:
-            yield _sse({**base, "choices": [], "usage": _usage(sum(len(ids) for ids, _ in groups),
-                                                                sum(len(r.token_ids) for r in rows))})
+            yield _sse(
+                {
+                    **base,
+                    "choices": [],
+                    "usage": _usage(sum(len(ids) for ids, _ in groups), sum(len(r.token_ids) for r in rows)),
+                }
+            )
         yield "data: [DONE]\n\n"
 
     # -- plumbing -------------------------------------------------------------------------

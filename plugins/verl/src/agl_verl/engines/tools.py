@@ -34,6 +34,7 @@ Hermes) ask for. The recorded prompt ids are always the ids of the rendered prom
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import uuid
@@ -90,7 +91,9 @@ def forced_prefix(choice: ToolChoice, tool: dict | None = None) -> str:
     if choice.mode == "required":
         return TOOL_CALL_OPEN + '\n{"name": "'
     if choice.mode == "function":
-        return TOOL_CALL_OPEN + "\n" + json.dumps({"name": choice.name})[:-1] + ', "arguments": ' + _arguments_start(tool)
+        return (
+            TOOL_CALL_OPEN + "\n" + json.dumps({"name": choice.name})[:-1] + ', "arguments": ' + _arguments_start(tool)
+        )
     return ""
 
 
@@ -114,10 +117,8 @@ def _arguments_start(tool: dict | None) -> str:
 def format_call(name: str, arguments: Any) -> str:
     """One call as the convention writes it."""
     if isinstance(arguments, str):
-        try:
+        with contextlib.suppress(ValueError):
             arguments = json.loads(arguments)
-        except ValueError:
-            pass
     body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
     return f"{TOOL_CALL_OPEN}\n{body}\n{TOOL_CALL_CLOSE}"
 
@@ -129,7 +130,9 @@ def render_messages(messages: list[dict], tools: list[dict] | None, choice: Tool
         role = message["role"]
         content = message.get("content") or ""
         if role == "assistant" and message.get("tool_calls"):
-            blocks = [format_call(c["function"]["name"], c["function"].get("arguments", {})) for c in message["tool_calls"]]
+            blocks = [
+                format_call(c["function"]["name"], c["function"].get("arguments", {})) for c in message["tool_calls"]
+            ]
             content = "\n".join(([content] if content else []) + blocks)
             out.append({"role": "assistant", "content": content})
         elif role == "tool":

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from agl.engine import Engine
 from agl.schema import ModelVersion
-
 from agl_verl.engines.batching import Batcher, WeightSlot
 from agl_verl.engines.server import ServerThread, create_app
 from agl_verl.engines.serving import Replica
@@ -95,13 +94,21 @@ class TransformersEngine(Engine):
         apps = []
         for k in range(self.replicas):
             batcher = Batcher(
-                self._slot, self.tokenizer, eos_token_ids=eos, pad_token_id=pad, max_model_len=max_len,
-                max_batch_size=self.max_batch_size, batch_wait_s=self.batch_wait_s, seed=self.seed + k,
-                device=self.device, name=f"agl-engine-batcher-{k}",
+                self._slot,
+                self.tokenizer,
+                eos_token_ids=eos,
+                pad_token_id=pad,
+                max_model_len=max_len,
+                max_batch_size=self.max_batch_size,
+                batch_wait_s=self.batch_wait_s,
+                seed=self.seed + k,
+                device=self.device,
+                name=f"agl-engine-batcher-{k}",
             )
             self._batchers.append(batcher)
-            replica = Replica(self._slot, self.tokenizer, batcher, model_name=self.served_model_name,
-                              max_model_len=max_len)
+            replica = Replica(
+                self._slot, self.tokenizer, batcher, model_name=self.served_model_name, max_model_len=max_len
+            )
             apps.append(create_app(replica, api_key=self.api_key))
         self._server = ServerThread(apps, host=self.host, port=self.port)
         self.urls = self._server.start()
@@ -121,8 +128,13 @@ class TransformersEngine(Engine):
             raise ValueError("version.path: required to load a model version")
         with self._load_lock:
             current, _ = self._slot.get()
-            model = load_weights(version.path, base_path=version.base_model or self.model_path, current=current,
-                                 dtype=self.dtype, device=self.device)
+            model = load_weights(
+                version.path,
+                base_path=version.base_model or self.model_path,
+                current=current,
+                dtype=self.dtype,
+                device=self.device,
+            )
             self._slot.set(model, version.version)
 
     @property

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import httpx
+
 from agl.engine import Engine
 from agl.schema import ModelVersion
 
@@ -92,10 +93,10 @@ class VllmEngine(Engine):
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", **self.env}
         if self.lora:
             env.setdefault("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")
-        log = open(self.log_path, "ab")
-        self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
-        log.close()
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
         self.urls = [f"http://{self.host}:{self._port}/v1"]
         try:
             self._wait_healthy()
@@ -107,14 +108,25 @@ class VllmEngine(Engine):
     def command(self) -> list[str]:
         """The command line that starts the server."""
         args = [
-            str(self.python), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(self._served_path),
-            "--served-model-name", self.served_model_name,
-            "--host", self.host, "--port", str(self._port or self.port),
-            "--dtype", self.dtype,
-            "--max-model-len", str(self.max_model_len),
-            "--logprobs-mode", "raw_logprobs",
-            "--max-logprobs", "20",
+            str(self.python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self._served_path),
+            "--served-model-name",
+            self.served_model_name,
+            "--host",
+            self.host,
+            "--port",
+            str(self._port or self.port),
+            "--dtype",
+            self.dtype,
+            "--max-model-len",
+            str(self.max_model_len),
+            "--logprobs-mode",
+            "raw_logprobs",
+            "--max-logprobs",
+            "20",
         ]
         if self.lora:
             args += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank)]
@@ -135,7 +147,8 @@ class VllmEngine(Engine):
             response = httpx.post(
                 self.urls[0].removesuffix("/v1") + "/v1/load_lora_adapter",
                 json={"lora_name": version.version, "lora_path": str(path)},
-                headers=self._headers(), timeout=300,
+                headers=self._headers(),
+                timeout=300,
             )
             if response.status_code != 200:
                 raise RuntimeError(f"vLLM refused the adapter {path}: {response.status_code} {response.text[:500]}")

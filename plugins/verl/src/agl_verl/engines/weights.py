@@ -9,8 +9,14 @@ from typing import Any
 
 import torch
 
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16}
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -38,8 +44,9 @@ def is_adapter(path: Path) -> bool:
     return path.is_dir() and (path / "adapter_config.json").is_file()
 
 
-def load_weights(path: str | os.PathLike, *, base_path: str | os.PathLike, current: Any, dtype: torch.dtype,
-                 device: str) -> Any:
+def load_weights(
+    path: str | os.PathLike, *, base_path: str | os.PathLike, current: Any, dtype: torch.dtype, device: str
+) -> Any:
     """The model to serve for weights at ``path``.
 
     - a peft adapter directory: the base model (``base_path``) with the adapter merged in;
