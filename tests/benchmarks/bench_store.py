@@ -31,16 +31,8 @@ embedded store and its baseline take turns ``--repeat`` times (3) per writer cou
 and the median run is reported, since this shared 2-CPU host's speed moves by 20-30 %
 from one second to the next.
 
-History of the embedded W1 figures (spans/s at 1 / 32 / 256 writers):
-
-- session 1, after group commits, multi-row inserts and background checkpoints:
-  16.1-18.1k / 15.9-16.3k / 12.2-16.4k (each rollout's payload built in the loop).
-- now, with ids that count up within a millisecond (the id indexes grow at their
-  end), a group's claims and finishes merged into one statement each, attempts
-  written when they end, payloads re-aimed and threads started before the clock:
-  medians of 3 in two full runs 23.6-25.1k / 18.9-23.4k / 16.4-20.8k; every single
-  run 22.7-25.4k / 18.2-25.9k / 13.6-23.4k. The sqlite3 baseline in the same runs:
-  25.6-26.0k / 21.5-22.3k / 14.9-19.6k.
+Figures from a quiet host are in the README's benchmark table, next to their
+same-run baselines.
 """
 
 from __future__ import annotations
