@@ -145,7 +145,7 @@ def test_create_agent_tool_loop_through_the_gateway(harness):
     assert tool_span.attributes["gen_ai.tool.call.result"] == "2"
 
     ts, report = build_transitions(harness.store, [rollout])
-    assert report.joined_by_id == 2 and [t.agent for t in ts] == ["model", "model"]
+    assert report.joined_by_id == 2 and [t.agent for t in ts] == ["calculator", "calculator"]
     assert all(t.token_source == "engine" for t in ts)
 
 

@@ -141,7 +141,9 @@ def test_parallel_branches_and_a_subgraph(cap):
     by_id = cap.by_id()
     llm = sorted((s for s in by_id.values() if s.kind == "llm"), key=lambda s: s.seq)
     agents = [s.attributes["gen_ai.agent.name"] for s in llm]
-    assert agents == ["research"] * 3 + ["polish", "summarize"]
+    # the call inside the subgraph belongs to the subgraph (its node in the parent graph)
+    assert agents == ["research"] * 3 + ["editor", "summarize"]
+    assert [s.attributes["agl.langgraph.node"] for s in llm] == ["research"] * 3 + ["polish", "summarize"]
     research_nodes = {s.parent_id for s in llm[:3]}
     assert len(research_nodes) == 3, "each parallel branch is its own node run"
     polish = llm[3]

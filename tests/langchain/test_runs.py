@@ -42,7 +42,11 @@ def test_create_agent_tool_loop(cap):
     call = first["gen_ai.output.messages"][0]["tool_calls"][0]
     assert call["id"] == "call-1" and call["function"]["name"] == "add"
     assert json.loads(call["function"]["arguments"]) == {"a": 2, "b": 3}
-    assert first["gen_ai.agent.name"] == "model" and first["agl.langchain.agent_name"] == "adder"
+    assert (
+        first["gen_ai.agent.name"] == "adder"
+        and first["agl.langgraph.node"] == "model"
+        and first["agl.langchain.agent_name"] == "adder"
+    )
     # the second call sees the tool's answer, in OpenAI form
     assert second["gen_ai.input.messages"][-1] == {
         "role": "tool",
@@ -57,7 +61,8 @@ def test_create_agent_tool_loop(cap):
     assert tool_span.attributes["gen_ai.tool.call.id"] == "call-1"
     assert tool_span.attributes["gen_ai.tool.call.arguments"] == {"a": 2, "b": 3}
     assert tool_span.attributes["gen_ai.tool.call.result"] == "5"
-    assert tool_span.attributes["gen_ai.agent.name"] == "tools"
+    assert tool_span.attributes["gen_ai.agent.name"] == "adder"
+    assert tool_span.attributes["agl.langgraph.node"] == "tools"
     assert llm[0].seq < tool_span.seq < llm[1].seq
 
 

@@ -41,7 +41,7 @@ REWARD_EVENT = "agl_reward"
 """The custom event name (``dispatch_custom_event``) the handler records as a reward."""
 
 AGENT_METADATA_KEY = "agl_agent"
-"""Run metadata that names the agent explicitly, overriding the LangGraph node name."""
+"""Run metadata that names the agent explicitly, overriding the name agl finds."""
 
 _HIDDEN_TAG = "langsmith:hidden"
 
@@ -49,7 +49,19 @@ _HIDDEN_TAG = "langsmith:hidden"
 class _Run:
     """What the start callback of a run keeps until its end callback."""
 
-    __slots__ = ("span_id", "parent_span", "trace_id", "ctx", "kind", "name", "start", "attrs", "prompt", "hidden")
+    __slots__ = (
+        "span_id",
+        "parent_span",
+        "trace_id",
+        "ctx",
+        "kind",
+        "name",
+        "start",
+        "attrs",
+        "prompt",
+        "hidden",
+        "graph",
+    )
 
     def __init__(
         self,
@@ -72,19 +84,61 @@ class _Run:
         self.attrs = attrs
         self.prompt: Sequence[BaseMessage] | None = None
         self.hidden = hidden
+        self.graph: str | None = None
+        """The nearest enclosing chain run outside any LangGraph node: the top-level graph."""
 
 
-def _agent_attrs(attrs: dict[str, Any], metadata: Mapping[str, Any] | None) -> None:
-    """Copy the agent name (nearest LangGraph node, or ``agl_agent``) and step into ``attrs``."""
+_DEFAULT_GRAPH_NAME = "LangGraph"
+"""The name LangGraph gives a compiled graph the user did not name."""
+
+
+def _ns_names(ns: str | None) -> list[str]:
+    """The node names along a LangGraph checkpoint namespace (``outer:<id>|inner:<id>``)."""
+    if not ns:
+        return []
+    return [part.split(":", 1)[0] for part in ns.split("|") if part]
+
+
+def agent_name(metadata: Mapping[str, Any], graph: str | None = None) -> str | None:
+    """The agent a run belongs to: the named graph or subgraph the user created.
+
+    In order: ``agl_agent`` run metadata; the subgraph the run is nested in (the
+    parent graph's node that runs it, from ``langgraph_checkpoint_ns``, which is the
+    ``name=`` of ``create_react_agent`` / ``create_agent`` in a supervisor);
+    ``create_agent(name=...)`` (``lc_agent_name``); the named top-level graph
+    (``graph``, when it is not LangGraph's default name); the LangGraph node.
+    """
+    explicit = metadata.get(AGENT_METADATA_KEY)
+    if explicit is not None:
+        return explicit
+    names = _ns_names(metadata.get("langgraph_checkpoint_ns"))
+    if len(names) >= 2:
+        return names[-2]
+    lc_agent = metadata.get("lc_agent_name")
+    if lc_agent:
+        return lc_agent
+    node = metadata.get("langgraph_node")
+    if node is None:
+        return None
+    if graph and graph != _DEFAULT_GRAPH_NAME:
+        return graph
+    return node
+
+
+def _agent_attrs(attrs: dict[str, Any], metadata: Mapping[str, Any] | None, graph: str | None = None) -> None:
+    """Copy the agent name (see :func:`agent_name`), LangGraph node and step into ``attrs``."""
     if not metadata:
         return
-    agent = metadata.get(AGENT_METADATA_KEY) or metadata.get("langgraph_node")
+    agent = agent_name(metadata, graph)
     if agent is not None:
         attrs["gen_ai.agent.name"] = agent
+    node = metadata.get("langgraph_node")
+    if node is not None:
+        attrs["agl.langgraph.node"] = node
     step = metadata.get("langgraph_step")
     if step is not None:
         attrs["agl.agent.step"] = step
-    ns = metadata.get("checkpoint_ns")
+    ns = metadata.get("langgraph_checkpoint_ns") or metadata.get("checkpoint_ns")
     if ns:
         attrs["agl.langgraph.checkpoint_ns"] = ns
     lc_agent = metadata.get("lc_agent_name")
@@ -105,8 +159,9 @@ class AglCallbackHandler(BaseCallbackHandler):
     - chat model and LLM runs become ``llm`` spans (``gen_ai.input.messages``,
       ``gen_ai.tool.definitions``, ``gen_ai.output.messages``,
       ``gen_ai.request.model``, ``gen_ai.response.id``, ``gen_ai.usage.*``),
-      carrying the nearest LangGraph node as ``gen_ai.agent.name`` and its step
-      as ``agl.agent.step``;
+      carrying the agent as ``gen_ai.agent.name`` (the named graph or subgraph
+      the user created, see :func:`agent_name`), the LangGraph node as
+      ``agl.langgraph.node`` and its step as ``agl.agent.step``;
     - tool and retriever runs become ``tool`` spans;
     - chain runs and LangGraph nodes become ``agent`` spans (runs LangGraph hides
       from tracing are skipped and their children attached to the nearest shown
@@ -172,11 +227,18 @@ class AglCallbackHandler(BaseCallbackHandler):
             trace_id = ctx.trace_id if ctx.rollout_id is not None else span_id
             parent_span = current_span_id()
         run = _Run(span_id, parent_span, trace_id, ctx, kind, name, attrs, hidden=bool(tags) and _HIDDEN_TAG in tags)
+        if parent is not None:
+            run.graph = parent.graph
         runs = self._runs
         runs[run_id] = run
         if len(runs) > self.max_open_runs:
             self._evict_oldest()
         return run
+
+    def _graph(self, parent_run_id: UUID | None) -> str | None:
+        """The top-level graph name the parent run is in (None outside any)."""
+        parent = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        return parent.graph if parent is not None else None
 
     def _evict_oldest(self) -> None:
         try:
@@ -279,7 +341,7 @@ class AglCallbackHandler(BaseCallbackHandler):
             provider = metadata.get("ls_provider")
             if provider:
                 attrs["gen_ai.provider.name"] = provider
-            _agent_attrs(attrs, metadata)
+            _agent_attrs(attrs, metadata, self._graph(parent_run_id))
         if params:
             tools = params.get("tools") or params.get("functions")
             if tools:
@@ -370,7 +432,7 @@ class AglCallbackHandler(BaseCallbackHandler):
         call_id = kwargs.get("tool_call_id")
         if call_id:
             attrs["gen_ai.tool.call.id"] = call_id
-        _agent_attrs(attrs, metadata)
+        _agent_attrs(attrs, metadata, self._graph(parent_run_id))
         self._open(run_id, parent_run_id, "tool", name, attrs, tags)
 
     @guarded
@@ -408,7 +470,7 @@ class AglCallbackHandler(BaseCallbackHandler):
             "gen_ai.tool.name": name,
             "agl.retriever.query": query,
         }
-        _agent_attrs(attrs, metadata)
+        _agent_attrs(attrs, metadata, self._graph(parent_run_id))
         self._open(run_id, parent_run_id, "tool", name, attrs, tags)
 
     @guarded
@@ -437,10 +499,14 @@ class AglCallbackHandler(BaseCallbackHandler):
         attrs: dict[str, Any] = {}
         if metadata and metadata.get("langgraph_node") == name and (tags is None or _HIDDEN_TAG not in tags):
             attrs["gen_ai.operation.name"] = "invoke_agent"
-            _agent_attrs(attrs, metadata)
+            _agent_attrs(attrs, metadata, self._graph(parent_run_id))
         if self.record_chain_io:
             attrs["agl.chain.inputs"] = to_json(inputs)
-        self._open(run_id, parent_run_id, "agent", name, attrs, tags)
+        run = self._open(run_id, parent_run_id, "agent", name, attrs, tags)
+        if not metadata or "langgraph_node" not in metadata:
+            # A run outside every LangGraph node: a top-level graph (or a chain that
+            # may invoke one); its name is the graph's ``name=``.
+            run.graph = name
 
     @guarded
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -479,7 +545,7 @@ class AglCallbackHandler(BaseCallbackHandler):
             log.warning("agl_langchain: %r event without a numeric value (%r); recorded as a custom span", name, data)
         t = time.time()
         attrs: dict[str, Any] = {"agl.event.data": to_json(data)}
-        _agent_attrs(attrs, metadata)
+        _agent_attrs(attrs, metadata, run.graph if run is not None else None)
         seq = ctx.next_seq()
         span = Span(
             span_id=new_id("event-"),
@@ -522,4 +588,4 @@ def _reward_from_event(data: Any, ctx: RolloutContext, span_id: str | None) -> R
     )
 
 
-__all__ = ["AGENT_METADATA_KEY", "REWARD_EVENT", "AglCallbackHandler"]
+__all__ = ["AGENT_METADATA_KEY", "REWARD_EVENT", "AglCallbackHandler", "agent_name"]
