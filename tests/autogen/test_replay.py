@@ -186,6 +186,9 @@ async def test_user_errors_pass_through_unchanged(recorded):
         raise AssertionError("the model client's error must reach the caller")
     (llm,) = recorded.spans("llm")
     assert llm.status == "error"
-    assert llm.attributes["error.type"] == "Boom"
+    assert llm.attributes["error.type"] == "Boom" and llm.attributes["error.message"] == "model down"
+    # a failed call keeps its agent and its request, so it still joins its gateway record
+    assert llm.attributes["gen_ai.agent.name"] == "failing"
+    assert llm.attributes["gen_ai.input.messages"][-1]["parts"] == [{"type": "text", "content": "hi"}]
     (agent_span,) = recorded.spans("agent")
     assert agent_span.status == "error"

@@ -67,9 +67,24 @@ def agent_info() -> AgentInfo | None:
         from autogen_core import MessageHandlerContext
 
         agent_id = MessageHandlerContext.agent_id()
-        return AgentInfo(agent_id.type, str(agent_id))
     except RuntimeError:  # not inside a runtime's message handler
         return None
+    return AgentInfo(runtime_agent_name(agent_id.type, agent_id.key), str(agent_id))
+
+
+def runtime_agent_name(agent_type: str, key: str) -> str:
+    """The name behind a runtime agent type, without the team's per-run suffix.
+
+    AgentChat teams register each participant and their manager as the agent type
+    ``<name>_<team id>`` with the team id (a fresh UUID per team) as key, so a
+    SelectorGroupChat's speaker-selection calls are made by
+    ``SelectorGroupChatManager_<uuid>``; the name is the part before the suffix.
+    Agent types from a plain ``autogen_core`` runtime are returned as they are.
+    """
+    suffix = f"_{key}"
+    if key and agent_type.endswith(suffix) and len(agent_type) > len(suffix):
+        return agent_type[: -len(suffix)]
+    return agent_type
 
 
 # -- model calls ---------------------------------------------------------------------
@@ -138,6 +153,7 @@ def end_call(opened: tuple[PendingCall, contextvars.Token] | None, result: Any, 
         if error is not None:
             status = "error"
             attrs["error.type"] = type(error).__name__
+            attrs["error.message"] = str(error)
         elif result is not None:
             attrs["gen_ai.output.messages"] = convert.output_messages(result)
             attrs["gen_ai.response.finish_reasons"] = [result.finish_reason]
