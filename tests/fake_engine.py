@@ -119,6 +119,10 @@ class FakeEngine:
         """Drop the connection after this many chunks of the next stream (a crash mid-answer)."""
         self.in_flight = 0
         self.max_seen_in_flight = 0
+        self.aborted = 0
+        """Requests whose client (the gateway) closed the connection before the answer was complete."""
+        self.aborted_at: list[float] = []
+        """``time.monotonic()`` of each abort."""
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -401,6 +405,35 @@ class FakeEngine:
             message = await receive()
             body += message.get("body", b"")
             more = message.get("more_body", False)
+        await self._until_disconnect(self._respond(scope, body, send), receive)
+
+    async def _until_disconnect(self, work, receive) -> None:
+        """Run ``work``; if the client closes the connection first, cancel it and count an abort
+        (what a real engine does to free the request's slot)."""
+        task = asyncio.current_task()
+        done = False
+
+        def on_message(watcher: asyncio.Future) -> None:
+            if done or watcher.cancelled() or watcher.exception() is not None:
+                return
+            if watcher.result().get("type") == "http.disconnect":
+                task.cancel()
+
+        watcher = asyncio.ensure_future(receive())
+        watcher.add_done_callback(on_message)
+        try:
+            await work
+        except asyncio.CancelledError:
+            if not watcher.done():
+                raise
+            task.uncancel()
+            self.aborted += 1
+            self.aborted_at.append(time.monotonic())
+        finally:
+            done = True
+            watcher.cancel()
+
+    async def _respond(self, scope: dict, body: bytes, send) -> None:
         status, payload, stream = await self._handle(scope, body)
         if stream is None:
             data = json.dumps(payload).encode()

@@ -149,6 +149,27 @@ def test_gateway_records_without_spans_become_transitions(store):
     assert report.gateway_only == 3
 
 
+def test_aborted_calls_are_left_out_and_counted(store):
+    r = _rollout(store)
+    aborted = LLMCall(
+        call_id="c1",
+        rollout_id="ro-1",
+        seq=1,
+        request={"model": "m", "messages": _msgs("1")},
+        response={"id": "c1", "aborted": True, "reason": "client_disconnected"},
+        prompt_ids=[],
+        response_ids=[],
+        created_at=11.0,
+        aborted=True,
+    )
+    store.add_llm_calls([_call("ro-1", "c0", 0, _msgs("0"), 10.0), aborted, _call("ro-1", "c2", 2, _msgs("2"), 12.0)])
+    store.add_rewards([_reward("ro-1", 1.0, 20.0)])
+    ts, report = build_transitions(store, [r])
+    assert [t.call_id for t in ts] == ["c0", "c2"] and [t.step for t in ts] == [0, 1]
+    assert report.aborted_calls == 1 and report.as_metrics()["aborted_calls"] == 1.0
+    assert [c.aborted for c in store.query_llm_calls(rollout_id="ro-1")] == [False, True, False]
+
+
 def test_reward_precedence_returned_then_plugin_then_emitted(store):
     r = _rollout(store, output="42", answer="42")
     store.add_llm_calls([_call("ro-1", "c1", 0, _msgs("a"), 10.0)])

@@ -16,7 +16,7 @@ MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content
 def test_chat_records_exact_ids_and_returns_a_standard_answer(client, gateway, store, rollout, engine):
     resp = client.chat.completions.create(model="gpt-4o", messages=MESSAGES, temperature=0.7)
     assert resp.choices[0].message.content == "echo: hello"
-    assert resp.id.startswith("chatcmpl-") and resp.model == "fake-policy"
+    assert resp.id.startswith("chatcmpl-") and resp.model == "gpt-4o"  # the name the client asked for
     raw = resp.model_dump()
     assert "prompt_token_ids" not in (resp.model_extra or {}) and raw["choices"][0]["logprobs"] is None
     assert "token_ids" not in raw["choices"][0]

@@ -202,6 +202,11 @@ class LLMCall(_Model):
     model_version: str | None = None
     latency_s: float | None = None
     created_at: float = Field(default_factory=now)
+    aborted: bool = Field(
+        default=False,
+        description="the client went away before the answer was complete: the engine request was cancelled, "
+        "response_ids is empty, and transitions leave the call out (counted)",
+    )
 
     _check_logprobs = field_validator("response_logprobs")(_logprobs_match_ids)
 

@@ -173,6 +173,12 @@ class TransitionBuilder:
             self._rollout(r, chunk, plugin_rewards.get(r.rollout_id, _NO_REWARDS), out)
         return out
 
+    def _drop_aborted(self, calls: list[_Call]) -> list[_Call]:
+        """``calls`` without the aborted ones (recorded with no response ids), counted in the report."""
+        kept = [c for c in calls if len(c.response_ids)]
+        self.report.aborted_calls += len(calls) - len(kept)
+        return kept
+
     def _rollout(self, rollout: Rollout, chunk: _Chunk, plugin: list[Reward], out: list[Transition]) -> None:
         """Append the transitions of one rollout to ``out``."""
         cfg, report = self.config, self.report
@@ -190,6 +196,8 @@ class TransitionBuilder:
             spans = [s for s in spans if s.time >= start]
             rewards = [w for w in rewards if w.created_at >= start]
             report.stale_records += n - len(calls) - len(spans) - len(rewards)
+        if calls:
+            calls = self._drop_aborted(calls)
 
         # The joined steps in order, as parallel lists: the gateway record (None: text-only),
         # the span (None: gateway-only), the agent and the time of each.

@@ -43,6 +43,8 @@ class BuildReport:
     gateway_only: int = 0
     filtered_out: int = 0
     stale_records: int = 0
+    aborted_calls: int = 0
+    """Gateway records of calls whose client went away (``LLMCall.aborted``: no response ids), left out."""
     plugin_errors: int = 0
     dropped_rollouts: dict[str, int] = field(default_factory=dict)
     unmatched: list[tuple[str, str]] = field(default_factory=list)

@@ -23,7 +23,7 @@ import hmac
 import json
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qs
 
 from agl_trainer.gateway import chat, responses_api, validate
@@ -187,7 +187,7 @@ class GatewayApp:
         if kind is not None:
             if method != "POST":
                 raise GatewayError(405, f"{path}: use POST", code="method_not_allowed")
-            return await self._serve(kind, rollout_id, await _read_body(receive), send)
+            return await self._serve(kind, rollout_id, await _read_body(receive), receive, send)
         if endpoint == "models":
             if rollout_id is not None:
                 await self.registry.check(rollout_id)
@@ -229,7 +229,7 @@ class GatewayApp:
             raise GatewayError(502, "no engine replica could be asked what it serves", type="upstream_error")
         return {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "agl", "created": 0}]}
 
-    async def _serve(self, kind: str, rollout_id: str | None, body: bytes, send: Callable) -> None:
+    async def _serve(self, kind: str, rollout_id: str | None, body: bytes, receive: Callable, send: Callable) -> None:
         try:
             req = json.loads(body)
         except ValueError as exc:
@@ -243,53 +243,73 @@ class GatewayApp:
             validate.check_chat(req)
         elif kind == "completions":
             validate.check_completion(req)
-        else:
-            chat_req = responses_api.to_chat_request(req)
+        chat_req = responses_api.to_chat_request(req) if kind == "responses" else None
         n = req.get("n") or 1
         seqs = [await self.registry.next_seq(rollout_id) for _ in range(n)]
         prefix = {"chat.completions": "chatcmpl-", "completions": "cmpl-", "responses": "resp_"}[kind]
         meta = CallMeta(prefix + uuid.uuid4().hex, rollout_id, seqs, kind, requested, req)
         await self.gate.enter()
         try:
-            model = await self.served_model()
-            if kind == "chat.completions":
-                upstream = chat.upstream_chat_request(req, model)
-            elif kind == "completions":
-                upstream = chat.upstream_completion_request(req, model)
-            else:
-                upstream = chat.upstream_chat_request(chat_req, model)
-            path = "/completions" if kind == "completions" else "/chat/completions"
-            try:
-                replica, resp = await self.router.send(rollout_id, path, json.dumps(upstream).encode())
-            except Saturated:
-                raise GatewayError(
-                    429,
-                    "every engine replica is at its limit of requests in flight; retry shortly",
-                    type="rate_limit_error",
-                    code="gateway_saturated",
-                    headers={"Retry-After": "1"},
-                ) from None
-            except UpstreamUnavailable as exc:
-                raise GatewayError(exc.status, str(exc), type="upstream_error", code="engine_unavailable") from None
-            try:
-                if resp.status != 200:
-                    raise upstream_error(resp.status, await resp.read(), req)
-                if not req.get("stream"):
-                    try:
-                        await resp.read()
-                    except ConnectionError as exc:
-                        raise GatewayError(502, str(exc), type="upstream_error", code="engine_error") from None
-                if kind == "responses":
-                    await responses_api.serve(self.recorder, meta, req, resp, model, send)
-                elif req.get("stream"):
-                    await self._relay_stream(kind == "chat.completions", meta, req, resp, model, send)
-                else:
-                    await self._answer(kind == "chat.completions", meta, req, await resp.read(), send)
-            finally:
-                resp.aclose()
-                Router.done(replica)
+            await _until_disconnect(
+                lambda out: self._call(kind, meta, req, chat_req, out), receive, send, self._aborted(meta)
+            )
         finally:
             self.gate.exit()
+
+    def _aborted(self, meta: CallMeta) -> Callable[[], None]:
+        def record() -> None:
+            log.info("gateway: the client of %s went away; its engine request is cancelled", meta.call_id)
+            self.recorder.record_aborted(meta)
+
+        return record
+
+    async def _send_upstream(
+        self, kind: str, meta: CallMeta, req: dict, model: str | None
+    ) -> tuple[Replica, UpstreamResponse]:
+        """The engine's request for this call, sent to a replica: ``(replica, response)``."""
+        if kind == "completions":
+            upstream = chat.upstream_completion_request(req, model)
+        else:
+            upstream = chat.upstream_chat_request(req, model)
+        path = "/completions" if kind == "completions" else "/chat/completions"
+        try:
+            return await self.router.send(meta.rollout_id, path, json.dumps(upstream).encode())
+        except Saturated:
+            raise GatewayError(
+                429,
+                "every engine replica is at its limit of requests in flight; retry shortly",
+                type="rate_limit_error",
+                code="gateway_saturated",
+                headers={"Retry-After": "1"},
+            ) from None
+        except UpstreamUnavailable as exc:
+            raise GatewayError(exc.status, str(exc), type="upstream_error", code="engine_unavailable") from None
+
+    async def _call(self, kind: str, meta: CallMeta, req: dict, chat_req: dict | None, send: Callable) -> None:
+        """Send the call to a replica and answer the client from the replica's answer.
+
+        The client sees the model name it asked for; the served one stays in the engine request.
+        """
+        model = await self.served_model()
+        shown = meta.requested_model or model
+        replica, resp = await self._send_upstream(kind, meta, chat_req if chat_req is not None else req, model)
+        try:
+            if resp.status != 200:
+                raise upstream_error(resp.status, await resp.read(), req)
+            if not req.get("stream"):
+                try:
+                    await resp.read()
+                except ConnectionError as exc:
+                    raise GatewayError(502, str(exc), type="upstream_error", code="engine_error") from None
+            if kind == "responses":
+                await responses_api.serve(self.recorder, meta, req, resp, shown, send)
+            elif req.get("stream"):
+                await self._relay_stream(kind == "chat.completions", meta, req, resp, shown, send)
+            else:
+                await self._answer(kind == "chat.completions", meta, req, await resp.read(), send)
+        finally:
+            resp.aclose()
+            Router.done(replica)
 
     async def _answer(self, is_chat: bool, meta: CallMeta, req: dict, raw: bytes, send: Callable) -> None:
         data = json.loads(raw)
@@ -297,6 +317,8 @@ class GatewayApp:
         take = chat.take_chat_tokens if is_chat else chat.take_completion_tokens
         prompt_ids, tokens = take(data, keep_ids=keep_ids, keep_logprobs=keep_logprobs)
         data["id"] = meta.call_id
+        if meta.requested_model:
+            data["model"] = meta.requested_model
         payload = json.dumps(data).encode()
         self.recorder.record(meta, prompt_ids, tokens, data)
         await send_json(send, 200, payload)
@@ -312,6 +334,8 @@ class GatewayApp:
             async for chunk in iter_engine_chunks(resp):
                 acc.feed(chunk)
                 chunk["id"] = meta.call_id
+                if model:
+                    chunk["model"] = model
                 chat.strip_chunk(chunk, keep_ids=keep_ids, keep_logprobs=keep_logprobs)
                 if not include_usage:
                     if not chunk.get("choices") and chunk.get("usage"):
@@ -398,6 +422,54 @@ class GatewayApp:
             "pending_writes": self.recorder.writer.pending(),
             "upstreams": [_replica_status(r) for r in self.router.replicas],
         }
+
+
+async def _until_disconnect(
+    work: Callable[[Callable], Awaitable[None]], receive: Callable, send: Callable, on_abort: Callable[[], None]
+) -> None:
+    """Run ``work(send)``, cancelling it if the client disconnects before the answer is complete.
+
+    A watcher waits on ``receive()`` (the body has been read, so the next message is
+    ``http.disconnect``, sent by the server when the client goes or once the answer is
+    complete). A disconnect before the last body message cancels ``work``: whatever
+    it awaits raises ``CancelledError``, which closes the engine connection (the
+    engine then frees the request's slot), and ``on_abort`` records the call.
+    """
+    task = asyncio.current_task()
+    state = _Watch()
+
+    async def tracked(message: dict) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            state.complete = True
+        await send(message)
+
+    def on_message(watcher: asyncio.Future) -> None:
+        if watcher.cancelled() or watcher.exception() is not None or state.complete:
+            return
+        if watcher.result().get("type") == "http.disconnect":
+            state.disconnected = True
+            task.cancel()
+
+    watcher = asyncio.ensure_future(receive())
+    watcher.add_done_callback(on_message)
+    try:
+        await work(tracked)
+    except asyncio.CancelledError:
+        if not state.disconnected:
+            raise
+        task.uncancel()
+        on_abort()
+    finally:
+        state.complete = True
+        watcher.cancel()
+
+
+class _Watch:
+    __slots__ = ("complete", "disconnected")
+
+    def __init__(self) -> None:
+        self.complete = False
+        self.disconnected = False
 
 
 def _replica_status(r: Replica) -> dict:

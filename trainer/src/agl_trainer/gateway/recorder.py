@@ -113,3 +113,28 @@ class Recorder:
                 )
             )
             self.recorded += 1
+
+    def record_aborted(self, meta: CallMeta, reason: str = "client_disconnected") -> None:
+        """Record a call whose client went away before its answer was complete.
+
+        The engine request has been cancelled; the record keeps the request and no
+        token ids (``aborted=True``), so transitions leave it out and count it.
+        """
+        latency = time.perf_counter() - meta.started
+        self.writer.put(
+            LLMCall(
+                call_id=meta.call_id,
+                rollout_id=meta.rollout_id,
+                seq=meta.seqs[0] if meta.seqs else 0,
+                endpoint=meta.endpoint,
+                requested_model=meta.requested_model,
+                request=meta.request,
+                response={"id": meta.call_id, "aborted": True, "reason": reason},
+                prompt_ids=[],
+                response_ids=[],
+                model_version=self.model_version,
+                latency_s=latency,
+                aborted=True,
+            )
+        )
+        self.recorded += 1

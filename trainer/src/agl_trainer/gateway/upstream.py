@@ -217,12 +217,18 @@ class ConnectionPool:
             except (ConnectionError, asyncio.IncompleteReadError):
                 conn.close()  # stale keep-alive connection: try a fresh one
                 break
+            except BaseException:  # cancelled (the client went away): the engine sees the connection close
+                conn.close()
+                raise
         conn = await self._connect()
         try:
             return await self._exchange(conn, payload)
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             conn.close()
             raise UpstreamConnectError(f"{self.endpoint.url} dropped the connection: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
 
     async def _exchange(self, conn: _Conn, payload: bytes) -> UpstreamResponse:
         conn.writer.write(payload)

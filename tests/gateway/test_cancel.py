@@ -1,0 +1,77 @@
+"""A client that goes away stops its generation: the gateway closes its engine request
+(the engine frees the slot), records the call as aborted, and transitions leave it out."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from agl.schema import RolloutStatus
+from agl.transitions import TransitionConfig, build_transitions
+from tests.gateway.conftest import TOKEN, calls_of
+
+HEADERS = {"Authorization": f"Bearer {TOKEN}"}
+LONG = [{"role": "user", "content": "x" * 400}]  # a 100-chunk answer from the fake engine
+
+
+def _wait_for_abort(engine, since: float) -> float:
+    """Seconds from ``since`` until the engine saw its request cancelled (fails after 3 s)."""
+    deadline = time.monotonic() + 3
+    while not engine.aborted_at and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.aborted == 1, "the engine request was not cancelled"
+    return engine.aborted_at[0] - since
+
+
+def _idle(gateway, engine) -> None:
+    deadline = time.monotonic() + 2
+    while (engine.in_flight or gateway.router.replicas[0].in_flight) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.in_flight == 0 and gateway.router.replicas[0].in_flight == 0
+
+
+def test_client_gone_mid_stream_cancels_the_engine_request(gateway, engine, store, rollout):
+    engine.chunk_delay_s = 0.05  # about 5 s for the whole answer
+    url = gateway.rollout_base_url(rollout) + "/chat/completions"
+    body = {"model": "m", "messages": LONG, "stream": True}
+    with httpx.Client(timeout=10) as http, http.stream("POST", url, json=body, headers=HEADERS) as resp:
+        assert resp.status_code == 200
+        lines = resp.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+    gone = time.monotonic()  # the client's connection is closed here
+    assert _wait_for_abort(engine, gone) < 1.0
+    _idle(gateway, engine)
+    [call] = calls_of(gateway, store, rollout)
+    assert call.aborted and call.response["aborted"] is True and len(call.response_ids) == 0
+    assert call.request["messages"] == LONG and call.model_version == "v1"
+
+
+@pytest.mark.parametrize("endpoint", ["chat/completions", "responses"])
+def test_client_gone_during_a_plain_request_cancels_the_engine_request(gateway, engine, store, rollout, endpoint):
+    engine.delay_s = 5.0
+    url = f"{gateway.rollout_base_url(rollout)}/{endpoint}"
+    body = {"model": "m", "messages": LONG} if endpoint == "chat/completions" else {"model": "m", "input": "hi"}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url, json=body, headers=HEADERS, timeout=httpx.Timeout(10, read=0.5))
+    gone = time.monotonic()
+    assert _wait_for_abort(engine, gone) < 1.0
+    _idle(gateway, engine)
+    [call] = calls_of(gateway, store, rollout)
+    assert call.aborted and call.endpoint == endpoint.replace("/", ".") and len(call.response_ids) == 0
+
+
+def test_transitions_leave_the_aborted_call_out_and_count_it(gateway, engine, store, rollout):
+    url = gateway.rollout_base_url(rollout) + "/chat/completions"
+    assert httpx.post(url, json={"model": "m", "messages": LONG}, headers=HEADERS, timeout=10).status_code == 200
+    engine.delay_s = 5.0
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url, json={"model": "m", "messages": LONG}, headers=HEADERS, timeout=httpx.Timeout(10, read=0.5))
+    _wait_for_abort(engine, 0.0)
+    _idle(gateway, engine)
+    assert [c.aborted for c in calls_of(gateway, store, rollout)] == [False, True]
+    store.claim("runner", limit=10)
+    finished = store.finish(rollout, RolloutStatus.SUCCEEDED)
+    transitions, report = build_transitions(store, [finished], TransitionConfig(missing_reward=1.0))
+    assert len(transitions) == 1 and report.aborted_calls == 1 and report.transitions == 1
