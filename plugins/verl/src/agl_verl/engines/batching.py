@@ -1,17 +1,24 @@
-"""Dynamic batching: many concurrent requests, one forward pass per decoding step.
+"""Continuous batching: many concurrent requests, one forward pass per decoding step.
 
 A :class:`Batcher` owns one worker thread. Requests queue up as :class:`Sequence` rows
-(a request with ``n`` choices is ``n`` rows). The worker takes what is queued (waiting
-a few milliseconds for stragglers, at most ``max_batch_size`` rows), left-pads the
-prompts, prefills them together and decodes step by step with a KV cache. Each row has
-its own sampling parameters, stop conditions and random generator; finished rows leave
-the batch (their cache rows are dropped). New weights, published through a
-:class:`WeightSlot`, are picked up only between batches, so a request never sees two
-models.
+(a request with ``n`` choices is ``n`` rows). Scheduling is per iteration, as in vLLM and
+TGI: before every decoding step the worker admits queued rows (up to ``max_batch_size``
+running), prefills them together, left-pads their KV cache to the running batch's width
+and concatenates it on the batch dimension; after the step, rows that finished or were
+cancelled leave the batch (``index_select`` on the cache), and all-padding columns on the
+left are trimmed. Each row has its own sampling parameters, stop conditions and random
+generator. New weights, published through a :class:`WeightSlot`, are picked up only when
+no row is running: once a swap is pending the worker stops admitting, drains the running
+rows on the old weights, then switches, so a request never sees two models.
 
 Logprobs are the log-softmax of the model's raw logits (fp32) at the chosen token, before
 temperature or top-p: what a training forward pass over the same ids computes, whatever
 the sampling settings were. Tokens forced by constrained decoding get the same treatment.
+
+Why not transformers' own ``init_continuous_batching`` / ``ContinuousBatchingManager``
+(checked on transformers 5.10): its logprobs are taken after the logits processors
+(temperature, top-p), it has no top-logprobs, one global random generator (no per-request
+seed) and no forced tokens, so it cannot give the ids and logprobs training needs.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers import DynamicCache
 
 
 @dataclass
@@ -85,8 +93,66 @@ class WeightSlot:
             self._model, self._version = model, version
 
 
+@dataclass
+class _Row:
+    seq: Sequence
+    generator: torch.Generator
+
+
+@dataclass
+class _Batch:
+    """The running batch: its rows, their shared KV cache, attention mask and positions."""
+
+    model: Any
+    version: str | None
+    rows: list[_Row] = field(default_factory=list)
+    cache: Any = None
+    mask: torch.Tensor | None = None
+    #: position of each row's last cached token
+    next_pos: torch.Tensor | None = None
+
+    def select(self, keep: list[int], device: torch.device) -> None:
+        """Keep only the rows at ``keep``; trim cache columns that are padding in every row."""
+        index = torch.tensor(keep, dtype=torch.long, device=device)
+        self.rows = [self.rows[b] for b in keep]
+        if not keep:
+            self.cache, self.mask, self.next_pos = None, None, None
+            return
+        self.cache.batch_select_indices(index)
+        self.mask, self.next_pos = self.mask[index], self.next_pos[index]
+        used = self.mask.any(dim=0).nonzero()
+        start = int(used[0]) if len(used) else 0
+        if start > 0:
+            self.mask = self.mask[:, start:]
+            for layer in self.cache.layers:
+                layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
+
+    def merge(self, other: _Batch) -> None:
+        """Append ``other``'s rows, left-padding the narrower cache and mask to the wider width."""
+        if not self.rows:
+            self.rows, self.cache, self.mask, self.next_pos = other.rows, other.cache, other.mask, other.next_pos
+            return
+        width = max(self.mask.shape[1], other.mask.shape[1])
+        for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
+            mine.keys = torch.cat([_left_pad(mine.keys, width, -2), _left_pad(theirs.keys, width, -2)], dim=0)
+            mine.values = torch.cat([_left_pad(mine.values, width, -2), _left_pad(theirs.values, width, -2)], dim=0)
+        self.mask = torch.cat([_left_pad(self.mask, width, 1), _left_pad(other.mask, width, 1)], dim=0)
+        self.next_pos = torch.cat([self.next_pos, other.next_pos])
+        self.rows = self.rows + other.rows
+
+
+def _left_pad(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
+    """Zeros on the left of ``dim`` up to ``width``."""
+    missing = width - tensor.shape[dim]
+    if missing <= 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = missing
+    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
+
+
 class Batcher:
-    """Runs queued sequences through the model in dynamic batches on a worker thread."""
+    """Runs queued sequences through the model with continuous batching on a worker thread."""
 
     def __init__(
         self,
@@ -115,11 +181,13 @@ class Batcher:
         self._generator = torch.Generator().manual_seed(seed)
         self._queue: queue.Queue[Sequence] = queue.Queue()
         self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-        #: counters for tests and benchmarks
+        self._pending: list[Sequence] = []
+        self._running_count = 0
+        #: counters for tests and benchmarks: prefills run, most rows seen running together
         self.batches = 0
         self.max_rows_seen = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
 
     def submit(self, rows: list[Sequence]) -> concurrent.futures.Future:
         """Queue ``rows``; the future resolves to the same list once every row finished."""
@@ -142,40 +210,154 @@ class Batcher:
             except queue.Empty:
                 break
             self._fail(row, RuntimeError("engine stopped"))
+        for row in self._pending:
+            self._fail(row, RuntimeError("engine stopped"))
+
+    @property
+    def running_rows(self) -> int:
+        """How many rows are in the running batch now."""
+        return self._running_count
 
     # -- worker ---------------------------------------------------------------------------
 
     def _run(self) -> None:
+        batch: _Batch | None = None
         while not self._closed.is_set():
-            try:
-                first = self._queue.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            rows = [first]
-            deadline = time.monotonic() + self.batch_wait_s
-            while len(rows) < self.max_batch_size:
-                timeout = deadline - time.monotonic()
-                try:
-                    rows.append(self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            live = [row for row in rows if not row.cancelled]
-            for row in rows:
-                if row.cancelled:
-                    row.finish_reason = "abort"
-                    self._row_done(row)
-            if not live:
-                continue
-            model, version = self.slot.get()
+            if batch is None or not batch.rows:
+                batch = self._fresh_batch()
+                if batch is None:
+                    continue
             try:
                 with torch.inference_mode():
-                    self._generate(model, version, live)
-            except Exception as exc:  # noqa: BLE001 - reported to every waiting request
-                for row in live:
-                    self._fail(row, exc)
-                continue
-            for row in live:
-                self._row_done(row)
+                    self._admit(batch)
+                    self._drop_cancelled(batch)
+                    if batch.rows:
+                        self._step(batch)
+            except Exception as exc:  # noqa: BLE001 - reported to every request in the batch
+                for row in batch.rows:
+                    self._fail(row.seq, exc)
+                batch.rows = []
+            self._running_count = len(batch.rows)
+        if batch is not None:
+            for row in batch.rows:
+                self._fail(row.seq, RuntimeError("engine stopped"))
+
+    def _fresh_batch(self) -> _Batch | None:
+        """Wait for a first row, then start an empty batch on the weights served now."""
+        if not self._pending:
+            try:
+                self._pending.append(self._queue.get(timeout=0.1))
+            except queue.Empty:
+                return None
+        model, version = self.slot.get()
+        return _Batch(model=model, version=version)
+
+    def _take_queued(self, room: int, wait: bool) -> list[Sequence]:
+        """Up to ``room`` queued rows; waits ``batch_wait_s`` for stragglers if ``wait``."""
+        taken = self._pending[:room]
+        del self._pending[:room]
+        deadline = time.monotonic() + (self.batch_wait_s if wait else 0.0)
+        while len(taken) < room:
+            timeout = deadline - time.monotonic()
+            try:
+                taken.append(self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait())
+            except queue.Empty:
+                break
+        return taken
+
+    def _admit(self, batch: _Batch) -> None:
+        """Prefill queued rows and merge them into the running batch (not while a swap waits)."""
+        room = self.max_batch_size - len(batch.rows)
+        if room <= 0:
+            return
+        if batch.rows:
+            model, version = self.slot.get()
+            if model is not batch.model or version != batch.version:
+                return  # drain on the old weights first
+        newcomers = []
+        for seq in self._take_queued(room, wait=not batch.rows):
+            if seq.cancelled:
+                seq.finish_reason = "abort"
+                self._row_done(seq)
+            else:
+                newcomers.append(seq)
+        if newcomers:
+            self._prefill(batch, newcomers)
+
+    def _prefill(self, batch: _Batch, seqs: list[Sequence]) -> None:
+        self.batches += 1
+        width = max(len(seq.prompt_ids) for seq in seqs)
+        input_ids = torch.full((len(seqs), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, seq in enumerate(seqs):
+            seq.model_version = batch.version
+            input_ids[i, width - len(seq.prompt_ids) :] = torch.tensor(seq.prompt_ids, dtype=torch.long)
+            mask[i, width - len(seq.prompt_ids) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        input_ids, mask, positions = input_ids.to(self.device), mask.to(self.device), positions.to(self.device)
+        cache = DynamicCache()
+        out = batch.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        rows = [_Row(seq, self._generator_for(seq)) for seq in seqs]
+        keep = self._choose_and_advance(out.logits[:, -1, :].float(), rows)
+        if not keep:
+            return
+        newcomer = _Batch(batch.model, batch.version, rows, cache, mask, positions[:, -1])
+        if len(keep) < len(rows):
+            newcomer.select(keep, self.device)
+        batch.merge(newcomer)
+        self.max_rows_seen = max(self.max_rows_seen, len(batch.rows))
+
+    def _generator_for(self, seq: Sequence) -> torch.Generator:
+        if seq.params.seed is None:
+            return self._generator
+        return torch.Generator().manual_seed(seq.params.seed)
+
+    def _drop_cancelled(self, batch: _Batch) -> None:
+        keep = []
+        for b, row in enumerate(batch.rows):
+            if row.seq.cancelled:
+                row.seq.finish_reason = "abort"
+                self._row_done(row.seq)
+            else:
+                keep.append(b)
+        if len(keep) < len(batch.rows):
+            batch.select(keep, self.device)
+
+    def _step(self, batch: _Batch) -> None:
+        """Feed every row's last token through the model once; choose and append the next."""
+        tokens = torch.tensor([row.seq.token_ids[-1] for row in batch.rows], dtype=torch.long, device=self.device)
+        batch.mask = torch.cat(
+            [batch.mask, torch.ones((len(batch.rows), 1), dtype=torch.long, device=self.device)], dim=1
+        )
+        batch.next_pos = batch.next_pos + 1
+        out = batch.model(
+            input_ids=tokens.unsqueeze(1),
+            attention_mask=batch.mask,
+            position_ids=batch.next_pos.unsqueeze(1),
+            past_key_values=batch.cache,
+            use_cache=True,
+        )
+        keep = self._choose_and_advance(out.logits[:, -1, :].float(), batch.rows)
+        if len(keep) < len(batch.rows):
+            batch.select(keep, self.device)
+
+    def _choose_and_advance(self, logits: torch.Tensor, rows: list[_Row]) -> list[int]:
+        """Pick each row's next token; return the batch indices of rows that go on."""
+        chosen = self._choose(logits, [row.seq for row in rows], [row.generator for row in rows])
+        keep = []
+        for b, row in enumerate(rows):
+            if self._advance(row.seq, chosen[b]):
+                keep.append(b)
+            else:
+                self._row_done(row.seq)
+        return keep
 
     def _row_done(self, row: Sequence) -> None:
         job = row._job
@@ -191,64 +373,6 @@ class Batcher:
         job = row._job
         if job is not None and not job.future.done():
             job.future.set_exception(exc)
-
-    def _generate(self, model: Any, version: str | None, rows: list[Sequence]) -> None:
-        self.batches += 1
-        self.max_rows_seen = max(self.max_rows_seen, len(rows))
-        width = max(len(row.prompt_ids) for row in rows)
-        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            row.model_version = version
-            input_ids[i, width - len(row.prompt_ids) :] = torch.tensor(row.prompt_ids, dtype=torch.long)
-            mask[i, width - len(row.prompt_ids) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        input_ids, mask, positions = input_ids.to(self.device), mask.to(self.device), positions.to(self.device)
-        from transformers import DynamicCache
-
-        cache = DynamicCache()
-        out = model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        logits = out.logits[:, -1, :].float()
-        next_pos = positions[:, -1]
-        active = list(range(len(rows)))  # batch row -> index into rows
-        generators = [
-            torch.Generator().manual_seed(row.params.seed) if row.params.seed is not None else self._generator
-            for row in rows
-        ]
-        while True:
-            chosen = self._choose(logits, [rows[i] for i in active], [generators[i] for i in active])
-            still: list[int] = []
-            for b, i in enumerate(active):
-                row = rows[i]
-                if self._advance(row, chosen[b]):
-                    still.append(b)
-            if not still:
-                return
-            if len(still) < len(active):
-                keep = torch.tensor(still, dtype=torch.long, device=self.device)
-                cache.batch_select_indices(keep)
-                mask, next_pos = mask[keep], next_pos[keep]
-                active = [active[b] for b in still]
-                tokens = torch.tensor([rows[i].token_ids[-1] for i in active], dtype=torch.long)
-            else:
-                tokens = torch.tensor([rows[i].token_ids[-1] for i in active], dtype=torch.long)
-            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long, device=self.device)], dim=1)
-            next_pos = next_pos + 1
-            out = model(
-                input_ids=tokens.unsqueeze(1).to(self.device),
-                attention_mask=mask,
-                position_ids=next_pos.unsqueeze(1),
-                past_key_values=cache,
-                use_cache=True,
-            )
-            logits = out.logits[:, -1, :].float()
 
     def _choose(
         self, logits: torch.Tensor, rows: list[Sequence], generators: list[torch.Generator]

@@ -4,6 +4,10 @@ Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions``,
 ``POST /v1/completions`` (plain JSON or SSE with ``"stream": true``). With an
 ``api_key`` every ``/v1`` route wants ``Authorization: Bearer <api_key>``.
 
+A client that disconnects cancels its request: the generation leaves the batch at the
+next decoding step, for plain requests (the handler polls for the disconnect while it
+waits) and for streams (the wait for the next chunk races the same poll).
+
 :class:`ServerThread` runs several apps (replicas) on one asyncio loop in one background
 thread. Standalone::
 
@@ -14,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hmac
 import json
 import os
 import socket
 import threading
 import time
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -76,8 +82,9 @@ def create_app(replica: Replica, *, api_key: str | None = None) -> Starlette:
         try:
             req = parse_chat(await read_json(request))
             if req.sampling.stream:
-                return StreamingResponse(await replica.chat_stream(req), media_type="text/event-stream")
-            return JSONResponse(await replica.chat(req))
+                stream = _until_disconnected(request, await replica.chat_stream(req))
+                return StreamingResponse(stream, media_type="text/event-stream")
+            return await _answer_unless_disconnected(request, replica.chat(req))
         except RequestError as exc:
             return error(exc)
 
@@ -87,8 +94,9 @@ def create_app(replica: Replica, *, api_key: str | None = None) -> Starlette:
         try:
             req = parse_completion(await read_json(request), replica.vocab_size)
             if req.sampling.stream:
-                return StreamingResponse(await replica.completion_stream(req), media_type="text/event-stream")
-            return JSONResponse(await replica.completion(req))
+                stream = _until_disconnected(request, await replica.completion_stream(req))
+                return StreamingResponse(stream, media_type="text/event-stream")
+            return await _answer_unless_disconnected(request, replica.completion(req))
         except RequestError as exc:
             return error(exc)
 
@@ -104,6 +112,55 @@ def create_app(replica: Replica, *, api_key: str | None = None) -> Starlette:
         ],
         exception_handlers={Exception: server_error},
     )
+
+
+#: how often a waiting handler checks whether its client went away
+DISCONNECT_POLL_S = 0.05
+
+
+async def _answer_unless_disconnected(request: Request, work: Awaitable[dict]) -> Response:
+    """The JSON answer of ``work``; cancels it (and answers 499) if the client disconnects first."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return JSONResponse(task.result())
+            if await request.is_disconnected():
+                return Response(status_code=499)
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def _until_disconnected(request: Request, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+    """Relay ``chunks``; stop (cancelling the generation) as soon as the client disconnects."""
+    iterator = aiter(chunks)
+    pending: asyncio.Future | None = None
+    try:
+        while True:
+            pending = asyncio.ensure_future(anext(iterator))
+            while not pending.done():
+                await asyncio.wait({pending}, timeout=DISCONNECT_POLL_S)
+                if not pending.done() and await request.is_disconnected():
+                    return
+            try:
+                chunk = pending.result()
+            except StopAsyncIteration:
+                return
+            pending = None
+            yield chunk
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await pending
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(RuntimeError):
+                await aclose()
 
 
 class ServerThread:
