@@ -20,6 +20,7 @@ from agents.tracing.span_data import (
 )
 
 from agl.schema import Span, now
+from agl_openai_agents._requests import Request
 
 KEPT = (GenerationSpanData, ResponseSpanData, FunctionSpanData, AgentSpanData, HandoffSpanData, GuardrailSpanData)
 """The span data types :func:`to_agl` converts; spans of other types are dropped and their children re-parented."""
@@ -119,13 +120,20 @@ def response_items(items: Any) -> list[dict[str, Any]]:
 
 
 def to_agl(
-    span: SdkSpan[Any], start: float, parent_id: str | None, agent: str | None, response_id: str | None = None
+    span: SdkSpan[Any],
+    start: float,
+    parent_id: str | None,
+    agent: str | None,
+    response_id: str | None = None,
+    request: Request | None = None,
 ) -> Span | None:
     """The agl span of an ended SDK span, or None for span types agl does not keep.
 
     ``start`` is when agl saw the span start, ``parent_id`` its nearest kept ancestor,
     ``agent`` the agent whose turn it belongs to, ``response_id`` the completion id of
-    a Chat Completions generation (which the SDK's span leaves out). The rollout id,
+    a Chat Completions generation (which the SDK's span leaves out), ``request`` what
+    a Responses API call asked for (used where the span has no input: a failed
+    call, so it still carries its prompt and joins the gateway's record). The rollout id,
     trace id and sequence number are left for the caller to fill in.
     """
     data = span.span_data
@@ -135,7 +143,8 @@ def to_agl(
     if isinstance(data, GenerationSpanData):
         kind, name = "llm", _generation(data, response_id, attrs)
     elif isinstance(data, ResponseSpanData):
-        kind, name = "llm", _response(data, attrs)
+        failed = span.error
+        kind, name = "llm", _response(data, attrs, request if failed else None, not _redacted(failed))
     elif isinstance(data, FunctionSpanData):
         kind, name = "tool", f"execute_tool {data.name}"
         attrs["gen_ai.operation.name"] = "execute_tool"
@@ -165,6 +174,9 @@ def to_agl(
     error = span.error
     if error:
         attrs["error.type"] = str(error.get("message") or "error")
+        detail = _error_detail(error)
+        if detail:
+            attrs["error.message"] = detail
     return Span(
         span_id=span.span_id,
         parent_id=parent_id,
@@ -203,7 +215,9 @@ def _generation(data: GenerationSpanData, response_id: str | None, attrs: dict[s
     return f"chat {model}" if model else "chat"
 
 
-def _response(data: ResponseSpanData, attrs: dict[str, Any]) -> str:
+def _response(
+    data: ResponseSpanData, attrs: dict[str, Any], request: Request | None = None, with_messages: bool = True
+) -> str:
     attrs["gen_ai.operation.name"] = "chat"
     attrs["agl.api"] = "responses"
     response = data.response
@@ -229,4 +243,42 @@ def _response(data: ResponseSpanData, attrs: dict[str, Any]) -> str:
             attrs["gen_ai.request.max_tokens"] = response.max_output_tokens
     if data.input is not None:
         attrs["gen_ai.input.messages"] = response_items(data.input)
+    elif request is not None:
+        model = model or _from_request(request, attrs, with_messages=with_messages)
     return f"chat {model}" if model else "chat"
+
+
+_REDACTED = "Error details are redacted."
+"""What the SDK (0.24) puts in an error span instead of the error when sensitive data is left out."""
+
+
+def _redacted(error: dict[str, Any] | None) -> bool:
+    """Whether the SDK left the error's details out (``trace_include_sensitive_data=False``)."""
+    data = error.get("data") if error else None
+    return isinstance(data, dict) and data.get("error") == _REDACTED
+
+
+def _error_detail(error: dict[str, Any] | None) -> str | None:
+    """The error's text, or None where there is none or the SDK redacted it."""
+    data = error.get("data") if error else None
+    detail = data.get("error") if isinstance(data, dict) else None
+    return str(detail) if detail and detail != _REDACTED else None
+
+
+def _from_request(request: Request, attrs: dict[str, Any], *, with_messages: bool) -> str | None:
+    """Fill a failed call's response span from its request; return the model.
+
+    The instructions lead the input messages as a system message, as in the request
+    the gateway recorded, so the span joins that record by its prompt. Messages are
+    left out where the run leaves sensitive data out of its spans.
+    """
+    if request.model and "gen_ai.request.model" not in attrs:
+        attrs["gen_ai.request.model"] = request.model
+    if not with_messages:
+        return request.model
+    messages = response_items(request.input) if request.input is not None else []
+    if request.instructions:
+        attrs.setdefault("gen_ai.system_instructions", request.instructions)
+        messages.insert(0, {"role": "system", "parts": [{"type": "text", "content": request.instructions}]})
+    attrs["gen_ai.input.messages"] = messages
+    return request.model

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 
 from agl.capture import error_guard
-from agl_openai_agents import _response_ids
+from agl_openai_agents import _requests, _response_ids
 from agl_openai_agents.processor import AglTracingProcessor
 
 ENV_VAR = "AGL_OPENAI_AGENTS_INSTRUMENT"
@@ -41,7 +41,7 @@ def uninstrument() -> None:
     """Stop capturing: agl's processor ignores everything from now on.
 
     The SDK has no call to remove one processor, so the processor stays registered
-    but idle; the response id hook is removed.
+    but idle; the response id and request hooks are removed.
     """
     global _processor
     with _lock:
@@ -49,6 +49,7 @@ def uninstrument() -> None:
             _processor.enabled = False
             _processor = None
         _response_ids.uninstall()
+        _requests.uninstall()
 
 
 def instrumented() -> bool:

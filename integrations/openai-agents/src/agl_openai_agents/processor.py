@@ -7,11 +7,11 @@ from typing import Any
 
 from agents.tracing import Span as SdkSpan
 from agents.tracing import Trace, TracingProcessor
-from agents.tracing.span_data import AgentSpanData, GenerationSpanData, TurnSpanData
+from agents.tracing.span_data import AgentSpanData, GenerationSpanData, ResponseSpanData, TurnSpanData
 
 from agl.capture import RolloutContext, capture_context, current_span_id, error_guard
 from agl.schema import now
-from agl_openai_agents import _response_ids, convert
+from agl_openai_agents import _requests, _response_ids, convert
 
 _guard = error_guard("agl_openai_agents")
 
@@ -47,6 +47,10 @@ class AglTracingProcessor(TracingProcessor):
             _response_ids.install()
         except Exception as exc:
             _guard.report("install the chat completions response id hook", exc)
+        try:
+            _requests.install()
+        except Exception as exc:
+            _guard.report("install the responses request hook", exc)
 
     # -- TracingProcessor -----------------------------------------------------------
 
@@ -89,7 +93,8 @@ class AglTracingProcessor(TracingProcessor):
                 return
             data = span.span_data
             response_id = _response_ids.pop(span.span_id) if isinstance(data, GenerationSpanData) else None
-            record = convert.to_agl(span, opened.start, opened.parent_id, opened.agent, response_id)
+            request = _requests.pop(span.span_id) if isinstance(data, ResponseSpanData) else None
+            record = convert.to_agl(span, opened.start, opened.parent_id, opened.agent, response_id, request)
             if record is None:
                 return
             ctx = opened.ctx

@@ -1,0 +1,96 @@
+"""A failed call keeps its agent and its request, so it still joins the gateway's record.
+
+The client gives up on the first call after the gateway has answered (an httpx
+response hook raising ``ReadTimeout``, as a client timeout would): the gateway has
+recorded the call, the SDK ends its span with an error and no response.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from agents import Agent, RunConfig, Runner
+from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
+from agents.models.openai_provider import OpenAIProvider
+from openai import APITimeoutError, AsyncOpenAI
+
+import agl
+from agl.transitions import TransitionConfig, build_transitions
+from tests.autogen.gateway_rig import TOKEN
+
+
+def timing_out_client(base_url: str) -> AsyncOpenAI:
+    """A real client whose first response arrives too late: the call fails after the gateway recorded it."""
+    seen: list[httpx.Response] = []
+
+    async def give_up_on_first(response: httpx.Response) -> None:
+        seen.append(response)
+        if len(seen) == 1:
+            raise httpx.ReadTimeout("gave up waiting", request=response.request)
+
+    http = httpx.AsyncClient(event_hooks={"response": [give_up_on_first]})
+    return AsyncOpenAI(base_url=base_url, api_key=TOKEN, max_retries=0, http_client=http)
+
+
+def run_config(path: str, client: AsyncOpenAI) -> tuple[Agent, RunConfig]:
+    if path == "responses":  # a model name: the SDK's default provider path
+        agent = Agent(name="triage", instructions="Route the question.", model="gpt-4o")
+        return agent, RunConfig(model_provider=OpenAIProvider(openai_client=client))
+    model = OpenAIChatCompletionsModel(model="gpt-4o", openai_client=client)
+    return Agent(name="triage", instructions="Route the question.", model=model), RunConfig()
+
+
+@pytest.mark.parametrize("path", ["responses", "chat_completions"])
+async def test_a_failed_call_keeps_its_agent_and_joins(gateway_rollout, path):
+    rig = gateway_rollout
+    agent, config = run_config(path, timing_out_client(rig.base_url))
+    with pytest.raises(APITimeoutError):
+        await Runner.run(agent, "where is my bag?", run_config=config)
+    agl.emit_reward(0.0)
+
+    (call,) = rig.calls()  # the gateway answered and recorded the call the client gave up on
+    (llm,) = rig.spans("llm")
+    attrs = llm.attributes
+    assert llm.status == "error"
+    assert "gen_ai.response.id" not in attrs
+    assert attrs["gen_ai.agent.name"] == "triage"
+    assert attrs["gen_ai.request.model"] == "gpt-4o"
+    assert attrs["gen_ai.input.messages"] == [
+        {"role": "system", "parts": [{"type": "text", "content": "Route the question."}]},
+        {"role": "user", "parts": [{"type": "text", "content": "where is my bag?"}]},
+    ]
+
+    rig.writer.flush()
+    rig.gateway.flush()
+    ts, report = rig.transitions()
+    assert report.joined_by_order == 1 and report.unmatched_spans == 0 and report.gateway_only == 0
+    (t,) = ts
+    assert t.call_id == call.call_id and t.agent == "triage" and t.token_source == "engine"
+    kept, _ = build_transitions(rig.store, [rig.store.get_rollout(rig.rollout_id)], TransitionConfig(agents=["triage"]))
+    assert [k.call_id for k in kept] == [call.call_id]
+
+
+async def test_a_failed_call_without_sensitive_data_keeps_its_agent_only(gateway_rollout):
+    rig = gateway_rollout
+    agent, config = run_config("responses", timing_out_client(rig.base_url))
+    config.trace_include_sensitive_data = False
+    with pytest.raises(APITimeoutError):
+        await Runner.run(agent, "where is my bag?", run_config=config)
+    (llm,) = rig.spans("llm")
+    attrs = llm.attributes
+    assert llm.status == "error"
+    assert attrs["gen_ai.agent.name"] == "triage" and attrs["gen_ai.request.model"] == "gpt-4o"
+    # the run keeps messages out of its spans, and so does agl
+    assert "gen_ai.input.messages" not in attrs and "gen_ai.system_instructions" not in attrs
+    assert "error.message" not in attrs
+
+
+async def test_a_successful_call_without_sensitive_data_records_no_messages(gateway_rollout):
+    rig = gateway_rollout
+    client = AsyncOpenAI(base_url=rig.base_url, api_key=TOKEN, max_retries=0)
+    agent, config = run_config("responses", client)
+    config.trace_include_sensitive_data = False
+    result = await Runner.run(agent, "hello", run_config=config)
+    assert result.final_output == "echo: hello"
+    (llm,) = rig.spans("llm")
+    assert llm.status == "ok" and "gen_ai.input.messages" not in llm.attributes
