@@ -298,6 +298,9 @@ def test_agents_reach_the_gateway_and_calls_become_transitions(sqlite_store):
     assert {t.rollout_id for t in ts} == {"ro0", "ro1", "ro2"}
 
 
+RUN_TOKEN = "run-token-0123456789abcdefg"
+
+
 def _write_script(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "their_agent.py"
     path.write_text(textwrap.dedent(body))
@@ -329,7 +332,7 @@ def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
     )
     store = SqliteStore(db)
     try:
-        with FakeEngine() as engine, Gateway(store, [engine.url], token="tok", model_version="v7") as gw:
+        with FakeEngine() as engine, Gateway(store, [engine.url], token=RUN_TOKEN, model_version="v7") as gw:
             env = dict(os.environ, PYTHONPATH=str(REPO / "core" / "src"))
             ok = subprocess.run(
                 [
@@ -340,7 +343,7 @@ def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
                     "--gateway",
                     gw.url,
                     "--gateway-token",
-                    "tok",
+                    RUN_TOKEN,
                     "--input",
                     '{"question": "hi"}',
                     "--",
@@ -355,10 +358,16 @@ def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
                 timeout=60,
             )
             assert ok.returncode == 0, ok.stderr
+            # it says what it hands the child: the route, the variables, the token shortened
+            assert f"OPENAI_BASE_URL=OPENAI_API_BASE={gw.url}/rollouts/" in ok.stderr
+            assert (
+                f"OPENAI_API_KEY=the gateway token from --gateway-token: run-... ({len(RUN_TOKEN)} chars)" in ok.stderr
+            )
+            assert f"AGL_STORE_URL={url}" in ok.stderr and RUN_TOKEN not in ok.stderr
             seen = json.loads((tmp_path / "ok.json").read_text())
             rid = seen["AGL_ROLLOUT_ID"]
             assert seen["OPENAI_BASE_URL"] == seen["OPENAI_API_BASE"] == f"{gw.url}/rollouts/{rid}/v1"
-            assert seen["OPENAI_API_KEY"] == "tok" and seen["AGL_STORE_URL"] == url
+            assert seen["OPENAI_API_KEY"] == RUN_TOKEN and seen["AGL_STORE_URL"] == url
             assert json.loads(seen["AGL_TASK_INPUT"]) == {"question": "hi"}
             assert seen["reply"].startswith("echo: hello")
             gw.flush()
@@ -378,7 +387,7 @@ def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
                     "--gateway",
                     gw.url,
                     "--gateway-token",
-                    "tok",
+                    RUN_TOKEN,
                     "--",
                     sys.executable,
                     "-c",
@@ -394,6 +403,92 @@ def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
             assert len(failed) == 1 and "exited with code 3" in failed[0].error and "it broke" in failed[0].error
     finally:
         store.close()
+
+
+def _agl_env(**extra: str) -> dict[str, str]:
+    """The caller's environment without agl's variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGL_")}
+    return env | {"PYTHONPATH": str(REPO / "core" / "src")} | extra
+
+
+def test_agl_run_and_the_gateway_read_the_same_token_variable(tmp_path):
+    """Only AGL_GATEWAY_URL and AGL_GATEWAY_TOKEN set, as in the README: the child's call is not a 401."""
+    from agl.store.sqlite import SqliteStore
+    from agl_trainer.gateway import Gateway
+
+    db = tmp_path / "agl.db"
+    script = _write_script(
+        tmp_path,
+        """
+        from openai import OpenAI
+        reply = OpenAI().chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        print(reply.choices[0].message.content)
+    """,
+    )
+    store = SqliteStore(db)
+    try:
+        with FakeEngine() as engine, Gateway(store, [engine.url], token=RUN_TOKEN) as gw:
+            env = _agl_env(AGL_GATEWAY_URL=gw.url, AGL_GATEWAY_TOKEN=RUN_TOKEN)
+            proc = subprocess.run(
+                [*AGL, "run", "--store", f"sqlite:///{db}", "--", sys.executable, str(script)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert proc.returncode == 0, proc.stderr
+            assert proc.stdout.startswith("echo: hi")
+            assert "OPENAI_API_KEY=the gateway token from $AGL_GATEWAY_TOKEN" in proc.stderr
+            assert RUN_TOKEN not in proc.stderr
+            gw.flush()
+            (rollout,) = store.query_rollouts(status=RolloutStatus.SUCCEEDED)
+            assert len(list(store.query_llm_calls(rollout_id=rollout.rollout_id))) == 1
+    finally:
+        store.close()
+
+
+def test_agl_run_with_a_gateway_and_no_token_says_which_flag(tmp_path):
+    proc = subprocess.run(
+        [*AGL, "run", "--store", f"sqlite:///{tmp_path}/a.db", "--gateway", "http://127.0.0.1:9", "--", "true"],
+        env=_agl_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "agl: error: --gateway-token: not set" in proc.stderr
+    assert "$AGL_GATEWAY_TOKEN" in proc.stderr
+    assert not (tmp_path / "a.db").exists()  # refused before any rollout was claimed
+
+
+def test_agl_run_without_a_gateway_leaves_the_callers_openai_variables(tmp_path):
+    out = tmp_path / "seen.json"
+    keys = ("OPENAI_API_KEY", "OPENAI_BASE_URL")
+    code = f"import json, os; json.dump({{k: os.environ.get(k) for k in {keys!r}}}, open({str(out)!r}, 'w'))"
+    proc = subprocess.run(
+        [*AGL, "run", "--store", f"sqlite:///{tmp_path}/a.db", "--", sys.executable, "-c", code],
+        env=_agl_env(OPENAI_API_KEY="users-own-key") | {"OPENAI_BASE_URL": "https://example.invalid/v1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text()) == {
+        "OPENAI_API_KEY": "users-own-key",
+        "OPENAI_BASE_URL": "https://example.invalid/v1",
+    }
+    assert "no gateway (--gateway or $AGL_GATEWAY_URL): OPENAI_* left as they are" in proc.stderr
+    assert "users-own-key" not in proc.stderr
+
+
+def test_agl_run_hides_secrets_it_prints():
+    from agl_trainer.cli.run import hide_password, shorten_secret
+
+    assert hide_password("postgresql://agl:s3cret@db.example:5432/agl") == "postgresql://agl:***@db.example:5432/agl"
+    assert hide_password("postgresql://agl:s3cret@[::1]/agl") == "postgresql://agl:***@[::1]/agl"
+    assert hide_password("sqlite:////tmp/agl.db") == "sqlite:////tmp/agl.db"
+    assert shorten_secret("abcdefghijklmnopqrstuvwxyz") == "abcd... (26 chars)"
+    assert shorten_secret("short") == "*** (5 chars)"
 
 
 def test_agl_runner_process_runs_an_agent_module(tmp_path, sqlite_store):

@@ -1,7 +1,9 @@
-"""``agl gateway serve`` as a process: serves, records, stops on SIGTERM with a summary."""
+"""``agl gateway serve`` as a process: serves, records, stops on SIGTERM with a summary; its token and
+the engine's key come from the variables ``agl run`` and ``agl engine serve`` read."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -11,6 +13,7 @@ import httpx
 
 from agl.store.sqlite import SqliteStore
 from tests.conftest import free_port
+from tests.fake_engine import FakeEngine
 
 AGL = str(Path(sys.executable).parent / "agl")
 
@@ -83,3 +86,75 @@ def test_bad_arguments_are_named(tmp_path):
         timeout=20,
     )
     assert out.returncode == 2 and "--max-in-flight" in out.stderr
+
+
+def _serve(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, list[str]]:
+    """Start `agl gateway serve` and read its lines up to the one `agl run` copies from."""
+    proc = subprocess.Popen(
+        [AGL, "gateway", "serve", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    lines = []
+    while not lines or "for agl run" not in lines[-1]:
+        line = proc.stdout.readline()
+        assert line, f"the gateway exited: {''.join(lines)}"
+        lines.append(line)
+    return proc, lines
+
+
+def _stop(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0, out
+    return out
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGL_")}
+    return env | extra
+
+
+def test_token_and_engine_key_come_from_the_variables_agl_run_and_agl_engine_read(tmp_path):
+    port = free_port()
+    with FakeEngine(api_key="engine-key") as engine:
+        env = _clean_env(AGL_GATEWAY_TOKEN="from-env-token", AGL_ENGINE_API_KEY="engine-key")
+        proc, lines = _serve(
+            ["--store", f"sqlite:///{tmp_path}/a.db", "--upstream", engine.url, "--port", str(port)], env
+        )
+        try:
+            text = "".join(lines)
+            assert "token from $AGL_GATEWAY_TOKEN" in text and "from-env-token" not in text
+            assert f"export AGL_GATEWAY_URL=http://127.0.0.1:{port} AGL_GATEWAY_TOKEN=<the same token>" in text
+            url = f"http://127.0.0.1:{port}/v1/chat/completions"
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            ok = httpx.post(url, headers={"Authorization": "Bearer from-env-token"}, json=body, timeout=10)
+            assert ok.status_code == 200, ok.text  # the engine took AGL_ENGINE_API_KEY as the upstream key
+            assert httpx.post(url, headers={"Authorization": "Bearer agl"}, json=body, timeout=10).status_code == 401
+        finally:
+            out = _stop(proc)
+    assert "stopped after recording 1 calls" in out
+
+
+def test_without_a_token_a_random_one_is_printed_with_the_line_for_agl_run(tmp_path, engine):
+    port = free_port()
+    env = _clean_env()
+    proc, lines = _serve(["--store", f"sqlite:///{tmp_path}/a.db", "--upstream", engine.url, "--port", str(port)], env)
+    try:
+        (token_line,) = [line for line in lines if "agl gateway: token " in line]
+        token = token_line.split()[3]
+        assert len(token) >= 24 and token != "agl"
+        assert f"export AGL_GATEWAY_URL=http://127.0.0.1:{port} AGL_GATEWAY_TOKEN={token}\n" in lines[-1]
+        models = f"http://127.0.0.1:{port}/v1/models"
+        assert httpx.get(models, headers={"Authorization": f"Bearer {token}"}, timeout=10).status_code == 200
+        assert httpx.get(models, headers={"Authorization": "Bearer agl"}, timeout=10).status_code == 401
+    finally:
+        _stop(proc)
+
+
+def test_an_empty_token_is_refused(tmp_path):
+    out = subprocess.run(
+        [AGL, "gateway", "serve", "--upstream", "http://127.0.0.1:1/v1", "--token", " "],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert out.returncode == 2 and "--token: must not be empty" in out.stderr

@@ -11,7 +11,7 @@ import pytest
 from agl.errors import ConfigError
 from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task
 from agl.transitions import TransitionConfig
-from agl_trainer.export import COLUMNS, export_transitions
+from agl_trainer.export import COLUMNS, drop_notes, export_transitions
 
 AGL = [sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))"]
 
@@ -144,3 +144,37 @@ def test_the_command(filled, tmp_path):
         timeout=60,
     )
     assert bad.returncode == 2 and "--format: cannot tell the format" in bad.stderr
+
+
+def test_drop_notes_say_how_many_why_and_which_flag_keeps_them(filled, tmp_path):
+    _, report = export_transitions(filled, tmp_path / "out.jsonl")
+    assert drop_notes(report) == [
+        "left out 1 rollout (no_reward): succeeded but nobody rewarded them (no agl.emit_reward, "
+        "no agl_reward plugin); --missing-reward 0 keeps them with reward 0"
+    ]
+    _, kept = export_transitions(filled, tmp_path / "all.jsonl", config=TransitionConfig(missing_reward=0.0))
+    assert drop_notes(kept) == []
+
+
+def test_the_command_says_what_it_left_out_and_the_flag_keeps_them(filled, tmp_path):
+    store = ["--store", f"sqlite:///{filled.path}"]
+    dropped = subprocess.run(
+        [*AGL, "export", "transitions", *store, "-o", str(tmp_path / "a.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert dropped.returncode == 0, dropped.stderr
+    assert "agl export: 3 transitions from 3 rollouts" in dropped.stderr
+    assert "agl export: left out 1 rollout (no_reward)" in dropped.stderr
+    assert "--missing-reward 0 keeps them" in dropped.stderr
+    kept = subprocess.run(
+        [*AGL, "export", "transitions", *store, "--missing-reward", "0", "-o", str(tmp_path / "b.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert kept.returncode == 0, kept.stderr
+    assert "agl export: 4 transitions from 3 rollouts" in kept.stderr and "left out" not in kept.stderr
+    rows = [json.loads(line) for line in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert {r["rollout_id"]: r["reward"] for r in rows if r["rollout_id"] == "r2"} == {"r2": 0.0}

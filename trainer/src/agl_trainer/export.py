@@ -9,6 +9,12 @@ text-only transitions), ``prompt_messages`` (JSON) and ``response_text``.
 
 Rows stream out one chunk of rollouts at a time; ``pyarrow`` is imported only for
 Parquet.
+
+A succeeded rollout that nobody rewarded (no ``agl.emit_reward``, no ``agl_reward``
+plugin: every ``agl run`` capture of an unmodified program) is left out unless
+``TransitionConfig.missing_reward`` gives it a reward: a made-up reward would enter
+offline RL data looking like a real one. :func:`drop_notes` says how many were left out
+and which flag keeps them (``agl export transitions --missing-reward 0``).
 """
 
 from __future__ import annotations
@@ -63,6 +69,27 @@ def transition_row(t: Transition, rollout_step: int | None) -> dict[str, Any]:
         "prompt_messages": t.prompt_messages,
         "response_text": t.response_text,
     }
+
+
+#: Why a build leaves a rollout out (``BuildReport.dropped_rollouts`` keys), for people.
+DROP_REASONS = {
+    "no_reward": (
+        "succeeded but nobody rewarded them (no agl.emit_reward, no agl_reward plugin); "
+        "--missing-reward 0 keeps them with reward 0"
+    ),
+    "no_calls": "no LLM call of theirs was recorded (by the gateway or a span)",
+    "cancelled": "they were cancelled",
+    "not_ended": "they have not ended",
+}
+
+
+def drop_notes(report: BuildReport) -> list[str]:
+    """One line per reason rollouts were left out: how many, why, and the flag that keeps them where one does."""
+    notes = []
+    for reason, n in sorted(report.dropped_rollouts.items()):
+        why = DROP_REASONS.get(reason, f"they {reason.replace('_', ' ')} and have no reward of their own")
+        notes.append(f"left out {n} rollout{'s' if n != 1 else ''} ({reason}): {why}")
+    return notes
 
 
 def format_for(path: str | Path, format: str | None) -> Format:
@@ -179,4 +206,4 @@ def _write_parquet(rows: Iterator[dict], path: Path, batch_rows: int) -> int:
     return n
 
 
-__all__ = ["COLUMNS", "export_transitions", "format_for", "transition_row"]
+__all__ = ["COLUMNS", "DROP_REASONS", "drop_notes", "export_transitions", "format_for", "transition_row"]

@@ -40,3 +40,11 @@ def agl_backend(name: str, config: dict):
 @agl.hookimpl
 def agl_list_components() -> dict[str, list[str]]:
     return {"engines": sorted(ENGINES), "backends": sorted(BACKENDS)}
+
+
+@agl.hookimpl
+def agl_register_commands(subparsers) -> None:
+    """``agl engine serve`` and ``agl engine model-path`` (see :mod:`agl_verl.cli`)."""
+    from agl_verl.cli import register
+
+    register(subparsers)

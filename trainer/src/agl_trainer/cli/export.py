@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 
@@ -19,17 +20,19 @@ def register(subparsers) -> None:
         "--missing-reward",
         type=float,
         default=None,
-        help="reward for rollouts nobody rewarded (default: leave them out, counted)",
+        help="reward for succeeded rollouts nobody rewarded, e.g. 0 for agl run captures "
+        "(default: leave them out, counted on stderr)",
     )
     t.add_argument("--no-text-only", action="store_true", help="leave out text-only transitions")
     t.add_argument("-o", "--output", required=True, help="the file to write")
     t.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """``agl export transitions``: write the file, then say on stderr what was left out and why."""
     from agl.store import open_store
     from agl.transitions import TransitionConfig
-    from agl_trainer.export import export_transitions, format_for
+    from agl_trainer.export import drop_notes, export_transitions, format_for
 
     fmt = format_for(args.output, args.format)
     config = TransitionConfig(
@@ -40,11 +43,11 @@ def run(args) -> int:
         n, report = export_transitions(store, args.output, step=args.step, mode=args.mode, format=fmt, config=config)
     finally:
         store.close()
-    dropped = ", ".join(f"{v} {k}" for k, v in sorted(report.dropped_rollouts.items()))
     print(
         f"agl export: {n} transitions from {report.rollouts} rollouts to {args.output} ({fmt})"
-        + (f"; rollouts left out: {dropped}" if dropped else "")
         + (f"; {report.unmatched_spans} unmatched spans" if report.unmatched_spans else ""),
         file=sys.stderr,
     )
+    for note in drop_notes(report):
+        print(f"agl export: {note}", file=sys.stderr)
     return 0

@@ -1,11 +1,21 @@
-"""``agl gateway serve``: run the model gateway in front of engine replicas."""
+"""``agl gateway serve``: run the model gateway in front of engine replicas.
+
+The gateway binds 127.0.0.1 and always wants a bearer token: ``--token``, else
+``$AGL_GATEWAY_TOKEN`` (the variable ``agl run`` and ``agl runner`` read too), else a
+random one, printed with the ``export`` line that hands it to ``agl run``. The engines'
+key is ``--upstream-api-key``, else ``$AGL_UPSTREAM_API_KEY``, else
+``$AGL_ENGINE_API_KEY`` (the variable ``agl engine serve`` reads).
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
 import secrets
 import signal
 import threading
+
+from agl_trainer.cli.run import TOKEN_ENV  # one variable for the gateway, agl run and agl runner
 
 
 def register(subparsers) -> None:
@@ -24,20 +34,32 @@ def register(subparsers) -> None:
     s.add_argument("--port", type=int, default=8088)
     s.add_argument(
         "--token",
-        default=os.environ.get("AGL_GATEWAY_TOKEN"),
-        help="bearer token clients must send (default: $AGL_GATEWAY_TOKEN, else a random one, printed)",
+        default=os.environ.get(TOKEN_ENV) or None,
+        help=f"bearer token clients must send (default: ${TOKEN_ENV}, else a random one, printed)",
     )
     s.add_argument("--max-in-flight", type=int, default=512, help="requests in flight per replica before 429")
     s.add_argument(
         "--upstream-api-key",
-        default=os.environ.get("AGL_UPSTREAM_API_KEY"),
-        help="bearer token the engines expect, if any",
+        default=os.environ.get("AGL_UPSTREAM_API_KEY") or os.environ.get("AGL_ENGINE_API_KEY"),
+        help="bearer token the engines expect (default: $AGL_UPSTREAM_API_KEY, else $AGL_ENGINE_API_KEY)",
     )
     s.add_argument("--model-version", default=None, help="model version recorded on calls until changed")
     s.set_defaults(func=serve)
 
 
-def serve(args) -> int:
+def announce_token(args: argparse.Namespace, url: str, token: str) -> None:
+    """Say where the token came from, and how ``agl run`` gets the URL and token (the token only if made up)."""
+    if args.token:
+        source = f"${TOKEN_ENV}" if args.token == os.environ.get(TOKEN_ENV) else "--token"
+        print(f"agl gateway: token from {source}", flush=True)
+        print(f"agl gateway: for agl run: export AGL_GATEWAY_URL={url} {TOKEN_ENV}=<the same token>", flush=True)
+    else:
+        print(f"agl gateway: token {token} (random: neither --token nor ${TOKEN_ENV} was given)", flush=True)
+        print(f"agl gateway: for agl run: export AGL_GATEWAY_URL={url} {TOKEN_ENV}={token}", flush=True)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """``agl gateway serve``: serve until SIGINT or SIGTERM, then print how many calls were recorded."""
     from agl.errors import ConfigError
     from agl.store import open_store
     from agl_trainer.gateway import Gateway
@@ -46,6 +68,8 @@ def serve(args) -> int:
         raise ConfigError("--max-in-flight: must be at least 1")
     if not 0 <= args.port < 65536:
         raise ConfigError(f"--port: {args.port} is not a TCP port")
+    if args.token is not None and not args.token.strip():
+        raise ConfigError("--token: must not be empty")
     token = args.token or secrets.token_urlsafe(24)
     store = open_store(args.store)
     try:
@@ -67,8 +91,7 @@ def serve(args) -> int:
     gw.start()
     print(f"agl gateway: serving {gw.base_url} (rollouts: {gw.url}/rollouts/<rollout_id>/v1)", flush=True)
     print(f"agl gateway: upstreams {', '.join(args.upstream)}", flush=True)
-    if not args.token:
-        print(f"agl gateway: token {token}", flush=True)
+    announce_token(args, gw.url, token)
     try:
         stop.wait()
     finally:

@@ -8,16 +8,22 @@ Which rollout:
   (input from ``--input``, default ``{"argv": [...]}``) and a rollout for it are
   created and claimed.
 
-The child gets ``OPENAI_BASE_URL`` and ``OPENAI_API_BASE`` (this rollout's gateway
-route), ``OPENAI_API_KEY`` (the gateway token), ``AGL_ROLLOUT_ID``,
-``AGL_STORE_URL`` and ``AGL_TASK_INPUT`` (the task's input as JSON), on top of
-the caller's environment. Exit code 0 marks the rollout ``succeeded``; any other
+The child gets ``AGL_ROLLOUT_ID``, ``AGL_STORE_URL`` and ``AGL_TASK_INPUT`` (the
+task's input as JSON) on top of the caller's environment and, with a gateway
+(``--gateway`` or ``$AGL_GATEWAY_URL``), ``OPENAI_BASE_URL`` and ``OPENAI_API_BASE``
+(this rollout's gateway route) and ``OPENAI_API_KEY``: the gateway's token, from
+``--gateway-token`` or ``$AGL_GATEWAY_TOKEN``, the variable ``agl gateway serve``
+reads too. A gateway without a token is an error rather than a 401 in the child;
+with no gateway the child's ``OPENAI_*`` variables are left as they are. What the
+child gets is printed on stderr (the gateway token shortened, a store password
+hidden). Exit code 0 marks the rollout ``succeeded``; any other
 code (or a signal) marks it ``failed`` with the code and the tail of the child's
 stderr; running past ``--timeout`` kills it and marks it ``timed_out``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -26,6 +32,14 @@ import sys
 import threading
 import time
 from collections import deque
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    from agl.schema import Rollout
+
+#: The variable ``agl run``, ``agl runner`` and ``agl gateway serve`` read the gateway's token from.
+TOKEN_ENV = "AGL_GATEWAY_TOKEN"
 
 
 def register(subparsers) -> None:
@@ -38,8 +52,8 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--gateway-token",
-        default=os.environ.get("AGL_GATEWAY_TOKEN", "agl"),
-        help="the gateway's bearer token, given to the child as OPENAI_API_KEY",
+        default=os.environ.get(TOKEN_ENV) or None,
+        help=f"the gateway's bearer token, given to the child as OPENAI_API_KEY (default: ${TOKEN_ENV})",
     )
     p.add_argument("--rollout-id", default=None, help="run as this rollout instead of claiming the next one")
     p.add_argument("--input", default=None, help="task input (JSON) when a new task has to be created")
@@ -78,6 +92,65 @@ def _resolve_rollout(store, args, runner_id: str):
     return claimed[0], runner_id
 
 
+def check_gateway_token(gateway: str | None, token: str | None) -> None:
+    """A gateway needs its token: a ConfigError naming ``--gateway-token`` when there is none."""
+    from agl.errors import ConfigError
+
+    if gateway and not token:
+        raise ConfigError(
+            f"--gateway-token: not set; give the token agl gateway serve uses with --gateway-token "
+            f"or ${TOKEN_ENV} (the gateway prints it when it made one up)"
+        )
+
+
+def child_env(args: argparse.Namespace, rollout: Rollout, store_url: str) -> dict[str, str]:
+    """The variables ``agl run`` sets for the child (on top of the caller's environment)."""
+    env = {
+        "AGL_ROLLOUT_ID": rollout.rollout_id,
+        "AGL_STORE_URL": store_url,
+        "AGL_TASK_INPUT": json.dumps(rollout.task.input if rollout.task else None),
+    }
+    if args.gateway:
+        base = f"{args.gateway.rstrip('/')}/rollouts/{rollout.rollout_id}/v1"
+        env |= {"OPENAI_BASE_URL": base, "OPENAI_API_BASE": base, "OPENAI_API_KEY": args.gateway_token}
+    return env
+
+
+def shorten_secret(secret: str) -> str:
+    """Enough of a token to tell two apart in a log, never all of it."""
+    return f"{secret[:4]}... ({len(secret)} chars)" if len(secret) >= 16 else f"*** ({len(secret)} chars)"
+
+
+def hide_password(url: str) -> str:
+    """``url`` with the password of its user part, if any, replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else parts.hostname
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def describe_env(env: dict[str, str], args: argparse.Namespace) -> str:
+    """The lines ``agl run`` prints about what it hands the child."""
+    lines = [
+        f"agl run: the child gets AGL_ROLLOUT_ID={env['AGL_ROLLOUT_ID']}, "
+        f"AGL_STORE_URL={hide_password(env['AGL_STORE_URL'])}, AGL_TASK_INPUT (the task input as JSON)"
+    ]
+    if "OPENAI_BASE_URL" in env:
+        source = f"${TOKEN_ENV}" if args.gateway_token == os.environ.get(TOKEN_ENV) else "--gateway-token"
+        lines.append(
+            f"agl run: the child gets OPENAI_BASE_URL=OPENAI_API_BASE={env['OPENAI_BASE_URL']}, "
+            f"OPENAI_API_KEY=the gateway token from {source}: {shorten_secret(env['OPENAI_API_KEY'])}"
+        )
+    else:
+        lines.append(
+            "agl run: no gateway (--gateway or $AGL_GATEWAY_URL): OPENAI_* left as they are, "
+            "so the child's LLM calls are not recorded with token ids"
+        )
+    return "\n".join(lines)
+
+
 def run(args) -> int:
     from agl.errors import ConfigError
     from agl.schema import RolloutStatus, short_id
@@ -90,28 +163,20 @@ def run(args) -> int:
         raise ConfigError("command: give the command to run after --, e.g. agl run -- python agent.py")
     if args.timeout is not None and args.timeout <= 0:
         raise ConfigError(f"--timeout: must be positive, got {args.timeout}")
+    check_gateway_token(args.gateway, args.gateway_token)
     store_url = args.store or os.environ.get("AGL_STORE_URL") or "sqlite:///.agl/agl.db"
     store = open_store(store_url)
     try:
         rollout, runner_id = _resolve_rollout(store, args, f"agl-run-{os.getpid()}-{short_id(6)}")
-        env = dict(os.environ)
-        env.update(
-            {
-                "AGL_ROLLOUT_ID": rollout.rollout_id,
-                "AGL_STORE_URL": store_url,
-                "AGL_TASK_INPUT": json.dumps(rollout.task.input if rollout.task else None),
-                "OPENAI_API_KEY": args.gateway_token,
-            }
-        )
-        if args.gateway:
-            base = f"{args.gateway.rstrip('/')}/rollouts/{rollout.rollout_id}/v1"
-            env["OPENAI_BASE_URL"] = env["OPENAI_API_BASE"] = base
+        handed = child_env(args, rollout, store_url)
+        env = dict(os.environ) | handed
         timeout = args.timeout or rollout.timeout_s
         print(
             f"agl run: rollout {rollout.rollout_id} (attempt {rollout.attempt}): {' '.join(command)}",
             file=sys.stderr,
             flush=True,
         )
+        print(describe_env(handed, args), file=sys.stderr, flush=True)
         code, timed_out, tail = _run_child(
             command, env, timeout, lambda: store.heartbeat([rollout.rollout_id], runner_id), args.heartbeat
         )

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 from pathlib import Path
+
+from agl_trainer.cli.run import TOKEN_ENV
 
 
 def register(subparsers) -> None:
@@ -19,8 +22,8 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--gateway-token",
-        default=os.environ.get("AGL_GATEWAY_TOKEN", "agl"),
-        help="the gateway's bearer token, given to the agent as its api key (default: $AGL_GATEWAY_TOKEN)",
+        default=os.environ.get(TOKEN_ENV) or None,
+        help=f"the gateway's bearer token, given to the agent as its api key (default: ${TOKEN_ENV})",
     )
     p.add_argument("--model", default="agl-policy", help="model name the agent is told to ask for")
     p.add_argument("--concurrency", type=int, default=4, help="rollouts run at once (default 4)")
@@ -53,6 +56,20 @@ def load_json_arg(name: str, value: str | None) -> dict:
     return data
 
 
+def gateway_api_key(gateway: str | None, token: str | None) -> str:
+    """The key agents get: the gateway's token; with a gateway and none, a placeholder and a warning on stderr."""
+    if token:
+        return token
+    if gateway:
+        print(
+            f"agl runner: warning: --gateway-token: not set (nor ${TOKEN_ENV}); agents get the placeholder "
+            "key 'agl', which the gateway answers with 401 unless it was started with that token",
+            file=sys.stderr,
+            flush=True,
+        )
+    return "agl"
+
+
 def run(args) -> int:
     from agl.errors import ConfigError
     from agl.runner import Runner, load_agent
@@ -62,6 +79,7 @@ def run(args) -> int:
         raise ConfigError(f"--concurrency: must be at least 1, got {args.concurrency}")
     if args.timeout is not None and args.timeout <= 0:
         raise ConfigError(f"--timeout: must be positive, got {args.timeout}")
+    api_key = gateway_api_key(args.gateway, args.gateway_token)
     agent = load_agent(args.agent)
     resources = load_json_arg("--resources", args.resources)
     store = open_store(args.store)
@@ -69,7 +87,7 @@ def run(args) -> int:
         agent,
         store,
         gateway_url=args.gateway,
-        api_key=args.gateway_token,
+        api_key=api_key,
         model=args.model,
         concurrency=args.concurrency,
         default_timeout_s=args.timeout,

