@@ -19,7 +19,7 @@ import agl
 from agl.schema import Rollout, RolloutStatus, Task
 from agl.transitions import TransitionConfig, build_transitions
 from agl_langchain import AglCallbackHandler
-from tests.langchain.fakes import fake_model, tool_call
+from tests.langchain.fakes import ToolCallingFakeModel, fake_model, tool_call
 
 
 @tool
@@ -132,3 +132,41 @@ def test_a_named_top_level_agent_is_its_own_agent(cap):
     (span,) = cap.spans(kind="llm")
     assert span.attributes["gen_ai.agent.name"] == "calculator"
     assert span.attributes["agl.langgraph.node"] == "agent"
+
+
+def test_a_subagent_called_from_a_tool_is_its_own_agent(cap):
+    researcher = create_agent(fake_model(["42"]), tools=[], name="researcher")
+
+    @tool
+    def ask_researcher(question: str) -> str:
+        """Ask the researcher."""
+        return researcher.invoke({"messages": [{"role": "user", "content": question}]})["messages"][-1].content
+
+    boss = create_agent(
+        fake_model([tool_call("ask_researcher", {"question": "x"}, "c1"), "done"]), tools=[ask_researcher], name="boss"
+    )
+    with agl.use_rollout(cap.ctx):
+        boss.invoke({"messages": [{"role": "user", "content": "hi"}]}, config={"callbacks": [AglCallbackHandler()]})
+    llm = sorted(cap.spans(kind="llm"), key=lambda s: s.seq)
+    # the subagent runs inside the boss's "tools" node: the agent is its own name, not "tools"
+    assert [s.attributes["gen_ai.agent.name"] for s in llm] == ["boss", "researcher", "boss"]
+    (tool_span,) = cap.spans(kind="tool")
+    assert tool_span.attributes["gen_ai.agent.name"] == "boss"
+
+
+def test_a_failed_call_keeps_its_agent_and_request(cap):
+    class Down(Exception):
+        pass
+
+    class FailingModel(ToolCallingFakeModel):
+        def _generate(self, *args, **kwargs):
+            raise Down("model down")
+
+    worker = create_react_agent(FailingModel(messages=iter([])), tools=[add], name="math_expert")
+    with agl.use_rollout(cap.ctx), pytest.raises(Down):
+        worker.invoke({"messages": [{"role": "user", "content": "1+1?"}]}, config={"callbacks": [AglCallbackHandler()]})
+    (span,) = cap.spans(kind="llm")
+    assert span.status == "error" and span.attributes["error.message"] == "model down"
+    assert span.attributes["gen_ai.agent.name"] == "math_expert"
+    assert span.attributes["gen_ai.input.messages"] == [{"role": "user", "content": "1+1?"}]
+    assert [t["function"]["name"] for t in span.attributes["gen_ai.tool.definitions"]] == ["add"]

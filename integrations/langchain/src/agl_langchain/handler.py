@@ -102,27 +102,38 @@ def _ns_names(ns: str | None) -> list[str]:
 def agent_name(metadata: Mapping[str, Any], graph: str | None = None) -> str | None:
     """The agent a run belongs to: the named graph or subgraph the user created.
 
-    In order: ``agl_agent`` run metadata; the subgraph the run is nested in (the
-    parent graph's node that runs it, from ``langgraph_checkpoint_ns``, which is the
-    ``name=`` of ``create_react_agent`` / ``create_agent`` in a supervisor);
-    ``create_agent(name=...)`` (``lc_agent_name``); the named top-level graph
-    (``graph``, when it is not LangGraph's default name); the LangGraph node.
+    In order: ``agl_agent`` run metadata; ``graph``, the nearest enclosing graph the
+    handler saw (its ``name=``, as given to ``create_react_agent``, ``create_agent``
+    or ``compile``; for an unnamed subgraph, its node in the parent graph);
+    ``create_agent(name=...)`` (``lc_agent_name``); the subgraph's node from
+    ``langgraph_checkpoint_ns``; the LangGraph node. Runs outside any LangGraph node
+    have no agent unless named by ``agl_agent`` or ``lc_agent_name``.
     """
     explicit = metadata.get(AGENT_METADATA_KEY)
     if explicit is not None:
         return explicit
-    names = _ns_names(metadata.get("langgraph_checkpoint_ns"))
-    if len(names) >= 2:
-        return names[-2]
+    node = metadata.get("langgraph_node")
+    if node is None:
+        return metadata.get("lc_agent_name")
+    if graph:
+        return graph
     lc_agent = metadata.get("lc_agent_name")
     if lc_agent:
         return lc_agent
-    node = metadata.get("langgraph_node")
-    if node is None:
-        return None
-    if graph and graph != _DEFAULT_GRAPH_NAME:
-        return graph
+    names = _ns_names(metadata.get("langgraph_checkpoint_ns"))
+    if len(names) >= 2:
+        return names[-2]
     return node
+
+
+def _graph_name(name: str | None) -> str | None:
+    """A graph's run name, or None for LangGraph's default name."""
+    return name if name and name != _DEFAULT_GRAPH_NAME else None
+
+
+def _is_node_run(tags: Sequence[str] | None) -> bool:
+    """Whether a chain run is a LangGraph node (Pregel tags its task runs ``graph:step:N``)."""
+    return bool(tags) and any(t.startswith("graph:step:") for t in tags)
 
 
 def _agent_attrs(attrs: dict[str, Any], metadata: Mapping[str, Any] | None, graph: str | None = None) -> None:
@@ -497,16 +508,33 @@ class AglCallbackHandler(BaseCallbackHandler):
     ) -> None:
         name = kwargs.get("name") or (serialized or {}).get("name") or "chain"
         attrs: dict[str, Any] = {}
+        graph = self._graph(parent_run_id)
+        if metadata and _is_node_run(tags):
+            graph = self._node_graph(parent_run_id, metadata, graph)
         if metadata and metadata.get("langgraph_node") == name and (tags is None or _HIDDEN_TAG not in tags):
             attrs["gen_ai.operation.name"] = "invoke_agent"
-            _agent_attrs(attrs, metadata, self._graph(parent_run_id))
+            _agent_attrs(attrs, metadata, graph)
         if self.record_chain_io:
             attrs["agl.chain.inputs"] = to_json(inputs)
         run = self._open(run_id, parent_run_id, "agent", name, attrs, tags)
-        if not metadata or "langgraph_node" not in metadata:
-            # A run outside every LangGraph node: a top-level graph (or a chain that
-            # may invoke one); its name is the graph's ``name=``.
-            run.graph = name
+        run.graph = graph
+
+    def _node_graph(self, parent_run_id: UUID | None, metadata: Mapping[str, Any], inherited: str | None) -> str | None:
+        """The agent of a LangGraph node run: the graph whose task it is.
+
+        A node run's parent is its graph's run, named by the graph's ``name=``; an
+        unnamed subgraph is named by its node in the parent graph (the second last
+        part of the node's checkpoint namespace); an unnamed top-level graph by
+        nothing (its nodes are the agents).
+        """
+        parent = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        named = _graph_name(parent.name) if parent is not None else None
+        if named:
+            return named
+        names = _ns_names(metadata.get("langgraph_checkpoint_ns"))
+        if len(names) >= 2:
+            return names[-2]
+        return inherited if parent is None else None
 
     @guarded
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
