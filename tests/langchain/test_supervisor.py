@@ -40,7 +40,7 @@ def web_search(query: str) -> str:
     return "Meta 67,317; Apple 164,000; Amazon 1,551,000; Netflix 14,000; Google 181,269"
 
 
-def supervisor_app():
+def supervisor_app(name: str | None = None):
     """The quickstart's supervisor with two workers, each driven by its own fake model."""
     research_model = fake_model([tool_call("web_search", {"query": "FAANG headcount 2024"}, "r1"), "headcounts found"])
     math_model = fake_model(
@@ -68,7 +68,7 @@ def supervisor_app():
         model=supervisor_model,
         prompt="You manage a research expert and a math expert.",
     )
-    return workflow.compile()
+    return workflow.compile(name=name)
 
 
 @pytest.fixture
@@ -170,3 +170,14 @@ def test_a_failed_call_keeps_its_agent_and_request(cap):
     assert span.attributes["gen_ai.agent.name"] == "math_expert"
     assert span.attributes["gen_ai.input.messages"] == [{"role": "user", "content": "1+1?"}]
     assert [t["function"]["name"] for t in span.attributes["gen_ai.tool.definitions"]] == ["add"]
+
+
+def test_naming_the_whole_app_keeps_the_workers_names(cap):
+    app = supervisor_app(name="faang_team")
+    question = {"role": "user", "content": "what's the combined headcount?"}
+    with agl.use_rollout(cap.ctx):
+        app.invoke({"messages": [question]}, config={"callbacks": [AglCallbackHandler()]})
+    llm = sorted(cap.spans(kind="llm"), key=lambda s: s.seq)
+    assert {s.attributes["gen_ai.agent.name"] for s in llm} == {"supervisor", "research_expert", "math_expert"}
+    top = [s for s in cap.spans(kind="agent") if s.parent_id is None]
+    assert [s.name for s in top] == ["faang_team"]
