@@ -1,12 +1,13 @@
 """Transformers engine on SmolLM2-135M-Instruct: continuous batching versus waves, in the same run.
 
     .venv/bin/python -m tests.benchmarks.bench_engine [--tokens 16] [--concurrency 1 8 32 64]
-        [--long 4 --long-tokens 96 --short 12 --short-tokens 5 --short-every 0.4]
+        [--long 4 --long-tokens 64 --short 12 --short-tokens 5 --short-every 0.3]
 
-Two engines with ``max_batch_size=32`` serve the same work one after the other: the
+Two engines with ``max_batch_size=32``, loaded side by side, serve the same work: the
 engine as it is (continuous batching, :mod:`agl_verl.engines.batching`) and the baseline,
 the same engine and ``Replica`` with the batcher before issue 17, which admits new
-requests only between batches (``tests/benchmarks/wave_batcher.py``). Two measurements:
+requests only between batches (``tests/benchmarks/wave_batcher.py``). Each measurement
+runs on one engine, then on the other, the order alternating. Two measurements:
 
 * **mixed load**: ``--long`` requests of ``--long-tokens`` tokens start together; while
   they run, ``--short`` requests of ``--short-tokens`` tokens arrive one every
@@ -31,8 +32,6 @@ from unittest import mock
 import httpx
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-SCHEDULERS = ("continuous", "waves")
 
 
 def body(tokens: int, seed: int, content: str) -> dict:
@@ -103,28 +102,28 @@ def engine_with(scheduler: str, model_dir, max_batch_size: int):
         engine.stop()
 
 
-def measure(scheduler: str, model_dir, args: argparse.Namespace) -> dict:
-    with engine_with(scheduler, model_dir, args.max_batch_size) as engine:
-        url = engine.urls[0]
+def measure(engines: dict, args: argparse.Namespace) -> dict:
+    """Every measurement on both engines back to back (the order alternates, so drift in the
+    machine's load hits both alike)."""
+    results: dict = {name: {"tok_s": {}} for name in engines}
+    for url in engines.values():
         asyncio.run(throughput(url, 1, 4))  # warm-up
-        alone = asyncio.run(throughput(url, 1, args.short_tokens))
-        alone_s = args.short_tokens / alone
-        latencies = asyncio.run(mixed(url, args))
-        result = {
-            "alone": alone_s,
-            "p50": statistics.median(latencies),
-            "p99": percentile(latencies, 99),
-            "tok_s": {},
-        }
+    order = list(engines)
+    for name in order:
+        results[name]["alone"] = args.short_tokens / asyncio.run(throughput(engines[name], 1, args.short_tokens))
+    for name in reversed(order):
+        latencies = asyncio.run(mixed(engines[name], args))
+        results[name]["p50"], results[name]["p99"] = statistics.median(latencies), percentile(latencies, 99)
         print(
-            f"  {scheduler:<10} short alone {alone_s:5.2f} s; under load p50 {result['p50']:5.2f} s"
-            f" p99 {result['p99']:5.2f} s",
+            f"  {name:<10} short alone {results[name]['alone']:5.2f} s; under load p50 {results[name]['p50']:5.2f} s"
+            f" p99 {results[name]['p99']:5.2f} s",
             flush=True,
         )
-        for level in args.concurrency:
-            result["tok_s"][level] = asyncio.run(throughput(url, level, args.tokens))
-            print(f"  {scheduler:<10} concurrent={level:<3} {result['tok_s'][level]:7.1f} tok/s", flush=True)
-        return result
+    for k, level in enumerate(args.concurrency):
+        for name in order if k % 2 else reversed(order):
+            results[name]["tok_s"][level] = tok_s = asyncio.run(throughput(engines[name], level, args.tokens))
+            print(f"  {name:<10} concurrent={level:<3} {tok_s:7.1f} tok/s", flush=True)
+    return results
 
 
 def main() -> None:
@@ -133,10 +132,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--max-batch-size", type=int, default=32)
     parser.add_argument("--long", type=int, default=4)
-    parser.add_argument("--long-tokens", type=int, default=96)
+    parser.add_argument("--long-tokens", type=int, default=64)
     parser.add_argument("--short", type=int, default=12)
     parser.add_argument("--short-tokens", type=int, default=5)
-    parser.add_argument("--short-every", type=float, default=0.4)
+    parser.add_argument("--short-every", type=float, default=0.3)
     args = parser.parse_args()
     import torch
 
@@ -151,7 +150,11 @@ def main() -> None:
         f"mixed load: {args.long} x {args.long_tokens}-token requests, {args.short} x {args.short_tokens}-token"
         f" requests one every {args.short_every} s; throughput: {args.tokens} tokens/request"
     )
-    results = {s: measure(s, model_dir, args) for s in SCHEDULERS}
+    with (
+        engine_with("continuous", model_dir, args.max_batch_size) as cont_engine,
+        engine_with("waves", model_dir, args.max_batch_size) as wave_engine,
+    ):
+        results = measure({"continuous": cont_engine.urls[0], "waves": wave_engine.urls[0]}, args)
     cont, wave = results["continuous"], results["waves"]
     print(f"load average {os.getloadavg()[0]:.2f} at end")
     print(f"{'short requests':>16} | {'continuous':>10} | {'waves':>10}")

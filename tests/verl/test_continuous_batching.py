@@ -86,6 +86,7 @@ def test_staggered_requests_keep_exact_logprobs(engine, tiny_model_dir):
             futures.append(pool.submit(ask, url, content, max_tokens))
             time.sleep(0.03)
         outs = [f.result(timeout=60) for f in futures]
+    wait_for(lambda: engine.batchers[0].running_rows == 0, timeout=1)
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
@@ -93,4 +94,29 @@ def test_staggered_requests_keep_exact_logprobs(engine, tiny_model_dir):
         ids, logprobs = tokens_and_logprobs(out)
         assert len(ids) == max_tokens
         assert logprobs == pytest.approx(reference_logprobs(model, out["prompt_token_ids"], ids), abs=TOL)
-    assert engine.batchers[0].running_rows == 0
+
+
+def test_a_failed_prefill_fails_only_its_newcomers(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from agl_verl.engines.batching import Batcher, SamplingParams, Sequence, WeightSlot
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+
+    def flaky(input_ids, **kwargs):
+        if input_ids.shape[1] > 1 and bool((input_ids == 7).any()):
+            raise ValueError("prefill failed")
+        return model(input_ids=input_ids, **kwargs)
+
+    batcher = Batcher(WeightSlot(flaky, "v0"), None, eos_token_ids=[], pad_token_id=0, max_model_len=1024)
+    try:
+        running = batcher.submit([Sequence(prompt_ids=[3, 4, 5], params=SamplingParams(max_tokens=200))])
+        wait_for(lambda: batcher.running_rows == 1, timeout=5)
+        doomed = batcher.submit([Sequence(prompt_ids=[6, 7], params=SamplingParams(max_tokens=5))])
+        with pytest.raises(ValueError, match="prefill failed"):
+            doomed.result(timeout=10)
+        (row,) = running.result(timeout=30)
+        assert row.finish_reason == "length" and len(row.token_ids) == 200
+        wait_for(lambda: batcher.running_rows == 0, timeout=1)
+    finally:
+        batcher.close()

@@ -281,8 +281,13 @@ class Batcher:
                 self._row_done(seq)
             else:
                 newcomers.append(seq)
-        if newcomers:
+        if not newcomers:
+            return
+        try:
             self._prefill(batch, newcomers)
+        except Exception as exc:  # noqa: BLE001 - the running rows are untouched and go on
+            for seq in newcomers:
+                self._fail(seq, exc)
 
     def _prefill(self, batch: _Batch, seqs: list[Sequence]) -> None:
         self.batches += 1
