@@ -13,18 +13,13 @@ span has none.
 from __future__ import annotations
 
 import functools
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from agl.capture import error_guard
+from agl_openai_agents._notes import SpanNotes
 
 _guard = error_guard("agl_openai_agents")
-
-_requests: OrderedDict[str, Request] = OrderedDict()
-_MAX = 10_000  # spans whose processor never asked (tracing off for that run) age out
-_lock = threading.Lock()
 _installed: tuple[Any, Any] | None = None
 
 
@@ -37,18 +32,9 @@ class Request:
     input: Any
 
 
-def note(span_id: str, request: Request) -> None:
-    """Keep ``request`` for the response span ``span_id``."""
-    with _lock:
-        _requests[span_id] = request
-        if len(_requests) > _MAX:
-            _requests.popitem(last=False)
-
-
-def pop(span_id: str) -> Request | None:
-    """The request noted for ``span_id``, forgotten."""
-    with _lock:
-        return _requests.pop(span_id, None)
+_requests: SpanNotes[Request] = SpanNotes()
+note = _requests.note  # keep a request for its response span's id
+pop = _requests.pop  # the request noted for a span id, forgotten
 
 
 def _current_response_span_id() -> str | None:

@@ -10,30 +10,17 @@ the generation span's id, and the processor picks it up when the span ends.
 from __future__ import annotations
 
 import functools
-import threading
-from collections import OrderedDict
 from typing import Any
 
 from agl.capture import error_guard
+from agl_openai_agents._notes import SpanNotes
 
 _guard = error_guard("agl_openai_agents")
-
-_ids: OrderedDict[str, str] = OrderedDict()
-_MAX = 10_000  # spans whose processor never asked (tracing off for that run) age out
-_lock = threading.Lock()
 _installed: tuple[Any, Any] | None = None
 
-
-def note(span_id: str, response_id: str) -> None:
-    with _lock:
-        _ids[span_id] = response_id
-        if len(_ids) > _MAX:
-            _ids.popitem(last=False)
-
-
-def pop(span_id: str) -> str | None:
-    with _lock:
-        return _ids.pop(span_id, None)
+_ids: SpanNotes[str] = SpanNotes()
+note = _ids.note  # keep a response id for its generation span's id
+pop = _ids.pop  # the response id noted for a span id, forgotten
 
 
 class _IdTap:
