@@ -513,6 +513,7 @@ def test_agl_runner_process_runs_an_agent_module(tmp_path, sqlite_store):
             f"sqlite:///{sqlite_store.path}",
             "--gateway",
             "http://127.0.0.1:9",
+            "--gateway-token=tok",
             "--concurrency",
             "2",
             "--until-idle",
@@ -527,6 +528,23 @@ def test_agl_runner_process_runs_an_agent_module(tmp_path, sqlite_store):
     r = sqlite_store.get_rollout("ro2")
     assert r.output == {"seen": "http://127.0.0.1:9/rollouts/ro2/v1"}
     assert [w.value for w in sqlite_store.query_rewards(rollout_id="ro2")] == [4.0]
+
+
+def test_agl_runner_with_a_gateway_and_no_token_refuses_to_start(tmp_path, sqlite_store):
+    _enqueue(sqlite_store, 1)
+    env = {k: v for k, v in os.environ.items() if k != "AGL_GATEWAY_TOKEN"} | {"PYTHONPATH": str(REPO / "core" / "src")}
+    command = [
+        *AGL,
+        "runner",
+        "x:agent",
+        "--store",
+        f"sqlite:///{sqlite_store.path}",
+        "--gateway",
+        "http://127.0.0.1:9",
+    ]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--gateway-token: not set" in proc.stderr, proc.stderr
+    assert sqlite_store.get_rollout("ro0").status == RolloutStatus.QUEUED
 
 
 def test_agl_runner_rejects_a_bad_agent_spec(tmp_path):

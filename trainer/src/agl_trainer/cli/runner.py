@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from pathlib import Path
 
-from agl_trainer.cli.run import TOKEN_ENV
+from agl_trainer.cli.run import TOKEN_ENV, check_gateway_token
 
 
 def register(subparsers) -> None:
@@ -57,17 +56,9 @@ def load_json_arg(name: str, value: str | None) -> dict:
 
 
 def gateway_api_key(gateway: str | None, token: str | None) -> str:
-    """The key agents get: the gateway's token; with a gateway and none, a placeholder and a warning on stderr."""
-    if token:
-        return token
-    if gateway:
-        print(
-            f"agl runner: warning: --gateway-token: not set (nor ${TOKEN_ENV}); agents get the placeholder "
-            "key 'agl', which the gateway answers with 401 unless it was started with that token",
-            file=sys.stderr,
-            flush=True,
-        )
-    return "agl"
+    """The key agents get: the gateway's token (a ConfigError naming ``--gateway-token`` when a gateway has none)."""
+    check_gateway_token(gateway, token)
+    return token or "agl"
 
 
 def run(args) -> int:
