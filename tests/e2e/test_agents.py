@@ -114,10 +114,15 @@ def test_langchain_create_agent_with_a_tool_that_calls_the_model(stack):
     ts, report = transitions_of(stack, rollout, calls)
     assert report.joined_by_id == len(calls)
     model_of = {c.call_id: c.requested_model for c in calls}
-    # create_agent's loop runs in its "model" node; the tool's own call is made inside the "tools" node.
+    # Every call runs inside the agent the script named (create_agent(name="researcher")): its loop in
+    # the "model" node and the tool's own call in the "tools" node, both kept as agl.langgraph.node.
     assert [(t.agent, model_of[t.call_id]) for t in ts] == (
-        [("model", "gpt-4o")] + [("tools", "gpt-4.1-nano"), ("model", "gpt-4o")] * len(out["tool_runs"])
+        [("researcher", "gpt-4o")] + [("researcher", "gpt-4.1-nano"), ("researcher", "gpt-4o")] * len(out["tool_runs"])
     )
+    nodes = [
+        s.attributes.get("agl.langgraph.node") for s in stack.store.query_spans(rollout_id=run.rollout_id, kind="llm")
+    ]
+    assert nodes == ["model"] + ["tools", "model"] * len(out["tool_runs"])
 
 
 def test_autogen_assistant_with_a_tool_streaming(stack):
