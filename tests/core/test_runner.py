@@ -346,6 +346,8 @@ def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
                     RUN_TOKEN,
                     "--input",
                     '{"question": "hi"}',
+                    "--max-response-tokens",
+                    "4",
                     "--",
                     sys.executable,
                     str(script),
@@ -369,11 +371,11 @@ def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
             assert seen["OPENAI_BASE_URL"] == seen["OPENAI_API_BASE"] == f"{gw.url}/rollouts/{rid}/v1"
             assert seen["OPENAI_API_KEY"] == RUN_TOKEN and seen["AGL_STORE_URL"] == url
             assert json.loads(seen["AGL_TASK_INPUT"]) == {"question": "hi"}
-            assert seen["reply"].startswith("echo: hello")
+            assert seen["reply"] == "echo"  # "echo: hello" cut at the rollout's cap of 4 tokens (bytes)
             gw.flush()
             assert store.get_rollout(rid).status == RolloutStatus.SUCCEEDED
             (call,) = store.query_llm_calls(rollout_id=rid)
-            assert call.requested_model == "gpt-4o" and call.model_version == "v7"
+            assert call.requested_model == "gpt-4o" and call.model_version == "v7" and call.max_response_tokens == 4
             assert [(w.value, w.source) for w in store.query_rewards(rollout_id=rid)] == [(0.75, "agent")]
             (t,) = build_transitions(store, [store.get_rollout(rid)])[0]
             assert t.reward == 0.75 and t.token_source == "engine" and t.call_id == call.call_id

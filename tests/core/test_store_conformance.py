@@ -28,6 +28,15 @@ def test_tasks_round_trip_and_are_idempotent(store):
         store.get_task("train-99")
 
 
+def test_a_rollouts_response_cap_comes_back_from_every_read(store):
+    [task] = _tasks(store, 1)
+    store.enqueue([Rollout(rollout_id="capped", task_id=task.task_id, max_response_tokens=64)])
+    store.enqueue([Rollout(rollout_id="free", task_id=task.task_id)])
+    assert store.get_rollout("capped").max_response_tokens == 64
+    assert {r.rollout_id: r.max_response_tokens for r in store.query_rollouts()} == {"capped": 64, "free": None}
+    assert {r.rollout_id: r.max_response_tokens for r in store.claim("runner", limit=2)} == {"capped": 64, "free": None}
+
+
 def test_enqueue_needs_a_stored_task(store):
     with pytest.raises(NotFound, match="nope"):
         store.enqueue([Rollout(task_id="nope")])

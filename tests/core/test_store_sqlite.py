@@ -375,3 +375,21 @@ def test_a_database_from_an_older_schema_fails_naming_the_missing_columns(tmp_pa
         IncompatibleStore, match=r"table spans has no column seq, end_time, response_id, agent.*older version"
     ):
         _quick(path)
+
+
+def test_a_database_from_before_the_response_cap_gains_its_column_and_keeps_its_rows(tmp_path):
+    path = tmp_path / "before-cap.db"
+    store = _quick(path)
+    store.add_tasks([Task(task_id="t", input={})])
+    store.enqueue([Rollout(rollout_id="old", task_id="t")])
+    store.close()
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE rollouts DROP COLUMN max_response_tokens")  # as an older agl created it
+    conn.commit()
+    conn.close()
+    store = _quick(path)
+    try:
+        store.enqueue([Rollout(rollout_id="new", task_id="t", max_response_tokens=32)])
+        assert {r.rollout_id: r.max_response_tokens for r in store.query_rollouts()} == {"old": None, "new": 32}
+    finally:
+        store.close()

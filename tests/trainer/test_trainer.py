@@ -136,7 +136,7 @@ def test_a_short_loop_end_to_end(tmp_path, engine):
         "val_every": 2,
         "engine_urls": [engine.url],
         "progress": False,
-        "rollout": {"concurrency": 4, "heartbeat_s": 0.2},
+        "rollout": {"concurrency": 4, "heartbeat_s": 0.2, "max_response_tokens": 64},
     }
     try:
         result = Trainer(config, backend=backend).fit(agent, _tasks(4), _tasks(2, prefix="v"))
@@ -159,6 +159,10 @@ def test_a_short_loop_end_to_end(tmp_path, engine):
         assert [v.version for v in [store.get_model_version(f"v{i}") for i in (1, 2, 3)]] == ["v1", "v2", "v3"]
         val = [r for r in store.query_rollouts() if r.mode == "val"]
         assert len(val) == 2 * 3  # before, at step 2, after
+        # the response cap is the rollouts' (train and val), enforced on every call by the gateway
+        assert {r.max_response_tokens for r in store.query_rollouts()} == {64}
+        assert {c.max_response_tokens for c in store.query_llm_calls()} == {64}
+        assert {r.get("max_tokens") for r in engine.requests if "messages" in r} == {64}
     finally:
         store.close()
     records = result.history

@@ -129,6 +129,12 @@ class Rollout(_Model):
     attempt: int = Field(default=0, ge=0, description="attempts started so far")
     max_attempts: int = Field(default=1, ge=1)
     timeout_s: float | None = Field(default=None, gt=0)
+    max_response_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="the gateway ends every response of this rollout after this many tokens, "
+        "whatever the client asked for (None: no cap beyond the client's own and the context)",
+    )
     model_version: str | None = None
     step: int | None = Field(default=None, description="training step that enqueued it")
     mode: Literal["train", "val", "production"] = "train"
@@ -202,6 +208,9 @@ class LLMCall(_Model):
     model_version: str | None = None
     latency_s: float | None = None
     created_at: float = Field(default_factory=now)
+    max_response_tokens: int | None = Field(
+        default=None, description="the rollout's response cap the gateway enforced on this call, if any"
+    )
     aborted: bool = Field(
         default=False,
         description="the client went away before the answer was complete: the engine request was cancelled, "

@@ -13,6 +13,7 @@ never silently falls back to a default.
     n_rollouts: 4          # rollouts per task (the group)
     val_every: 5
     transitions: {credit: emitted, agents: [writer]}
+    rollout: {concurrency: 8, max_response_tokens: 256}
     backend: {name: verl, config: {model: ./my-model, mode: local}}
     engine: {name: transformers, config: {model: ./my-model}}
 """
@@ -69,6 +70,12 @@ class RolloutConfig(_Config):
     )
     concurrency: int = Field(default=4, ge=1, description="rollouts at once in the in-process runner")
     timeout_s: float | None = Field(default=300.0, gt=0, description="per-rollout timeout")
+    max_response_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="the gateway ends every response of a rollout after this many tokens, whatever the "
+        "agent asked for (verl's response_length); None leaves only the agent's own limit and the context",
+    )
     max_attempts: int = Field(default=2, ge=1, description="attempts per rollout (retry policy)")
     heartbeat_s: float = Field(default=5.0, gt=0)
     heartbeat_timeout_s: float = Field(

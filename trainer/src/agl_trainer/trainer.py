@@ -398,6 +398,7 @@ class Trainer:
                 mode="train",
                 model_version=version,
                 timeout_s=cfg.rollout.timeout_s,
+                max_response_tokens=cfg.rollout.max_response_tokens,
                 max_attempts=cfg.rollout.max_attempts,
             )
             for b, task in enumerate(batch)
@@ -472,6 +473,7 @@ class Trainer:
                 mode="val",
                 model_version=state["model_version"],
                 timeout_s=cfg.rollout.timeout_s,
+                max_response_tokens=cfg.rollout.max_response_tokens,
                 max_attempts=cfg.rollout.max_attempts,
             )
             for i, task in enumerate(val)

@@ -121,6 +121,7 @@ _ROLLOUT_COLUMNS = (
     "ended_at",
     "error",
     "output",
+    "max_response_tokens",
 )
 _ROLLOUT_SELECT = ", ".join(_ROLLOUT_COLUMNS)
 _NULL = "null"  # the JSON text of None, what an output column holds for no output
@@ -136,7 +137,8 @@ def _schema(d: Dialect) -> list[str]:
             status TEXT NOT NULL, attempt {d.bigint} NOT NULL, max_attempts {d.bigint} NOT NULL,
             timeout_s {d.real}, model_version TEXT, step {d.bigint}, mode TEXT NOT NULL,
             runner_id TEXT, claim_id TEXT, created_at {d.real} NOT NULL, started_at {d.real},
-            heartbeat_at {d.real}, ended_at {d.real}, error TEXT, output TEXT)""",
+            heartbeat_at {d.real}, ended_at {d.real}, error TEXT, output TEXT,
+            max_response_tokens {d.bigint})""",
         "CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts (status, pk)",
         "CREATE INDEX IF NOT EXISTS rollouts_task ON rollouts (task_id)",
         # Only running rollouts have a claim id: the others stay out of the index.
@@ -161,6 +163,12 @@ def _schema(d: Dialect) -> list[str]:
         f"""CREATE TABLE IF NOT EXISTS model_versions (
             pk {d.autoinc_pk}, version TEXT NOT NULL UNIQUE, body TEXT NOT NULL)""",
     ]
+
+
+def _added_columns(d: Dialect) -> list[tuple[str, str, str]]:
+    """Columns added after a table was first released: ``(table, column, type)``, added to
+    an older database when it is opened (a nullable column, so its rows stay as they were)."""
+    return [("rollouts", "max_response_tokens", d.bigint)]
 
 
 # Columns that copy a few fields of a table's JSON body (the body stays the record), so that
@@ -393,6 +401,12 @@ class SqlStore(Store):
             cur.execute(self.dialect.schema_lock)
         for statement in _schema(self.dialect):
             cur.execute(statement)
+        for table, column, kind in _added_columns(self.dialect):
+            cur.execute(f"SELECT * FROM {table} WHERE 1 = 0")
+            have = {col[0].lower() for col in cur.description}
+            cur.fetchall()
+            if column not in have:
+                cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         for table, columns in _FIELD_COLUMNS.items():
             cur.execute(f"SELECT * FROM {table} WHERE 1 = 0")
             have = {col[0].lower() for col in cur.description}
@@ -757,6 +771,7 @@ class SqlStore(Store):
                         None,
                         None,
                         _dumps(r.output),
+                        r.max_response_tokens,
                     )
                 )
             self._insert_ignore(cur, "rollouts", _ROLLOUT_COLUMNS, rows)

@@ -58,9 +58,25 @@ def register(subparsers) -> None:
     p.add_argument("--rollout-id", default=None, help="run as this rollout instead of claiming the next one")
     p.add_argument("--input", default=None, help="task input (JSON) when a new task has to be created")
     p.add_argument("--timeout", type=float, default=None, help="kill the command after this many seconds")
+    p.add_argument(
+        "--max-response-tokens",
+        type=_positive_int,
+        default=None,
+        help="the gateway ends each of the rollout's responses after this many tokens (for a new rollout)",
+    )
     p.add_argument("--heartbeat", type=float, default=5.0, help="seconds between heartbeats (default 5)")
     p.add_argument("command", nargs="+", help="the command, after --")
     p.set_defaults(func=run)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number of tokens, got {text!r}")
+    return value
 
 
 def _resolve_rollout(store, args, runner_id: str):
@@ -85,7 +101,16 @@ def _resolve_rollout(store, args, runner_id: str):
         raise AglError(f"--input: not JSON: {exc}") from None
     task = Task(input=task_input, split="run")
     store.add_tasks([task])
-    store.enqueue([Rollout(task_id=task.task_id, mode="production", timeout_s=args.timeout)])
+    store.enqueue(
+        [
+            Rollout(
+                task_id=task.task_id,
+                mode="production",
+                timeout_s=args.timeout,
+                max_response_tokens=args.max_response_tokens,
+            )
+        ]
+    )
     claimed = store.claim(runner_id, limit=1)
     if not claimed:
         raise AglError("the rollout just enqueued was claimed by another runner; run again")

@@ -247,7 +247,9 @@ class GatewayApp:
         n = req.get("n") or 1
         seqs = [await self.registry.next_seq(rollout_id) for _ in range(n)]
         prefix = {"chat.completions": "chatcmpl-", "completions": "cmpl-", "responses": "resp_"}[kind]
-        meta = CallMeta(prefix + uuid.uuid4().hex, rollout_id, seqs, kind, requested, req)
+        meta = CallMeta(
+            prefix + uuid.uuid4().hex, rollout_id, seqs, kind, requested, req, self.registry.cap(rollout_id)
+        )
         await self.gate.enter()
         try:
             await _until_disconnect(
@@ -268,9 +270,9 @@ class GatewayApp:
     ) -> tuple[Replica, UpstreamResponse]:
         """The engine's request for this call, sent to a replica: ``(replica, response)``."""
         if kind == "completions":
-            upstream = chat.upstream_completion_request(req, model)
+            upstream = chat.upstream_completion_request(req, model, meta.max_response_tokens)
         else:
-            upstream = chat.upstream_chat_request(req, model)
+            upstream = chat.upstream_chat_request(req, model, meta.max_response_tokens)
         path = "/completions" if kind == "completions" else "/chat/completions"
         try:
             return await self.router.send(meta.rollout_id, path, json.dumps(upstream).encode())

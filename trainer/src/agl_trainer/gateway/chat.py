@@ -13,8 +13,8 @@ from typing import Any
 from agl_trainer.gateway.recorder import TOKEN_ID_EXTRAS, ChoiceTokens, chat_logprobs, completion_logprobs, no_ids_error
 
 
-def upstream_chat_request(req: dict, model: str | None) -> dict:
-    """The body sent to the engine for a client's chat request."""
+def upstream_chat_request(req: dict, model: str | None, cap: int | None = None) -> dict:
+    """The body sent to the engine for a client's chat request (``cap``: the rollout's response cap)."""
     body = dict(req)
     if model:
         body["model"] = model
@@ -22,6 +22,7 @@ def upstream_chat_request(req: dict, model: str | None) -> dict:
         limit = body.pop("max_completion_tokens")
         if body.get("max_tokens") is None:
             body["max_tokens"] = limit
+    _cap(body, cap)
     body["return_token_ids"] = True
     body["logprobs"] = True
     if body.get("stream"):
@@ -31,11 +32,12 @@ def upstream_chat_request(req: dict, model: str | None) -> dict:
     return body
 
 
-def upstream_completion_request(req: dict, model: str | None) -> dict:
-    """The body sent to the engine for a client's text completion request."""
+def upstream_completion_request(req: dict, model: str | None, cap: int | None = None) -> dict:
+    """The body sent to the engine for a client's text completion request (``cap``: the rollout's response cap)."""
     body = dict(req)
     if model:
         body["model"] = model
+    _cap(body, cap)
     body["return_token_ids"] = True
     if not body.get("logprobs"):
         body["logprobs"] = 0
@@ -44,6 +46,13 @@ def upstream_completion_request(req: dict, model: str | None) -> dict:
     else:
         body.pop("stream_options", None)
     return body
+
+
+def _cap(body: dict, cap: int | None) -> None:
+    """Lower the body's ``max_tokens`` to the rollout's cap (or set it, where the client set none)."""
+    if cap is not None:
+        asked = body.get("max_tokens")
+        body["max_tokens"] = cap if asked is None else min(asked, cap)
 
 
 def client_wants(req: dict, *, chat: bool) -> tuple[bool, bool]:

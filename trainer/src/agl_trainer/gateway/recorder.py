@@ -32,6 +32,7 @@ class CallMeta:
     endpoint: str
     requested_model: str | None
     request: dict[str, Any]
+    max_response_tokens: int | None = None
     started: float = field(default_factory=time.perf_counter)
 
 
@@ -110,6 +111,7 @@ class Recorder:
                     response_logprobs=logprobs,
                     model_version=self.model_version,
                     latency_s=latency,
+                    max_response_tokens=meta.max_response_tokens,
                 )
             )
             self.recorded += 1
@@ -134,6 +136,7 @@ class Recorder:
                 response_ids=[],
                 model_version=self.model_version,
                 latency_s=latency,
+                max_response_tokens=meta.max_response_tokens,
                 aborted=True,
             )
         )

@@ -261,10 +261,29 @@ def _shell(req: dict, resp_id: str, model: str | None, created: float) -> dict:
     }
 
 
-def _finish(resp: dict, finish_reason: str | None, usage: dict | None) -> dict:
+def length_reason(output_tokens: int | None, client_limit: int | None, cap: int | None) -> str:
+    """Why a response stopped at a length limit, named after the limit that ended it.
+
+    ``max_output_tokens`` (OpenAI's reason) only when the client's own limit did; the
+    rollout's cap (``rollout_max_response_tokens``) and a full context
+    (``context_length``) are limits the client never set.
+    """
+    if output_tokens is not None:
+        if client_limit is not None and output_tokens >= client_limit and (cap is None or client_limit <= cap):
+            return "max_output_tokens"
+        if cap is not None and output_tokens >= cap:
+            return "rollout_max_response_tokens"
+        return "context_length"
+    if client_limit is not None and (cap is None or client_limit <= cap):
+        return "max_output_tokens"
+    return "rollout_max_response_tokens" if cap is not None else "context_length"
+
+
+def _finish(resp: dict, finish_reason: str | None, usage: dict | None, cap: int | None) -> dict:
     if finish_reason == "length":
         resp["status"] = "incomplete"
-        resp["incomplete_details"] = {"reason": "max_output_tokens"}
+        out = (usage or {}).get("completion_tokens")
+        resp["incomplete_details"] = {"reason": length_reason(out, resp.get("max_output_tokens"), cap)}
     else:
         resp["status"] = "completed"
     resp["usage"] = _usage(usage)
@@ -293,8 +312,8 @@ def _call_item(call: dict, item_id: str, status: str = "completed") -> dict:
     }
 
 
-def from_chat_response(chat: dict, req: dict, resp_id: str, model: str | None) -> dict:
-    """The Response a chat completion stands for."""
+def from_chat_response(chat: dict, req: dict, resp_id: str, model: str | None, cap: int | None = None) -> dict:
+    """The Response a chat completion stands for (``cap``: the rollout's response cap, if any)."""
     resp = _shell(req, resp_id, model, chat.get("created") or time.time())
     choice = (chat.get("choices") or [{}])[0]
     message = choice.get("message") or {}
@@ -302,14 +321,15 @@ def from_chat_response(chat: dict, req: dict, resp_id: str, model: str | None) -
         resp["output"].append(_message_item(message["content"], f"msg_{uuid.uuid4().hex}"))
     for call in message.get("tool_calls") or []:
         resp["output"].append(_call_item(call, f"fc_{uuid.uuid4().hex}"))
-    return _finish(resp, choice.get("finish_reason"), chat.get("usage"))
+    return _finish(resp, choice.get("finish_reason"), chat.get("usage"), cap)
 
 
 class EventStream:
     """Turns chat stream chunks into Responses stream events, as they arrive."""
 
-    def __init__(self, req: dict, resp_id: str, model: str | None):
+    def __init__(self, req: dict, resp_id: str, model: str | None, cap: int | None = None):
         self.resp = _shell(req, resp_id, model, time.time())
+        self.cap = cap
         self.seq = 0
         self.text_item: dict | None = None
         self.text: list[str] = []
@@ -439,7 +459,7 @@ class EventStream:
 
     def finish(self, usage: dict | None) -> list[bytes]:
         out = self._close_text() + self._close_calls()
-        _finish(self.resp, self.finish_reason, usage)
+        _finish(self.resp, self.finish_reason, usage, self.cap)
         name = "response.incomplete" if self.resp["status"] == "incomplete" else "response.completed"
         out.append(self._event(name, response=self.resp))
         return out
@@ -452,14 +472,14 @@ async def serve(
     if not req.get("stream"):
         chat = json.loads(await upstream.read())
         prompt_ids, tokens = take_chat_tokens(chat, keep_ids=False, keep_logprobs=False)
-        resp = from_chat_response(chat, req, meta.call_id, model)
+        resp = from_chat_response(chat, req, meta.call_id, model, meta.max_response_tokens)
         payload = json.dumps(resp).encode()
         recorder.record(meta, prompt_ids, tokens[:1], resp)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
         return
-    events = EventStream(req, meta.call_id, model)
+    events = EventStream(req, meta.call_id, model, meta.max_response_tokens)
     acc = StreamAccumulator(chat=True)
     await send(
         {

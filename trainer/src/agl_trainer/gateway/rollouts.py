@@ -6,6 +6,9 @@ served and its calls recorded (late calls are data, never dropped; the store kee
 late observations by design). Unknown ids are not cached, so a rollout enqueued a
 moment later is found on the next call.
 
+The rollout's ``max_response_tokens`` comes with that answer and is cached with it:
+:meth:`RolloutRegistry.cap` gives it for every call of the rollout.
+
 ``seq`` numbers a rollout's calls in the order the gateway received them, continuing
 from what the store already holds, so a restarted gateway does not reuse numbers.
 """
@@ -28,6 +31,7 @@ class RolloutRegistry:
         self.store = store
         self.max_cached = max_cached
         self._seq: OrderedDict[str, itertools.count] = OrderedDict()
+        self._caps: dict[str, int] = {}
         self._pending: dict[str, asyncio.Future] = {}
         self._production_seq = itertools.count()
 
@@ -40,6 +44,10 @@ class RolloutRegistry:
             counter = await self._load(rollout_id)
         return next(counter)
 
+    def cap(self, rollout_id: str | None) -> int | None:
+        """The response cap of a rollout seen by :meth:`next_seq` or :meth:`check` (None: no cap)."""
+        return None if rollout_id is None else self._caps.get(rollout_id)
+
     async def check(self, rollout_id: str) -> None:
         """Raise the 404 for a rollout the store does not know."""
         if rollout_id not in self._seq:
@@ -51,17 +59,21 @@ class RolloutRegistry:
             pending = asyncio.ensure_future(asyncio.to_thread(self._lookup, rollout_id))
             self._pending[rollout_id] = pending
             pending.add_done_callback(lambda _: self._pending.pop(rollout_id, None))
-        start = await asyncio.shield(pending)
+        start, cap = await asyncio.shield(pending)
         counter = self._seq.get(rollout_id)
         if counter is None:
             counter = self._seq[rollout_id] = itertools.count(start)
+            if cap is not None:
+                self._caps[rollout_id] = cap
             if len(self._seq) > self.max_cached:
-                self._seq.popitem(last=False)
+                evicted, _ = self._seq.popitem(last=False)
+                self._caps.pop(evicted, None)
         return counter
 
-    def _lookup(self, rollout_id: str) -> int:
+    def _lookup(self, rollout_id: str) -> tuple[int, int | None]:
+        """The rollout's next free ``seq`` and its response cap."""
         try:
-            self.store.get_rollout(rollout_id)
+            rollout = self.store.get_rollout(rollout_id)
         except NotFound:
             raise GatewayError(
                 404, f"unknown rollout {rollout_id!r}", param="rollout_id", code="rollout_not_found"
@@ -69,4 +81,4 @@ class RolloutRegistry:
         last = -1
         for call in self.store.query_llm_calls(rollout_id=rollout_id):
             last = max(last, call.seq)
-        return last + 1
+        return last + 1, rollout.max_response_tokens
