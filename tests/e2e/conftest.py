@@ -39,9 +39,10 @@ class AgentRun:
 
 
 class Stack:
-    def __init__(self, store, gateway, store_url: str, tokenizer):
+    def __init__(self, store, gateway, store_url: str, tokenizer, engine):
         self.store = store
         self.gateway = gateway
+        self.engine = engine
         self.store_url = store_url
         self.tokenizer = tokenizer
         self._n = 0
@@ -101,7 +102,7 @@ def stack(tmp_path_factory):
     store = SqliteStore(db)
     gateway = Gateway(store, urls, token=TOKEN, model_version="smollm2-base").start()
     try:
-        yield Stack(store, gateway, f"sqlite:///{db}", AutoTokenizer.from_pretrained(path))
+        yield Stack(store, gateway, f"sqlite:///{db}", AutoTokenizer.from_pretrained(path), engine)
     finally:
         gateway.stop()
         engine.stop()

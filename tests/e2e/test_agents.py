@@ -183,3 +183,37 @@ def test_openai_agents_sdk_with_tracing_disabled(stack):
     ts, report = transitions_of(stack, rollout, calls)
     assert report.gateway_only == len(calls)
     assert [t.agent for t in ts] == [None] * len(calls)
+
+
+def test_langgraph_supervisor_calls_carry_the_workers_names(stack):
+    run = stack.run_agent("supervisor_team.py", LANGCHAIN)
+    rollout = finished(stack, run)
+    assert run.output["nodes"][:2] == ["supervisor", "math_expert"]
+    calls = sorted(stack.store.query_llm_calls(rollout_id=run.rollout_id), key=lambda c: c.seq)
+    ts, report = transitions_of(stack, rollout, calls)
+    assert report.joined_by_id == len(calls)
+    agents = [t.agent for t in ts]
+    # the supervisor hands off on every turn: its calls and the worker's alternate, under the user's names
+    assert agents[:2] == ["supervisor", "math_expert"] and set(agents) == {"supervisor", "math_expert"}
+    assert all(a != b for a, b in zip(agents, agents[1:], strict=False))
+    # the inner node of create_react_agent ("agent") is kept beside the name
+    nodes = {
+        s.attributes.get("agl.langgraph.node") for s in stack.store.query_spans(rollout_id=run.rollout_id, kind="llm")
+    }
+    assert nodes == {"agent"}
+    worker, _ = build_transitions(stack.store, [rollout], TransitionConfig(missing_reward=0.0, agents=["math_expert"]))
+    assert len(worker) == agents.count("math_expert") >= 1
+    assert {t.call_id for t in worker} == {t.call_id for t in ts if t.agent == "math_expert"}
+
+
+def test_a_client_that_abandons_a_stream_frees_the_engine_and_the_call_is_left_out(stack):
+    run = stack.run_agent("openai_abandoned_stream.py", {})
+    rollout = finished(stack, run)
+    # ~2000 tokens were asked for (eos ignored); the engine runs nothing a moment after the agent exited
+    assert stack.engine.batchers[0].running_rows == 0
+    calls = {c.call_id: c for c in stack.store.query_llm_calls(rollout_id=run.rollout_id)}
+    abandoned, short = calls[run.output["abandoned_id"]], calls[run.output["short_id"]]
+    assert abandoned.aborted and len(abandoned.response_ids) == 0 and abandoned.latency_s < 30
+    assert not short.aborted and len(short.response_ids) > 0
+    ts, report = build_transitions(stack.store, [rollout], TransitionConfig(missing_reward=0.0))
+    assert [t.call_id for t in ts] == [short.call_id] and report.aborted_calls == 1
