@@ -1,0 +1,1 @@
+"""A three-node LangGraph text-to-SQL agent over Chinook, trained with agl (see README.md)."""

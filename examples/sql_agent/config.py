@@ -1,0 +1,81 @@
+"""The trainer config of each experiment arm (``train.yaml`` holds the main arm for ``agl train``).
+
+Arms differ only in ``transitions``; every arm has the same step budget, batch, model,
+LoRA and learning rate.
+
+- ``main``: the writer and the rewriter are trained, the checker keeps the base
+  policy; credit ``discounted`` (gamma 0.9).
+- ``broadcast``: as main, with credit ``broadcast`` (every call gets the final reward).
+- ``last`` / ``emitted``: as main, with those credit strategies (for picking the best
+  non-broadcast one on validation; see the README for why ``discounted`` is main's).
+- ``all-agents``: as main, but the checker's calls are trained too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+TRAINED_AGENTS = ["write_query", "rewrite_query"]
+MAIN_CREDIT = {"credit": "discounted", "credit_options": {"gamma": 0.9}}
+
+ARMS: dict[str, dict[str, Any]] = {
+    "main": {**MAIN_CREDIT, "agents": TRAINED_AGENTS},
+    "broadcast": {"credit": "broadcast", "agents": TRAINED_AGENTS},
+    "last": {"credit": "last", "agents": TRAINED_AGENTS},
+    "emitted": {"credit": "emitted", "agents": TRAINED_AGENTS},
+    "all-agents": {**MAIN_CREDIT, "agents": None},
+}
+
+STEPS = 12
+BATCH_SIZE = 8
+N_ROLLOUTS = 4
+MAX_RESPONSE_TOKENS = 80
+LR = 3e-4
+LORA = {"r": 16, "alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+
+
+def trainer_config(
+    arm: str,
+    *,
+    seed: int,
+    workdir: Path,
+    model_path: str | Path,
+    steps: int = STEPS,
+    batch_size: int = BATCH_SIZE,
+    n_rollouts: int = N_ROLLOUTS,
+    max_response_tokens: int = MAX_RESPONSE_TOKENS,
+) -> dict[str, Any]:
+    """The :class:`agl_trainer.TrainerConfig` dict of ``arm``."""
+    if arm not in ARMS:
+        raise ValueError(f"arm: one of {', '.join(ARMS)}, not {arm!r}")
+    return {
+        "workdir": str(workdir),
+        "seed": seed,
+        "steps": steps,
+        "batch_size": batch_size,
+        "n_rollouts": n_rollouts,
+        "val_every": 0,
+        "val_temperature": 0.0,
+        "transitions": dict(ARMS[arm]),
+        "backend": {
+            "name": "verl",
+            "config": {
+                "model_path": str(model_path),
+                "lr": LR,
+                "adv_estimator": "grpo",
+                "policy_loss": "vanilla",
+                "micro_batch_size": 16,
+                "seed": seed,
+                "workdir": str(workdir / "verl"),
+                "lora": dict(LORA),
+            },
+        },
+        "engine": {"name": "transformers", "config": {"model_path": str(model_path), "seed": seed}},
+        "rollout": {
+            "concurrency": batch_size * n_rollouts,
+            "timeout_s": 300,
+            "max_attempts": 1,
+            "max_response_tokens": max_response_tokens,
+        },
+    }

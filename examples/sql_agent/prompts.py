@@ -1,0 +1,83 @@
+"""The prompts: a one-line schema and one worked example, kept short for a 135M model.
+
+SmolLM2-135M-Instruct writes prose when shown the full ``CREATE TABLE`` schema; a
+compact ``Table(col, ...)`` line and one example answer in a fenced block get SQL out
+of it (see the README). The example's question is of no template's kind.
+"""
+
+from __future__ import annotations
+
+import re
+
+SCHEMA = (
+    "Artist(ArtistId, Name) Album(AlbumId, Title, ArtistId) "
+    "Track(TrackId, Name, AlbumId, GenreId, Composer, Milliseconds) Genre(GenreId, Name) "
+    "Customer(CustomerId, FirstName, LastName, City, Country, Email) "
+    "Invoice(InvoiceId, CustomerId, InvoiceDate, BillingCity, BillingCountry, Total)"
+)
+
+WRITER_SYSTEM = f"Write an SQLite query for the question. Tables: {SCHEMA}"
+EXAMPLE_QUESTION = "Which tracks are longer than 900000 milliseconds?"
+EXAMPLE_SQL = "SELECT Name FROM Track WHERE Milliseconds > 900000"
+EXAMPLE_ANSWER = f"```sql\n{EXAMPLE_SQL}\n```"
+
+CHECKER_SYSTEM = f"Tables: {SCHEMA}\nDoes the SQL answer the question? Reply YES, or NO and the mistake."
+CHECK_USER = "Question: {question}\nSQL: {sql}"
+CHECK_EXAMPLES = (
+    (CHECK_USER.format(question=EXAMPLE_QUESTION, sql=EXAMPLE_SQL), "YES"),
+    (
+        CHECK_USER.format(question=EXAMPLE_QUESTION, sql="SELECT Name FROM Album WHERE Milliseconds > 900000"),
+        "NO, Album has no Milliseconds.",
+    ),
+)
+
+REWRITE_USER = "{question}\nThis query is wrong: {sql}\nReviewer: {feedback}\nWrite the correct query."
+
+
+def writer_messages(question: str) -> list[tuple[str, str]]:
+    """The messages that ask for a first query."""
+    return [
+        ("system", WRITER_SYSTEM),
+        ("human", EXAMPLE_QUESTION),
+        ("ai", EXAMPLE_ANSWER),
+        ("human", question),
+    ]
+
+
+def checker_messages(question: str, sql: str) -> list[tuple[str, str]]:
+    """The messages that ask whether ``sql`` answers ``question``."""
+    shots = [m for user, reply in CHECK_EXAMPLES for m in (("human", user), ("ai", reply))]
+    return [("system", CHECKER_SYSTEM), *shots, ("human", CHECK_USER.format(question=question, sql=sql))]
+
+
+def rewriter_messages(question: str, sql: str, feedback: str) -> list[tuple[str, str]]:
+    """The messages that ask for a corrected query, with the checker's words."""
+    return [
+        ("system", WRITER_SYSTEM),
+        ("human", EXAMPLE_QUESTION),
+        ("ai", EXAMPLE_ANSWER),
+        ("human", REWRITE_USER.format(question=question, sql=sql, feedback=feedback.strip() or "NO")),
+    ]
+
+
+_FENCE = re.compile(r"```(?:sql|sqlite)?\s*(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE)
+_SELECT = re.compile(r"\b(SELECT|WITH)\b.*", re.DOTALL | re.IGNORECASE)
+
+
+def extract_sql(text: str) -> str:
+    """The query in a model's answer: the first fenced block, else from the first SELECT/WITH on.
+
+    Only the first statement is kept (up to a ``;``); an answer with no query gives "".
+    """
+    text = text or ""
+    match = _FENCE.search(text)
+    body = match.group(1) if match else text
+    query = _SELECT.search(body)
+    if query is None:
+        return ""
+    return query.group(0).split(";", 1)[0].strip()
+
+
+def accepted(verdict: str) -> bool:
+    """Whether the checker's reply accepts the query (it begins with "yes")."""
+    return verdict.strip().lstrip("*#\"' ").lower().startswith("yes")

@@ -1,0 +1,127 @@
+"""Build the README's results tables from ``results/*.json`` (written by train.py).
+
+    python examples/sql_agent/report.py [--results DIR] [--readme FILE] [--check]
+
+Rewrites what lies between ``<!-- results:start -->`` and ``<!-- results:end -->``
+in README.md; ``--check`` only prints the tables. Figures are mean ± sample standard
+deviation over the seeds of an arm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+ARM_ORDER = ["main", "broadcast", "last", "emitted", "all-agents"]
+
+
+def load(results: Path) -> dict[str, list[dict]]:
+    """The result records, by arm, in seed order."""
+    arms: dict[str, list[dict]] = defaultdict(list)
+    for path in sorted(results.glob("*.json")):
+        record = json.loads(path.read_text())
+        arms[record["arm"]].append(record)
+    for records in arms.values():
+        records.sort(key=lambda r: r["seed"])
+    return dict(sorted(arms.items(), key=lambda kv: (ARM_ORDER + [kv[0]]).index(kv[0])))
+
+
+def pm(values: list[float | None], scale: float = 1.0, digits: int = 1) -> str:
+    """``mean ± std`` of the values that are there (``n/a`` if none; no ± for one)."""
+    values = [v * scale for v in values if v is not None]
+    if not values:
+        return "n/a"
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def tier_after(records: list[dict], tier: str) -> str:
+    """Test success after training on one tier."""
+    return pm([r["after"]["success_by_tier"].get(tier) for r in records], 100)
+
+
+def per_agent(records: list[dict], key: str) -> str:
+    """``agent count`` pairs of a per-agent count, averaged over the seeds."""
+    agents = sorted({a for r in records for a in r.get(key, {})})
+    return ", ".join(f"{a} {statistics.fmean(r.get(key, {}).get(a, 0) for r in records):.0f}" for a in agents)
+
+
+def main_table(arms: dict[str, list[dict]]) -> list[str]:
+    """Test success before and after, overall and per tier, per arm."""
+    lines = [
+        "| arm | credit | trained agents | seeds | steps | test success before (%) | after (%) "
+        "| easy after | medium after | hard after | wall min/seed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, records in arms.items():
+        cfg = records[0]["transitions_config"]
+        agents = ", ".join(cfg.get("agents") or ["all"])
+        lines.append(
+            f"| {arm} | {cfg['credit']} | {agents} | {', '.join(str(r['seed']) for r in records)} "
+            f"| {records[0]['steps']} | {pm([r['before']['success'] for r in records], 100)} "
+            f"| {pm([r['after']['success'] for r in records], 100)} | {tier_after(records, 'easy')} "
+            f"| {tier_after(records, 'medium')} | {tier_after(records, 'hard')} "
+            f"| {pm([r['wall_s'] for r in records], 1 / 60)} |"
+        )
+    return lines
+
+
+def behaviour_table(arms: dict[str, list[dict]]) -> list[str]:
+    """Rewrite rounds per question, checker acceptance and calls per agent, before and after."""
+    lines = [
+        "| arm | rewrites/question before | after | checker acceptance before (%) | after (%) "
+        "| training LLM calls per agent (mean/seed) | trained transitions per agent (mean/seed) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for arm, records in arms.items():
+        lines.append(
+            f"| {arm} | {pm([r['before']['rewrites_per_question'] for r in records], digits=2)} "
+            f"| {pm([r['after']['rewrites_per_question'] for r in records], digits=2)} "
+            f"| {pm([r['before']['checker_acceptance'] for r in records], 100)} "
+            f"| {pm([r['after']['checker_acceptance'] for r in records], 100)} "
+            f"| {per_agent(records, 'train_agent_calls')} | {per_agent(records, 'trained_transitions')} |"
+        )
+    return lines
+
+
+def render(arms: dict[str, list[dict]]) -> str:
+    """The block that goes between the markers."""
+    if not arms:
+        return "No results yet: run train.py (see above), then this script."
+    return "\n".join(
+        ["Test split (90 questions, greedy), before and after training:", "", *main_table(arms), ""]
+        + ["Behaviour on the test split, and who was called and trained:", "", *behaviour_table(arms)]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the tables and write them into the README."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, default=HERE / "results")
+    parser.add_argument("--readme", type=Path, default=HERE / "README.md")
+    parser.add_argument("--check", action="store_true", help="print only; leave the README alone")
+    args = parser.parse_args(argv)
+    block = render(load(args.results))
+    print(block)
+    if args.check:
+        return 0
+    text = args.readme.read_text()
+    if START not in text or END not in text:
+        print(f"{args.readme}: no {START} ... {END} markers", file=sys.stderr)
+        return 1
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    args.readme.write_text(f"{head}{START}\n{block}\n{END}{tail}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

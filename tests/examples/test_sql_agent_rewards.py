@@ -1,0 +1,158 @@
+"""The SQL agent's reward plugin, its database access, its parsing and its data."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+@pytest.fixture(scope="module")
+def sql():
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import sql_agent.database
+        import sql_agent.prompts
+        import sql_agent.questions
+        import sql_agent.rewards
+
+        yield SimpleNamespace(
+            database=sql_agent.database,
+            prompts=sql_agent.prompts,
+            questions=sql_agent.questions,
+            rewards=sql_agent.rewards,
+        )
+    finally:
+        sys.path.remove(str(EXAMPLES))
+
+
+def rollout(output, gold: str, ordered: bool = False):
+    return SimpleNamespace(output=output, task=SimpleNamespace(input={"gold_sql": gold, "ordered": ordered}))
+
+
+GOLD = "SELECT Name FROM Artist WHERE ArtistId = 1"
+
+
+def test_right_query_scores_one(sql):
+    out = {"sql": "SELECT a.Name FROM Artist AS a WHERE a.ArtistId = 1"}
+    assert sql.rewards.agl_reward(rollout(out, GOLD), [], [], []) == 1.0
+
+
+def test_wrong_query_scores_zero(sql):
+    assert (
+        sql.rewards.agl_reward(rollout({"sql": "SELECT Name FROM Artist WHERE ArtistId = 2"}, GOLD), [], [], []) == 0.0
+    )
+    # the right rows plus a column too many is not the same result
+    extra = {"sql": "SELECT Name, ArtistId FROM Artist WHERE ArtistId = 1"}
+    assert sql.rewards.agl_reward(rollout(extra, GOLD), [], [], []) == 0.0
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        {"sql": "SELEC Name FROM Artist"},
+        {"sql": "SELECT Nme FROM Artist"},
+        {"sql": ""},
+        {"sql": None},
+        {"sql": "DELETE FROM Artist"},
+        {"sql": "SELECT 1; DROP TABLE Artist"},
+        {},
+        None,
+        42,
+    ],
+)
+def test_malformed_or_missing_query_scores_zero(sql, output):
+    assert sql.rewards.agl_reward(rollout(output, GOLD), [], [], []) == 0.0
+
+
+def test_slow_query_scores_zero_within_the_time_limit(sql):
+    runaway = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c"
+    started = time.monotonic()
+    assert sql.rewards.agl_reward(rollout({"sql": runaway}, GOLD), [], [], []) == 0.0
+    elapsed = time.monotonic() - started
+    assert elapsed < sql.database.TIMEOUT_S + 2.0, elapsed
+    result = sql.database.run_query(runaway, timeout_s=0.3)
+    assert not result.ok and "timed out" in result.error
+
+
+def test_order_matters_only_when_the_question_orders(sql):
+    gold = "SELECT Name FROM Genre WHERE GenreId IN (1, 2, 3) ORDER BY Name"
+    backwards = {"sql": "SELECT Name FROM Genre WHERE GenreId IN (1, 2, 3) ORDER BY Name DESC"}
+    assert sql.rewards.agl_reward(rollout(backwards, gold, ordered=False), [], [], []) == 1.0
+    assert sql.rewards.agl_reward(rollout(backwards, gold, ordered=True), [], [], []) == 0.0
+
+
+def test_numbers_compare_rounded(sql):
+    gold = "SELECT SUM(Total) FROM Invoice WHERE BillingCountry = 'France'"
+    assert sql.rewards.execution_match("SELECT ROUND(SUM(Total), 2) FROM Invoice WHERE BillingCountry = 'France'", gold)
+    assert not sql.rewards.execution_match("SELECT SUM(Total) + 1 FROM Invoice WHERE BillingCountry = 'France'", gold)
+
+
+def test_the_database_is_read_only_and_rows_are_capped(sql):
+    before = sql.database.db_path().stat().st_mtime
+    result = sql.database.run_query("UPDATE Artist SET Name = 'x' WHERE ArtistId = 1")
+    assert not result.ok and "readonly" in result.error
+    capped = sql.database.run_query("SELECT * FROM Track", max_rows=10)
+    assert capped.ok and len(capped.rows) == 10 and capped.truncated
+    assert sql.database.db_path().stat().st_mtime == before
+
+
+def test_the_database_path_can_be_overridden(sql, monkeypatch, tmp_path):
+    monkeypatch.setenv(sql.database.DB_ENV, str(tmp_path / "missing.db"))
+    with pytest.raises(FileNotFoundError, match="SQL_AGENT_DB"):
+        sql.database.db_path()
+    assert not sql.database.run_query("SELECT 1").ok
+    assert sql.rewards.execution_match("SELECT 40 + 2", "SELECT 42 -- never cached") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ("```sql\nSELECT Name FROM Artist\n```", "SELECT Name FROM Artist"),
+        ("Here it is:\n```sql\nSELECT Name FROM Artist;\n```\nMore text", "SELECT Name FROM Artist"),
+        ("```sql\nSELECT Name FROM Artist WHERE", "SELECT Name FROM Artist WHERE"),
+        ("The query is SELECT COUNT(*) FROM Track; done", "SELECT COUNT(*) FROM Track"),
+        ("The album is called Let There Be Rock.", ""),
+    ],
+)
+def test_the_sql_is_read_from_the_answer_text(sql, answer, expected):
+    assert sql.prompts.extract_sql(answer) == expected
+
+
+def test_the_checker_verdict(sql):
+    assert sql.prompts.accepted("YES")
+    assert sql.prompts.accepted(" yes, it does")
+    assert not sql.prompts.accepted("NO, the column is wrong")
+    assert not sql.prompts.accepted("The answer is yes")
+
+
+def test_the_data_is_reproducible_and_committed(sql):
+    generated = sql.questions.generate()
+    for split, tasks in generated.items():
+        committed = [json.loads(line) for line in (EXAMPLES / "sql_agent" / "data" / f"{split}.jsonl").open()]
+        assert committed == json.loads(json.dumps(tasks)), split
+
+
+def test_the_splits_have_tiers_and_hold_out_entities(sql):
+    splits = sql.questions.generate()
+    assert sum(len(t) for t in splits.values()) >= 300
+    for split, tasks in splits.items():
+        tiers = [t["input"]["tier"] for t in tasks]
+        assert {tier: tiers.count(tier) for tier in sql.questions.TIERS} == dict.fromkeys(
+            sql.questions.TIERS, sql.questions.SIZES[split]
+        )
+    pools = sql.questions.split_entities(sql.questions._entities(sql.database.connect()))
+    for kind in pools["train"]:
+        train = {json.dumps(e, sort_keys=True) for e in pools["train"][kind]}
+        for held_out in ("val", "test"):
+            assert not train & {json.dumps(e, sort_keys=True) for e in pools[held_out][kind]}, kind
+    # every gold query of every split runs and returns rows
+    for tasks in splits.values():
+        for task in tasks:
+            assert sql.rewards.gold_rows(task["input"]["gold_sql"]), task
