@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import httpx
@@ -76,3 +78,32 @@ def test_transitions_leave_the_aborted_call_out_and_count_it(gateway, engine, st
     finished = store.finish(rollout, RolloutStatus.SUCCEEDED)
     transitions, report = build_transitions(store, [finished], TransitionConfig(missing_reward=1.0))
     assert len(transitions) == 1 and report.aborted_calls == 1 and report.transitions == 1
+
+
+def test_agl_run_killing_a_timed_out_agent_cancels_its_call(gateway, engine, store, tmp_path):
+    """``agl run --timeout`` kills the program; its connection closes with it, and the gateway
+    cancels the engine request it was waiting on instead of letting it run to the end."""
+    engine.delay_s = 30.0
+    script = tmp_path / "slow_agent.py"
+    script.write_text(
+        "from openai import OpenAI\n"
+        "OpenAI(max_retries=0, timeout=120).chat.completions.create(\n"
+        "    model='m', messages=[{'role': 'user', 'content': 'take your time'}])\n"
+    )
+    cli = "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))"
+    store_url = f"sqlite:///{store.path}"
+    args = ["run", "--store", store_url, "--gateway", gateway.url, "--gateway-token", TOKEN, "--timeout", "3"]
+    proc = subprocess.run(
+        [sys.executable, "-c", cli, *args, "--", sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    killed = time.monotonic()
+    assert proc.returncode != 0
+    assert _wait_for_abort(engine, killed) < 1.0  # not the 30 s the engine would have taken
+    _idle(gateway, engine)
+    [rollout] = [r for r in store.query_rollouts() if r.mode == "production"]
+    assert rollout.status == RolloutStatus.TIMED_OUT
+    [call] = calls_of(gateway, store, rollout.rollout_id)
+    assert call.aborted
