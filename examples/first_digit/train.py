@@ -123,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         train_tasks=make_tasks(256, seed=1),
         val_tasks=make_tasks(200, seed=2),
     )
-    print(f"\ntrained {args.preset} in {time.monotonic() - started:.0f}s; workdir {workdir}")
-    print(result.summary() if hasattr(result, "summary") else result)
+    print(
+        f"trained {args.preset} to step {result.steps_completed} in {time.monotonic() - started:.0f}s; workdir {workdir}"
+    )
     return 0
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ def reward_metrics(
     out = {
         f"{prefix}reward_mean": m,
         f"{prefix}reward_std": s,
+        f"{prefix}reward_min": min(values, default=0.0),
+        f"{prefix}reward_max": max(values, default=0.0),
         f"{prefix}success_rate": (sum(v >= success_threshold for v in values) / len(values)) if values else 0.0,
         f"{prefix}rollouts": float(len(rollouts)),
     }
@@ -100,53 +102,86 @@ class MetricsLog:
         os.replace(tmp, self.path)
 
 
-def console_line(record: dict[str, Any], total_steps: int) -> str:
-    """``step 3/20  reward 0.41±0.12  success 38%  …`` for one step's record."""
-    parts = [f"step {record['step']}/{total_steps}"]
+def _number(value: float) -> str:
+    """A loss-like value with digits to read: 0.0123, 1.2e-05, 0 (never ``-0.0000``)."""
+    if value == 0:
+        return "0"
+    if 1e-3 <= abs(value) < 1e4:
+        return f"{value:.4f}"
+    return f"{value:.2e}"
+
+
+# (record key, label, format): the optional fields of a step line, most telling first.
+_LINE_FIELDS: list[tuple[str, str, Callable[[float], str]]] = [
+    ("val_reward_mean", "val", "{:.3f}".format),
+    ("loss", "loss", _number),
+    ("kl", "kl", _number),
+    ("entropy", "entropy", "{:.3f}".format),
+    ("transitions", "trans", lambda v: str(round(v))),
+    ("response_length_mean", "resp", "{:.1f}".format),
+    ("tokens_per_s", "tok/s", lambda v: str(round(v))),
+    ("staleness_mean", "stale", "{:.2f}".format),
+]
+
+
+def console_line(record: dict[str, Any], total_steps: int, width: int | None = None) -> str:
+    """``step 3/20  reward 0.410±0.120  success 38%  loss 0.0123 …`` for one step's record.
+
+    With ``width``, fields are dropped from the end (the time breakdown first) until
+    the line fits; step, reward and success always stay.
+    """
+    head = [f"step {record['step']}/{total_steps}"]
     if "reward_mean" in record:
-        parts.append(f"reward {record['reward_mean']:.3f}±{record.get('reward_std', 0):.3f}")
-        parts.append(f"success {100 * record.get('success_rate', 0):.0f}%")
-    for key, label, fmt in [
-        ("val_reward_mean", "val", "{:.3f}"),
-        ("loss", "loss", "{:.4f}"),
-        ("kl", "kl", "{:.4f}"),
-        ("entropy", "entropy", "{:.3f}"),
-        ("transitions", "trans", "{:.0f}"),
-        ("response_length_mean", "resp", "{:.1f}"),
-        ("tokens_per_s", "tok/s", "{:.0f}"),
-        ("staleness_mean", "stale", "{:.2f}"),
-    ]:
-        if key in record and isinstance(record[key], (int, float)):
-            parts.append(f"{label} {fmt.format(record[key])}")
+        head.append(f"reward {record['reward_mean']:.3f}±{record.get('reward_std', 0):.3f}")
+        head.append(f"success {100 * record.get('success_rate', 0):.0f}%")
+    fields = [
+        f"{label} {fmt(record[key])}"
+        for key, label, fmt in _LINE_FIELDS
+        if key in record and isinstance(record[key], (int, float))
+    ]
     phases = [
         f"{k[5:-2]} {record[k]:.1f}s"
         for k in ("time_rollout_s", "time_transitions_s", "time_update_s", "time_publish_s", "time_val_s")
         if k in record
     ]
     if phases:
-        parts.append("(" + ", ".join(phases) + ")")
-    return "  ".join(parts)
+        fields.append("(" + ", ".join(phases) + ")")
+    line = "  ".join(head + fields)
+    while width is not None and len(line) > width and fields:
+        fields.pop()
+        line = "  ".join(head + fields)
+    return line
 
 
 def plot_reward_curve(records: Sequence[dict[str, Any]], path: str | Path) -> Path | None:
-    """Draw training reward per step (with ±std) and validation reward; None when matplotlib is missing."""
-    try:
-        import matplotlib
+    """Draw training reward per step (±std, clipped to the rewards seen) and validation reward.
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    Uses a matplotlib ``Figure`` with its own Agg canvas, so the plotting backend of the
+    process is left alone. None when matplotlib is missing.
+    """
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
     except ImportError:
         return None
     train = [r for r in records if r.get("kind") == "train" and "reward_mean" in r]
     val = [r for r in records if "val_reward_mean" in r]
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
     if train:
         xs = [r["step"] for r in train]
         ys = [r["reward_mean"] for r in train]
         sd = [r.get("reward_std", 0.0) for r in train]
+        lo = min(r.get("reward_min", r["reward_mean"]) for r in train)
+        hi = max(r.get("reward_max", r["reward_mean"]) for r in train)
         ax.plot(xs, ys, marker="o", label="train reward (mean)")
         ax.fill_between(
-            xs, [y - s for y, s in zip(ys, sd, strict=False)], [y + s for y, s in zip(ys, sd, strict=False)], alpha=0.2
+            xs,
+            [max(y - s, lo) for y, s in zip(ys, sd, strict=True)],
+            [min(y + s, hi) for y, s in zip(ys, sd, strict=True)],
+            alpha=0.2,
+            label="±1 std (within the rewards seen)",
         )
     if val:
         ax.plot([r["step"] for r in val], [r["val_reward_mean"] for r in val], marker="s", label="val reward (mean)")
@@ -158,28 +193,33 @@ def plot_reward_curve(records: Sequence[dict[str, Any]], path: str | Path) -> Pa
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def before_after(before: dict[str, float] | None, after: dict[str, float] | None) -> list[tuple[str, str, str, str]]:
-    """Rows ``(metric, before, after, change)`` for the held-out evaluation."""
+    """Rows ``(metric, before, after, change)`` for the held-out evaluation; counts as whole numbers."""
     rows = []
-    for key, label in [
-        ("val_reward_mean", "reward (mean)"),
-        ("val_reward_std", "reward (std)"),
-        ("val_success_rate", "success rate"),
-        ("val_rollouts", "rollouts"),
-        ("val_rollouts_failed", "failed"),
-        ("val_rollouts_timed_out", "timed out"),
+    for key, label, count in [
+        ("val_reward_mean", "reward (mean)", False),
+        ("val_reward_std", "reward (std)", False),
+        ("val_success_rate", "success rate", False),
+        ("val_rollouts", "rollouts", True),
+        ("val_rollouts_failed", "failed", True),
+        ("val_rollouts_timed_out", "timed out", True),
     ]:
         b = None if before is None else before.get(key)
         a = None if after is None else after.get(key)
         if b is None and a is None:
             continue
-        change = f"{a - b:+.3f}" if a is not None and b is not None else ""
-        rows.append((label, "" if b is None else f"{b:.3f}", "" if a is None else f"{a:.3f}", change))
+        change = _shown(a - b, count, "+") if a is not None and b is not None else ""
+        rows.append((label, _shown(b, count), _shown(a, count), change))
     return rows
+
+
+def _shown(value: float | None, count: bool, sign: str = "") -> str:
+    if value is None:
+        return ""
+    return f"{round(value):{sign}d}" if count else f"{value:{sign}.3f}"
 
 
 def before_after_markdown(rows: list[tuple[str, str, str, str]]) -> str:

@@ -71,6 +71,22 @@ from agl_trainer.metrics import (
 log = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.json"
+# Fields a resumed run may change: more steps extend it; output switches change nothing trained.
+_FREE_ON_RESUME = {"steps", "progress", "plot"}
+
+
+def _changed_keys(stored: dict[str, Any] | None, current: dict[str, Any], prefix: str = "") -> list[str]:
+    """``key: old → new`` for each leaf that differs (nothing for a state saved before configs were kept)."""
+    if stored is None:
+        return []
+    out = []
+    for key in sorted(set(stored) | set(current)):
+        old, new = stored.get(key), current.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            out += _changed_keys(old, new, f"{prefix}{key}.")
+        elif old != new:
+            out.append(f"{prefix}{key}: {old!r} → {new!r}")
+    return out
 
 
 @dataclass
@@ -211,7 +227,8 @@ class Trainer:
                 state["checkpoint"] = str(ckpt)
                 self._save_state(state)
                 self._prune_checkpoints(keep=ckpt)
-                self.console.print(console_line(record, cfg.steps))
+                width = self.console.width if self.console.is_terminal else None  # a log file: one line a step
+                self.console.print(console_line(record, cfg.steps, width), soft_wrap=True, highlight=False)
             if val and state.get("after") is None:
                 state["after"] = self._evaluate(val, cfg.steps + 1, state, label="after")
                 self._save_state(state)
@@ -223,11 +240,24 @@ class Trainer:
     # -- state ---------------------------------------------------------------------------
     def _load_state(self) -> dict[str, Any]:
         path = self.workdir / STATE_FILE
+        config = self._resumable_config()
         if path.exists():
             state = json.loads(path.read_text())
-            log.info("resuming run %s after step %d", state["run_id"], state["completed_step"])
+            changed = _changed_keys(state.get("config"), config)
+            if changed:
+                raise ConfigError(
+                    f"workdir {self.workdir}: it holds run {state['run_id']} (done to step {state['completed_step']}) "
+                    f"with another config ({'; '.join(changed)}); resume it with the same config, "
+                    "or start over in a new or emptied workdir"
+                )
+            self.console.print(
+                f"agl: resuming run {state['run_id']} after step {state['completed_step']} in {self.workdir}",
+                soft_wrap=True,
+            )
+            state["config"] = config
             return state
         return {
+            "config": config,
             "run_id": "run-" + short_id(12),
             "completed_step": 0,
             "model_version": None,
@@ -236,6 +266,10 @@ class Trainer:
             "before": None,
             "after": None,
         }
+
+    def _resumable_config(self) -> dict[str, Any]:
+        """The config a run is resumed under: all of it but what may change between resumes."""
+        return self.config.model_dump(mode="json", exclude=_FREE_ON_RESUME)
 
     def _save_state(self, state: dict[str, Any]) -> None:
         path = self.workdir / STATE_FILE
@@ -571,7 +605,8 @@ class Trainer:
             self.console.print(
                 f"agl: trained {state['completed_step']} steps; final model version {state['model_version']}; "
                 f"train reward {train[0].get('reward_mean', 0):.3f} → {train[-1].get('reward_mean', 0):.3f}; "
-                f"metrics in {self.workdir / 'metrics.jsonl'}"
+                f"metrics in {self.workdir / 'metrics.jsonl'}",
+                soft_wrap=True,
             )
         return TrainResult(
             steps_completed=state["completed_step"],

@@ -20,6 +20,9 @@ from agl.engine import Engine
 from agl.errors import AglError
 from agl.schema import ModelVersion, Transition
 from agl_verl.config import VerlSettings, parse_settings
+from agl_verl.quiet import import_verl_quietly
+
+import_verl_quietly()  # before agl_verl.local, .dataproto and .distributed import verl
 
 _STATE_FILE = "backend_state.pt"
 _META_FILE = "backend.json"
