@@ -130,6 +130,7 @@ def test_a_short_loop_end_to_end(tmp_path, engine):
     backend = TinyBackend(tmp_path / "calls.jsonl")
     config = {
         "workdir": str(tmp_path / "run"),
+        "store": f"sqlite:///{tmp_path / 'run' / 'agl.db'}",  # not the default .agl/agl.db of the working directory
         "steps": 3,
         "batch_size": 2,
         "n_rollouts": 2,
@@ -208,7 +209,8 @@ def _child(workdir: Path, engine_url: str, agent_log: Path) -> subprocess.Popen:
         "from agl_trainer.trainer import Trainer\n"
         "from tests.trainer.test_trainer import TinyBackend, agent, _tasks\n"
         f"w = Path({str(workdir)!r})\n"
-        "cfg = {'workdir': str(w), 'steps': 4, 'batch_size': 2, 'n_rollouts': 2, 'progress': False, 'plot': False,\n"
+        "cfg = {'workdir': str(w), 'store': f'sqlite:///{w}/agl.db',\n"
+        "       'steps': 4, 'batch_size': 2, 'n_rollouts': 2, 'progress': False, 'plot': False,\n"
         f"       'engine_urls': [{engine_url!r}], 'rollout': {{'concurrency': 2, 'heartbeat_s': 0.2}}}}\n"
         "Trainer(cfg, backend=TinyBackend(w / 'calls.jsonl')).fit(agent, _tasks(4, sleep=0.3))\n"
     )

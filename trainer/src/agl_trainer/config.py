@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agl.errors import ConfigError
+from agl.store.base import default_store_url, sqlite_path, sqlite_url
 from agl.transitions import TransitionConfig
 
 if TYPE_CHECKING:
@@ -90,7 +91,9 @@ class TrainerConfig(_Config):
     """Everything :class:`agl.Trainer` needs besides the agent and the tasks."""
 
     workdir: Path = Field(default=Path(".agl/run"), description="checkpoints, metrics, plots")
-    store: str | None = Field(default=None, description="store URL (default: sqlite in the workdir)")
+    store: str | None = Field(
+        default=None, description="store URL (default: $AGL_STORE_URL, else .agl/agl.db, where the agl commands look)"
+    )
     steps: int = Field(default=10, ge=1, description="training steps")
     batch_size: int = Field(default=8, ge=1, description="tasks per step")
     n_rollouts: int = Field(default=4, ge=1, description="rollouts per task (the group)")
@@ -118,8 +121,15 @@ class TrainerConfig(_Config):
         return self
 
     def store_url(self) -> str:
-        """The store URL, defaulting to a SQLite file in the workdir."""
-        return self.store or f"sqlite:///{Path(self.workdir).resolve() / 'agl.db'}"
+        """``store``, else the store every ``agl`` command uses (:func:`agl.store.base.default_store_url`).
+
+        A relative SQLite path is made absolute, so that processes started elsewhere (verl's
+        workers) find the same file.
+        """
+        url = self.store or default_store_url()
+        if "://" not in url or url.lower().startswith("sqlite:"):
+            return sqlite_url(sqlite_path(url))
+        return url
 
 
 def _explain(exc: ValidationError, source: str) -> ConfigError:

@@ -18,6 +18,7 @@ import abc
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 
 from agl.errors import ConfigError
 from agl.schema import (
@@ -217,38 +218,78 @@ class Store(abc.ABC):
         self.close()
 
 
-def open_store(url: str | os.PathLike[str] | None = None, **options) -> Store:
+DEFAULT_STORE_URL = "sqlite:///.agl/agl.db"
+"""The store every command and the trainer use when neither a URL nor ``AGL_STORE_URL`` names one."""
+
+STORE_URL_ENV = "AGL_STORE_URL"
+
+_SQLITE_FORMS = "sqlite:///relative/path.db or sqlite:////absolute/path.db"
+
+
+def default_store_url() -> str:
+    """``$AGL_STORE_URL``, else :data:`DEFAULT_STORE_URL` (``.agl/agl.db`` in the current directory)."""
+    return os.environ.get(STORE_URL_ENV) or DEFAULT_STORE_URL
+
+
+def open_store(url: str | os.PathLike[str] | None = None, *, create: bool = True, **options) -> Store:
     """Open a store from a URL.
 
-    - ``sqlite:///relative/agl.db``, ``sqlite:////abs/agl.db`` or a plain path: embedded SQLite;
+    - ``sqlite:///relative/agl.db``, ``sqlite:////abs/agl.db`` or a plain path: embedded SQLite
+      (``~`` is expanded);
     - ``http://127.0.0.1:4317`` (token in ``options`` or ``AGL_STORE_TOKEN``): a store server;
     - ``postgresql://user@host/db``: PostgreSQL;
     - any other ``scheme://``: the opener a plugin gives for it (hook ``agl_store_schemes``),
       called as ``opener(url, **options)``.
 
-    With no URL, ``AGL_STORE_URL`` is read, falling back to ``./.agl/agl.db``.
+    With no URL, :func:`default_store_url` names the store. ``create=False`` is for
+    readers: a SQLite file that does not exist is a :class:`~agl.errors.ConfigError`
+    (``no such store: PATH``) instead of a new, empty store; other schemes open as usual.
     Raises :class:`~agl.errors.ConfigError` for a scheme nothing opens, listing the known ones.
     """
-    url = os.fspath(url) if url else os.environ.get("AGL_STORE_URL") or "sqlite:///.agl/agl.db"
+    url = os.fspath(url) if url else default_store_url()
     scheme = url.split("://", 1)[0].lower() if "://" in url else "sqlite"
+    if scheme == "sqlite":
+        return _open_sqlite(url, create=create, **options)
     opener = _BUILTIN_SCHEMES.get(scheme)
     if opener is None:
         schemes = _plugin_schemes()
         opener = schemes.get(scheme)
         if opener is None:
-            known = ", ".join(f"{s}://" for s in sorted({*_BUILTIN_SCHEMES, *schemes}))
+            known = ", ".join(f"{s}://" for s in sorted({"sqlite", *_BUILTIN_SCHEMES, *schemes}))
             raise ConfigError(f"store url {url!r}: unknown scheme {scheme!r} (known: {known})")
     return opener(url, **options)
 
 
-def _open_sqlite(url: str, **options) -> Store:
+def sqlite_path(url: str | os.PathLike[str]) -> Path:
+    """The file a ``sqlite:///`` URL (or a plain path) names, ``~`` expanded.
+
+    Raises :class:`~agl.errors.ConfigError` naming the expected forms for a URL with
+    no path (``sqlite:///``) or with too few slashes (``sqlite:/x.db``, ``sqlite://x.db``).
+    """
+    text = os.fspath(url)
+    if text.lower().startswith("sqlite:"):
+        path = text[len("sqlite:///") :] if text.lower().startswith("sqlite:///") else ""
+        if not path or path == "/":
+            raise ConfigError(f"store url {text!r}: a sqlite url is {_SQLITE_FORMS}")
+        text = path  # as in SQLAlchemy: sqlite:////abs/path, sqlite:///rel/path
+    return Path(text).expanduser()
+
+
+def sqlite_url(path: str | os.PathLike[str]) -> str:
+    """The ``sqlite:///`` URL of a file, made absolute (so that another working directory finds it too)."""
+    return f"sqlite:///{Path(path).expanduser().resolve()}"
+
+
+def _open_sqlite(url: str, *, create: bool = True, **options) -> Store:
     from agl.store.sqlite import SqliteStore
 
-    if url.startswith("sqlite:///"):
-        url = url[len("sqlite:///") :]  # as in SQLAlchemy: sqlite:////abs/path, sqlite:///rel/path
-    elif "://" in url:
-        raise ConfigError(f"store url {url!r}: a sqlite url is sqlite:///relative/path or sqlite:////absolute/path")
-    return SqliteStore(url, **options)
+    path = sqlite_path(url)
+    if not create and not path.is_file():
+        raise ConfigError(
+            f"no such store: {path} (nothing has written to it yet: give the store with --store URL "
+            f"or ${STORE_URL_ENV}; agl train, agl run and agl store serve create it)"
+        )
+    return SqliteStore(path, **options)
 
 
 def _open_http(url: str, **options) -> Store:
@@ -264,13 +305,12 @@ def _open_postgres(url: str, **options) -> Store:
 
 
 _BUILTIN_SCHEMES: dict[str, Callable[..., Store]] = {
-    "sqlite": _open_sqlite,
     "http": _open_http,
     "https": _open_http,
     "postgresql": _open_postgres,
     "postgres": _open_postgres,
 }
-"""The schemes agl-core opens itself; plugins add others and cannot replace these."""
+"""The schemes agl-core opens itself besides ``sqlite``; plugins add others and cannot replace these."""
 
 
 def _plugin_schemes() -> dict[str, Callable[..., Store]]:
