@@ -12,7 +12,7 @@ import secrets
 import threading
 import time
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ulid import LaxMonotonicPolicy, ULIDGenerator
@@ -82,12 +82,24 @@ class _Model(BaseModel):
 
 
 class Task(_Model):
-    """One input of a dataset. Rollouts of the same task form a group."""
+    """One input of a dataset. Rollouts of the same task form a group.
+
+    The dataset's fields are in ``input``: a reward reads ``rollout.task.input["answer"]``.
+    A task is not a mapping itself (its input may be any JSON, and ``task_id`` is not part
+    of it), so ``task["answer"]`` is a ``TypeError`` that says what to write instead.
+    """
 
     task_id: str = Field(default_factory=lambda: new_id("task-"), min_length=1)
     input: JSON
     split: str = "train"
     metadata: dict[str, JSON] = Field(default_factory=dict)
+
+    def __getitem__(self, key: object) -> NoReturn:
+        if isinstance(key, str) and key in type(self).model_fields:
+            hint = f"write task.{key}"
+        else:
+            hint = f"the dataset's fields are in task.input: write rollout.task.input[{key!r}]"
+        raise TypeError(f"'Task' object is not subscriptable; {hint}")
 
 
 class RolloutStatus(str, Enum):
@@ -134,6 +146,13 @@ class Rollout(_Model):
         ge=1,
         description="the gateway ends every response of this rollout after this many tokens, "
         "whatever the client asked for (None: no cap beyond the client's own and the context)",
+    )
+    seed: int | None = Field(
+        default=None,
+        ge=0,
+        lt=2**63,
+        description="sampling seed: the gateway gives each call of the rollout a seed derived from it and the "
+        "call's position, where the client set none, so a run's sampling does not depend on scheduling",
     )
     model_version: str | None = None
     step: int | None = Field(default=None, description="training step that enqueued it")

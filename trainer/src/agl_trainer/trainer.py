@@ -75,6 +75,13 @@ STATE_FILE = "trainer_state.json"
 _FREE_ON_RESUME = {"steps", "progress", "plot"}
 
 
+def rollout_seed(*parts: object) -> int:
+    """A rollout's sampling seed from what identifies it (run seed, split, step, task, index), never
+    from when it was scheduled: the same config samples the same way on every run."""
+    digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
 def _changed_keys(stored: dict[str, Any] | None, current: dict[str, Any], prefix: str = "") -> list[str]:
     """``key: old → new`` for each leaf that differs (nothing for a state saved before configs were kept)."""
     if stored is None:
@@ -430,6 +437,7 @@ class Trainer:
                 task_id=task.task_id,
                 step=step,
                 mode="train",
+                seed=rollout_seed(cfg.seed, "train", step, task.task_id, k),
                 model_version=version,
                 timeout_s=cfg.rollout.timeout_s,
                 max_response_tokens=cfg.rollout.max_response_tokens,
@@ -505,6 +513,7 @@ class Trainer:
                 task_id=task.task_id,
                 step=step,
                 mode="val",
+                seed=rollout_seed(cfg.seed, "val", task.task_id),  # the same before and after training
                 model_version=state["model_version"],
                 timeout_s=cfg.rollout.timeout_s,
                 max_response_tokens=cfg.rollout.max_response_tokens,

@@ -122,6 +122,7 @@ _ROLLOUT_COLUMNS = (
     "error",
     "output",
     "max_response_tokens",
+    "seed",
 )
 _ROLLOUT_SELECT = ", ".join(_ROLLOUT_COLUMNS)
 _NULL = "null"  # the JSON text of None, what an output column holds for no output
@@ -138,7 +139,7 @@ def _schema(d: Dialect) -> list[str]:
             timeout_s {d.real}, model_version TEXT, step {d.bigint}, mode TEXT NOT NULL,
             runner_id TEXT, claim_id TEXT, created_at {d.real} NOT NULL, started_at {d.real},
             heartbeat_at {d.real}, ended_at {d.real}, error TEXT, output TEXT,
-            max_response_tokens {d.bigint})""",
+            max_response_tokens {d.bigint}, seed {d.bigint})""",
         "CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts (status, pk)",
         "CREATE INDEX IF NOT EXISTS rollouts_task ON rollouts (task_id)",
         # Only running rollouts have a claim id: the others stay out of the index.
@@ -168,7 +169,7 @@ def _schema(d: Dialect) -> list[str]:
 def _added_columns(d: Dialect) -> list[tuple[str, str, str]]:
     """Columns added after a table was first released: ``(table, column, type)``, added to
     an older database when it is opened (a nullable column, so its rows stay as they were)."""
-    return [("rollouts", "max_response_tokens", d.bigint)]
+    return [("rollouts", "max_response_tokens", d.bigint), ("rollouts", "seed", d.bigint)]
 
 
 # Columns that copy a few fields of a table's JSON body (the body stays the record), so that
@@ -772,6 +773,7 @@ class SqlStore(Store):
                         None,
                         _dumps(r.output),
                         r.max_response_tokens,
+                        r.seed,
                     )
                 )
             self._insert_ignore(cur, "rollouts", _ROLLOUT_COLUMNS, rows)

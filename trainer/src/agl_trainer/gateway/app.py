@@ -247,8 +247,16 @@ class GatewayApp:
         n = req.get("n") or 1
         seqs = [await self.registry.next_seq(rollout_id) for _ in range(n)]
         prefix = {"chat.completions": "chatcmpl-", "completions": "cmpl-", "responses": "resp_"}[kind]
+        settings = self.registry.settings(rollout_id)
         meta = CallMeta(
-            prefix + uuid.uuid4().hex, rollout_id, seqs, kind, requested, req, self.registry.cap(rollout_id)
+            prefix + uuid.uuid4().hex,
+            rollout_id,
+            seqs,
+            kind,
+            requested,
+            req,
+            max_response_tokens=settings.max_response_tokens,
+            seed=settings.call_seed(seqs[0]),
         )
         await self.gate.enter()
         try:
@@ -273,6 +281,8 @@ class GatewayApp:
             upstream = chat.upstream_completion_request(req, model, meta.max_response_tokens)
         else:
             upstream = chat.upstream_chat_request(req, model, meta.max_response_tokens)
+        if meta.seed is not None and upstream.get("seed") is None:
+            upstream["seed"] = meta.seed  # the client's own seed wins
         path = "/completions" if kind == "completions" else "/chat/completions"
         try:
             return await self.router.send(meta.rollout_id, path, json.dumps(upstream).encode())

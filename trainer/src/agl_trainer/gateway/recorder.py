@@ -33,6 +33,7 @@ class CallMeta:
     requested_model: str | None
     request: dict[str, Any]
     max_response_tokens: int | None = None
+    seed: int | None = None  # the sampling seed the gateway derived from the rollout's, if any
     started: float = field(default_factory=time.perf_counter)
 
 

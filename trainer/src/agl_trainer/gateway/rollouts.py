@@ -6,8 +6,8 @@ served and its calls recorded (late calls are data, never dropped; the store kee
 late observations by design). Unknown ids are not cached, so a rollout enqueued a
 moment later is found on the next call.
 
-The rollout's ``max_response_tokens`` comes with that answer and is cached with it:
-:meth:`RolloutRegistry.cap` gives it for every call of the rollout.
+The rollout's settings for its calls (``max_response_tokens``, ``seed``) come with that
+answer and are cached with it: :meth:`RolloutRegistry.settings` gives them.
 
 ``seq`` numbers a rollout's calls in the order the gateway received them, continuing
 from what the store already holds, so a restarted gateway does not reuse numbers.
@@ -16,12 +16,31 @@ from what the store already holds, so a restarted gateway does not reuse numbers
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 from collections import OrderedDict
+from typing import NamedTuple
 
 from agl.errors import NotFound
 from agl.store.base import Store
 from agl_trainer.gateway.errors import GatewayError
+
+
+class RolloutSettings(NamedTuple):
+    """What the gateway applies to every call of a rollout."""
+
+    max_response_tokens: int | None = None
+    seed: int | None = None
+
+    def call_seed(self, seq: int) -> int | None:
+        """The sampling seed of the rollout's call number ``seq`` (None when the rollout has no seed)."""
+        if self.seed is None:
+            return None
+        digest = hashlib.blake2b(f"{self.seed}:{seq}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") >> 1  # 63 bits: a non-negative int64
+
+
+_NO_SETTINGS = RolloutSettings()
 
 
 class RolloutRegistry:
@@ -31,7 +50,7 @@ class RolloutRegistry:
         self.store = store
         self.max_cached = max_cached
         self._seq: OrderedDict[str, itertools.count] = OrderedDict()
-        self._caps: dict[str, int] = {}
+        self._settings: dict[str, RolloutSettings] = {}  # only rollouts that have some
         self._pending: dict[str, asyncio.Future] = {}
         self._production_seq = itertools.count()
 
@@ -44,9 +63,9 @@ class RolloutRegistry:
             counter = await self._load(rollout_id)
         return next(counter)
 
-    def cap(self, rollout_id: str | None) -> int | None:
-        """The response cap of a rollout seen by :meth:`next_seq` or :meth:`check` (None: no cap)."""
-        return None if rollout_id is None else self._caps.get(rollout_id)
+    def settings(self, rollout_id: str | None) -> RolloutSettings:
+        """The settings of a rollout seen by :meth:`next_seq` or :meth:`check` (none for production calls)."""
+        return _NO_SETTINGS if rollout_id is None else self._settings.get(rollout_id, _NO_SETTINGS)
 
     async def check(self, rollout_id: str) -> None:
         """Raise the 404 for a rollout the store does not know."""
@@ -59,19 +78,19 @@ class RolloutRegistry:
             pending = asyncio.ensure_future(asyncio.to_thread(self._lookup, rollout_id))
             self._pending[rollout_id] = pending
             pending.add_done_callback(lambda _: self._pending.pop(rollout_id, None))
-        start, cap = await asyncio.shield(pending)
+        start, settings = await asyncio.shield(pending)
         counter = self._seq.get(rollout_id)
         if counter is None:
             counter = self._seq[rollout_id] = itertools.count(start)
-            if cap is not None:
-                self._caps[rollout_id] = cap
+            if settings != _NO_SETTINGS:
+                self._settings[rollout_id] = settings
             if len(self._seq) > self.max_cached:
                 evicted, _ = self._seq.popitem(last=False)
-                self._caps.pop(evicted, None)
+                self._settings.pop(evicted, None)
         return counter
 
-    def _lookup(self, rollout_id: str) -> tuple[int, int | None]:
-        """The rollout's next free ``seq`` and its response cap."""
+    def _lookup(self, rollout_id: str) -> tuple[int, RolloutSettings]:
+        """The rollout's next free ``seq`` and its settings."""
         try:
             rollout = self.store.get_rollout(rollout_id)
         except NotFound:
@@ -81,4 +100,4 @@ class RolloutRegistry:
         last = -1
         for call in self.store.query_llm_calls(rollout_id=rollout_id):
             last = max(last, call.seq)
-        return last + 1, rollout.max_response_tokens
+        return last + 1, RolloutSettings(rollout.max_response_tokens, rollout.seed)

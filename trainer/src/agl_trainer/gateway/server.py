@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
 import socket
 import threading
 from typing import Any
 
 from agl.capture.writer import BufferedWriter
+from agl.credentials import new_token
 from agl.store.base import Store
 from agl_trainer.gateway.app import GatewayApp
 from agl_trainer.gateway.pause import PauseGate
@@ -60,7 +60,7 @@ class Gateway:
         writer: BufferedWriter | None = None,
     ):
         self.store = store
-        self.token = token if token is not None else secrets.token_urlsafe(24)
+        self.token = token if token is not None else new_token(24)
         self.host = host
         self.port = port
         self._own_writer = writer is None
