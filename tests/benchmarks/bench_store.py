@@ -55,6 +55,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from agl.credentials import new_token
 from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task
 from agl.store.base import Store
 from agl.store.http import _ADAPTERS as _LISTS
@@ -368,7 +369,7 @@ def http_server(db: Path) -> Iterator[tuple[str, str, int]]:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()
-    token = secrets.token_urlsafe(16)
+    token = new_token(16)
     code = "import sys; from agl_trainer.cli import main; sys.exit(main())"
     proc = subprocess.Popen(
         [

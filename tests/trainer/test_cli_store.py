@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import secrets
-
 import pytest
 
+from agl.credentials import new_token
 from agl.schema import Reward, Rollout, RolloutStatus, Span, Task
 from agl.store.sqlite import SqliteStore
 from agl_trainer.cli import main
@@ -113,7 +112,7 @@ def test_rollouts_show_unknown_id_is_a_clear_error(filled, capsys):
 
 def test_spans_list_over_http(filled, capsys):
     store, _, done, _ = filled
-    token = secrets.token_urlsafe(8)
+    token = new_token(8)
     with ServerThread(store, token=token) as server:
         assert main(["spans", "list", "--rollout", done.rollout_id, "--store", server.url, f"--token={token}"]) == 0
         out = capsys.readouterr().out

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import secrets
 import threading
 import time
 
@@ -15,6 +14,7 @@ from starlette.routing import Route
 
 import agl
 from agl import plugins
+from agl.credentials import new_token
 from agl.errors import InvalidTransition, NotFound, StoreUnavailable
 from agl.schema import Rollout, RolloutStatus, Span, Task
 from agl.store.http import HttpStore, RequestRejected, Unauthorized
@@ -56,7 +56,7 @@ class CountingStore(SqliteStore):
 @contextlib.contextmanager
 def served(tmp_path, middleware=None, **app_options):
     backing = CountingStore(tmp_path / "agl.db")
-    token = secrets.token_urlsafe(16)
+    token = new_token(16)
     try:
         with (
             ServerThread(backing, token=token, middleware=middleware, **app_options) as server,
@@ -290,7 +290,7 @@ def test_the_server_cache_is_not_needed_for_idempotency(tmp_path):
 
 def test_transient_connection_failures_are_retried(tmp_path):
     backing = SqliteStore(tmp_path / "agl.db")
-    token = secrets.token_urlsafe(8)
+    token = new_token(8)
     server = ServerThread(backing, token=token)
     port = server.port
     client = HttpStore(server.url, token=token, backoff_s=0.2, retries=6)
@@ -314,7 +314,7 @@ def test_transient_connection_failures_are_retried(tmp_path):
 
 def test_connections_kept_alive_across_a_server_restart_are_replaced_without_a_retry(tmp_path):
     backing = SqliteStore(tmp_path / "agl.db")
-    token = secrets.token_urlsafe(8)
+    token = new_token(8)
     first = ServerThread(backing, token=token).start()
     port = first.port
     client = HttpStore(first.url, token=token, retries=0)  # any failed request would raise
@@ -418,7 +418,7 @@ def test_a_lone_caller_sends_itself_and_the_idle_server_commits_on_its_event_loo
     # no batch counts as slow, however busy the shared host: only the idle path is under test here
     monkeypatch.setattr(server_module, "INLINE_MAX_S", 60.0)
     backing = ThreadRecordingStore(tmp_path / "agl.db")
-    token = secrets.token_urlsafe(16)
+    token = new_token(16)
     with ServerThread(backing, token=token) as server:
         client = HttpStore(server.url, token=token)
         senders: list[threading.Thread] = []
@@ -484,7 +484,7 @@ def test_a_slow_batch_on_the_event_loop_sends_the_next_ones_to_threads(tmp_path,
     from agl_trainer import store_server as server_module
 
     backing = ThreadRecordingStore(tmp_path / "agl.db")
-    token = secrets.token_urlsafe(16)
+    token = new_token(16)
     monkeypatch.setattr(server_module, "INLINE_MAX_S", 0.0)  # every inline batch counts as slow
     with ServerThread(backing, token=token) as server:
         client = HttpStore(server.url, token=token)

@@ -7,7 +7,6 @@ back from its SQLite file.
 
 from __future__ import annotations
 
-import secrets
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from agl.credentials import new_token
 from agl.errors import StoreUnavailable
 from agl.schema import Rollout, RolloutStatus, Span, Task
 from agl.store.http import HttpStore
@@ -147,7 +147,7 @@ class Writers:
 
 def test_sigkilled_server_loses_nothing_acknowledged(tmp_path):
     db = tmp_path / "agl.db"
-    port, token = free_port(), secrets.token_urlsafe(16)
+    port, token = free_port(), new_token(16)
     with SqliteStore(db) as seed:
         seed.add_tasks([Task(task_id="task-0", input={})])
     server = _start_server(db, port, token)
@@ -242,6 +242,6 @@ def test_sigkilled_sqlite_writer_loses_nothing_acknowledged(tmp_path):
 
 def test_sigkilled_http_writer_loses_nothing_acknowledged(tmp_path):
     db = tmp_path / "agl.db"
-    token = secrets.token_urlsafe(16)
+    token = new_token(16)
     with SqliteStore(db) as backing, ServerThread(backing, token=token) as server:
         _sigkill_writer("http", server.url, token, db)

@@ -2,8 +2,8 @@
 over a SqliteStore in ``tmp_path``, and the client that batches."""
 
 import contextlib
-import secrets
 
+from agl.credentials import new_token
 from agl.store.http import HttpStore
 from agl.store.sqlite import SqliteStore
 from agl_trainer.store_server import ServerThread
@@ -12,7 +12,7 @@ from agl_trainer.store_server import ServerThread
 @contextlib.contextmanager
 def open_backend(tmp_path, **client_options):
     backing = SqliteStore(tmp_path / "agl-http.db")
-    token = secrets.token_urlsafe(16)
+    token = new_token(16)
     try:
         with ServerThread(backing, token=token) as server:
             client = HttpStore(server.url, token=token, **client_options)

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import signal
 import sys
 from pathlib import Path
+
+from agl.credentials import new_token
 
 #: The environment variable the engine's token is read from (and the gateway's upstream key).
 TOKEN_ENV = "AGL_ENGINE_API_KEY"
@@ -156,7 +157,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.token is not None and not args.token.strip():
         raise ConfigError("--token: must not be empty")
     model = resolve_model(args)
-    token = args.token or secrets.token_urlsafe(24)
+    token = args.token or new_token(24)
     _announce(args, model, token)
     from agl_verl.engines import server
 

@@ -4,6 +4,10 @@ Each module in this package adds its own subcommands through a
 ``register(subparsers)`` function; the command is assembled from whichever
 modules are present, so a part of agl owns its commands next to its code.
 Plugins add theirs through the ``agl_register_commands`` hook.
+
+A mistake the user can fix is one line on stderr naming what to fix (exit status 2
+for :class:`~agl.errors.AglError`, 1 for anything else); ``--debug`` (or ``-v``)
+shows the traceback as well.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import importlib
 import logging
 import pkgutil
 import sys
+import traceback
 
 from agl.errors import AglError, ConfigError
 
@@ -20,7 +25,8 @@ from agl.errors import AglError, ConfigError
 def build_parser() -> argparse.ArgumentParser:
     """The ``agl`` parser: the built-in subcommands, then those plugins add (``agl_register_commands``)."""
     parser = argparse.ArgumentParser(prog="agl", description="Train any LLM agent with reinforcement learning.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages and show tracebacks")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
@@ -41,13 +47,43 @@ def _plugin_commands(subparsers: argparse._SubParsersAction) -> None:
         raise ConfigError(f"agl_register_commands: a plugin's command clashes with one agl has: {exc}") from exc
 
 
+TOKEN_FLAGS = frozenset({"--token", "--gateway-token", "--upstream-api-key", "--api-key"})
+"""Flags whose value is a secret, which may start with ``-`` (``--token -abc`` as well as ``--token=-abc``)."""
+
+
+def join_token_values(argv: list[str]) -> list[str]:
+    """``argv`` with ``FLAG VALUE`` written ``FLAG=VALUE`` for token flags whose value starts with one ``-``.
+
+    argparse would take ``-abc`` for an unknown option. Arguments after ``--`` (a
+    command ``agl run`` starts) are left as they are; a value starting with ``--``
+    still needs the ``--token=VALUE`` form.
+    """
+    joined: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--":
+            joined.append(arg)
+            joined.extend(args)
+            break
+        following = None
+        if arg in TOKEN_FLAGS:
+            following = next(args, None)
+            if following is not None and following.startswith("-") and not following.startswith("--"):
+                arg, following = f"{arg}={following}", None
+        joined.append(arg)
+        if following is not None:
+            joined.append(following)
+    return joined
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``agl`` with ``argv`` (the process's arguments by default); returns the exit status."""
+    argv = join_token_values(sys.argv[1:] if argv is None else list(argv))
+    debug = bool({"--debug", "-v", "--verbose"} & set(argv[: argv.index("--") if "--" in argv else None]))
     try:
         parser = build_parser()
     except AglError as exc:
-        print(f"agl: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(exc, debug)
     args = parser.parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
@@ -56,11 +92,26 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(level if args.verbose else logging.WARNING)
     try:
         return int(args.func(args) or 0)
-    except AglError as exc:
-        print(f"agl: error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        return _fail(exc, args.debug or args.verbose)
+
+
+def _fail(exc: Exception, debug: bool) -> int:
+    """Print ``exc`` as one line (with its traceback first when ``debug``); the exit status for it."""
+    if debug:
+        traceback.print_exception(exc)
+    if isinstance(exc, AglError):
+        print(f"agl: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    hint = "" if debug else " (agl --debug ... shows the traceback)"
+    print(f"agl: error: {type(exc).__name__}: {_one_line(exc)}{hint}", file=sys.stderr)
+    return 1
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split()) or "(no message)"
 
 
 if __name__ == "__main__":

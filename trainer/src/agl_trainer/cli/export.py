@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from agl_trainer.cli._common import add_store_argument
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("export", help="export training data from a store")
     sub = p.add_subparsers(dest="export_command", metavar="WHAT", required=True)
     t = sub.add_parser("transitions", help="transitions (text and token ids) of ended rollouts")
-    t.add_argument("--store", default=None, help="store URL (default: $AGL_STORE_URL or .agl/agl.db)")
+    add_store_argument(t)
     t.add_argument("--step", type=int, default=None, help="only rollouts of this training step")
     t.add_argument("--mode", choices=["train", "val", "production"], default=None, help="only rollouts of this mode")
     t.add_argument("--format", choices=["jsonl", "parquet"], default=None, help="default: from the file name")
@@ -38,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     config = TransitionConfig(
         credit=args.credit, agents=args.agent, missing_reward=args.missing_reward, text_only=not args.no_text_only
     )
-    store = open_store(args.store)
+    store = open_store(args.store, create=False)
     try:
         n, report = export_transitions(store, args.output, step=args.step, mode=args.mode, format=fmt, config=config)
     finally:

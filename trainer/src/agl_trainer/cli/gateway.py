@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import signal
 import threading
 
+from agl.credentials import new_token
+from agl_trainer.cli._common import add_store_argument
 from agl_trainer.cli.run import TOKEN_ENV  # one variable for the gateway, agl run and agl runner
 
 
@@ -22,7 +23,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("gateway", help="the model gateway that records token ids")
     sub = p.add_subparsers(dest="gateway_command", metavar="ACTION", required=True)
     s = sub.add_parser("serve", help="serve the OpenAI-compatible gateway")
-    s.add_argument("--store", default=None, help="store URL (default: $AGL_STORE_URL or .agl/agl.db)")
+    add_store_argument(s)
     s.add_argument(
         "--upstream",
         action="append",
@@ -70,7 +71,7 @@ def serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"--port: {args.port} is not a TCP port")
     if args.token is not None and not args.token.strip():
         raise ConfigError("--token: must not be empty")
-    token = args.token or secrets.token_urlsafe(24)
+    token = args.token or new_token(24)
     store = open_store(args.store)
     try:
         gw = Gateway(

@@ -35,6 +35,8 @@ from collections import deque
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
+from agl_trainer.cli._common import add_store_argument
+
 if TYPE_CHECKING:
     from agl.schema import Rollout
 
@@ -44,7 +46,7 @@ TOKEN_ENV = "AGL_GATEWAY_TOKEN"
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("run", help="run an unmodified command as one rollout (agl run -- python agent.py)")
-    p.add_argument("--store", default=None, help="store URL (default: $AGL_STORE_URL or .agl/agl.db)")
+    add_store_argument(p)
     p.add_argument(
         "--gateway",
         default=os.environ.get("AGL_GATEWAY_URL"),
@@ -179,7 +181,7 @@ def describe_env(env: dict[str, str], args: argparse.Namespace) -> str:
 def run(args) -> int:
     from agl.errors import ConfigError
     from agl.schema import RolloutStatus, short_id
-    from agl.store import open_store
+    from agl.store.base import default_store_url, open_store
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -189,7 +191,7 @@ def run(args) -> int:
     if args.timeout is not None and args.timeout <= 0:
         raise ConfigError(f"--timeout: must be positive, got {args.timeout}")
     check_gateway_token(args.gateway, args.gateway_token)
-    store_url = args.store or os.environ.get("AGL_STORE_URL") or "sqlite:///.agl/agl.db"
+    store_url = args.store or default_store_url()
     store = open_store(store_url)
     try:
         rollout, runner_id = _resolve_rollout(store, args, f"agl-run-{os.getpid()}-{short_id(6)}")

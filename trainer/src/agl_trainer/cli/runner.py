@@ -7,13 +7,14 @@ import os
 import signal
 from pathlib import Path
 
+from agl_trainer.cli._common import add_store_argument
 from agl_trainer.cli.run import TOKEN_ENV, check_gateway_token
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("runner", help="run an agent on rollouts claimed from a store")
     p.add_argument("agent", help="the agent function, as module:function or path/to/file.py:function")
-    p.add_argument("--store", default=None, help="store URL (default: $AGL_STORE_URL or .agl/agl.db)")
+    add_store_argument(p)
     p.add_argument(
         "--gateway",
         default=os.environ.get("AGL_GATEWAY_URL"),

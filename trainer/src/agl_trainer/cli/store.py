@@ -1,25 +1,27 @@
 """``agl store``, ``agl rollouts`` and ``agl spans``: serve a store and look inside one.
 
-The store comes from ``--store URL`` or ``AGL_STORE_URL`` (see :func:`agl.store.open_store`).
+The store comes from ``--store URL``, else ``$AGL_STORE_URL``, else ``.agl/agl.db`` (the store
+``agl train`` writes by default). The commands that only look refuse a store that does not exist.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import sys
 import time
 from collections import defaultdict
 from typing import Any
 
+from agl.credentials import new_token
 from agl.errors import ConfigError
+from agl_trainer.cli._common import STORE_HELP, add_store_argument
 
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
 def _store_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", metavar="URL", help="store URL (default: $AGL_STORE_URL or sqlite:///.agl/agl.db)")
+    add_store_argument(parser)
     parser.add_argument("--token", help="bearer token for an http:// store (default: $AGL_STORE_TOKEN)")
 
 
@@ -28,9 +30,7 @@ def register(subparsers) -> None:
     store_cmds = store.add_subparsers(dest="store_command", metavar="COMMAND", required=True)
 
     serve = store_cmds.add_parser("serve", help="serve a store over HTTP (127.0.0.1 unless --host says otherwise)")
-    serve.add_argument(
-        "--store", metavar="URL", help="the store to serve (default: $AGL_STORE_URL or sqlite:///.agl/agl.db)"
-    )
+    add_store_argument(serve, help="the store to serve, created if missing; " + STORE_HELP)
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=4317, help="port to bind (default 4317)")
     serve.add_argument("--token", help="bearer token clients must send (default: $AGL_STORE_TOKEN, else a new one)")
@@ -67,13 +67,14 @@ def register(subparsers) -> None:
 
 # -- helpers ----------------------------------------------------------------------
 def _open(args):
-    from agl.store import open_store
+    """The store to read: one that does not exist is an error naming it, never a new empty one."""
+    from agl.store.base import default_store_url, open_store
 
-    url = args.store or os.environ.get("AGL_STORE_URL")
+    url = args.store or default_store_url()
     options = {}
-    if url and url.startswith(("http://", "https://")) and getattr(args, "token", None):
+    if url.startswith(("http://", "https://")) and getattr(args, "token", None):
         options["token"] = args.token
-    return open_store(url, **options)
+    return open_store(url, create=False, **options)
 
 
 def _console():
@@ -104,7 +105,7 @@ def _short(value: Any, width: int = 60) -> str:
 
 # -- store ------------------------------------------------------------------------
 def run_serve(args) -> int:
-    from agl.store import open_store
+    from agl.store.base import default_store_url, open_store
     from agl_trainer.store_server import serve
 
     if args.port < 0 or args.port > 65535:
@@ -113,9 +114,9 @@ def run_serve(args) -> int:
         raise ConfigError(f"--max-body-mb: must be positive, got {args.max_body_mb}")
     token = args.token or os.environ.get("AGL_STORE_TOKEN")
     if not token:
-        token = secrets.token_urlsafe(24)
+        token = new_token(24)
         print(f"agl store: no token given; clients must send this one (AGL_STORE_TOKEN={token})", flush=True)
-    url = args.store or os.environ.get("AGL_STORE_URL") or "sqlite:///.agl/agl.db"
+    url = args.store or default_store_url()
     if url.startswith(("http://", "https://")):
         raise ConfigError(f"--store: {url!r} is a store server already; serve a sqlite:// or postgresql:// store")
     if args.host not in LOOPBACK:

@@ -8,6 +8,10 @@ field as ``--set rollout.concurrency=8`` (the value is read as YAML: ``8``, ``tr
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from agl_trainer.cli._common import add_store_argument, store_help
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("train", help="train an agent with reinforcement learning")
@@ -25,7 +29,7 @@ def register(subparsers) -> None:
     p.add_argument("--model", default=None, help="model weights (a local directory) to train and serve")
     p.add_argument("--workdir", default=None, help="where checkpoints, metrics and plots go")
     p.add_argument("--steps", type=int, default=None, help="training steps")
-    p.add_argument("--store", default=None, help="store URL (default: SQLite in the workdir)")
+    add_store_argument(p, help=store_help("where agl rollouts, agl runner and agl export look"))
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     p.set_defaults(func=run)
 
@@ -61,9 +65,19 @@ def build_config(args):
     return config
 
 
+def check_file(flag: str, path: str) -> None:
+    """A ConfigError naming ``flag`` when ``path`` is not a readable file."""
+    from agl.errors import ConfigError
+
+    if not Path(path).is_file():
+        problem = "is a directory, not a file" if Path(path).is_dir() else "no such file"
+        raise ConfigError(f"{flag}: {path}: {problem} (a JSONL file, one task a line)")
+
+
 def run(args) -> int:
     from agl.errors import ConfigError
     from agl.runner import load_agent
+    from agl_trainer.cli.run import hide_password
     from agl_trainer.trainer import Trainer, load_tasks_jsonl
 
     config = build_config(args)
@@ -71,7 +85,11 @@ def run(args) -> int:
         raise ConfigError("agent: give module:function (or set rollout.runners=external and start `agl runner`s)")
     if args.tasks is None:
         raise ConfigError("--tasks: a JSONL file of training tasks is required")
+    check_file("--tasks", args.tasks)
+    if args.val:
+        check_file("--val", args.val)
     agent = load_agent(args.agent) if args.agent else None
+    print(f"agl train: store {hide_password(config.store_url())}", flush=True)
     train = load_tasks_jsonl(args.tasks, "train")
     val = load_tasks_jsonl(args.val, "val") if args.val else []
     result = Trainer(config).fit(agent, train, val)
