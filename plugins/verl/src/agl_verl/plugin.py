@@ -17,24 +17,45 @@ BACKENDS = {
 }
 
 
+TORCH_INSTALL = (
+    "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu (CPU), "
+    "or the CUDA build for your GPU from https://pytorch.org/get-started/locally/"
+)
+"""How to install what agl-verl needs but does not pull in itself (the CPU build would be the wrong one on a GPU)."""
+
+
 def _load(path: str):
+    """The class at ``module:attr``; a missing torch is a ConfigError saying how to install it."""
+    from agl.errors import ConfigError
+
     module_name, _, attr = path.partition(":")
-    module = __import__(module_name, fromlist=[attr])
+    try:
+        module = __import__(module_name, fromlist=[attr])
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] == "torch":
+            raise ConfigError(f"agl-verl needs torch: {TORCH_INSTALL}") from exc
+        raise
     return getattr(module, attr)
+
+
+def _build(kind: str, name: str, config: dict):
+    """The component: its ``model_path`` checked first, so that a wrong folder is named before loading."""
+    from agl_verl.models import check_model_dir
+
+    if config.get("model_path") is not None:
+        check_model_dir(config["model_path"], f"{kind} {name}: model_path")
+    table = ENGINES if kind == "engine" else BACKENDS
+    return _load(table[name])(**config)
 
 
 @agl.hookimpl
 def agl_engine(name: str, config: dict):
-    if name in ENGINES:
-        return _load(ENGINES[name])(**config)
-    return None
+    return _build("engine", name, config) if name in ENGINES else None
 
 
 @agl.hookimpl
 def agl_backend(name: str, config: dict):
-    if name in BACKENDS:
-        return _load(BACKENDS[name])(**config)
-    return None
+    return _build("backend", name, config) if name in BACKENDS else None
 
 
 @agl.hookimpl

@@ -1,0 +1,207 @@
+"""A user's first hour with ``agl``: one default store, read-only commands that create nothing,
+one-line errors naming what to fix (``--debug`` for the traceback), and tokens of any shape."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import agl
+from agl.credentials import new_token
+from agl.plugins import register, unregister
+from agl.schema import Task
+from agl.store.base import sqlite_url
+from agl.store.sqlite import SqliteStore
+from agl_trainer.cli import build_parser, join_token_values, main
+from agl_trainer.config import TrainerConfig
+from agl_trainer.store_server import ServerThread
+
+REPO = Path(__file__).resolve().parents[2]
+FORMS = "sqlite:///relative/path.db or sqlite:////absolute/path.db"
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """An empty working directory and no store named by the environment."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("AGL_STORE_URL", "AGL_GATEWAY_URL", "AGL_GATEWAY_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def _agl(*args: str, cwd: Path, env: dict[str, str] | None = None, prelude: str = ""):
+    """``agl ARGS`` in a fresh process (``prelude`` runs first), as a CompletedProcess with text output."""
+    code = f"import sys\n{prelude}\nfrom agl_trainer.cli import main\nsys.exit(main())"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AGL_")}
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=cwd,
+        env=base | {"PYTHONPATH": str(REPO)} | (env or {}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _one_line_error(stderr: str) -> str:
+    """The error line, checking that it is the only thing on stderr that is not the trainer's logging."""
+    lines = [line for line in stderr.splitlines() if not line.startswith(("INFO ", "WARNING "))]
+    assert len(lines) == 1 and lines[0].startswith("agl: error: "), stderr
+    assert "Traceback" not in stderr
+    return lines[0].removeprefix("agl: error: ")
+
+
+@pytest.fixture
+def train_dir(tmp_path):
+    """A directory with an agent file and a tasks file, as a user has them for ``agl train``."""
+    (tmp_path / "agent.py").write_text("def agent(task, ctx):\n    return None\n")
+    (tmp_path / "tasks.jsonl").write_text('{"input": {"answer": 1}}\n')
+    return tmp_path
+
+
+# -- one default store --------------------------------------------------------------
+def test_agl_run_and_agl_rollouts_and_the_trainer_share_one_default_store(workdir, capsys):
+    assert main(["run", "--", sys.executable, "-c", "pass"]) == 0
+    assert (workdir / ".agl" / "agl.db").is_file()
+    capsys.readouterr()
+    assert main(["rollouts", "list"]) == 0
+    assert "1 rollout(s)" in capsys.readouterr().out
+    assert TrainerConfig(workdir="runs/elsewhere").store_url() == sqlite_url(workdir / ".agl" / "agl.db")
+
+
+def test_agl_store_url_comes_first_for_the_trainer_too(workdir, monkeypatch):
+    monkeypatch.setenv("AGL_STORE_URL", "sqlite:///shared/agl.db")
+    assert TrainerConfig().store_url() == sqlite_url(workdir / "shared" / "agl.db")
+    assert TrainerConfig(store="http://127.0.0.1:4317").store_url() == "http://127.0.0.1:4317"
+
+
+# -- readers refuse a store that does not exist ---------------------------------------
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["rollouts", "list"],
+        ["rollouts", "show", "ro-1"],
+        ["spans", "list", "--rollout", "ro-1"],
+        ["store", "stats"],
+        ["export", "transitions", "-o", "out.jsonl"],
+    ],
+)
+def test_a_read_only_command_refuses_a_missing_store_and_creates_nothing(command, workdir, capsys):
+    assert main([*command, "--store", "sqlite:///nope/none.db"]) == 2
+    assert _one_line_error(capsys.readouterr().err).startswith("no such store: nope/none.db (")
+    assert main(command) == 2  # the default store, .agl/agl.db, does not exist either
+    assert _one_line_error(capsys.readouterr().err).startswith("no such store: .agl/agl.db (")
+    assert sorted(p.name for p in workdir.iterdir()) == []
+
+
+@pytest.mark.parametrize("url", ["sqlite:///", "sqlite:/x.db"])
+def test_a_malformed_sqlite_url_names_the_expected_forms(url, workdir, capsys):
+    assert main(["rollouts", "list", "--store", url]) == 2
+    assert _one_line_error(capsys.readouterr().err) == f"store url {url!r}: a sqlite url is {FORMS}"
+
+
+# -- one-line errors ------------------------------------------------------------------
+def test_a_missing_tasks_file_is_named(train_dir):
+    done = _agl("train", "agent.py:agent", "--tasks", "nope.jsonl", cwd=train_dir)
+    assert done.returncode == 2
+    assert _one_line_error(done.stderr) == "--tasks: nope.jsonl: no such file (a JSONL file, one task a line)"
+    done = _agl("train", "agent.py:agent", "--tasks", "tasks.jsonl", "--val", ".", cwd=train_dir)
+    assert done.returncode == 2 and _one_line_error(done.stderr).startswith("--val: .: is a directory")
+
+
+def test_a_model_directory_without_config_json_is_named(train_dir):
+    (train_dir / "my-model").mkdir()
+    done = _agl(
+        "train", "agent.py:agent", "--tasks", "tasks.jsonl", "--backend", "verl", "--model", "my-model", cwd=train_dir
+    )
+    assert done.returncode == 2
+    error = _one_line_error(done.stderr)
+    assert error.startswith(
+        "engine transformers: model_path: my-model is not a model directory (it has no config.json)"
+    )
+    assert "agl engine model-path smollm2" in error
+
+
+def test_agl_verl_without_torch_says_how_to_install_it(train_dir):
+    (train_dir / "my-model").mkdir()
+    (train_dir / "my-model" / "config.json").write_text("{}")
+    done = _agl(
+        *("train", "agent.py:agent", "--tasks", "tasks.jsonl", "--backend", "verl", "--model", "my-model"),
+        cwd=train_dir,
+        prelude="sys.modules['torch'] = None  # what `import torch` does where torch is not installed",
+    )
+    assert done.returncode == 2
+    assert _one_line_error(done.stderr).startswith("agl-verl needs torch: pip install torch==")
+
+
+def test_a_backend_no_installed_plugin_provides_names_the_package(train_dir):
+    done = _agl(
+        *("train", "agent.py:agent", "--tasks", "tasks.jsonl", "--backend", "verl"),
+        "--set",
+        "engine_urls=[http://127.0.0.1:9/v1]",
+        cwd=train_dir,
+        env={"AGL_LOAD_PLUGINS": ""},  # as if agl-verl were not installed
+    )
+    assert done.returncode == 2
+    assert _one_line_error(done.stderr).startswith("no backend 'verl': pip install agl-verl")
+
+
+class Boom:
+    @agl.hookimpl
+    def agl_register_commands(self, subparsers):
+        p = subparsers.add_parser("boom")
+        p.set_defaults(func=self.run)
+
+    def run(self, args):
+        raise RuntimeError("kaput\nin two lines")
+
+
+@pytest.fixture
+def boom():
+    register(Boom(), name="test-boom")
+    yield
+    unregister(name="test-boom")
+
+
+def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(boom, capsys):
+    assert main(["boom"]) == 1
+    err = capsys.readouterr().err
+    assert _one_line_error(err) == "RuntimeError: kaput in two lines (agl --debug ... shows the traceback)"
+    for flag in ("--debug", "-v"):
+        assert main([flag, "boom"]) == 1
+        err = capsys.readouterr().err
+        assert "Traceback (most recent call last)" in err and err.rstrip().endswith("RuntimeError: kaput in two lines")
+
+
+# -- tokens of any shape --------------------------------------------------------------
+def test_token_flags_take_values_that_start_with_a_dash():
+    parser = build_parser()
+    args = parser.parse_args(join_token_values(["store", "stats", "--token", "-abc"]))
+    assert args.token == "-abc"
+    args = parser.parse_args(join_token_values(["store", "stats", "--token=-abc"]))
+    assert args.token == "-abc"
+    argv = ["gateway", "serve", "--token", "-gw", "--upstream-api-key", "-up", "--upstream", "http://127.0.0.1:1/v1"]
+    args = parser.parse_args(join_token_values(argv))
+    assert (args.token, args.upstream_api_key) == ("-gw", "-up")
+    argv = ["run", "--gateway-token", "-abc", "--", "tool", "--token", "-x"]
+    assert join_token_values(argv) == ["run", "--gateway-token=-abc", "--", "tool", "--token", "-x"]
+    args = parser.parse_args(join_token_values(argv))
+    assert args.gateway_token == "-abc" and args.command[-3:] == ["tool", "--token", "-x"]
+
+
+def test_a_store_token_starting_with_a_dash_reaches_the_server(tmp_path, capsys):
+    token = "-" + new_token(16)
+    with SqliteStore(tmp_path / "agl.db") as backing, ServerThread(backing, token=token) as server:
+        backing.add_tasks([Task(task_id="t", input={})])
+        assert main(["store", "stats", "--store", server.url, "--token", token]) == 0
+    assert "tasks" in capsys.readouterr().out
+
+
+def test_new_tokens_never_start_with_a_dash(monkeypatch):
+    made = iter(["-first", "--second", "third"])
+    monkeypatch.setattr("agl.credentials.secrets.token_urlsafe", lambda nbytes: next(made))
+    assert new_token() == "third"
