@@ -22,6 +22,15 @@ def chat(url: str, rollout: str | None = None, **kw) -> httpx.Response:
     return httpx.post(f"{url}{path}", json=BODY, headers=AUTH, timeout=30, **kw)
 
 
+def wait_until(condition, what: str, timeout_s: float = 10.0) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting until {what}")
+        time.sleep(0.005)
+
+
 @pytest.fixture
 def two_engines():
     with FakeEngine(delay_s=0.05) as a, FakeEngine(delay_s=0.05) as b:
@@ -64,12 +73,13 @@ def test_transient_errors_are_retried_on_another_replica(store, rollout):
 
 def test_saturation_answers_429_with_retry_after(store):
     with (
-        FakeEngine(delay_s=0.5) as eng,
+        FakeEngine(delay_s=2.0) as eng,  # long enough to send the second request while the engine holds the first
         Gateway(store, [eng.url], token=TOKEN, max_in_flight=1) as gw,
         cf.ThreadPoolExecutor(2) as pool,
     ):
         slow = pool.submit(chat, gw.url)
-        time.sleep(0.2)
+        wait_until(lambda: eng.in_flight == 1, "the engine works on the first request")
+        assert gw.status()["upstreams"][0]["in_flight"] == 1  # the replica is full
         r = chat(gw.url)
         assert r.status_code == 429 and r.headers["retry-after"] == "1"
         assert r.json()["error"]["code"] == "gateway_saturated"
@@ -83,9 +93,7 @@ def test_pause_drains_in_flight_and_holds_new_requests(store):
         cf.ThreadPoolExecutor(2) as pool,
     ):
         first = pool.submit(chat, gw.url)
-        deadline = time.monotonic() + 10
-        while eng.in_flight == 0 and time.monotonic() < deadline:  # until the engine works on it
-            time.sleep(0.005)
+        wait_until(lambda: eng.in_flight == 1, "the engine works on the request")
         t0 = time.monotonic()
         assert gw.pause(timeout_s=5) is True
         assert time.monotonic() - t0 > 0.1 and eng.in_flight == 0  # pause waited for the request in flight
@@ -125,7 +133,7 @@ def test_pause_times_out_while_a_request_is_still_running(store):
         cf.ThreadPoolExecutor(1) as pool,
     ):
         slow = pool.submit(chat, gw.url)
-        time.sleep(0.2)
+        wait_until(lambda: eng.in_flight == 1, "the engine works on the request")
         assert gw.pause(timeout_s=0.1) is False and gw.paused
         gw.resume()
         assert slow.result().status_code == 200 and not gw.paused
