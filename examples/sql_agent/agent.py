@@ -27,7 +27,7 @@ from langgraph.graph import END, START, StateGraph
 from agl_langchain import AglCallbackHandler
 
 from .database import run_query
-from .prompts import accepted, checker_messages, extract_sql, rewriter_messages, writer_messages
+from .prompts import NO_QUERY, accepted, checker_messages, extract_sql, rewriter_messages, writer_messages
 
 MAX_ROUNDS = 3
 """Checks before the query is run anyway."""
@@ -57,11 +57,11 @@ def build_graph(writer: BaseChatModel, checker: BaseChatModel | None = None):
         return {"sql": extract_sql(answer.content), "rounds": 0, "rewrites": 0}
 
     def check_query(state: SQLState) -> SQLState:
-        verdict = checker.invoke(checker_messages(state["question"], state["sql"] or "(none)")).content
+        verdict = checker.invoke(checker_messages(state["question"], state["sql"] or NO_QUERY)).content
         return {"verdict": verdict, "accepted": accepted(verdict), "rounds": state["rounds"] + 1}
 
     def rewrite_query(state: SQLState) -> SQLState:
-        answer = writer.invoke(rewriter_messages(state["question"], state["sql"] or "(none)", state["verdict"]))
+        answer = writer.invoke(rewriter_messages(state["question"], state["sql"] or NO_QUERY, state["verdict"]))
         return {"sql": extract_sql(answer.content), "rewrites": state["rewrites"] + 1}
 
     def execute_query(state: SQLState) -> SQLState:

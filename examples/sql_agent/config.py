@@ -74,7 +74,7 @@ def trainer_config(
         "engine": {"name": "transformers", "config": {"model_path": str(model_path), "seed": seed}},
         "rollout": {
             "concurrency": batch_size * n_rollouts,
-            "timeout_s": 300,
+            "timeout_s": 600,
             "max_attempts": 1,
             "max_response_tokens": max_response_tokens,
         },

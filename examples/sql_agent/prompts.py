@@ -23,12 +23,11 @@ EXAMPLE_ANSWER = f"```sql\n{EXAMPLE_SQL}\n```"
 
 CHECKER_SYSTEM = f"Tables: {SCHEMA}\nDoes the SQL answer the question? Reply YES, or NO and the mistake."
 CHECK_USER = "Question: {question}\nSQL: {sql}"
+NO_QUERY = "(none)"
+"""What the checker and the rewriter are shown when the answer held no query."""
 CHECK_EXAMPLES = (
     (CHECK_USER.format(question=EXAMPLE_QUESTION, sql=EXAMPLE_SQL), "YES"),
-    (
-        CHECK_USER.format(question=EXAMPLE_QUESTION, sql="SELECT Name FROM Album WHERE Milliseconds > 900000"),
-        "NO, Album has no Milliseconds.",
-    ),
+    (CHECK_USER.format(question=EXAMPLE_QUESTION, sql=NO_QUERY), "NO, there is no query."),
 )
 
 REWRITE_USER = "{question}\nThis query is wrong: {sql}\nReviewer: {feedback}\nWrite the correct query."

@@ -29,7 +29,7 @@ from sql_agent import rewards  # noqa: E402
 from sql_agent.agent import sql_agent  # noqa: E402
 from sql_agent.config import ARMS, BATCH_SIZE, MAX_RESPONSE_TOKENS, N_ROLLOUTS, STEPS, trainer_config  # noqa: E402
 from sql_agent.database import DB_ENV  # noqa: E402
-from sql_agent.evaluation import agent_calls, summarize  # noqa: E402
+from sql_agent.evaluation import agent_calls, run_split, summarize, timed  # noqa: E402
 from sql_agent.questions import load_split  # noqa: E402
 
 REWARD_PLUGIN = "sql-execution-match"
@@ -55,6 +55,29 @@ def register_reward() -> None:
         agl.register_plugin(rewards, name=REWARD_PLUGIN)
 
 
+def shared_base(path: Path, test: list[dict], max_response_tokens: int, workdir: Path) -> dict:
+    """The base model's test figures, evaluated once and kept in ``path`` for every run.
+
+    Every arm and seed starts from the same base model, evaluated greedily on the same
+    questions with the same response cap, so its "before" is one evaluation, not one per
+    run. The file is used only if it was made for these questions and this cap.
+    """
+    from agl_verl.models import smollm2_dir
+
+    key = {"task_ids": [t["task_id"] for t in test], "max_response_tokens": max_response_tokens}
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved.get("key") == key:
+            return saved["summary"]
+    summary, seconds = timed(
+        run_split, test, model_path=smollm2_dir(), workdir=workdir, max_response_tokens=max_response_tokens
+    )
+    summary["wall_s"] = round(seconds, 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"key": key, "summary": summary}, indent=1) + "\n")
+    return summary
+
+
 def collect(workdir: Path, steps: int, tasks: dict[str, dict], n_val: int) -> dict:
     """Before/after summaries and training-call counts, read from the run's store."""
     from agl.store.base import open_store
@@ -72,7 +95,7 @@ def collect(workdir: Path, steps: int, tasks: dict[str, dict], n_val: int) -> di
         train_ids = [r.rollout_id for r in store.query_rollouts() if r.mode == "train"]
         return {
             "run_id": run,
-            "before": summarize(before, tasks, store),
+            "before": summarize(before, tasks, store) if before else None,
             "after": summarize(after, tasks, store),
             "train_agent_calls": agent_calls(store, train_ids),
             "train_rollouts": len(train_ids),
@@ -95,6 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, help="model directory (default: the bundled SmolLM2-135M-Instruct)")
     parser.add_argument("--max-response-tokens", type=int, default=MAX_RESPONSE_TOKENS)
     parser.add_argument("--eval-limit", type=int, help="evaluate on the first N test questions only (smoke runs)")
+    parser.add_argument(
+        "--before",
+        choices=["shared", "run"],
+        default="shared",
+        help="shared: the base model's test figures from results/base/test.json (evaluated once, "
+        "then reused by every run); run: evaluate the base in this run (always with --model or --eval-limit)",
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--fresh", action="store_true", help="start over instead of resuming the workdir")
     args = parser.parse_args(argv)
@@ -131,6 +161,12 @@ def main(argv: list[str] | None = None) -> int:
         max_response_tokens=args.max_response_tokens,
     )
     config["progress"] = sys.stderr.isatty()
+    shared = args.before == "shared" and args.model is None and args.eval_limit is None
+    before = None
+    if shared:
+        base_file = args.results / "base" / "test.json"
+        before = shared_base(base_file, test, args.max_response_tokens, workdir.parent / "base-test")
+        config["val_before"] = False
     try:
         result = Trainer(config).fit(sql_agent, train_tasks=train, val_tasks=test)
     finally:
@@ -138,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     wall_s = time.monotonic() - started
 
     figures = collect(workdir, args.steps, {t["task_id"]: t["input"] for t in test}, len(test))
+    if shared:
+        figures["before"] = before
+    figures["before_source"] = "results/base/test.json" if shared else "this run"
     step_times = [r["time_step_s"] for r in result.history if r.get("kind") == "train" and "time_step_s" in r]
     record = {
         "arm": args.arm,
