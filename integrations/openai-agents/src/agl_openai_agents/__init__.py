@@ -14,6 +14,8 @@ from agl.capture import error_guard
 from agl_openai_agents.instrument import ENV_VAR, instrument, instrumented, uninstrument
 from agl_openai_agents.processor import AglTracingProcessor
 
+__version__ = "0.1.0"
+
 errors = error_guard("agl_openai_agents").errors
 """agl's own failures swallowed so far, by place (see :class:`agl.capture.ErrorGuard`)."""
 

@@ -10,6 +10,8 @@ from agl_otel.convert import to_agl
 from agl_otel.instrument import AglInstrumentor, instrument, instrumented, uninstrument
 from agl_otel.processor import AglSpanProcessor
 
+__version__ = "0.1.0"
+
 errors = error_guard("agl_otel").errors
 """agl's own failures swallowed so far, by place (see :class:`agl.capture.ErrorGuard`)."""
 
