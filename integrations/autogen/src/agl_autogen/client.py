@@ -18,6 +18,7 @@ from autogen_core.tools import Tool, ToolSchema
 from pydantic import BaseModel
 
 from agl.capture import error_guard
+from agl.capture.versions import UnsupportedVersionError
 from agl_autogen import _record
 
 _guard = error_guard("agl_autogen")
@@ -43,6 +44,8 @@ class AglChatCompletionClient(ChatCompletionClient):
             from agl_autogen.instrument import install_structure_hooks
 
             install_structure_hooks()
+        except UnsupportedVersionError:
+            raise  # AGL_STRICT_VERSIONS=1 and an untested AgentChat: the user asked for an error
         except Exception as exc:
             _guard.report("install structure hooks", exc)
 

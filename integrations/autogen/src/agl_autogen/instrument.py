@@ -26,13 +26,38 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from agl.capture import error_guard
+from agl.capture.versions import check_version
 from agl.schema import now
 from agl_autogen import _record, _response_ids
 
 ENV_VAR = "AGL_AUTOGEN_INSTRUMENT"
 """Switch on (``1``, ``true``, ``yes``, ``on``; see :func:`agl.capture.env_flag`) to instrument at start."""
 
+TESTED = "autogen-agentchat>=0.7,<0.8"
+"""The AgentChat versions agl-autogen is tested with; the package installs up to ``<1``."""
+
 _guard = error_guard("agl_autogen")
+
+
+def check_framework_version() -> bool:
+    """Whether the installed AgentChat is in :data:`TESTED`; outside it warns once (see below).
+
+    With ``AGL_STRICT_VERSIONS=1`` an untested version raises
+    :class:`~agl.capture.versions.UnsupportedVersionError` instead.
+
+    Called by :func:`install_structure_hooks` (and so by :func:`instrument` and
+    :class:`~agl_autogen.AglChatCompletionClient`) before any hook goes in.
+    """
+    return check_version(
+        "agl_autogen",
+        TESTED,
+        still_works="AglChatCompletionClient and the client hooks of instrument() (every ChatCompletionClient's "
+        "create and create_stream: messages, tools, output, usage, response ids), and tool spans "
+        "(autogen_core's BaseTool.run_json)",
+        may_break="the agent and team hooks on private AgentChat modules (agents._base_chat_agent, "
+        "teams._group_chat), which give each call its agent name and each team run its span",
+    )
+
 
 _lock = threading.Lock()
 _patches: list[tuple[Any, str, Any, bool]] = []  # (owner, attribute, original, owner had it in __dict__)
@@ -107,19 +132,26 @@ def _wrap_run_json(original: Callable[..., Any]) -> Callable[..., Any]:
 def install_structure_hooks() -> None:
     """Install the agent, team and tool hooks and the event logger tap (idempotent)."""
     global _structure
+    tested = check_framework_version()
     with _lock:
         if _structure:
             return
-        from autogen_agentchat.agents import _base_chat_agent
-        from autogen_agentchat.teams._group_chat import _base_group_chat, _chat_agent_container
-        from autogen_core.tools import BaseTool
+        try:
+            from autogen_agentchat.agents import _base_chat_agent
+            from autogen_agentchat.teams._group_chat import _base_group_chat, _chat_agent_container
+            from autogen_core.tools import BaseTool
 
-        for module in (_base_chat_agent, _chat_agent_container):
-            _patch(module, "trace_invoke_agent_span", _wrap_invoke_agent(module.trace_invoke_agent_span))
-        group_chat = _base_group_chat.BaseGroupChat
-        _patch(group_chat, "run_stream", _wrap_team_run_stream(group_chat.run_stream))
-        _patch(BaseTool, "run_json", _wrap_run_json(BaseTool.run_json))
-        _response_ids.install_tap()
+            for module in (_base_chat_agent, _chat_agent_container):
+                _patch(module, "trace_invoke_agent_span", _wrap_invoke_agent(module.trace_invoke_agent_span))
+            group_chat = _base_group_chat.BaseGroupChat
+            _patch(group_chat, "run_stream", _wrap_team_run_stream(group_chat.run_stream))
+            _patch(BaseTool, "run_json", _wrap_run_json(BaseTool.run_json))
+            _response_ids.install_tap()
+        except Exception as exc:
+            if tested:
+                raise
+            # An untested AgentChat whose private modules moved: the client hooks still go in.
+            _guard.report("install structure hooks on an untested AgentChat version", exc)
         _structure = True
 
 

@@ -26,12 +26,34 @@ import threading
 from langchain_core.tracers.context import register_configure_hook
 
 from agl.capture import error_guard
+from agl.capture.versions import check_version
 from agl_langchain.handler import AglCallbackHandler
 
 ENV_VAR = "AGL_LANGCHAIN_INSTRUMENT"
 """Switch on (``1``, ``true``, ``yes``, ``on``; see :func:`agl.capture.env_flag`) to capture every run."""
 
+TESTED = "langchain-core>=1.0,<2"
+"""The langchain-core versions agl-langchain supports: public API only, so up to the next major."""
+
 _guard = error_guard("agl_langchain")
+
+
+def check_framework_version() -> bool:
+    """Whether the installed langchain-core is in :data:`TESTED`; outside it warns once (see below).
+
+    With ``AGL_STRICT_VERSIONS=1`` an untested version raises
+    :class:`~agl.capture.versions.UnsupportedVersionError` instead.
+
+    Called by :func:`instrument` and, when ``AGL_LANGCHAIN_INSTRUMENT`` is on, by :func:`autoload`.
+    """
+    return check_version(
+        "agl_langchain",
+        TESTED,
+        still_works="whatever of LangChain's public callback API the new major kept (agl-langchain uses no "
+        "private LangChain API)",
+        may_break="AglCallbackHandler's callbacks (on_chat_model_start, on_llm_end, on_tool_*, on_chain_*, "
+        "on_custom_event) and the zero-line configure hook (register_configure_hook)",
+    )
 
 
 def env_enabled() -> bool:
@@ -82,6 +104,7 @@ def instrument(handler: AglCallbackHandler | None = None) -> AglCallbackHandler:
     Returns the handler in use (``handler``, or a new one), whose ``errors``
     counter can be inspected. Calling it again replaces the handler.
     """
+    check_framework_version()
     _register()
     _switch.handler = handler or _switch.handler or AglCallbackHandler()
     return _switch.handler
@@ -99,7 +122,10 @@ def autoload() -> bool:
     ``AGL_LANGCHAIN_INSTRUMENT`` on every run; this only reads it once more so that
     a value it refuses is reported at start rather than at the first run.
     """
-    return env_enabled()
+    enabled = env_enabled()
+    if enabled:
+        check_framework_version()
+    return enabled
 
 
 def active_handler() -> AglCallbackHandler | None:

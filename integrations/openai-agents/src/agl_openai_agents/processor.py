@@ -39,6 +39,9 @@ class AglTracingProcessor(TracingProcessor):
     """
 
     def __init__(self) -> None:
+        from agl_openai_agents.instrument import check_framework_version
+
+        check_framework_version()
         self.enabled = True
         """Set to False to make the processor ignore everything (the SDK cannot remove one)."""
         self._open: dict[str, _Open] = {}

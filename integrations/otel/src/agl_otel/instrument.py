@@ -16,7 +16,25 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
+from agl.capture.versions import check_version
 from agl_otel.processor import AglSpanProcessor
+
+TESTED = "opentelemetry-sdk>=1.30,<2"
+"""The OpenTelemetry SDK versions agl-otel supports: public API only, so up to the next major."""
+
+
+def check_framework_version() -> bool:
+    """Whether the installed SDK is in :data:`TESTED`; outside it warns once (raises with ``AGL_STRICT_VERSIONS=1``).
+
+    Called when :class:`AglInstrumentor` instruments (:func:`instrument`, ``opentelemetry-instrument``).
+    """
+    return check_version(
+        "agl_otel",
+        TESTED,
+        still_works="whatever of the SDK's public API the new major kept (agl-otel uses no private OpenTelemetry "
+        "API); the OTLP/HTTP endpoint on the store server does not use the SDK",
+        may_break="AglSpanProcessor, if the SDK's processor interface changed in the new major",
+    )
 
 
 class AglInstrumentor(BaseInstrumentor):  # type: ignore[misc]
@@ -34,6 +52,7 @@ class AglInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return ()
 
     def _instrument(self, **kwargs: Any) -> None:
+        check_framework_version()
         provider = kwargs.get("tracer_provider") or trace.get_tracer_provider()
         if not hasattr(provider, "add_span_processor"):
             from opentelemetry.sdk.trace import TracerProvider
