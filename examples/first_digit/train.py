@@ -116,16 +116,20 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
 
     agl.register_plugin(rewards, name="first-digit-reward")  # the user's reward plugin
-    config = {"workdir": str(workdir), "seed": 0, **build(workdir, args.steps or default_steps)}
+    config = {
+        "workdir": str(workdir),
+        "store": f"sqlite:///{workdir / 'agl.db'}",  # the run's own store, gone with --fresh
+        "seed": 0,
+        **build(workdir, args.steps or default_steps),
+    }
     started = time.monotonic()
     result = Trainer(config).fit(
         first_digit_agent,
         train_tasks=make_tasks(256, seed=1),
         val_tasks=make_tasks(200, seed=2),
     )
-    print(
-        f"trained {args.preset} to step {result.steps_completed} in {time.monotonic() - started:.0f}s; workdir {workdir}"
-    )
+    elapsed = time.monotonic() - started
+    print(f"trained {args.preset} to step {result.steps_completed} in {elapsed:.0f}s; workdir {workdir}")
     return 0
 
 

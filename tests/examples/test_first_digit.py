@@ -58,6 +58,7 @@ def test_held_out_reward_rises_in_a_few_steps(example, tmp_path):
         result = Trainer(
             {
                 "workdir": str(tmp_path / "run"),
+                "store": f"sqlite:///{tmp_path / 'agl.db'}",
                 "steps": 8,
                 "batch_size": 8,
                 "n_rollouts": 8,

@@ -135,7 +135,7 @@ class VllmEngine(Engine):
         if self.lora:
             args += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank)]
         if self.api_key:
-            args += ["--api-key", self.api_key]
+            args.append(f"--api-key={self.api_key}")  # one argument: a key may start with "-"
         return args + self.extra_args
 
     def load_version(self, version: ModelVersion) -> None:
