@@ -376,7 +376,7 @@ def test_agl_train_cli_runs_a_loop_from_a_config_file(tmp_path, engine):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "agl train: 1 steps" in proc.stdout
+    assert "agl: trained 1 steps" in proc.stderr and proc.stderr.count("agl: trained") == 1
     assert "no backend configured" in proc.stderr
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert records[0]["step"] == 1 and records[0]["rollouts"] == 2 and records[0]["transitions"] == 4

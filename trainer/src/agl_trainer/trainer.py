@@ -614,7 +614,7 @@ class Trainer:
             self.console.print(
                 f"agl: trained {state['completed_step']} steps; final model version {state['model_version']}; "
                 f"train reward {train[0].get('reward_mean', 0):.3f} → {train[-1].get('reward_mean', 0):.3f}; "
-                f"metrics in {self.workdir / 'metrics.jsonl'}",
+                f"metrics in {self.workdir / 'metrics.jsonl'}" + (f"; reward curve {curve}" if curve else ""),
                 soft_wrap=True,
             )
         return TrainResult(

@@ -92,9 +92,5 @@ def run(args) -> int:
     print(f"agl train: store {hide_password(config.store_url())}", flush=True)
     train = load_tasks_jsonl(args.tasks, "train")
     val = load_tasks_jsonl(args.val, "val") if args.val else []
-    result = Trainer(config).fit(agent, train, val)
-    print(
-        f"agl train: {result.steps_completed} steps, model version {result.model_version}"
-        + (f", reward curve {result.reward_curve}" if result.reward_curve else "")
-    )
+    Trainer(config).fit(agent, train, val)  # which says what it did, once
     return 0
