@@ -32,6 +32,9 @@ BATCH_SIZE = 8
 N_ROLLOUTS = 4
 MAX_RESPONSE_TOKENS = 80
 LR = 3e-4
+CONCURRENCY = 16
+"""Rollouts at once. On 2 cores prompt prefill dominates, so more at once adds little throughput and makes
+every call wait longer (at 32, some base-model val rollouts ran past a 600 s timeout)."""
 LORA = {"r": 16, "alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 
 
@@ -73,8 +76,8 @@ def trainer_config(
         },
         "engine": {"name": "transformers", "config": {"model_path": str(model_path), "seed": seed}},
         "rollout": {
-            "concurrency": batch_size * n_rollouts,
-            "timeout_s": 600,
+            "concurrency": min(batch_size * n_rollouts, CONCURRENCY),
+            "timeout_s": 1200,
             "max_attempts": 1,
             "max_response_tokens": max_response_tokens,
         },

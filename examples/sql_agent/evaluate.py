@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="also write the summary here (JSON)")
     parser.add_argument("--db", help=f"Chinook.db (default: ${DB_ENV} or ../shared/data/chinook/Chinook.db)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    parser.add_argument("--concurrency", type=int, default=32, help="questions at once")
+    parser.add_argument("--concurrency", type=int, default=16, help="questions at once")
     args = parser.parse_args(argv)
 
     if args.db:

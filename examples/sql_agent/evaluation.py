@@ -80,7 +80,7 @@ def run_split(
     split: str = "test",
     concurrency: int = 16,
     resources: dict[str, Any] | None = None,
-    timeout_s: float = 600.0,
+    timeout_s: float = 1200.0,
     max_response_tokens: int | None = 64,
 ) -> dict[str, Any]:
     """Run the agent once on each task (temperature 0) and summarize; returns the summary.

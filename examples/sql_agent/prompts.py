@@ -21,7 +21,7 @@ EXAMPLE_QUESTION = "Which tracks are longer than 900000 milliseconds?"
 EXAMPLE_SQL = "SELECT Name FROM Track WHERE Milliseconds > 900000"
 EXAMPLE_ANSWER = f"```sql\n{EXAMPLE_SQL}\n```"
 
-CHECKER_SYSTEM = f"Tables: {SCHEMA}\nDoes the SQL answer the question? Reply YES, or NO and the mistake."
+CHECKER_SYSTEM = "Does the SQL answer the question? Reply YES, or NO and the mistake."
 CHECK_USER = "Question: {question}\nSQL: {sql}"
 NO_QUERY = "(none)"
 """What the checker and the rewriter are shown when the answer held no query."""
