@@ -54,6 +54,7 @@ def trainer_config(
         raise ValueError(f"arm: one of {', '.join(ARMS)}, not {arm!r}")
     return {
         "workdir": str(workdir),
+        "store": f"sqlite:///{Path(workdir).resolve() / 'agl.db'}",
         "seed": seed,
         "steps": steps,
         "batch_size": batch_size,

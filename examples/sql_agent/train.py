@@ -84,7 +84,7 @@ def collect(workdir: Path, steps: int, tasks: dict[str, dict], n_val: int) -> di
 
     state = json.loads((workdir / "trainer_state.json").read_text())
     run = state["run_id"]
-    store = open_store(f"sqlite:///{workdir / 'agl.db'}")
+    store = open_store(f"sqlite:///{workdir / 'agl.db'}", create=False)
     try:
 
         def ended(ids: list[str]):
