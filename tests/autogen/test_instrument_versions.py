@@ -13,6 +13,7 @@ import agl_autogen
 from agl.capture import versions
 from agl.capture.versions import UnsupportedVersionError, UntestedVersionWarning
 from agl_autogen import AglChatCompletionClient
+from tests.versions import fake_installed_version
 
 instrument_module = importlib.import_module("agl_autogen.instrument")
 
@@ -20,9 +21,7 @@ PLACE = "install structure hooks on an untested AgentChat version"
 
 
 def _fake(monkeypatch, version: str) -> None:
-    real = versions.installed_version
-    monkeypatch.setattr(versions, "installed_version", lambda d: version if d == "autogen-agentchat" else real(d))
-    monkeypatch.setattr(versions, "_warned", set())
+    fake_installed_version(monkeypatch, "autogen-agentchat", version)
 
 
 @pytest.fixture(autouse=True)

@@ -11,14 +11,13 @@ import pytest
 import agl_langchain
 from agl.capture import versions
 from agl.capture.versions import UnsupportedVersionError, UntestedVersionWarning
+from tests.versions import fake_installed_version
 
 instrument_module = importlib.import_module("agl_langchain.instrument")
 
 
 def _fake(monkeypatch, version: str) -> None:
-    real = versions.installed_version
-    monkeypatch.setattr(versions, "installed_version", lambda d: version if d == "langchain-core" else real(d))
-    monkeypatch.setattr(versions, "_warned", set())
+    fake_installed_version(monkeypatch, "langchain-core", version)
 
 
 @pytest.fixture(autouse=True)

@@ -12,14 +12,13 @@ import agl_openai_agents
 from agl.capture import versions
 from agl.capture.versions import UnsupportedVersionError, UntestedVersionWarning
 from agl_openai_agents import AglTracingProcessor
+from tests.versions import fake_installed_version
 
 instrument_module = importlib.import_module("agl_openai_agents.instrument")
 
 
 def _fake(monkeypatch, version: str) -> None:
-    real = versions.installed_version
-    monkeypatch.setattr(versions, "installed_version", lambda d: version if d == "openai-agents" else real(d))
-    monkeypatch.setattr(versions, "_warned", set())
+    fake_installed_version(monkeypatch, "openai-agents", version)
 
 
 @pytest.fixture

@@ -12,14 +12,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from agl.capture import versions
 from agl.capture.versions import UnsupportedVersionError, UntestedVersionWarning
 from agl_otel import AglInstrumentor, AglSpanProcessor
+from tests.versions import fake_installed_version
 
 instrument_module = importlib.import_module("agl_otel.instrument")
 
 
 def _fake(monkeypatch, version: str) -> None:
-    real = versions.installed_version
-    monkeypatch.setattr(versions, "installed_version", lambda d: version if d == "opentelemetry-sdk" else real(d))
-    monkeypatch.setattr(versions, "_warned", set())
+    fake_installed_version(monkeypatch, "opentelemetry-sdk", version)
 
 
 @pytest.fixture

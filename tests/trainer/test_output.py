@@ -12,7 +12,7 @@ from agl.errors import ConfigError
 from agl_trainer import Trainer
 from agl_trainer.metrics import before_after, console_line, plot_reward_curve
 from tests.fake_engine import FakeEngine
-from tests.trainer.test_trainer import TinyBackend, _tasks, agent
+from tests.trainer.test_trainer import TinyBackend, _tasks, agent, small_config
 
 RECORD = {
     "step": 3,
@@ -106,38 +106,17 @@ def engine():
         yield eng
 
 
-def _config(tmp_path, engine, **changes):
-    config = {
-        "workdir": str(tmp_path / "run"),
-        "store": f"sqlite:///{tmp_path / 'agl.db'}",
-        "steps": 1,
-        "batch_size": 2,
-        "n_rollouts": 2,
-        "engine_urls": [engine.url],
-        "progress": False,
-        "plot": False,
-        "rollout": {"concurrency": 4, "heartbeat_s": 0.2},
-    }
-    for key, value in changes.items():
-        section, _, field = key.partition(".")
-        if field:
-            config[section] = {**config[section], field: value}
-        else:
-            config[key] = value
-    return config
-
-
 def test_a_workdir_resumes_only_the_run_it_holds(tmp_path, engine, capsys):
-    Trainer(_config(tmp_path, engine), backend=TinyBackend(tmp_path / "a.jsonl")).fit(agent, _tasks(2))
+    Trainer(small_config(tmp_path, engine), backend=TinyBackend(tmp_path / "a.jsonl")).fit(agent, _tasks(2))
     with pytest.raises(ConfigError) as err:
         Trainer(
-            _config(tmp_path, engine, batch_size=4, **{"rollout.concurrency": 2}),
+            small_config(tmp_path, engine, batch_size=4, **{"rollout.concurrency": 2}),
             backend=TinyBackend(tmp_path / "c.jsonl"),
         ).fit(agent, _tasks(2))
     message = str(err.value)
     assert "batch_size: 2 → 4" in message and "rollout.concurrency: 4 → 2" in message and "workdir" in message
     # more steps extend the same run: a resume, said on the console
-    result = Trainer(_config(tmp_path, engine, steps=2), backend=TinyBackend(tmp_path / "b.jsonl")).fit(
+    result = Trainer(small_config(tmp_path, engine, steps=2), backend=TinyBackend(tmp_path / "b.jsonl")).fit(
         agent, _tasks(2)
     )
     assert result.steps_completed == 2 and "agl: resuming run" in capsys.readouterr().err

@@ -120,6 +120,29 @@ def engine():
         yield eng
 
 
+def small_config(tmp_path, engine, **changes):
+    """A one-step run against ``engine`` in ``tmp_path``, its own store there; ``changes`` as
+    ``key=value`` or ``section.key=value``."""
+    config = {
+        "workdir": str(tmp_path / "run"),
+        "store": f"sqlite:///{tmp_path / 'agl.db'}",
+        "steps": 1,
+        "batch_size": 2,
+        "n_rollouts": 2,
+        "engine_urls": [engine.url],
+        "progress": False,
+        "plot": False,
+        "rollout": {"concurrency": 4, "heartbeat_s": 0.2},
+    }
+    for key, value in changes.items():
+        section, _, field = key.partition(".")
+        if field:
+            config[section] = {**config[section], field: value}
+        else:
+            config[key] = value
+    return config
+
+
 def _tasks(n, prefix="w", **extra):
     return [{"input": {"word": "miss" if i % 2 else f"{prefix}{i}", **extra}} for i in range(n)]
 
