@@ -1,6 +1,6 @@
 """The process boundary: agl-core is what an agent process needs, and it stays light.
 
-agl-core may depend on pydantic, httpx and pluggy only; importing every one of its
+agl-core may depend on pydantic, httpx, pluggy, python-ulid and packaging only; importing every one of its
 modules loads no web server, no console library, no torch and no agent framework,
 and nothing of agl-trainer (the training side), which depends on agl-core and not
 the other way round.
@@ -16,8 +16,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).parents[2]
 
-# python-ulid: the time-ordered ids of agl.schema.new_id (tiny, no dependencies of its own).
-CORE_DEPENDENCIES = {"pydantic", "httpx", "pluggy", "python-ulid"}
+# python-ulid: the time-ordered ids of agl.schema.new_id; packaging: the integrations' tested
+# framework ranges (agl.capture.versions). Both tiny, with no dependencies of their own.
+CORE_DEPENDENCIES = {"pydantic", "httpx", "pluggy", "python-ulid", "packaging"}
 
 # Modules an agent process must never load through agl-core. (rich is not among them:
 # httpx imports it for its command line whenever click, rich and pygments are installed,

@@ -13,17 +13,18 @@ still works; with ``AGL_STRICT_VERSIONS=1`` it raises :class:`UnsupportedVersion
 instead, before touching the framework. A framework that is importable but not installed as
 a distribution (no metadata) is not checked.
 
-The comparison covers the specifiers the integrations use (``>=``, ``>``, ``<=``, ``<``,
-``==``, ``!=``; release numbers with optional ``a``/``b``/``rc``/``.post``/``.dev`` parts),
-without depending on ``packaging``.
+Versions and ranges are read and compared by ``packaging`` (PEP 440), as pip does.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import re
 import threading
 import warnings
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from agl.capture.env import env_flag
 from agl.errors import AglError
@@ -40,84 +41,25 @@ class UnsupportedVersionError(AglError, RuntimeError):
     """An untested framework version with ``AGL_STRICT_VERSIONS`` on."""
 
 
-_VERSION = re.compile(
-    r"^\s*v?(?P<release>\d+(?:\.\d+)*)"
-    r"(?:[-_.]?(?P<pre>a|alpha|b|beta|c|rc|pre|preview)[-_.]?(?P<pre_n>\d*))?"
-    r"(?:[-_.]?(?:post|rev|r)[-_.]?(?P<post>\d*))?"
-    r"(?:[-_.]?dev[-_.]?(?P<dev>\d*))?"
-    r"(?:\+[a-z0-9.]+)?\s*$",
-    re.IGNORECASE,
-)
-_PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
-_SPEC = re.compile(r"^\s*(?P<op>>=|<=|==|!=|>|<)\s*(?P<version>[^\s,]+)\s*$")
-_REQUIREMENT = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?P<specs>.*)$")
-
-
-def _key(version: str) -> tuple[tuple[int, ...], tuple[int, int], int, tuple[int, int]]:
-    """An ordering key: release numbers (trailing zeros dropped), pre-release, post-release, dev."""
-    match = _VERSION.match(version)
-    if match is None:
-        raise ValueError(f"not a version agl can compare: {version!r}")
-    release = tuple(int(part) for part in match["release"].split("."))
-    while len(release) > 1 and release[-1] == 0:
-        release = release[:-1]
-    dev = (0, int(match["dev"] or 0)) if match["dev"] is not None else (1, 0)
-    if match["pre"] is not None:
-        pre = (_PRE_RANK[match["pre"].lower()], int(match["pre_n"] or 0))
-    elif match["dev"] is not None and match["post"] is None:
-        pre = (-1, 0)  # 1.0.dev1 sorts before 1.0a1
-    else:
-        pre = (3, 0)  # a final release
-    post = int(match["post"] or 0) + 1 if match["post"] is not None else 0
-    return release, pre, post, dev
-
-
-def _is_prerelease(version: str) -> bool:
-    match = _VERSION.match(version)
-    return match is not None and (match["pre"] is not None or match["dev"] is not None)
-
-
-def parse_requirement(requirement: str) -> tuple[str, list[tuple[str, str]]]:
-    """``"openai-agents>=0.24,<0.25"`` → ``("openai-agents", [(">=", "0.24"), ("<", "0.25")])``."""
-    match = _REQUIREMENT.match(requirement)
-    if match is None:
-        raise ValueError(f"not a requirement agl can read: {requirement!r}")
-    specs = []
-    for part in filter(None, (p.strip() for p in match["specs"].split(","))):
-        spec = _SPEC.match(part)
-        if spec is None:
-            raise ValueError(f"not a version specifier agl can read: {part!r} in {requirement!r}")
-        _key(spec["version"])  # refuse an unreadable bound now, not at comparison time
-        specs.append((spec["op"], spec["version"]))
-    return match["name"], specs
+def parse_requirement(requirement: str) -> tuple[str, SpecifierSet]:
+    """``"openai-agents>=0.24,<0.25"`` → ``("openai-agents", SpecifierSet(">=0.24,<0.25"))``;
+    ``ValueError`` for text that is not a requirement."""
+    try:
+        parsed = Requirement(requirement)
+    except InvalidRequirement as exc:
+        raise ValueError(f"not a requirement agl can read: {requirement!r} ({exc})") from None
+    return parsed.name, parsed.specifier
 
 
 def satisfies(version: str, requirement: str) -> bool:
-    """Whether ``version`` is inside ``requirement``'s range (its name is ignored).
-
-    As in PEP 440, ``<V`` leaves out the pre-releases of ``V`` itself (``0.25.0rc1`` is not
-    ``<0.25``).
-    """
-    _, specs = parse_requirement(requirement)
-    key = _key(version)
-    for op, bound in specs:
-        other = _key(bound)
-        if op == ">=" and not key >= other:
-            return False
-        if op == ">" and not key > other:
-            return False
-        if op == "<=" and not key <= other:
-            return False
-        if op == "<":
-            if not key < other:
-                return False
-            if _is_prerelease(version) and not _is_prerelease(bound) and key[0] == other[0]:
-                return False
-        if op == "==" and key != other:
-            return False
-        if op == "!=" and key == other:
-            return False
-    return True
+    """Whether ``version`` is inside ``requirement``'s range (its name is ignored), pre-releases
+    included (as in PEP 440, ``<V`` still leaves out the pre-releases of ``V`` itself);
+    ``ValueError`` for a version that is not PEP 440."""
+    _, specifier = parse_requirement(requirement)
+    try:
+        return specifier.contains(Version(version), prereleases=True)
+    except InvalidVersion as exc:
+        raise ValueError(f"not a version agl can compare: {version!r}") from exc
 
 
 def installed_version(distribution: str) -> str | None:
