@@ -112,7 +112,7 @@ class TrainerConfig(_Config):
     engine_urls: list[str] = Field(default_factory=list, description="base URLs of running engine replicas instead")
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     plot: bool = Field(default=True, description="write reward_curve.png at the end (needs matplotlib)")
-    progress: bool = Field(default=True, description="show progress bars")
+    progress: bool = Field(default=True, description="show progress bars (on a terminal; a log file gets none)")
 
     @model_validator(mode="after")
     def _one_engine_source(self) -> TrainerConfig:

@@ -575,7 +575,7 @@ class Trainer:
     def _progress(self):
         import contextlib
 
-        if not self.config.progress:
+        if not self.config.progress or not self.console.is_terminal:  # a log file gets the step lines only
             return contextlib.nullcontext()
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
