@@ -120,3 +120,30 @@ def test_a_workdir_resumes_only_the_run_it_holds(tmp_path, engine, capsys):
         agent, _tasks(2)
     )
     assert result.steps_completed == 2 and "agl: resuming run" in capsys.readouterr().err
+
+
+def quiet_agent(task_input, ctx):
+    """One model call, no reward of its own: the reward comes from a plugin."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {ctx.api_key}"}
+    body = {"model": ctx.model, "messages": [{"role": "user", "content": task_input["word"]}]}
+    httpx.post(f"{ctx.base_url}/chat/completions", json=body, headers=headers, timeout=30).raise_for_status()
+
+
+def test_plugins_named_in_the_config_are_registered_before_training(tmp_path, engine):
+    from agl.plugins import get_plugin_manager, unregister
+
+    reward_file = tmp_path / "my_reward.py"
+    reward_file.write_text(
+        "import agl\n\n@agl.hookimpl\ndef agl_reward(rollout, spans, llm_calls, rewards):\n    return 0.25\n"
+    )
+    config = small_config(tmp_path, engine, plugins=[str(reward_file)])
+    try:
+        result = Trainer(config, backend=TinyBackend(tmp_path / "a.jsonl")).fit(quiet_agent, _tasks(2))
+        assert get_plugin_manager().get_plugin(str(reward_file)) is not None
+    finally:
+        unregister(name=str(reward_file))
+    assert [r["reward_mean"] for r in result.history if r["kind"] == "train"] == [0.25]
+    with pytest.raises(ConfigError, match=r"plugins\[0\]: file 'nope.py' does not exist"):
+        Trainer(small_config(tmp_path / "b", engine, plugins=["nope.py"])).fit(quiet_agent, _tasks(2))

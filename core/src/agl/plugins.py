@@ -204,6 +204,29 @@ def register(plugin: Any, name: str | None = None) -> str:
     return registered
 
 
+def load_plugin(spec: str, what: str = "plugin") -> str:
+    """Register the plugin ``spec`` names, as ``pytest -p`` does; return its registered name.
+
+    ``spec`` is a module (``my_rewards``, ``path/to/rewards.py``) whose functions carry
+    ``@agl.hookimpl``, or ``module:attribute`` for an object in one (a class is
+    instantiated with no arguments). It is registered under the name ``spec``; a spec
+    registered already is left as it is, so loading twice is harmless. Errors name ``what``.
+    """
+    from agl.imports import import_attribute, import_module
+
+    if get_plugin_manager().get_plugin(spec) is not None:
+        return spec
+    module_name, _, attr = spec.partition(":")
+    if not module_name:
+        raise ConfigError(f"{what}: expected 'module' or 'module:attribute', got {spec!r}")
+    plugin: Any = import_module(module_name, what)
+    if attr:
+        plugin = import_attribute(plugin, attr, what)
+        if inspect.isclass(plugin):
+            plugin = plugin()
+    return register(plugin, name=spec)
+
+
 def unregister(plugin: Any = None, name: str | None = None) -> None:
     """Remove a plugin registered with :func:`register`."""
     get_plugin_manager().unregister(plugin=plugin, name=name)

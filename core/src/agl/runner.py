@@ -54,6 +54,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agl.capture import BufferedWriter, RolloutContext, use_rollout
 from agl.errors import AglError, InvalidTransition
+from agl.imports import import_attribute, import_module
 from agl.schema import JSON, Reward, Rollout, RolloutStatus, short_id
 from agl.store.base import Store
 from agl.transitions import RETURN_SOURCE
@@ -118,32 +119,10 @@ def _is_async(agent: Agent) -> bool:
 
 def load_agent(spec: str) -> Agent:
     """Import ``module:function`` (or ``path/to/file.py:function``)."""
-    import importlib
-    import importlib.util
-    import sys
-
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise AglError(f"agent: expected 'module:function', got {spec!r}")
-    if module_name.endswith(".py"):
-        path = os.path.abspath(module_name)
-        if not os.path.exists(path):
-            raise AglError(f"agent: file {module_name!r} does not exist")
-        mod_spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
-        module = importlib.util.module_from_spec(mod_spec)
-        sys.modules[mod_spec.name] = module
-        mod_spec.loader.exec_module(module)
-    else:
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise AglError(f"agent: cannot import module {module_name!r}: {exc}") from exc
-    try:
-        fn = getattr(module, attr)
-    except AttributeError:
-        raise AglError(f"agent: module {module_name!r} has no attribute {attr!r}") from None
+    fn = import_attribute(import_module(module_name, "agent"), attr, "agent")
     if not callable(fn):
         raise AglError(f"agent: {spec!r} is not callable")
     return fn

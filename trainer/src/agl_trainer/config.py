@@ -105,6 +105,11 @@ class TrainerConfig(_Config):
     val_max_tasks: int | None = Field(default=None, ge=1, description="evaluate on at most this many val tasks")
     val_temperature: float = Field(default=0.0, ge=0, description="given to val rollouts as resources['temperature']")
     success_threshold: float = Field(default=1.0, description="a rollout whose final reward reaches this is a success")
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="plugins to register before training, e.g. a reward: 'my_rewards', 'rewards.py' or "
+        "'module:attribute' (installed packages register theirs through the 'agl' entry point)",
+    )
     transitions: TransitionConfig = Field(default_factory=TransitionConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     backend: ComponentConfig | None = Field(default=None, description="the algorithm backend (registry name + config)")

@@ -202,6 +202,10 @@ class Trainer:
             raise ConfigError("agent: needed for in-process runners (or set rollout.runners: external)")
         from rich.console import Console
 
+        from agl.plugins import load_plugin
+
+        for i, spec in enumerate(cfg.plugins):
+            load_plugin(spec, f"plugins[{i}]")
         self.console = Console(stderr=True)
         self.workdir.mkdir(parents=True, exist_ok=True)
         train = as_tasks(train_tasks, "train")

@@ -1,6 +1,7 @@
 """``agl train my_module:agent --config train.yaml``: train an agent.
 
-Flags override the config file: ``--tasks``/``--val`` (JSONL), ``--backend``,
+Flags override the config file: ``--tasks``/``--val`` (JSONL), ``--plugin`` (added to
+``plugins``), ``--backend``,
 ``--model`` (the weights both the backend trains and, when no engine is configured,
 a ``transformers`` engine serves), ``--workdir``, ``--steps``, ``--store`` and any
 field as ``--set rollout.concurrency=8`` (the value is read as YAML: ``8``, ``true``, ``[a, b]``).
@@ -30,6 +31,13 @@ def register(subparsers) -> None:
     p.add_argument("--workdir", default=None, help="where checkpoints, metrics and plots go")
     p.add_argument("--steps", type=int, default=None, help="training steps")
     add_store_argument(p, help=store_help("where agl rollouts, agl runner and agl export look"))
+    p.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="register a plugin first (a reward, say): module, file.py or module:attribute; repeatable",
+    )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     p.set_defaults(func=run)
 
@@ -52,6 +60,8 @@ def build_config(args):
             raise ConfigError(f"--set: expected KEY=VALUE, got {item!r}")
     data = load_config(args.config, args.set).model_dump(mode="json") if args.config else apply_overrides({}, args.set)
     config = parse_config(apply_overrides(data, overrides), "flags")
+    if args.plugin:
+        config = config.model_copy(update={"plugins": [*config.plugins, *args.plugin]})
     if args.model is not None:
         data = config.model_dump(mode="json")
         if data.get("backend") is None:
