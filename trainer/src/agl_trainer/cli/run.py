@@ -44,19 +44,25 @@ if TYPE_CHECKING:
 TOKEN_ENV = "AGL_GATEWAY_TOKEN"
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("run", help="run an unmodified command as one rollout (agl run -- python agent.py)")
-    add_store_argument(p)
-    p.add_argument(
+def add_gateway_arguments(parser: argparse.ArgumentParser, token_use: str) -> None:
+    """``--gateway URL`` and ``--gateway-token TOKEN`` (defaults from the environment), as
+    ``agl run`` and ``agl runner`` take them; ``token_use`` says what the token is for."""
+    parser.add_argument(
         "--gateway",
         default=os.environ.get("AGL_GATEWAY_URL"),
         help="the gateway's root URL, e.g. http://127.0.0.1:8088 (default: $AGL_GATEWAY_URL)",
     )
-    p.add_argument(
+    parser.add_argument(
         "--gateway-token",
         default=os.environ.get(TOKEN_ENV) or None,
-        help=f"the gateway's bearer token, given to the child as OPENAI_API_KEY (default: ${TOKEN_ENV})",
+        help=f"the gateway's bearer token, {token_use} (default: ${TOKEN_ENV})",
     )
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("run", help="run an unmodified command as one rollout (agl run -- python agent.py)")
+    add_store_argument(p)
+    add_gateway_arguments(p, "given to the child as OPENAI_API_KEY")
     p.add_argument("--rollout-id", default=None, help="run as this rollout instead of claiming the next one")
     p.add_argument("--input", default=None, help="task input (JSON) when a new task has to be created")
     p.add_argument("--timeout", type=float, default=None, help="kill the command after this many seconds")

@@ -3,28 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 from pathlib import Path
 
 from agl_trainer.cli._common import add_store_argument
-from agl_trainer.cli.run import TOKEN_ENV, check_gateway_token
+from agl_trainer.cli.run import add_gateway_arguments, check_gateway_token
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("runner", help="run an agent on rollouts claimed from a store")
     p.add_argument("agent", help="the agent function, as module:function or path/to/file.py:function")
     add_store_argument(p)
-    p.add_argument(
-        "--gateway",
-        default=os.environ.get("AGL_GATEWAY_URL"),
-        help="the gateway's root URL, e.g. http://127.0.0.1:8088 (default: $AGL_GATEWAY_URL)",
-    )
-    p.add_argument(
-        "--gateway-token",
-        default=os.environ.get(TOKEN_ENV) or None,
-        help=f"the gateway's bearer token, given to the agent as its api key (default: ${TOKEN_ENV})",
-    )
+    add_gateway_arguments(p, "given to the agent as its api key")
     p.add_argument("--model", default="agl-policy", help="model name the agent is told to ask for")
     p.add_argument("--concurrency", type=int, default=4, help="rollouts run at once (default 4)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per rollout when the rollout names none")
