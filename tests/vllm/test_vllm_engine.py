@@ -146,6 +146,11 @@ def test_a_client_that_goes_away_mid_stream_frees_vllms_request(vllm_engine, tmp
                 lines = resp.iter_lines()
                 while not next(lines).startswith("data: {"):
                     pass
+                # vLLM sets its gauge after it hands out the step's tokens, so the first chunk
+                # can arrive a moment before the gauge counts the request.
+                started = time.monotonic()
+                while _running(vllm_engine) != 1 and time.monotonic() - started < 10:
+                    time.sleep(0.05)
                 assert _running(vllm_engine) == 1  # generating, 1500 tokens to go
             gone = time.monotonic()  # the stream is closed: the client went away
         while _running(vllm_engine) and time.monotonic() - gone < 5:
