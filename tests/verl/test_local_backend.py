@@ -196,6 +196,70 @@ def test_zero_weights_give_zero_gradient(tiny_model, digit_ids, tmp_path):
     assert make_backend(tiny_model, tmp_path).train_step(half, step=0)["grad_norm"] == pytest.approx(full / 2, rel=1e-4)
 
 
+def grouped_batch(digit_ids, group_rewards: list[list[float]]) -> list[Transition]:
+    """One GRPO group per entry of ``group_rewards``, random prompts and responses."""
+    rng = random.Random(2)
+    out = []
+    for g, rewards in enumerate(group_rewards):
+        prompt = rng.choices(digit_ids, k=4)
+        for i, reward in enumerate(rewards):
+            out.append(
+                Transition(
+                    rollout_id=f"g{g}-r{i}",
+                    task_id=f"t{g}",
+                    step=0,
+                    prompt_ids=prompt,
+                    response_ids=rng.choices(digit_ids, k=1 + i % 3),
+                    response_logprobs=None,  # old log-probs are recomputed: a forward pass of their own
+                    reward=reward,
+                )
+            )
+    return out
+
+
+def test_groups_without_signal_get_no_forward_pass_and_the_same_update(tiny_model, digit_ids, tmp_path, monkeypatch):
+    """A group whose rewards are all equal has advantage 0 everywhere: skipping its forward pass
+    changes nothing in the weights (it still counts in the token-mean normalization)."""
+    import agl_verl.local
+
+    batch = grouped_batch(digit_ids, [[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 0, 1], [0, 1, 1, 0]])
+
+    def train(skip: bool) -> tuple[dict, list[torch.Tensor], int]:
+        if not skip:
+            monkeypatch.setattr(agl_verl.local, "ZERO_FREE_LOSSES", frozenset())
+        backend = make_backend(tiny_model, tmp_path / str(skip))
+        rows = []
+        hook = backend.learner.model.register_forward_hook(
+            lambda m, args, kw, out: rows.append(len(kw["input_ids"])), with_kwargs=True
+        )
+        metrics = backend.train_step(batch, step=0)
+        hook.remove()
+        monkeypatch.undo()
+        return metrics, [p.detach().clone() for p in backend.learner.model.parameters()], sum(rows)
+
+    skipped, skipped_weights, skipped_rows = train(skip=True)
+    full, full_weights, full_rows = train(skip=False)
+    assert skipped["transitions_with_signal"] == 8 and full["transitions_with_signal"] == 16
+    # rows in the old-log-prob pass plus rows in the training pass
+    assert (skipped_rows, full_rows) == (8 + 8, 16 + 16)
+    assert skipped["loss"] == pytest.approx(full["loss"], abs=1e-6)
+    assert skipped["grad_norm"] == pytest.approx(full["grad_norm"], rel=1e-5)
+    for a, b in zip(skipped_weights, full_weights, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_a_batch_without_signal_still_steps_the_optimizer(tiny_model, digit_ids, tmp_path):
+    """All groups uniform: no forward pass at all, and AdamW still steps on zero gradients
+    (its moments decay, as they would have with the forward passes)."""
+    backend = make_backend(tiny_model, tmp_path)
+    backend.train_step(static_batch(digit_ids), step=0)
+    before = [p.detach().clone() for p in backend.learner.trainable]
+    metrics = backend.train_step(grouped_batch(digit_ids, [[1, 1, 1, 1], [0, 0, 0, 0]]), step=1)
+    assert metrics["transitions_with_signal"] == 0 and metrics["grad_norm"] == 0.0
+    moved = [not torch.equal(a, b) for a, b in zip(before, backend.learner.trainable, strict=True)]
+    assert any(moved)  # Adam's first moment from step 0 still moves the weights
+
+
 def test_recompute_old_log_probs_without_engine_logprobs(tiny_model, digit_ids, tmp_path):
     backend = make_backend(tiny_model, tmp_path)
     metrics = backend.train_step(static_batch(digit_ids, with_logprobs=False), step=0)

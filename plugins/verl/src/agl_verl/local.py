@@ -29,6 +29,11 @@ from agl_verl.quiet import no_progress_bars
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
+ZERO_FREE_LOSSES = frozenset({"vanilla", "gspo", "gpg"})
+"""Policy losses whose every token term is 0 when its advantage is 0, with no statistic taken
+across the batch: with these (and no KL or entropy term), a transition whose advantages are
+all 0 adds nothing to the gradient, so :meth:`LocalLearner.update` skips its forward pass."""
+
 
 def seed_everything(seed: int) -> None:
     """Seed Python, NumPy and torch (CPU and CUDA)."""
@@ -177,13 +182,6 @@ class LocalLearner:
         s = self.settings
         started = time.perf_counter()
         metrics: dict[str, float] = {}
-        if "old_log_probs" not in data.batch or s.old_log_probs == "recompute":
-            self.model.eval()
-            data.batch["old_log_probs"] = self.log_probs(data)
-            self.model.train()
-        if s.kl_coef > 0:
-            data.batch["ref_log_prob"] = self.log_probs(data, reference=True)
-
         n_groups = max(1, len(set(data.non_tensor_batch["uid"].tolist())))
         data = compute_advantage(
             data,
@@ -202,6 +200,12 @@ class LocalLearner:
         # Rollout-level normalization: each transition's loss scaled by its weight.
         # Every registered policy loss is linear in the advantage, so this is that weighting.
         data.batch["advantages"] = adv * data.batch["weights"].unsqueeze(1)
+        data.batch["has_signal"] = self._has_signal(data)
+        metrics["transitions_with_signal"] = float(data.batch["has_signal"].sum().item())
+        if "old_log_probs" not in data.batch or s.old_log_probs == "recompute":
+            data.batch["old_log_probs"] = self._log_probs_where_needed(data)
+        if s.kl_coef > 0:
+            data.batch["ref_log_prob"] = self.log_probs(data, reference=True)
         if "rollout_log_probs" in data.batch and s.old_log_probs == "recompute":
             diff = (data.batch["old_log_probs"] - data.batch["rollout_log_probs"]).abs()
             metrics["engine_logprob_diff"] = masked_mean(diff, mask).item()
@@ -226,8 +230,35 @@ class LocalLearner:
         metrics["update_s"] = elapsed
         return metrics
 
+    def _has_signal(self, data: DataProto) -> torch.Tensor:
+        """Per transition: whether it can move the gradient (all True unless skipping is exact)."""
+        s = self.settings
+        rows = torch.ones(len(data), dtype=torch.bool)
+        if s.kl_coef > 0 or s.entropy_coeff > 0 or s.policy_loss not in ZERO_FREE_LOSSES:
+            return rows
+        nonzero = (data.batch["advantages"] != 0) & data.batch["response_mask"].bool()
+        return nonzero.any(dim=-1)
+
+    def _log_probs_where_needed(self, data: DataProto) -> torch.Tensor:
+        """Recomputed log-probs of the transitions with signal; 0 for the rest, which the loss never reads."""
+        self.model.eval()
+        try:
+            old = torch.zeros_like(data.batch["responses"], dtype=torch.float32)
+            rows = data.batch["has_signal"].nonzero().flatten()
+            if len(rows):
+                old[rows] = self.log_probs(data.select_idxs(rows))
+            return old
+        finally:
+            self.model.train()
+
     def _mini_step(self, mini: DataProto, config: ActorConfig) -> dict[str, float]:
-        """One optimizer step over a mini-batch, accumulating gradients over micro-batches."""
+        """One optimizer step over a mini-batch, accumulating gradients over micro-batches.
+
+        Transitions without signal (see :meth:`_has_signal`) count in the loss's
+        normalization but get no forward pass: the gradient is the same as with them. A
+        mini-batch with none left still takes its optimizer step, on zero gradients, so
+        AdamW's moments and weight decay move as they would have.
+        """
         s = self.settings
         mask_all = mini.batch["response_mask"]
         # agg_loss normalizes each micro-batch by these mini-batch totals, so the summed
@@ -238,10 +269,13 @@ class LocalLearner:
             global_batch_size=int((mask_all.sum(-1) > 0).sum().item()),
         )
         self.optimizer.zero_grad(set_to_none=True)
-        sums: dict[str, float] = {}
-        micro_batches = mini.split(s.micro_batch_size)
-        for micro in micro_batches:
-            share = len(micro) / len(mini)
+        sums: dict[str, float] = {"loss": 0.0, "pg_loss": 0.0}
+        active = mini.select_idxs(mini.batch["has_signal"].nonzero().flatten())
+        if len(active) == 0:
+            for p in self.trainable:
+                p.grad = torch.zeros_like(p)
+        for micro in active.split(s.micro_batch_size) if len(active) else []:
+            share = len(micro) / len(active)
             mask = micro.batch["response_mask"].to(self.device)
             log_prob, entropy = self._forward(micro, with_entropy=True)
             pg_loss, pg_metrics = self.policy_loss_fn(
