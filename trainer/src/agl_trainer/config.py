@@ -16,6 +16,7 @@ never silently falls back to a default.
     rollout: {concurrency: 8, max_response_tokens: 256}
     backend: {name: verl, config: {model: ./my-model, mode: local}}
     engine: {name: transformers, config: {model: ./my-model}}
+    loggers: [tensorboard, {name: wandb, project: sql-agent}]
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agl.errors import ConfigError
 from agl.store.base import default_store_url, sqlite_path, sqlite_url
@@ -50,6 +51,24 @@ class ComponentConfig(_Config):
 
     name: str = Field(min_length=1)
     config: dict[str, Any] = Field(default_factory=dict)
+
+
+class LoggerConfig(BaseModel):
+    """An experiment-tracker logger (:mod:`agl_trainer.loggers`): its name and its own options, side by side.
+
+    ``{name: wandb, project: sql-agent}``; a bare name (``tensorboard``) is a logger with its defaults.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1, description="tensorboard or wandb")
+
+    @model_validator(mode="after")
+    def _known(self) -> LoggerConfig:
+        from agl_trainer.loggers import check_options
+
+        check_options(self.name, self.model_extra or {})
+        return self
 
 
 class GatewayConfig(_Config):
@@ -110,6 +129,11 @@ class TrainerConfig(_Config):
         description="plugins to register before training, e.g. a reward: 'my_rewards', 'rewards.py' or "
         "'module:attribute' (installed packages register theirs through the 'agl' entry point)",
     )
+    loggers: list[LoggerConfig] = Field(
+        default_factory=list,
+        description="experiment trackers to log each step to: tensorboard (<workdir>/tensorboard), wandb "
+        "(offline, <workdir>/wandb); a name, or {name: ..., <its options>}",
+    )
     transitions: TransitionConfig = Field(default_factory=TransitionConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     backend: ComponentConfig | None = Field(default=None, description="the algorithm backend (registry name + config)")
@@ -118,6 +142,19 @@ class TrainerConfig(_Config):
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     plot: bool = Field(default=True, description="write reward_curve.png at the end (needs matplotlib)")
     progress: bool = Field(default=True, description="show progress bars (on a terminal; a log file gets none)")
+
+    @field_validator("loggers", mode="before")
+    @classmethod
+    def _logger_names(cls, value: Any) -> Any:
+        """A bare name stands for ``{name: <it>}``; each logger at most once."""
+        if not isinstance(value, list):
+            return value
+        entries = [{"name": v} if isinstance(v, str) else v for v in value]
+        names = [e.get("name") if isinstance(e, Mapping) else getattr(e, "name", None) for e in entries]
+        twice = sorted({n for n in names if n is not None and names.count(n) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(map(repr, twice))} given more than once (one entry per logger)")
+        return entries
 
     @model_validator(mode="after")
     def _one_engine_source(self) -> TrainerConfig:
@@ -141,7 +178,7 @@ def _explain(exc: ValidationError, source: str) -> ConfigError:
     lines = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        lines.append(f"{where}: {err['msg']}")
+        lines.append(f"{where}: {err['msg'].removeprefix('Value error, ')}")
     return ConfigError(f"{source}: " + "; ".join(lines))
 
 
@@ -251,6 +288,7 @@ def _plain(value: Any) -> Any:
 __all__ = [
     "ComponentConfig",
     "GatewayConfig",
+    "LoggerConfig",
     "Overrides",
     "RolloutConfig",
     "TrainerConfig",

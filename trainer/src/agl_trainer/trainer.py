@@ -50,6 +50,7 @@ from typing import Any
 
 from agl.backend import Backend
 from agl.capture import BufferedWriter
+from agl.credentials import RolloutKeys
 from agl.engine import Engine
 from agl.errors import ConfigError, InvalidTransition
 from agl.runner import Agent, Runner
@@ -57,6 +58,7 @@ from agl.schema import ModelVersion, Rollout, RolloutStatus, Task, Transition, s
 from agl.store.base import Store, open_store
 from agl.transitions import TransitionBuilder
 from agl_trainer.config import TrainerConfig, parse_config
+from agl_trainer.loggers import Logger, RunInfo, build_loggers, redacted
 from agl_trainer.metrics import (
     MetricsLog,
     before_after,
@@ -72,7 +74,7 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.json"
 # Fields a resumed run may change: more steps extend it; output switches change nothing trained.
-_FREE_ON_RESUME = {"steps", "progress", "plot"}
+_FREE_ON_RESUME = {"steps", "progress", "plot", "loggers"}
 
 
 def rollout_seed(*parts: object) -> int:
@@ -188,6 +190,8 @@ class Trainer:
         self._version_steps: dict[str | None, int] = {}
         self._writer: BufferedWriter | None = None
         self.console: Any = None
+        self.loggers: list[Logger] = []
+        """The experiment-tracker loggers of the config's ``loggers``, registered as plugins while ``fit`` runs."""
 
     # -- entry point ---------------------------------------------------------------------
     def fit(
@@ -206,6 +210,7 @@ class Trainer:
 
         for i, spec in enumerate(cfg.plugins):
             load_plugin(spec, f"plugins[{i}]")
+        self.loggers = build_loggers(cfg.loggers)  # an unknown logger or a missing library stops us here
         self.console = Console(stderr=True)
         self.workdir.mkdir(parents=True, exist_ok=True)
         train = as_tasks(train_tasks, "train")
@@ -220,6 +225,7 @@ class Trainer:
         metrics = MetricsLog(self.workdir / "metrics.jsonl")
         metrics.truncate_after(state["completed_step"])
         try:
+            self._start_loggers(state)
             self._start(agent, state)
             self._recover(state)
             self._save_state(state)
@@ -227,6 +233,7 @@ class Trainer:
                 state["before"] = self._evaluate(val, 0, state, label="before")
                 self._save_state(state)
                 metrics.append({"kind": "val", "step": 0, **state["before"]})
+                self._log_evaluation(0, state["before"])
             for step in range(state["completed_step"] + 1, cfg.steps + 1):
                 record = self._step(step, train, val, state)
                 ckpt = self.workdir / "checkpoints" / f"step-{step}"
@@ -244,6 +251,7 @@ class Trainer:
                 state["after"] = self._evaluate(val, cfg.steps + 1, state, label="after")
                 self._save_state(state)
                 metrics.append({"kind": "val", "step": cfg.steps + 1, **state["after"]})
+                self._log_evaluation(cfg.steps + 1, state["after"])
             return self._report(state, metrics)
         finally:
             self._stop()
@@ -348,12 +356,16 @@ class Trainer:
                 writer=self._writer,
             ).start()
             gateway_url, token = self.gateway.url, self.gateway.token
+        # Each agent gets its rollout's key, never the gateway token: made with the in-process
+        # gateway's secret, or for a gateway started elsewhere with $AGL_ROLLOUT_KEY_SECRET.
+        keys = self.gateway.keys if self.gateway is not None else RolloutKeys.from_env()
         if cfg.rollout.runners == "inprocess":
             self.runner = Runner(
                 agent,
                 self._store,
                 gateway_url=gateway_url,
                 api_key=token,
+                rollout_keys=keys,
                 model=cfg.rollout.model,
                 resources=cfg.rollout.resources,
                 concurrency=cfg.rollout.concurrency,
@@ -386,7 +398,36 @@ class Trainer:
         if running:
             log.info("gave %d interrupted rollout(s) back to the queue", len(running))
 
+    def _start_loggers(self, state: dict[str, Any]) -> None:
+        """Open each logger (a failure is its one warning) and register it as a plugin for this run."""
+        from agl.plugins import register
+
+        run = RunInfo(
+            run_id=state["run_id"],
+            workdir=self.workdir,
+            config=redacted(self.config.model_dump(mode="json")),
+            first_step=state["completed_step"] + 1,
+        )
+        for logger in self.loggers:
+            logger.start(run)
+            register(logger, name=f"agl_trainer.loggers.{logger.name}:{id(self)}")
+
+    def _log_evaluation(self, step: int, values: dict[str, float]) -> None:
+        """The before/after evaluations, which no ``agl_step_ended`` carries, to the loggers."""
+        for logger in self.loggers:
+            logger.log_metrics(step, values)
+
+    def _stop_loggers(self) -> None:
+        from agl.plugins import get_plugin_manager
+
+        pm = get_plugin_manager()
+        for logger in self.loggers:
+            if pm.is_registered(logger):
+                pm.unregister(logger)
+            logger.finish()
+
     def _stop(self) -> None:
+        self._stop_loggers()
         if self.runner is not None:
             self.runner.stop()
             if self._runner_thread is not None:

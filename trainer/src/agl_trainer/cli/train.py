@@ -1,7 +1,7 @@
 """``agl train my_module:agent --config train.yaml``: train an agent.
 
 Flags override the config file: ``--tasks``/``--val`` (JSONL), ``--plugin`` (added to
-``plugins``), ``--backend``,
+``plugins``), ``--logger`` (added to ``loggers``: tensorboard, wandb), ``--backend``,
 ``--model`` (the weights both the backend trains and, when no engine is configured,
 a ``transformers`` engine serves), ``--workdir``, ``--steps``, ``--store`` and any
 field as ``--set rollout.concurrency=8`` (the value is read as YAML: ``8``, ``true``, ``[a, b]``).
@@ -38,6 +38,14 @@ def register(subparsers) -> None:
         metavar="SPEC",
         help="register a plugin first (a reward, say): module, file.py or module:attribute; repeatable",
     )
+    p.add_argument(
+        "--logger",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="log each step to an experiment tracker: tensorboard (<workdir>/tensorboard) or wandb "
+        "(offline, <workdir>/wandb); repeatable; options go in the config's loggers list",
+    )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     p.set_defaults(func=run)
 
@@ -62,6 +70,11 @@ def build_config(args):
     config = parse_config(apply_overrides(data, overrides), "flags")
     if args.plugin:
         config = config.model_copy(update={"plugins": [*config.plugins, *args.plugin]})
+    if args.logger:
+        data = config.model_dump(mode="json")
+        have = {entry["name"] for entry in data["loggers"]}
+        data["loggers"] += [name for name in dict.fromkeys(args.logger) if name not in have]
+        config = parse_config(data, "--logger")
     if args.model is not None:
         data = config.model_dump(mode="json")
         if data.get("backend") is None:

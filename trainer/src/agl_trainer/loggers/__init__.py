@@ -1,0 +1,95 @@
+"""Experiment-tracker loggers: TensorBoard and Weights & Biases, switched on in the trainer config.
+
+.. code-block:: yaml
+
+    loggers: [tensorboard, wandb]                 # <workdir>/tensorboard, <workdir>/wandb (offline)
+    loggers:
+      - tensorboard
+      - {name: wandb, project: sql-agent, mode: online}
+
+Each entry is a name, or a mapping with ``name`` and that logger's options
+(:class:`~agl_trainer.loggers.tensorboard.TensorBoardOptions`,
+:class:`~agl_trainer.loggers.wandb.WandbOptions`). The trainer makes one
+:class:`~agl_trainer.loggers.base.Logger` per entry and registers it as an ``agl``
+plugin on ``agl_step_ended`` for the length of the run; it also hands them the
+before/after evaluations (steps 0 and ``steps + 1``, as in ``metrics.jsonl``).
+Their libraries are extras: ``pip install 'agl-trainer[tensorboard,wandb]'``.
+
+A logger of your own needs none of this: any plugin with an ``agl_step_ended``
+hook (``plugins: [my_logger]``) sees the same records.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from agl.errors import ConfigError
+from agl_trainer.loggers.base import Logger, LoggerOptions, RunInfo, metric_name, redacted, scalars
+from agl_trainer.loggers.tensorboard import TensorBoardLogger
+from agl_trainer.loggers.wandb import WandbLogger
+
+LOGGERS: dict[str, type[Logger]] = {cls.name: cls for cls in (TensorBoardLogger, WandbLogger)}
+"""The loggers a config may name, by name."""
+
+
+def check_options(name: str, options: Mapping[str, Any]) -> LoggerOptions:
+    """The options of logger ``name``, validated; a ValueError names the unknown logger or the bad option."""
+    cls = LOGGERS.get(name)
+    if cls is None:
+        close = difflib.get_close_matches(name, LOGGERS, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ValueError(f"unknown logger {name!r} ({hint}agl has: {', '.join(sorted(LOGGERS))})")
+    try:
+        return cls.options_model.model_validate(dict(options))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"option {'.'.join(str(p) for p in err['loc']) or name!r}: {err['msg']}" for err in exc.errors()
+        )
+        raise ValueError(f"logger {name!r}: {problems}") from None
+
+
+def build_loggers(entries: Sequence[Any]) -> list[Logger]:
+    """One logger per config entry (``LoggerConfig`` objects, mappings or names), in order.
+
+    A :class:`~agl.errors.ConfigError` names the entry (``loggers[1]``) when the logger is
+    unknown, an option is wrong, or its library is not installed (with the pip command).
+    """
+    out = []
+    for i, entry in enumerate(entries):
+        if isinstance(entry, str):
+            name, options = entry, {}
+        else:
+            data = entry if isinstance(entry, Mapping) else entry.model_dump()
+            name, options = data.get("name", ""), {k: v for k, v in data.items() if k != "name"}
+        try:
+            checked = check_options(name, options)
+        except ValueError as exc:
+            raise ConfigError(f"loggers[{i}]: {exc}") from None
+        cls = LOGGERS[name]
+        if importlib.util.find_spec(cls.package) is None:
+            raise ConfigError(
+                f"loggers[{i}]: the {name!r} logger needs the {cls.package} package, which is not installed: "
+                f"pip install 'agl-trainer[{cls.extra}]'"
+            )
+        out.append(cls(checked))
+    return out
+
+
+__all__ = [
+    "LOGGERS",
+    "Logger",
+    "LoggerOptions",
+    "RunInfo",
+    "TensorBoardLogger",
+    "WandbLogger",
+    "build_loggers",
+    "check_options",
+    "metric_name",
+    "redacted",
+    "scalars",
+]
