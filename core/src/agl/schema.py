@@ -7,20 +7,83 @@ and through every store backend unchanged. Token arrays are packed (see
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import threading
 import time
 from enum import Enum
-from typing import Any, Literal, NoReturn
+from typing import Annotated, Any, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 from ulid import LaxMonotonicPolicy, ULIDGenerator
 
 from agl.tokens import Logprobs, TokenIds
 
-JSON = Any
-"""Any JSON-serialisable value."""
+MAX_JSON_DEPTH = 64
+"""How deeply the free-form JSON of a model (attributes, inputs, outputs, requests) may nest."""
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""The integers every store backend can hold."""
+
+
+_TOO_DEEP = f"nests deeper than {MAX_JSON_DEPTH} levels"
+
+
+def _json_problem(value: Any, depth: int) -> tuple[tuple[Any, ...], str] | None:
+    """``(path, reason)`` of the first part of ``value`` that is not bounded, finite JSON, or None."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return None
+    if kind is float:
+        return None if math.isfinite(value) else ((), f"must be a finite number, got {value}")
+    if kind is int:
+        return None if INT64_MIN <= value <= INT64_MAX else ((), "integer out of the 64-bit range")
+    if depth >= MAX_JSON_DEPTH:
+        return (), _TOO_DEEP
+    if kind is dict:
+        items: Any = value.items()
+    elif kind is list or kind is tuple:
+        items = enumerate(value)
+    else:
+        return None  # other Python objects: serialisation decides
+    for key, item in items:
+        if type(item) is str or item is None:
+            continue
+        problem = _json_problem(item, depth + 1)
+        if problem is not None:
+            # too deep is said of the whole value: a path of 64 steps helps no one
+            return problem if problem[1] is _TOO_DEEP else ((key, *problem[0]), problem[1])
+    return None
+
+
+def check_json(value: Any, field: str = "value") -> Any:
+    """``value`` itself if it is JSON a store can keep: finite numbers, integers within 64 bits,
+    nested at most :data:`MAX_JSON_DEPTH` deep. Otherwise a ``ValueError`` naming ``field`` and
+    the path within it, e.g. ``output.scores[2]: must be a finite number, got nan``."""
+    problem = _json_problem(value, 0)
+    if problem is not None:
+        raise ValueError(f"{field}{_path(problem[0])}: {problem[1]}")
+    return value
+
+
+def _path(parts: tuple[Any, ...]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
+
+
+def _valid_json(value: Any) -> Any:
+    problem = _json_problem(value, 0)
+    if problem is not None:
+        where = _path(problem[0])
+        # ``path`` continues the error's location (the store server adds it to ``field``)
+        template = "at {path}: {reason}" if where else "{reason}"
+        raise PydanticCustomError("json_value", template, {"path": where, "reason": problem[1]})
+    return value
+
+
+JSON = Annotated[Any, AfterValidator(_valid_json)]
+"""Any JSON-serialisable value; in a model, one that is finite, within 64-bit integers and
+at most :data:`MAX_JSON_DEPTH` deep (a ``ValidationError`` names the field otherwise)."""
 
 
 class _IdClock:
@@ -78,7 +141,10 @@ def now() -> float:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=False, ser_json_inf_nan="constants")
+    # No NaN or infinity in any float field: SQL stores NaN as NULL and JSON has neither.
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=False, ser_json_inf_nan="constants", allow_inf_nan=False
+    )
 
 
 class Task(_Model):
@@ -138,12 +204,13 @@ class Rollout(_Model):
     rollout_id: str = Field(default_factory=lambda: new_id("ro-"), min_length=1)
     task_id: str = Field(min_length=1)
     status: RolloutStatus = RolloutStatus.QUEUED
-    attempt: int = Field(default=0, ge=0, description="attempts started so far")
-    max_attempts: int = Field(default=1, ge=1)
+    attempt: int = Field(default=0, ge=0, le=INT64_MAX, description="attempts started so far")
+    max_attempts: int = Field(default=1, ge=1, le=INT64_MAX)
     timeout_s: float | None = Field(default=None, gt=0)
     max_response_tokens: int | None = Field(
         default=None,
         ge=1,
+        le=INT64_MAX,
         description="the gateway ends every response of this rollout after this many tokens, "
         "whatever the client asked for (None: no cap beyond the client's own and the context)",
     )
@@ -155,7 +222,7 @@ class Rollout(_Model):
         "call's position, where the client set none, so a run's sampling does not depend on scheduling",
     )
     model_version: str | None = None
-    step: int | None = Field(default=None, description="training step that enqueued it")
+    step: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX, description="training step that enqueued it")
     mode: Literal["train", "val", "production"] = "train"
     runner_id: str | None = None
     claim_id: str | None = None
@@ -172,7 +239,7 @@ class Attempt(_Model):
     """One try at running a rollout; a rollout retried by policy has several."""
 
     rollout_id: str
-    attempt: int = Field(ge=1)
+    attempt: int = Field(ge=1, le=INT64_MAX)
     runner_id: str | None = None
     status: RolloutStatus = RolloutStatus.RUNNING
     started_at: float = Field(default_factory=now)
@@ -195,7 +262,7 @@ class Span(_Model):
     trace_id: str = Field(default_factory=lambda: new_id(), min_length=1)
     parent_id: str | None = None
     rollout_id: str | None = None
-    seq: int = 0
+    seq: int = Field(default=0, ge=INT64_MIN, le=INT64_MAX)
     name: str
     kind: SpanKind = "custom"
     start_time: float = Field(default_factory=now)
@@ -216,7 +283,7 @@ class LLMCall(_Model):
 
     call_id: str = Field(min_length=1, description="the response id returned to the client")
     rollout_id: str | None = None
-    seq: int = 0
+    seq: int = Field(default=0, ge=INT64_MIN, le=INT64_MAX)
     endpoint: str = "chat.completions"
     requested_model: str | None = None
     request: dict[str, JSON] = Field(default_factory=dict)
@@ -228,7 +295,10 @@ class LLMCall(_Model):
     latency_s: float | None = None
     created_at: float = Field(default_factory=now)
     max_response_tokens: int | None = Field(
-        default=None, description="the rollout's response cap the gateway enforced on this call, if any"
+        default=None,
+        ge=1,
+        le=INT64_MAX,
+        description="the rollout's response cap the gateway enforced on this call, if any",
     )
     aborted: bool = Field(
         default=False,
@@ -248,7 +318,7 @@ class Reward(_Model):
     name: str = "reward"
     value: float
     source: str = "agent"
-    seq: int = 0
+    seq: int = Field(default=0, ge=INT64_MIN, le=INT64_MAX)
     created_at: float = Field(default_factory=now)
 
 
@@ -257,7 +327,7 @@ class Transition(_Model):
 
     rollout_id: str
     task_id: str
-    step: int = Field(ge=0, description="position of the call within its rollout")
+    step: int = Field(ge=0, le=INT64_MAX, description="position of the call within its rollout")
     agent: str | None = None
     prompt_ids: TokenIds
     response_ids: TokenIds
@@ -283,7 +353,7 @@ class ModelVersion(_Model):
     version: str = Field(min_length=1)
     path: str | None = None
     base_model: str | None = None
-    step: int | None = None
+    step: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     created_at: float = Field(default_factory=now)
     metadata: dict[str, JSON] = Field(default_factory=dict)
 

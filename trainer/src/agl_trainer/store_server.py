@@ -50,9 +50,18 @@ took over ``INLINE_MAX_S``, it runs on a worker thread.
 
 Errors answer ``{"error": {"type", "field", "reason", ...}}``: 401 without the
 right token, 404 for an unknown id (``NotFound``, with ``kind`` and ``ident``),
-409 for a status change the status machine forbids (``InvalidTransition``), 413
-for a body over the limit, 422 for a body that fails validation (``field`` is the
-dotted path of the first bad value), 503 when the database stays unavailable.
+409 for a status change the status machine forbids (``InvalidTransition``, naming
+the rollout's status), 413 for a body over the limit (``max_body_bytes``, on every
+route, plugin routes included; a ``gzip`` or ``deflate`` body is inflated as it is
+read and may not inflate past the same limit), 415 for another
+``Content-Encoding``, 422 for a body that fails validation (``field`` is the
+dotted path of the first bad value: NaN, infinity, integers past 64 bits and JSON
+nested past :data:`agl.schema.MAX_JSON_DEPTH` are refused), 503 with
+``Retry-After`` when the database stays unavailable (a locked SQLite database is
+waited on for at most ``max_lock_wait_s``, less than the client's timeout).
+A 5xx names no path, URL or database message: those go to the server's log
+under a request id, which the answer gives in its body (``request_id``) and in
+an ``X-Request-Id`` header.
 A query that fails after its first line ends with one line ``{"agl_stream_error":
 {...}}``. Writes are idempotent by id; an ``Idempotency-Key`` header additionally
 lets the server answer a retried request from a small cache of recent answers.
@@ -68,6 +77,7 @@ import json
 import logging
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -82,12 +92,18 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from agl.errors import InvalidTransition, NotFound, StoreUnavailable
-from agl.schema import JSON, LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, Task
+from agl.schema import JSON, LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, Task, short_id
 from agl.store.base import Store
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+"""The largest request body, and the most a compressed body may inflate to (413 beyond)."""
+DEFAULT_MAX_LOCK_WAIT_S = 15.0
+"""How long a SQL store behind the server keeps retrying a locked database before a 503: with
+SQLite's own wait of one try (5 s by default) added, well under the client's 30 s timeout."""
+INFLATE_CHUNK = 64 * 1024
+"""Inflated bytes made at a time from a compressed body."""
 STREAM_CHUNK = 256
 """Models serialised per thread hop while streaming a query."""
 IDEMPOTENCY_CACHE = 4096
@@ -205,35 +221,74 @@ class BodyTooLarge(Exception):
         super().__init__(f"request body exceeds the limit of {limit} bytes")
 
 
+class UnsupportedEncoding(Exception):
+    """A ``Content-Encoding`` the server does not inflate."""
+
+    def __init__(self, encoding: str):
+        self.encoding = encoding
+        super().__init__(f"Content-Encoding {encoding!r} is not supported: send identity, gzip or deflate")
+
+
+class BadEncoding(Exception):
+    """A body that does not decompress by its ``Content-Encoding``."""
+
+
 def _dotted(loc: tuple) -> str:
     return ".".join(str(part) for part in loc) or "body"
 
 
+def _internal(status: int, kind: str, reason: str, exc: BaseException) -> tuple[int, dict[str, Any]]:
+    """A 5xx: the details go to the log under a fresh request id, the client gets ``reason`` and the id."""
+    request_id = short_id(16)
+    log.error("store server: request %s answered %d: %s: %s", request_id, status, type(exc).__name__, exc, exc_info=exc)
+    return status, {"type": kind, "reason": f"{reason} (request id {request_id})", "request_id": request_id}
+
+
 def error_payload(exc: BaseException) -> tuple[int, dict[str, Any]]:
-    """The HTTP status and ``error`` object for an exception (500 for the unexpected)."""
+    """The HTTP status and ``error`` object for an exception (500 for the unexpected).
+
+    A 5xx carries no detail of the server (paths, URLs, database text): those are logged
+    with the ``request_id`` the payload gives.
+    """
     if isinstance(exc, ValidationError):
         first = exc.errors(include_url=False)[0]
         field = _dotted(first["loc"])
         reason = first["msg"]
         if first["type"] == "json_invalid":
             field, reason = "body", f"invalid JSON: {first.get('ctx', {}).get('error', reason)}"
+        elif first["type"] == "json_value":  # a part of a JSON field (see agl.schema.JSON)
+            field, reason = field + first["ctx"]["path"], first["ctx"]["reason"]
         return 422, {"type": "ValidationError", "field": field, "reason": reason}
     if isinstance(exc, NotFound):
         return 404, {"type": "NotFound", "kind": exc.kind, "ident": exc.ident, "reason": str(exc)}
     if isinstance(exc, InvalidTransition):
         return 409, {"type": "InvalidTransition", "reason": str(exc)}
     if isinstance(exc, StoreUnavailable):
-        return 503, {"type": "StoreUnavailable", "reason": str(exc)}
+        return _internal(503, "StoreUnavailable", "the store's database is unavailable; retry shortly", exc)
     if isinstance(exc, BodyTooLarge):
         return 413, {"type": "BodyTooLarge", "field": "body", "reason": str(exc), "limit": exc.limit}
+    if isinstance(exc, UnsupportedEncoding):
+        return 415, {"type": "UnsupportedEncoding", "field": "Content-Encoding", "reason": str(exc)}
+    if isinstance(exc, BadEncoding):
+        return 400, {"type": "BadEncoding", "field": "body", "reason": str(exc)}
+    if isinstance(exc, RecursionError):
+        return 422, {"type": "ValidationError", "field": "body", "reason": "nested too deeply"}
     if isinstance(exc, ValueError):
         message = str(exc)
         field, sep, reason = message.partition(": ")
         if not sep or " " in field:
             field, reason = "body", message
         return 422, {"type": "ValueError", "field": field, "reason": reason}
-    log.exception("store server: unexpected error", exc_info=exc)
-    return 500, {"type": type(exc).__name__, "reason": str(exc)}
+    return _internal(500, "InternalError", "internal store server error", exc)
+
+
+def _error_headers(status: int, payload: dict[str, Any]) -> dict[str, str]:
+    headers = {}
+    if "request_id" in payload:
+        headers["X-Request-Id"] = payload["request_id"]
+    if status == 503:
+        headers["Retry-After"] = "1"
+    return headers
 
 
 def _error_item(exc: BaseException) -> bytes:
@@ -243,7 +298,7 @@ def _error_item(exc: BaseException) -> bytes:
 
 def _error_response(exc: BaseException) -> Response:
     status, payload = error_payload(exc)
-    return JSONResponse({"error": payload}, status_code=status)
+    return JSONResponse({"error": payload}, status_code=status, headers=_error_headers(status, payload))
 
 
 # -- helpers ----------------------------------------------------------------------
@@ -514,6 +569,7 @@ class _Api:
             elif name == b"content-length":
                 declared = value
         status, out = 200, b""
+        extra: list[tuple[bytes, bytes]] = []
         hit = self.cache.get(key.decode("latin-1")) if key else None
         if hit is not None:
             status, out = hit
@@ -544,11 +600,13 @@ class _Api:
             except Exception as exc:
                 status, payload = error_payload(exc)
                 out = json.dumps({"error": payload}).encode()
+                extra = [(k.lower().encode(), v.encode()) for k, v in _error_headers(status, payload).items()]
         await send(
             {
                 "type": "http.response.start",
                 "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(out)).encode())],
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(out)).encode())]
+                + extra,
             }
         )
         await send({"type": "http.response.body", "body": out})
@@ -700,6 +758,127 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
+def _inflater(encoding: bytes, head: bytes) -> Any:
+    if encoding in (b"gzip", b"x-gzip"):
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    # HTTP's deflate is the zlib format; some clients send a bare deflate stream.
+    zlib_header = len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] * 256 + head[1]) % 31 == 0
+    return zlib.decompressobj(zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS)
+
+
+def inflate(data: bytes, encoding: bytes, limit: int) -> Iterator[bytes]:
+    """The inflated body in pieces of at most ``INFLATE_CHUNK`` bytes, never holding more.
+
+    Raises :class:`BodyTooLarge` once more than ``limit`` bytes come out, and
+    :class:`BadEncoding` for a stream that is corrupt or cut short.
+    """
+    name = encoding.decode("latin-1")
+    total = 0
+    pending = data
+    try:
+        while pending:
+            inflater = _inflater(encoding, pending)
+            while not inflater.eof:
+                out = inflater.decompress(pending, INFLATE_CHUNK)
+                pending = inflater.unconsumed_tail
+                if not out and not pending:
+                    raise BadEncoding(f"the {name} body ends before its stream does")
+                total += len(out)
+                if total > limit:
+                    raise BodyTooLarge(limit)
+                if out:
+                    yield out
+            pending = inflater.unused_data  # a further gzip member, if any
+    except zlib.error as exc:
+        raise BadEncoding(f"the body is not valid {name}: {exc}") from None
+
+
+class BodyLimits:
+    """ASGI middleware: no request body past ``max_bytes``, whichever route reads it.
+
+    A declared ``Content-Length`` past the limit is refused before anything is read; a
+    body sent in chunks is refused when it passes the limit. A ``gzip`` or ``deflate``
+    body is read whole (compressed, so within the limit), inflated once in a worker thread
+    only to measure it (a piece at a time, so a small "zip bomb" is refused having held
+    no more than its own size), then handed on inflated, a piece at a time, without its
+    ``Content-Encoding``.
+    """
+
+    def __init__(self, app: Any, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        encoding, declared = b"", b""
+        for name, value in scope["headers"]:
+            if name == b"content-encoding":
+                encoding = value.strip().lower()
+            elif name == b"content-length":
+                declared = value
+        try:
+            if declared.isdigit() and int(declared) > self.max_bytes:
+                raise BodyTooLarge(self.max_bytes)
+            if encoding in (b"", b"identity"):
+                await self.app(scope, self._counted(receive), send)
+                return
+            if encoding not in (b"gzip", b"x-gzip", b"deflate"):
+                raise UnsupportedEncoding(encoding.decode("latin-1"))
+            compressed = await self._read(receive)
+            await anyio.to_thread.run_sync(lambda: sum(len(p) for p in inflate(compressed, encoding, self.max_bytes)))
+        except (BodyTooLarge, UnsupportedEncoding, BadEncoding) as exc:
+            await _error_response(exc)(scope, receive, send)
+            return
+        headers = [(n, v) for n, v in scope["headers"] if n not in (b"content-encoding", b"content-length")]
+        pieces = inflate(compressed, encoding, self.max_bytes)
+        await self.app(dict(scope, headers=headers), self._inflated(pieces, receive), send)
+
+    def _counted(self, receive: Callable[[], Any]) -> Callable[[], Any]:
+        size = 0
+
+        async def counted() -> dict:
+            nonlocal size
+            message = await receive()
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                raise BodyTooLarge(self.max_bytes)
+            return message
+
+        return counted
+
+    async def _read(self, receive: Callable[[], Any]) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                raise BadEncoding("the client went away before the end of its body")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                raise BodyTooLarge(self.max_bytes)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    @staticmethod
+    def _inflated(pieces: Iterator[bytes], receive: Callable[[], Any]) -> Callable[[], Any]:
+        ahead = next(pieces, None)
+        done = False
+
+        async def inflated() -> dict:
+            nonlocal ahead, done
+            if done:
+                return await receive()  # the body is over: what comes now is a disconnect
+            piece, ahead = ahead, next(pieces, None)
+            done = ahead is None
+            return {"type": "http.request", "body": piece or b"", "more_body": not done}
+
+        return inflated
+
+
 def _plugin_routes(store: Store) -> list[BaseRoute]:
     from agl.plugins import hook
 
@@ -709,13 +888,36 @@ def _plugin_routes(store: Store) -> list[BaseRoute]:
     return routes
 
 
-def create_app(store: Store, *, token: str, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Any:
+def _bound_lock_wait(store: Store, max_lock_wait_s: float | None) -> None:
+    from agl.store.sql import SqlStore
+
+    if (
+        max_lock_wait_s is not None
+        and isinstance(store, SqlStore)
+        and (store.max_wait_s is None or store.max_wait_s > max_lock_wait_s)
+    ):
+        store.max_wait_s = max_lock_wait_s
+
+
+def create_app(
+    store: Store,
+    *,
+    token: str,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_lock_wait_s: float | None = DEFAULT_MAX_LOCK_WAIT_S,
+) -> Any:
     """The ASGI app serving ``store``: the routes in this module's docstring plus plugin routes.
 
-    ``token`` is the bearer token every route but ``/healthz`` requires.
+    ``token`` is the bearer token every route but ``/healthz`` requires. ``max_body_bytes``
+    bounds every request body, before and after decompression (413 beyond).
+    ``max_lock_wait_s`` bounds how long a SQL store retries a locked database before the
+    request is answered 503 (it lowers the store's ``max_wait_s``; None leaves it).
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes: must be positive, got {max_body_bytes}")
+    if max_lock_wait_s is not None and max_lock_wait_s < 0:
+        raise ValueError(f"max_lock_wait_s: must be at least 0, got {max_lock_wait_s}")
+    _bound_lock_wait(store, max_lock_wait_s)
     api = _Api(store, max_body_bytes)
     handlers = {
         ValidationError: lambda request, exc: _error_response(exc),
@@ -723,11 +925,16 @@ def create_app(store: Store, *, token: str, max_body_bytes: int = DEFAULT_MAX_BO
         InvalidTransition: lambda request, exc: _error_response(exc),
         StoreUnavailable: lambda request, exc: _error_response(exc),
         BodyTooLarge: lambda request, exc: _error_response(exc),
+        UnsupportedEncoding: lambda request, exc: _error_response(exc),
+        BadEncoding: lambda request, exc: _error_response(exc),
+        RecursionError: lambda request, exc: _error_response(exc),
         ValueError: lambda request, exc: _error_response(exc),
+        Exception: lambda request, exc: _error_response(exc),  # a 500 without the server's details
     }
     app = Starlette(routes=[*api.routes(), *_plugin_routes(store)], exception_handlers=handlers)
     app.state.store = store
-    auth = BearerAuth(app, token, fast_routes={("POST", "/v1/batch"): api.raw_batch})
+    limited = BodyLimits(app, max_body_bytes)
+    auth = BearerAuth(limited, token, fast_routes={("POST", "/v1/batch"): BodyLimits(api.raw_batch, max_body_bytes)})
     auth.close = api.close
     return auth
 

@@ -219,7 +219,16 @@ class RolloutQueue:
             return row
         if status not in ALLOWED_TRANSITIONS[current]:
             raise InvalidTransition(f"rollout {rollout_id}: cannot go from {current.value!r} to {status.value!r}")
-        self.end_attempt(cur, row, status, error, finish.output, t)
+        if current == RolloutStatus.QUEUED:  # cancelled before a runner took it: no attempt is running
+            cur.execute(
+                self._sql(
+                    "UPDATE rollouts SET status = ?, ended_at = ?, error = ?, output = ?, claim_id = NULL"
+                    " WHERE rollout_id = ?"
+                ),
+                (status.value, t, error, finish.output, rollout_id),
+            )
+        else:
+            self.end_attempt(cur, row, status, error, finish.output, t)
         cur.execute(self._sql(f"SELECT {self._columns} FROM rollouts WHERE rollout_id = ?"), (rollout_id,))
         return cur.fetchone()
 

@@ -43,6 +43,7 @@ from agl.schema import (
     Span,
     StoreStats,
     Task,
+    check_json,
     new_id,
     now,
 )
@@ -375,6 +376,8 @@ class SqlStore(Store):
         self.dialect = dialect
         self.retries = retries
         self.retry_delay_s = retry_delay_s
+        self.max_wait_s: float | None = None
+        """Give up retrying a transient failure once this long has passed (None: after ``retries``)."""
         self._pool = _ReaderPool(lambda: dialect.connect(writer=False), max_readers)
         self._pending: deque[_Job] = deque()
         self._mutex = threading.Lock()
@@ -430,9 +433,11 @@ class SqlStore(Store):
                     raise
                 if on_transient is not None:
                     on_transient(exc)
-                if attempt == self.retries:
+                if attempt == self.retries or (
+                    self.max_wait_s is not None and time.monotonic() - started + delay > self.max_wait_s
+                ):
                     raise StoreUnavailable(
-                        f"{self.dialect.describe()} is still unavailable after {self.retries} retries "
+                        f"{self.dialect.describe()} is still unavailable after {attempt} retries "
                         f"over {time.monotonic() - started:.1f}s: {type(exc).__name__}: {exc}"
                     ) from exc
                 log.warning("%s: transient error (%s); retrying in %.2fs", self.dialect.describe(), exc, delay)
@@ -867,6 +872,7 @@ class SqlStore(Store):
             raise InvalidTransition(f"status: finish needs a terminal status, got {status.value!r}")
         if attempt is not None and attempt < 1:
             raise ValueError(f"attempt: must be at least 1, got {attempt}")
+        check_json(output, "output")
         return _FinishJob(self, Finish(rollout_id, status, error, _dumps(output), attempt)), _rollout_from_row
 
     def cancel(self, rollout_ids: Sequence[str]) -> None:
