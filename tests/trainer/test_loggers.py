@@ -248,3 +248,26 @@ def test_a_missing_library_names_the_extra_to_install(monkeypatch):
 )
 def test_metric_names_group_like_the_trackers_sections(key, name):
     assert metric_name(key) == name
+
+
+def test_a_resumed_run_continues_the_same_curves(tmp_path, engine):
+    loggers = ["tensorboard", {"name": "wandb", "system_metrics": False}]
+    for steps in (2, 3):  # a run of 2 steps, then resumed for a third
+        config = small_config(tmp_path, engine, steps=steps, loggers=loggers)
+        result = Trainer(config, backend=TinyBackend(tmp_path / "calls.jsonl")).fit(agent, _tasks(2))
+    assert [r["step"] for r in result.history] == [1, 2, 3]
+    run_id = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["run_id"]
+
+    tensorboard = tmp_path / "run" / "tensorboard"
+    assert len(list(tensorboard.glob("events.out.tfevents.*"))) == 2  # one file per process
+    tb, _ = read_tensorboard(tensorboard)
+    for record in result.history:
+        for tag, value in scalars(record).items():
+            assert _same(tb[tag][record["step"]], value, rel=1e-6), (tag, record["step"])
+    assert set(tb["train/reward_mean"]) == {1, 2, 3}
+
+    runs = sorted((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2
+    logged = [read_wandb(run_dir) for run_dir in runs]
+    assert {r.run.run_id for records in logged for r in records if r.WhichOneof("record_type") == "run"} == {run_id}
+    assert [sorted(wandb_history(records)) for records in logged] == [[1, 2], [3]]

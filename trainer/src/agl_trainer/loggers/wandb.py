@@ -3,7 +3,10 @@
 ``wandb sync <workdir>/wandb/offline-run-*`` uploads it later (or ``mode: online``
 logs straight to the server, for machines that reach it). Why offline by default:
 training machines often have no internet, a run must never wait on a server, and
-nothing leaves the machine unless the user asks.
+nothing leaves the machine unless the user asks. So offline, the logger also turns
+off W&B's own error reporting (``WANDB_ERROR_REPORTING=false``) unless that variable
+is set already. A resumed agl run logs to the same W&B run id (a new offline folder,
+which ``wandb sync`` adds to the same run).
 
 What goes in: the config (secrets replaced by ``***``) as the run's config, the
 agl run id as the W&B run's name, and every numeric value of each step record at
@@ -13,6 +16,7 @@ the step's number, named by :func:`~agl_trainer.loggers.base.metric_name`
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,9 +57,11 @@ class WandbLogger(Logger):
         return None if self._run is None else Path(self._run.dir).parent
 
     def open(self, run: RunInfo) -> None:
+        o = self.options
+        if o.mode == "offline":
+            os.environ.setdefault("WANDB_ERROR_REPORTING", "false")  # read when W&B's service starts
         import wandb
 
-        o = self.options
         directory = Path(o.dir) if o.dir else run.workdir
         directory.mkdir(parents=True, exist_ok=True)
         settings = wandb.Settings(
