@@ -15,6 +15,7 @@ from agl_trainer.gateway import Gateway
 from tests.fake_engine import FakeEngine
 
 TOKEN = "test-token"
+ADMIN_TOKEN = "test-admin-token"
 
 
 @pytest.fixture
@@ -30,8 +31,15 @@ def store(sqlite_store):
 
 
 def new_rollout(store, rollout_id: str = "ro-1") -> str:
+    """Enqueue a rollout and claim it (a rollout key works only while its attempt runs)."""
     store.enqueue([Rollout(rollout_id=rollout_id, task_id="task-1")])
+    assert [r.rollout_id for r in store.claim(f"runner-{rollout_id}", limit=1)] == [rollout_id]
     return rollout_id
+
+
+def key_of(gateway, store, rollout_id: str) -> str:
+    """The rollout key of the running attempt of ``rollout_id``: what its agent gets as api key."""
+    return gateway.rollout_key(rollout_id, store.get_rollout(rollout_id).attempt)
 
 
 @pytest.fixture
@@ -41,15 +49,20 @@ def rollout(store) -> str:
 
 @pytest.fixture
 def gateway(store, engine):
-    gw = Gateway(store, [engine.url], token=TOKEN, model_version="v1").start()
+    gw = Gateway(store, [engine.url], token=TOKEN, admin_token=ADMIN_TOKEN, model_version="v1").start()
     yield gw
     gw.stop()
 
 
 @pytest.fixture
-def client(gateway, rollout) -> openai.OpenAI:
-    """The real openai client, pointed at the gateway for one rollout."""
-    with openai.OpenAI(base_url=gateway.rollout_base_url(rollout), api_key=TOKEN, max_retries=0) as c:
+def key(gateway, store, rollout) -> str:
+    return key_of(gateway, store, rollout)
+
+
+@pytest.fixture
+def client(gateway, rollout, key) -> openai.OpenAI:
+    """The real openai client, pointed at the gateway for one rollout with that rollout's key."""
+    with openai.OpenAI(base_url=gateway.rollout_base_url(rollout), api_key=key, max_retries=0) as c:
         yield c
 
 

@@ -6,7 +6,7 @@ from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool
 from openai import AsyncOpenAI
 
 from agl_trainer.gateway import check_continuity
-from tests.gateway.conftest import TOKEN, calls_of
+from tests.gateway.conftest import calls_of, key_of
 
 
 @function_tool
@@ -16,7 +16,8 @@ def get_weather(city: str) -> str:
 
 
 def make_agent(gateway, rollout) -> Agent:
-    client = AsyncOpenAI(base_url=gateway.rollout_base_url(rollout), api_key=TOKEN, max_retries=0)
+    key = key_of(gateway, gateway.store, rollout)
+    client = AsyncOpenAI(base_url=gateway.rollout_base_url(rollout), api_key=key, max_retries=0)
     return Agent(
         name="weather",
         instructions="Answer with the weather.",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -12,9 +13,8 @@ import pytest
 
 from agl.schema import RolloutStatus
 from agl.transitions import TransitionConfig, build_transitions
-from tests.gateway.conftest import TOKEN, calls_of
+from tests.gateway.conftest import calls_of
 
-HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 LONG = [{"role": "user", "content": "x" * 400}]  # a 100-chunk answer from the fake engine
 
 
@@ -35,11 +35,12 @@ def _idle(gateway, engine) -> None:
 
 
 @pytest.mark.parametrize("endpoint", ["chat/completions", "responses"])
-def test_client_gone_mid_stream_cancels_the_engine_request(gateway, engine, store, rollout, endpoint):
+def test_client_gone_mid_stream_cancels_the_engine_request(gateway, engine, store, rollout, key, endpoint):
+    headers = {"Authorization": f"Bearer {key}"}
     engine.chunk_delay_s = 0.05  # about 5 s for the whole answer
     url = f"{gateway.rollout_base_url(rollout)}/{endpoint}"
     body = {"model": "m", "stream": True, **({"messages": LONG} if endpoint == "chat/completions" else {"input": LONG})}
-    with httpx.Client(timeout=10) as http, http.stream("POST", url, json=body, headers=HEADERS) as resp:
+    with httpx.Client(timeout=10) as http, http.stream("POST", url, json=body, headers=headers) as resp:
         assert resp.status_code == 200
         lines = resp.iter_lines()
         assert next(line for line in lines if line.startswith("data: "))
@@ -52,12 +53,13 @@ def test_client_gone_mid_stream_cancels_the_engine_request(gateway, engine, stor
 
 
 @pytest.mark.parametrize("endpoint", ["chat/completions", "responses"])
-def test_client_gone_during_a_plain_request_cancels_the_engine_request(gateway, engine, store, rollout, endpoint):
+def test_client_gone_during_a_plain_request_cancels_the_engine_request(gateway, engine, store, rollout, key, endpoint):
+    headers = {"Authorization": f"Bearer {key}"}
     engine.delay_s = 5.0
     url = f"{gateway.rollout_base_url(rollout)}/{endpoint}"
     body = {"model": "m", "messages": LONG} if endpoint == "chat/completions" else {"model": "m", "input": "hi"}
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(url, json=body, headers=HEADERS, timeout=httpx.Timeout(10, read=0.5))
+        httpx.post(url, json=body, headers=headers, timeout=httpx.Timeout(10, read=0.5))
     gone = time.monotonic()
     assert _wait_for_abort(engine, gone) < 1.0
     _idle(gateway, engine)
@@ -65,16 +67,16 @@ def test_client_gone_during_a_plain_request_cancels_the_engine_request(gateway, 
     assert call.aborted and call.endpoint == endpoint.replace("/", ".") and len(call.response_ids) == 0
 
 
-def test_transitions_leave_the_aborted_call_out_and_count_it(gateway, engine, store, rollout):
+def test_transitions_leave_the_aborted_call_out_and_count_it(gateway, engine, store, rollout, key):
+    headers = {"Authorization": f"Bearer {key}"}
     url = gateway.rollout_base_url(rollout) + "/chat/completions"
-    assert httpx.post(url, json={"model": "m", "messages": LONG}, headers=HEADERS, timeout=10).status_code == 200
+    assert httpx.post(url, json={"model": "m", "messages": LONG}, headers=headers, timeout=10).status_code == 200
     engine.delay_s = 5.0
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(url, json={"model": "m", "messages": LONG}, headers=HEADERS, timeout=httpx.Timeout(10, read=0.5))
+        httpx.post(url, json={"model": "m", "messages": LONG}, headers=headers, timeout=httpx.Timeout(10, read=0.5))
     _wait_for_abort(engine, 0.0)
     _idle(gateway, engine)
     assert [c.aborted for c in calls_of(gateway, store, rollout)] == [False, True]
-    store.claim("runner", limit=10)
     finished = store.finish(rollout, RolloutStatus.SUCCEEDED)
     transitions, report = build_transitions(store, [finished], TransitionConfig(missing_reward=1.0))
     assert len(transitions) == 1 and report.aborted_calls == 1 and report.transitions == 1
@@ -92,9 +94,11 @@ def test_agl_run_killing_a_timed_out_agent_cancels_its_call(gateway, engine, sto
     )
     cli = "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))"
     store_url = f"sqlite:///{store.path}"
-    args = ["run", "--store", store_url, "--gateway", gateway.url, "--gateway-token", TOKEN, "--timeout", "3"]
+    args = ["run", "--store", store_url, "--gateway", gateway.url, "--timeout", "3"]
+    env = dict(os.environ, AGL_ROLLOUT_KEY_SECRET=gateway.keys.secret)  # agl run makes the rollout's key with it
     proc = subprocess.run(
         [sys.executable, "-c", cli, *args, "--", sys.executable, str(script)],
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,

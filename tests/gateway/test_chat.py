@@ -150,8 +150,8 @@ def test_named_tool_choice_reaches_the_engine(client, engine):
     assert engine.requests[-1]["tool_choice"] == choice
 
 
-def test_text_completions_with_text_and_token_prompts(gateway, store, rollout):
-    with openai.OpenAI(base_url=gateway.rollout_base_url(rollout), api_key=TOKEN) as c:
+def test_text_completions_with_text_and_token_prompts(gateway, store, rollout, key):
+    with openai.OpenAI(base_url=gateway.rollout_base_url(rollout), api_key=key) as c:
         r1 = c.completions.create(model="m", prompt="abc", max_tokens=16)
         r2 = c.completions.create(model="m", prompt=[5, 6, 7, 8], max_tokens=16, logprobs=0)
         chunks = list(c.completions.create(model="m", prompt=[1, 2], max_tokens=16, stream=True))
@@ -165,9 +165,10 @@ def test_text_completions_with_text_and_token_prompts(gateway, store, rollout):
     assert calls[2].call_id == chunks[0].id and len(calls[2].response_logprobs) == len(calls[2].response_ids)
 
 
-def test_production_traffic_and_rollout_header(gateway, store, rollout):
+def test_production_traffic_and_rollout_header(gateway, store, rollout, key):
     with openai.OpenAI(base_url=gateway.base_url, api_key=TOKEN) as c:
         prod = c.chat.completions.create(model="m", messages=MESSAGES)
+    with openai.OpenAI(base_url=gateway.base_url, api_key=key) as c:  # the rollout comes from the key
         tagged = c.chat.completions.create(model="m", messages=MESSAGES, extra_headers={"X-Agl-Rollout-Id": rollout})
     gateway.flush()
     [p] = store.query_llm_calls(production=True)

@@ -10,12 +10,17 @@ from agl.schema import RolloutStatus
 from agl_trainer.gateway import Gateway
 from tests.conftest import free_port
 from tests.fake_engine import FakeEngine
-from tests.gateway.conftest import TOKEN, calls_of, new_rollout
+from tests.gateway.conftest import ADMIN_TOKEN, TOKEN, calls_of, new_rollout
 
 MESSAGES = [{"role": "user", "content": "hi"}]
+_AUTO = object()
 
 
-def post(gateway, path, body, token=TOKEN, **kw):
+def post(gateway, path, body, token=_AUTO, **kw):
+    """POST with the rollout's key on its own routes (attempt 1: a rollout claimed once), else the gateway token."""
+    if token is _AUTO:
+        rid = path.split("/")[2] if path.startswith("/rollouts/") else None
+        token = gateway.rollout_key(rid, 1) if rid else TOKEN
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     if isinstance(body, (bytes, str)):
         return httpx.post(f"{gateway.url}{path}", content=body, headers=headers, **kw)
@@ -125,10 +130,12 @@ def test_engine_without_token_ids_is_a_clear_502(store, rollout, engine):
     assert r.status_code == 502 and r.json()["error"]["code"] == "engine_without_token_ids"
 
 
-def test_ended_rollout_still_records_late_calls(gateway, store, rollout):
-    store.claim("runner-1")
+def test_ended_rollout_still_records_late_calls_of_the_admin(gateway, store, rollout):
+    """The rollout's key dies with it (tests/gateway/test_rollout_keys.py); the admin token's calls are recorded."""
     store.finish(rollout, RolloutStatus.SUCCEEDED)
     r = post(gateway, f"/rollouts/{rollout}/v1/chat/completions", {"model": "m", "messages": MESSAGES})
+    assert r.status_code == 401 and r.json()["error"]["code"] == "rollout_key_expired"
+    r = post(gateway, f"/rollouts/{rollout}/v1/chat/completions", {"model": "m", "messages": MESSAGES}, ADMIN_TOKEN)
     assert r.status_code == 200
     assert [c.call_id for c in calls_of(gateway, store, rollout)] == [r.json()["id"]]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.gateway.conftest import TOKEN, calls_of
+from tests.gateway.conftest import calls_of
 
 ASKED = "gpt-4o-mini"
 MESSAGES = [{"role": "user", "content": "hello"}]
@@ -45,7 +45,7 @@ def test_responses_echo_the_requested_model(client, engine, stream):
     assert engine.requests[-1]["model"] == "fake-policy"
 
 
-def test_without_a_requested_model_the_served_one_is_named(gateway, rollout):
+def test_without_a_requested_model_the_served_one_is_named(gateway, rollout, key):
     url = gateway.rollout_base_url(rollout) + "/chat/completions"
-    resp = httpx.post(url, json={"messages": MESSAGES}, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+    resp = httpx.post(url, json={"messages": MESSAGES}, headers={"Authorization": f"Bearer {key}"}, timeout=10)
     assert resp.status_code == 200 and resp.json()["model"] == "fake-policy"

@@ -16,7 +16,7 @@ from agl.schema import Rollout, RolloutStatus
 from agl.transitions import TransitionConfig, build_transitions
 from agl_trainer.gateway import Gateway
 from tests.fake_engine import FakeEngine
-from tests.gateway.conftest import TOKEN, calls_of
+from tests.gateway.conftest import TOKEN, calls_of, key_of
 
 CAP = 5
 LONG = "tell me something long enough to pass the cap"
@@ -29,8 +29,10 @@ def capped(store) -> str:
 
 
 @pytest.fixture
-def capped_client(gateway, capped):
-    with openai.OpenAI(base_url=gateway.rollout_base_url(capped), api_key=TOKEN, max_retries=0) as c:
+def capped_client(gateway, store, capped):
+    store.claim("runner", limit=1)
+    key = key_of(gateway, store, capped)
+    with openai.OpenAI(base_url=gateway.rollout_base_url(capped), api_key=key, max_retries=0) as c:
         yield c
 
 
@@ -88,7 +90,9 @@ def test_a_full_context_is_not_blamed_on_the_client(store):
         gw = Gateway(store, [engine.url], token=TOKEN).start()
         try:
             store.enqueue([Rollout(rollout_id="ro-ctx", task_id="task-1")])
-            with openai.OpenAI(base_url=gw.rollout_base_url("ro-ctx"), api_key=TOKEN, max_retries=0) as c:
+            store.claim("runner", limit=1)
+            key = key_of(gw, store, "ro-ctx")
+            with openai.OpenAI(base_url=gw.rollout_base_url("ro-ctx"), api_key=key, max_retries=0) as c:
                 resp = c.responses.create(model="m", input="a question")
         finally:
             gw.stop()
@@ -111,7 +115,7 @@ def test_the_agents_sdk_under_a_cap_fails_its_rollout_and_the_call_still_trains(
             seen.append(exc)
             raise
 
-    runner = RolloutRunner(agent, store, gateway_url=gateway.url, api_key=TOKEN, concurrency=2)
+    runner = RolloutRunner(agent, store, gateway_url=gateway.url, rollout_keys=gateway.keys, concurrency=2)
     try:
         assert runner.run_sync(until_idle=True) == {"failed": 2}
     finally:

@@ -127,10 +127,10 @@ def test_max_output_tokens_gives_incomplete(client):
         ({"input": None}, "input"),
     ],
 )
-def test_unsupported_or_malformed_is_400_naming_the_field(gateway, rollout, extra, param):
+def test_unsupported_or_malformed_is_400_naming_the_field(gateway, rollout, key, extra, param):
     body = {"model": "m", "input": "hi", **extra}
     r = httpx.post(
-        f"{gateway.rollout_base_url(rollout)}/responses", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
+        f"{gateway.rollout_base_url(rollout)}/responses", json=body, headers={"Authorization": f"Bearer {key}"}
     )
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
 

@@ -15,11 +15,14 @@ from tests.gateway.conftest import TOKEN, calls_of, new_rollout
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+ADMIN = "routing-admin-token"
 
 
-def chat(url: str, rollout: str | None = None, **kw) -> httpx.Response:
+def chat(url: str, rollout: str | None = None, key: str | None = None, **kw) -> httpx.Response:
+    """A chat call: of a rollout with its ``key``, else production traffic with the gateway token."""
     path = f"/rollouts/{rollout}/v1/chat/completions" if rollout else "/v1/chat/completions"
-    return httpx.post(f"{url}{path}", json=BODY, headers=AUTH, timeout=30, **kw)
+    headers = {"Authorization": f"Bearer {key}"} if key else AUTH
+    return httpx.post(f"{url}{path}", json=BODY, headers=headers, timeout=30, **kw)
 
 
 def wait_until(condition, what: str, timeout_s: float = 10.0) -> None:
@@ -43,7 +46,8 @@ def test_a_rollout_sticks_to_one_replica_and_load_spreads(store, two_engines):
     with Gateway(store, [a.url, b.url], token=TOKEN) as gw:
         with cf.ThreadPoolExecutor(8) as pool:
             for _ in range(3):  # three turns per rollout, the rollouts concurrent
-                assert all(r.status_code == 200 for r in pool.map(lambda r: chat(gw.url, r), rollouts))
+                answers = pool.map(lambda r: chat(gw.url, r, gw.rollout_key(r, 1)), rollouts)
+                assert all(r.status_code == 200 for r in answers)
         served = {}
         for engine in (a, b):
             for req in engine.requests:
@@ -61,9 +65,10 @@ def test_transient_errors_are_retried_on_another_replica(store, rollout):
         a.fail_next.append(503)
         b.fail_next.append(503)
         with Gateway(store, [a.url, b.url], token=TOKEN) as gw:
-            r = chat(gw.url, rollout)  # first replica 503 → second replica 503 → 503 to the client
+            key = gw.rollout_key(rollout, 1)
+            r = chat(gw.url, rollout, key)  # first replica 503 → second replica 503 → 503 to the client
             assert r.status_code == 503
-            r = chat(gw.url, rollout)
+            r = chat(gw.url, rollout, key)
             assert r.status_code == 200
             dead = f"http://127.0.0.1:{free_port()}/v1"
             gw.set_upstreams([dead, a.url])
@@ -106,9 +111,10 @@ def test_pause_drains_in_flight_and_holds_new_requests(store):
 
 
 def test_admin_routes_drive_a_gateway_from_another_process(store, engine):
-    with Gateway(store, [engine.url], token=TOKEN) as gw:
-        admin = httpx.Client(base_url=f"{gw.url}/admin", headers=AUTH, timeout=10)
+    with Gateway(store, [engine.url], token=TOKEN, admin_token=ADMIN) as gw:
+        admin = httpx.Client(base_url=f"{gw.url}/admin", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
         assert httpx.post(f"{gw.url}/admin/pause").status_code == 401
+        assert httpx.post(f"{gw.url}/admin/pause", headers=AUTH).status_code == 403  # the gateway token is no admin
         assert admin.post("/pause", params={"timeout_s": 5}).json() == {"paused": True, "drained": True, "in_flight": 0}
         assert admin.get("/status").json()["paused"] is True
         assert admin.post("/model_version", json={"model_version": "v7"}).json() == {"model_version": "v7"}

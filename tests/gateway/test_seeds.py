@@ -9,12 +9,14 @@ import openai
 
 from agl.schema import Rollout
 from agl_trainer.gateway.rollouts import RolloutSettings
-from tests.gateway.conftest import TOKEN
+from tests.gateway.conftest import key_of
 
 
 def test_each_call_of_a_seeded_rollout_gets_its_own_seed_and_a_clients_seed_wins(gateway, engine, store):
     store.enqueue([Rollout(rollout_id="ro-seeded", task_id="task-1", seed=1234)])
-    with openai.OpenAI(base_url=gateway.rollout_base_url("ro-seeded"), api_key=TOKEN, max_retries=0) as client:
+    store.claim("runner", limit=1)
+    key = key_of(gateway, store, "ro-seeded")
+    with openai.OpenAI(base_url=gateway.rollout_base_url("ro-seeded"), api_key=key, max_retries=0) as client:
         for _ in range(2):
             client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], seed=7)

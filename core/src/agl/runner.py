@@ -132,8 +132,11 @@ class Runner:
     """Runs an agent on rollouts claimed from a store, ``concurrency`` at a time.
 
     ``gateway_url`` is the gateway's root (``http://127.0.0.1:PORT``); each rollout
-    reaches it at ``{gateway_url}/rollouts/{rollout_id}/v1``. ``api_key`` is the
-    gateway's bearer token. ``resources`` land in ``ctx.resources``, updated by
+    reaches it at ``{gateway_url}/rollouts/{rollout_id}/v1``. The agent's api key
+    (``ctx.api_key``) is its rollout's own key (:mod:`agl.credentials`): made with
+    ``rollout_keys`` (a :class:`~agl.credentials.RolloutKeys`) when given, else the one
+    the store handed out with the claim (a store server holding the key secret), else
+    ``api_key``. ``resources`` land in ``ctx.resources``, updated by
     ``mode_resources[rollout.mode]`` (e.g. ``{"val": {"temperature": 0}}``), and
     ``resources["mode"]`` says whether the rollout is for training or evaluation.
     ``default_timeout_s`` applies to rollouts enqueued without a timeout.
@@ -150,6 +153,7 @@ class Runner:
         gateway_url: str | None = None,
         model: str = "agl-policy",
         api_key: str = "agl",
+        rollout_keys: Any = None,
         resources: dict[str, Any] | None = None,
         concurrency: int = 4,
         runner_id: str | None = None,
@@ -171,6 +175,7 @@ class Runner:
         self.gateway_url = gateway_url.rstrip("/") if gateway_url else None
         self.model = model
         self.api_key = api_key
+        self.rollout_keys = rollout_keys
         self.resources = dict(resources or {})
         self.mode_resources = {k: dict(v) for k, v in (mode_resources or {}).items()}
         self.concurrency = concurrency
@@ -293,10 +298,17 @@ class Runner:
             task=rollout.task,
             base_url=base_url,
             model=self.model,
-            api_key=self.api_key,
+            api_key=self._key_for(rollout),
             resources=resources,
             writer=self.writer,
         )
+
+    def _key_for(self, rollout: Rollout) -> str:
+        if self.rollout_keys is not None:
+            return self.rollout_keys.mint(rollout.rollout_id, rollout.attempt)
+        from_store = getattr(self.store, "rollout_key", None)
+        key = from_store(rollout.rollout_id, rollout.attempt) if from_store is not None else None
+        return key or self.api_key
 
     async def _run_one(self, rollout: Rollout) -> None:
         ctx = self.context_for(rollout)

@@ -1,10 +1,17 @@
 """``agl gateway serve``: run the model gateway in front of engine replicas.
 
-The gateway binds 127.0.0.1 and always wants a bearer token: ``--token``, else
-``$AGL_GATEWAY_TOKEN`` (the variable ``agl run`` and ``agl runner`` read too), else a
-random one, printed with the ``export`` line that hands it to ``agl run``. The engines'
-key is ``--upstream-api-key``, else ``$AGL_UPSTREAM_API_KEY``, else
-``$AGL_ENGINE_API_KEY`` (the variable ``agl engine serve`` reads).
+The gateway binds 127.0.0.1 and holds three credentials (see
+:mod:`agl_trainer.gateway.auth`), each from a flag, a file (``--*-file``, kept out of
+the process list) or a variable, else random:
+
+- the token for production traffic: ``--token``/``--token-file``/``$AGL_GATEWAY_TOKEN``;
+- the admin token for ``/admin``: ``--admin-token``/``--admin-token-file``/``$AGL_GATEWAY_ADMIN_TOKEN``;
+- the secret rollout keys are made with: ``--rollout-key-secret-file``/``$AGL_ROLLOUT_KEY_SECRET``;
+  ``agl run``, ``agl runner`` and ``agl store serve`` need the same one.
+
+What was made up is printed, with the ``export`` line that hands the URL and the key
+secret to ``agl run``. The engines' key is ``--upstream-api-key``, else
+``$AGL_UPSTREAM_API_KEY``, else ``$AGL_ENGINE_API_KEY`` (the variable ``agl engine serve`` reads).
 """
 
 from __future__ import annotations
@@ -14,9 +21,9 @@ import os
 import signal
 import threading
 
-from agl.credentials import new_token
-from agl_trainer.cli._common import add_store_argument
-from agl_trainer.cli.run import TOKEN_ENV  # one variable for the gateway, agl run and agl runner
+from agl.credentials import ROLLOUT_KEY_SECRET_ENV, RolloutKeys, new_token, read_token
+from agl_trainer.cli._common import add_store_argument, add_store_token_arguments, store_options
+from agl_trainer.cli.run import ADMIN_TOKEN_ENV, TOKEN_ENV  # one variable for the gateway, agl run and agl runner
 
 
 def register(subparsers) -> None:
@@ -24,6 +31,7 @@ def register(subparsers) -> None:
     sub = p.add_subparsers(dest="gateway_command", metavar="ACTION", required=True)
     s = sub.add_parser("serve", help="serve the OpenAI-compatible gateway")
     add_store_argument(s)
+    add_store_token_arguments(s)
     s.add_argument(
         "--upstream",
         action="append",
@@ -36,7 +44,20 @@ def register(subparsers) -> None:
     s.add_argument(
         "--token",
         default=os.environ.get(TOKEN_ENV) or None,
-        help=f"bearer token clients must send (default: ${TOKEN_ENV}, else a random one, printed)",
+        help=f"bearer token of production clients (default: ${TOKEN_ENV}, else a random one, printed)",
+    )
+    s.add_argument("--token-file", metavar="PATH", default=None, help="file holding --token (kept out of argv)")
+    s.add_argument(
+        "--admin-token",
+        default=None,
+        help=f"bearer token of the /admin routes (default: ${ADMIN_TOKEN_ENV}, else random)",
+    )
+    s.add_argument("--admin-token-file", metavar="PATH", default=None, help="file holding --admin-token")
+    s.add_argument(
+        "--rollout-key-secret-file",
+        metavar="PATH",
+        default=None,
+        help=f"file holding the secret rollout keys are made with (default: ${ROLLOUT_KEY_SECRET_ENV}, else random)",
     )
     s.add_argument("--max-in-flight", type=int, default=512, help="requests in flight per replica before 429")
     s.add_argument(
@@ -48,15 +69,25 @@ def register(subparsers) -> None:
     s.set_defaults(func=serve)
 
 
-def announce_token(args: argparse.Namespace, url: str, token: str) -> None:
-    """Say where the token came from, and how ``agl run`` gets the URL and token (the token only if made up)."""
+def announce_token(args: argparse.Namespace, url: str, token: str, admin_token: str, secret: str | None) -> None:
+    """Say where each credential came from (printing only the ones made up), and how ``agl run`` and
+    ``agl runner`` get the URL and the key secret."""
     if args.token:
         source = f"${TOKEN_ENV}" if args.token == os.environ.get(TOKEN_ENV) else "--token"
         print(f"agl gateway: token from {source}", flush=True)
-        print(f"agl gateway: for agl run: export AGL_GATEWAY_URL={url} {TOKEN_ENV}=<the same token>", flush=True)
+    elif args.token_file:
+        print("agl gateway: token from --token-file", flush=True)
     else:
         print(f"agl gateway: token {token} (random: neither --token nor ${TOKEN_ENV} was given)", flush=True)
-        print(f"agl gateway: for agl run: export AGL_GATEWAY_URL={url} {TOKEN_ENV}={token}", flush=True)
+    if args.admin_token or args.admin_token_file or os.environ.get(ADMIN_TOKEN_ENV):
+        print(
+            "agl gateway: admin token from " + ("a file" if args.admin_token_file else "the flag or environment"),
+            flush=True,
+        )
+    else:
+        print(f"agl gateway: admin token {admin_token} (random; for /admin routes only)", flush=True)
+    shown = f"{ROLLOUT_KEY_SECRET_ENV}={secret}" if secret else f"{ROLLOUT_KEY_SECRET_ENV}=<the same secret>"
+    print(f"agl gateway: for agl run and agl runner: export AGL_GATEWAY_URL={url} {shown}", flush=True)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -71,13 +102,20 @@ def serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"--port: {args.port} is not a TCP port")
     if args.token is not None and not args.token.strip():
         raise ConfigError("--token: must not be empty")
-    token = args.token or new_token(24)
-    store = open_store(args.store)
+    file_token = read_token("--token", None, args.token_file) if args.token_file else None
+    token = file_token or args.token or new_token(24)
+    admin_token = read_token("--admin-token", args.admin_token, args.admin_token_file, ADMIN_TOKEN_ENV) or new_token(24)
+    keys = RolloutKeys.from_env(args.rollout_key_secret_file)
+    made_secret = keys is None
+    keys = keys or RolloutKeys.generate()
+    store = open_store(args.store, **store_options(args, args.store or ""))
     try:
         gw = Gateway(
             store,
             args.upstream,
             token=token,
+            admin_token=admin_token,
+            keys=keys,
             host=args.host,
             port=args.port,
             max_in_flight=args.max_in_flight,
@@ -92,7 +130,7 @@ def serve(args: argparse.Namespace) -> int:
     gw.start()
     print(f"agl gateway: serving {gw.base_url} (rollouts: {gw.url}/rollouts/<rollout_id>/v1)", flush=True)
     print(f"agl gateway: upstreams {', '.join(args.upstream)}", flush=True)
-    announce_token(args, gw.url, token)
+    announce_token(args, gw.url, token, admin_token, keys.secret if made_secret else None)
     try:
         stop.wait()
     finally:

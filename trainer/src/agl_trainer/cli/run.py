@@ -8,15 +8,23 @@ Which rollout:
   (input from ``--input``, default ``{"argv": [...]}``) and a rollout for it are
   created and claimed.
 
-The child gets ``AGL_ROLLOUT_ID``, ``AGL_STORE_URL`` and ``AGL_TASK_INPUT`` (the
-task's input as JSON) on top of the caller's environment and, with a gateway
+The child gets ``AGL_ROLLOUT_ID``, ``AGL_STORE_URL``, ``AGL_TASK_INPUT`` (the
+task's input as JSON) and ``AGL_ROLLOUT_KEY`` (the rollout's own key, see
+:mod:`agl.credentials`) on top of the caller's environment and, with a gateway
 (``--gateway`` or ``$AGL_GATEWAY_URL``), ``OPENAI_BASE_URL`` and ``OPENAI_API_BASE``
-(this rollout's gateway route) and ``OPENAI_API_KEY``: the gateway's token, from
-``--gateway-token`` or ``$AGL_GATEWAY_TOKEN``, the variable ``agl gateway serve``
-reads too. A gateway without a token is an error rather than a 401 in the child;
-with no gateway the child's ``OPENAI_*`` variables are left as they are. What the
-child gets is printed on stderr (the gateway token shortened, a store password
-hidden). Exit code 0 marks the rollout ``succeeded``; any other
+(this rollout's gateway route) and ``OPENAI_API_KEY``: the rollout's key again. The
+child never gets a token that opens more than its rollout: ``AGL_STORE_TOKEN``, the
+gateway's tokens and the key secret are taken out of its environment (a child that
+writes to a store server authenticates with its rollout key, which the server accepts
+for that rollout's own observations).
+
+The key comes from the store server that answered the claim (one started with the
+key secret), else is made here with the secret in ``--rollout-key-secret-file`` or
+``$AGL_ROLLOUT_KEY_SECRET`` (the one ``agl gateway serve`` uses), else, with
+``--rollout-id``, is ``$AGL_ROLLOUT_KEY`` (from whoever claimed the rollout). A
+gateway and no key is an error rather than a 401 in the child; with no gateway the
+child's ``OPENAI_*`` variables are left as they are. What the child gets is printed on
+stderr (the key shortened, a store password hidden). Exit code 0 marks the rollout ``succeeded``; any other
 code (or a signal) marks it ``failed`` with the code and the tail of the child's
 stderr; running past ``--timeout`` kills it and marks it ``timed_out``.
 """
@@ -35,13 +43,27 @@ from collections import deque
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-from agl_trainer.cli._common import add_store_argument
+from agl_trainer.cli._common import add_store_argument, add_store_token_arguments, store_options
 
 if TYPE_CHECKING:
     from agl.schema import Rollout
 
 #: The variable ``agl run``, ``agl runner`` and ``agl gateway serve`` read the gateway's token from.
 TOKEN_ENV = "AGL_GATEWAY_TOKEN"
+
+#: The variable the gateway's admin token is read from.
+ADMIN_TOKEN_ENV = "AGL_GATEWAY_ADMIN_TOKEN"
+
+#: Variables an agent's process must not inherit: each opens more than its own rollout.
+SECRET_VARIABLES = (
+    "AGL_STORE_TOKEN",
+    "AGL_STORE_RUNNER_TOKEN",
+    TOKEN_ENV,
+    ADMIN_TOKEN_ENV,
+    "AGL_ROLLOUT_KEY_SECRET",
+    "AGL_UPSTREAM_API_KEY",
+    "AGL_ENGINE_API_KEY",
+)
 
 
 def add_gateway_arguments(parser: argparse.ArgumentParser, token_use: str) -> None:
@@ -57,12 +79,20 @@ def add_gateway_arguments(parser: argparse.ArgumentParser, token_use: str) -> No
         default=os.environ.get(TOKEN_ENV) or None,
         help=f"the gateway's bearer token, {token_use} (default: ${TOKEN_ENV})",
     )
+    parser.add_argument(
+        "--rollout-key-secret-file",
+        metavar="PATH",
+        default=None,
+        help="file holding the secret rollout keys are made with, as the gateway has it "
+        "(default: $AGL_ROLLOUT_KEY_SECRET; not needed with a store server that makes keys)",
+    )
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("run", help="run an unmodified command as one rollout (agl run -- python agent.py)")
     add_store_argument(p)
-    add_gateway_arguments(p, "given to the child as OPENAI_API_KEY")
+    add_store_token_arguments(p)
+    add_gateway_arguments(p, "not needed: the child gets its rollout's key")
     p.add_argument("--rollout-id", default=None, help="run as this rollout instead of claiming the next one")
     p.add_argument("--input", default=None, help="task input (JSON) when a new task has to be created")
     p.add_argument("--timeout", type=float, default=None, help="kill the command after this many seconds")
@@ -125,28 +155,61 @@ def _resolve_rollout(store, args, runner_id: str):
     return claimed[0], runner_id
 
 
-def check_gateway_token(gateway: str | None, token: str | None) -> None:
-    """A gateway needs its token: a ConfigError naming ``--gateway-token`` when there is none."""
+NO_KEY = (
+    "--gateway: no rollout key for the child: set $AGL_ROLLOUT_KEY_SECRET or --rollout-key-secret-file "
+    "to the secret the gateway uses (agl gateway serve prints it when it made one up), or use a store "
+    "server started with that secret"
+)
+
+
+def check_key_source(args: argparse.Namespace) -> None:
+    """Refuse, before claiming anything, a gateway with no way to get the rollout's key."""
+    from agl.credentials import ROLLOUT_KEY_ENV, ROLLOUT_KEY_SECRET_ENV
     from agl.errors import ConfigError
 
-    if gateway and not token:
-        raise ConfigError(
-            f"--gateway-token: not set; give the token agl gateway serve uses with --gateway-token "
-            f"or ${TOKEN_ENV} (the gateway prints it when it made one up)"
-        )
+    store = args.store or ""
+    if store.startswith(("http://", "https://")) or args.rollout_key_secret_file:
+        return
+    if os.environ.get(ROLLOUT_KEY_SECRET_ENV) or (args.rollout_id and os.environ.get(ROLLOUT_KEY_ENV)):
+        return
+    raise ConfigError(NO_KEY)
 
 
-def child_env(args: argparse.Namespace, rollout: Rollout, store_url: str) -> dict[str, str]:
-    """The variables ``agl run`` sets for the child (on top of the caller's environment)."""
+def rollout_key(store, args: argparse.Namespace, rollout: Rollout) -> str | None:
+    """The rollout's key for the child (see the module docstring for where it comes from)."""
+    from agl.credentials import ROLLOUT_KEY_ENV, RolloutKeys
+
+    from_store = getattr(store, "rollout_key", None)
+    key = from_store(rollout.rollout_id, rollout.attempt) if from_store is not None else None
+    if key:
+        return key
+    keys = RolloutKeys.from_env(args.rollout_key_secret_file)
+    if keys is not None:
+        return keys.mint(rollout.rollout_id, rollout.attempt)
+    if args.rollout_id:
+        return os.environ.get(ROLLOUT_KEY_ENV) or None
+    return None
+
+
+def child_env(args: argparse.Namespace, rollout: Rollout, store_url: str, key: str | None) -> dict[str, str]:
+    """The variables ``agl run`` sets for the child (on top of the caller's environment, less
+    :data:`SECRET_VARIABLES`)."""
     env = {
         "AGL_ROLLOUT_ID": rollout.rollout_id,
         "AGL_STORE_URL": store_url,
         "AGL_TASK_INPUT": json.dumps(rollout.task.input if rollout.task else None),
     }
+    if key:
+        env["AGL_ROLLOUT_KEY"] = key
     if args.gateway:
         base = f"{args.gateway.rstrip('/')}/rollouts/{rollout.rollout_id}/v1"
-        env |= {"OPENAI_BASE_URL": base, "OPENAI_API_BASE": base, "OPENAI_API_KEY": args.gateway_token}
+        env |= {"OPENAI_BASE_URL": base, "OPENAI_API_BASE": base, "OPENAI_API_KEY": key}
     return env
+
+
+def full_child_env(handed: dict[str, str]) -> dict[str, str]:
+    """The child's whole environment: the caller's, less every token that opens more than one rollout."""
+    return {k: v for k, v in os.environ.items() if k not in SECRET_VARIABLES} | handed
 
 
 def shorten_secret(secret: str) -> str:
@@ -171,10 +234,10 @@ def describe_env(env: dict[str, str], args: argparse.Namespace) -> str:
         f"AGL_STORE_URL={hide_password(env['AGL_STORE_URL'])}, AGL_TASK_INPUT (the task input as JSON)"
     ]
     if "OPENAI_BASE_URL" in env:
-        source = f"${TOKEN_ENV}" if args.gateway_token == os.environ.get(TOKEN_ENV) else "--gateway-token"
         lines.append(
             f"agl run: the child gets OPENAI_BASE_URL=OPENAI_API_BASE={env['OPENAI_BASE_URL']}, "
-            f"OPENAI_API_KEY=the gateway token from {source}: {shorten_secret(env['OPENAI_API_KEY'])}"
+            f"OPENAI_API_KEY=AGL_ROLLOUT_KEY=this rollout's key: {shorten_secret(env['OPENAI_API_KEY'])} "
+            "(no store or gateway token)"
         )
     else:
         lines.append(
@@ -196,13 +259,20 @@ def run(args) -> int:
         raise ConfigError("command: give the command to run after --, e.g. agl run -- python agent.py")
     if args.timeout is not None and args.timeout <= 0:
         raise ConfigError(f"--timeout: must be positive, got {args.timeout}")
-    check_gateway_token(args.gateway, args.gateway_token)
+    if args.gateway:
+        check_key_source(args)
     store_url = args.store or default_store_url()
-    store = open_store(store_url)
+    store = open_store(store_url, **store_options(args, store_url))
     try:
         rollout, runner_id = _resolve_rollout(store, args, f"agl-run-{os.getpid()}-{short_id(6)}")
-        handed = child_env(args, rollout, store_url)
-        env = dict(os.environ) | handed
+        key = rollout_key(store, args, rollout)
+        if args.gateway and not key:
+            store.finish(
+                rollout.rollout_id, RolloutStatus.FAILED, error="agl run: no rollout key", attempt=rollout.attempt
+            )
+            raise ConfigError(NO_KEY)
+        handed = child_env(args, rollout, store_url, key)
+        env = full_child_env(handed)
         timeout = args.timeout or rollout.timeout_s
         print(
             f"agl run: rollout {rollout.rollout_id} (attempt {rollout.attempt}): {' '.join(command)}",

@@ -1,4 +1,12 @@
-"""``agl runner my_module:agent``: a runner process that claims rollouts from a store and runs the agent."""
+"""``agl runner my_module:agent``: a runner process that claims rollouts from a store and runs the agent.
+
+Each agent gets its rollout's own key as ``ctx.api_key`` (never the gateway's token): the
+key the store server handed out with the claim (a server started with the key secret), else
+one made here with the secret in ``--rollout-key-secret-file`` or ``$AGL_ROLLOUT_KEY_SECRET``.
+An agent runs in this process, so it could read what the runner holds: give the runner a
+store server's *runner* token (``--store-token-file`` or ``$AGL_STORE_TOKEN``), which cannot
+enqueue, read other data or expire, and run untrusted agents as ``agl run`` children.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +14,16 @@ import json
 import signal
 from pathlib import Path
 
-from agl_trainer.cli._common import add_store_argument
-from agl_trainer.cli.run import add_gateway_arguments, check_gateway_token
+from agl_trainer.cli._common import add_store_argument, add_store_token_arguments, store_options
+from agl_trainer.cli.run import NO_KEY, add_gateway_arguments
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("runner", help="run an agent on rollouts claimed from a store")
     p.add_argument("agent", help="the agent function, as module:function or path/to/file.py:function")
     add_store_argument(p)
-    add_gateway_arguments(p, "given to the agent as its api key")
+    add_store_token_arguments(p)
+    add_gateway_arguments(p, "the agent's api key only when no rollout key can be had")
     p.add_argument("--model", default="agl-policy", help="model name the agent is told to ask for")
     p.add_argument("--concurrency", type=int, default=4, help="rollouts run at once (default 4)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per rollout when the rollout names none")
@@ -46,10 +55,19 @@ def load_json_arg(name: str, value: str | None) -> dict:
     return data
 
 
-def gateway_api_key(gateway: str | None, token: str | None) -> str:
-    """The key agents get: the gateway's token (a ConfigError naming ``--gateway-token`` when a gateway has none)."""
-    check_gateway_token(gateway, token)
-    return token or "agl"
+def rollout_keys(args):
+    """The :class:`~agl.credentials.RolloutKeys` the runner makes keys with (None: the store hands them out).
+
+    A gateway with neither a key secret nor a store server to hand out keys is a ConfigError.
+    """
+    from agl.credentials import RolloutKeys
+    from agl.errors import ConfigError
+
+    keys = RolloutKeys.from_env(args.rollout_key_secret_file)
+    store = args.store or ""
+    if args.gateway and keys is None and not store.startswith(("http://", "https://")):
+        raise ConfigError(NO_KEY.replace("for the child", "for the agents"))
+    return keys
 
 
 def run(args) -> int:
@@ -61,15 +79,16 @@ def run(args) -> int:
         raise ConfigError(f"--concurrency: must be at least 1, got {args.concurrency}")
     if args.timeout is not None and args.timeout <= 0:
         raise ConfigError(f"--timeout: must be positive, got {args.timeout}")
-    api_key = gateway_api_key(args.gateway, args.gateway_token)
+    keys = rollout_keys(args)
     agent = load_agent(args.agent)
     resources = load_json_arg("--resources", args.resources)
-    store = open_store(args.store)
+    store = open_store(args.store, **store_options(args, args.store or ""))
     runner = Runner(
         agent,
         store,
         gateway_url=args.gateway,
-        api_key=api_key,
+        api_key=args.gateway_token or "agl",
+        rollout_keys=keys,
         model=args.model,
         concurrency=args.concurrency,
         default_timeout_s=args.timeout,

@@ -3,30 +3,33 @@
 A plain ASGI callable rather than a framework: the request path is short and runs
 thousands of times a second, so it does only what it must.
 
-Routes (all behind the bearer token, except ``/health``)::
+Routes (all behind a bearer credential, except ``/health``; who may call what is in
+:mod:`agl_trainer.gateway.auth`)::
 
-    POST /v1/chat/completions | /v1/completions | /v1/responses   production traffic
-    POST /rollouts/{rollout_id}/v1/...                              traffic of one rollout
+    POST /v1/chat/completions | /v1/completions | /v1/responses   production traffic, or the key's rollout
+    POST /rollouts/{rollout_id}/v1/...                              traffic of one rollout (its key's)
     GET  /v1/models, /rollouts/{rollout_id}/v1/models
     GET  /admin/status        POST /admin/pause?timeout_s=S   POST /admin/resume
     POST /admin/model_version {"model_version": "v3"}         POST /admin/upstreams {"upstreams": [...]}
-    POST /admin/flush         GET  /health
+    POST /admin/flush         POST /admin/rollout_keys {"rollout_id": ...}   GET  /health
 
-``X-Agl-Rollout-Id`` on a ``/v1/...`` request names the rollout too.
+A rollout key names its rollout; a path segment or ``X-Agl-Rollout-Id`` header naming
+another one is refused with 403. Admin routes take the admin token only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qs
 
+from agl.credentials import RolloutKeys
 from agl_trainer.gateway import chat, responses_api, validate
+from agl_trainer.gateway.auth import ROLLOUT, Caller, GatewayAuth
 from agl_trainer.gateway.errors import GatewayError, Saturated, UpstreamUnavailable, invalid
 from agl_trainer.gateway.pause import PauseGate
 from agl_trainer.gateway.recorder import CallMeta, Recorder
@@ -122,13 +125,15 @@ class GatewayApp:
         registry: RolloutRegistry,
         gate: PauseGate,
         token: str | None,
+        admin_token: str | None = None,
+        keys: RolloutKeys | None = None,
         flush: Callable[[], None] | None = None,
     ):
         self.router = router
         self.recorder = recorder
         self.registry = registry
         self.gate = gate
-        self._auth = f"Bearer {token}".encode() if token else None
+        self.auth = GatewayAuth(token=token, admin_token=admin_token, keys=keys)
         self._flush = flush
 
     # -- ASGI entry ------------------------------------------------------------------
@@ -166,22 +171,27 @@ class GatewayApp:
         method: str = scope["method"]
         if path == "/health":
             return await send_json(send, 200, b'{"ok":true}')
-        self._check_auth(scope)
+        caller = self.auth.identify(scope["headers"])
         rollout_id: str | None = None
         if path.startswith("/rollouts/"):
-            rollout_id, _, rest = path[len("/rollouts/") :].partition("/")
-            if not rollout_id or not rest.startswith("v1/"):
+            named, _, rest = path[len("/rollouts/") :].partition("/")
+            if not named or not rest.startswith("v1/"):
                 raise GatewayError(404, f"no route {path}: use /rollouts/{{rollout_id}}/v1/...", code="not_found")
             endpoint = rest[3:]
+            rollout_id = self.auth.rollout_of(caller, named, "the path")
         elif path.startswith("/v1/"):
             endpoint = path[4:]
+            named = None
             for name, value in scope["headers"]:
                 if name == _ROLLOUT_HEADER:
-                    rollout_id = value.decode() or None
+                    named = value.decode("latin-1") or None
+            rollout_id = self.auth.rollout_of(caller, named, "the X-Agl-Rollout-Id header")
         elif path.startswith("/admin/"):
+            self.auth.admin_only(caller)
             return await self._admin(path[len("/admin/") :], method, scope, receive, send)
         else:
             raise GatewayError(404, f"no route {path}", code="not_found")
+        await self._check_live(caller)
         endpoint = endpoint.rstrip("/")
         kind = _ENDPOINTS.get(endpoint)
         if kind is not None:
@@ -194,20 +204,10 @@ class GatewayApp:
             return await send_json(send, 200, json.dumps(await self._models()).encode())
         raise GatewayError(404, f"no route {path}", code="not_found")
 
-    def _check_auth(self, scope: dict) -> None:
-        if self._auth is None:
-            return
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                if hmac.compare_digest(value, self._auth):
-                    return
-                break
-        raise GatewayError(
-            401,
-            "missing or wrong bearer token (Authorization: Bearer <token>)",
-            type="authentication_error",
-            code="invalid_api_key",
-        )
+    async def _check_live(self, caller: Caller) -> None:
+        """A rollout key works only while its attempt runs."""
+        if caller.scope == ROLLOUT:
+            await self.registry.check_attempt(caller.rollout_id, caller.attempt)
 
     # -- the LLM pipeline ----------------------------------------------------------------
     async def served_model(self) -> str | None:
@@ -410,6 +410,8 @@ class GatewayApp:
             for replica in dropped:
                 await replica.pool.close()
             out = {"upstreams": [r.url for r in self.router.replicas]}
+        elif action == "rollout_keys":
+            out = {"rollout_key": await self._rollout_key(args.get("rollout_id"))}
         elif action == "flush":
             if self._flush is not None:
                 await asyncio.to_thread(self._flush)
@@ -417,6 +419,22 @@ class GatewayApp:
         else:
             raise GatewayError(404, f"no admin action {action!r}", code="not_found")
         await send_json(send, 200, json.dumps(out).encode())
+
+    async def _rollout_key(self, rollout_id: object) -> str:
+        """The key of the running attempt of ``rollout_id`` (for a tool that starts the agent itself)."""
+        if not isinstance(rollout_id, str) or not rollout_id:
+            raise invalid("rollout_id", "must be a non-empty string")
+        if self.auth.keys is None:
+            raise GatewayError(409, "this gateway has no rollout key secret", code="no_rollout_keys")
+        status, attempt = await asyncio.to_thread(self.registry._status_of, rollout_id)
+        if status.value != "running":
+            raise GatewayError(
+                409,
+                f"rollout {rollout_id!r} is {status.value}: keys are made for running rollouts",
+                param="rollout_id",
+                code="rollout_not_running",
+            )
+        return self.auth.keys.mint(rollout_id, attempt)
 
     def set_model_version(self, version: str | None) -> None:
         """Record ``version`` on calls from now on, and ask the replicas again what they serve."""

@@ -1,10 +1,15 @@
 """Which rollouts the gateway serves, and the order of calls within each.
 
 A rollout id in the URL must name a rollout the store knows; the store is asked
-once per rollout and the answer cached. A rollout that has already ended is still
-served and its calls recorded (late calls are data, never dropped; the store keeps
-late observations by design). Unknown ids are not cached, so a rollout enqueued a
-moment later is found on the next call.
+once per rollout and the answer cached. Unknown ids are not cached, so a rollout
+enqueued a moment later is found on the next call.
+
+A call made with a rollout key (see :mod:`agl_trainer.gateway.auth`) is served only
+while the key's attempt runs: :meth:`RolloutRegistry.check_attempt` asks the store for
+the rollout's status and attempt and keeps the answer ``status_ttl_s`` (1 s), so a key
+stops working at most that long after its rollout ended or was given to a new attempt.
+A call the admin token makes for a rollout is served whatever its status (late calls
+are data; the store keeps late observations by design).
 
 The rollout's settings for its calls (``max_response_tokens``, ``seed``) come with that
 answer and are cached with it: :meth:`RolloutRegistry.settings` gives them.
@@ -18,10 +23,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import time
 from collections import OrderedDict
 from typing import NamedTuple
 
 from agl.errors import NotFound
+from agl.schema import RolloutStatus
 from agl.store.base import Store
 from agl_trainer.gateway.errors import GatewayError
 
@@ -46,9 +53,12 @@ _NO_SETTINGS = RolloutSettings()
 class RolloutRegistry:
     """Caches known rollouts and hands out per-rollout sequence numbers."""
 
-    def __init__(self, store: Store, *, max_cached: int = 100_000):
+    def __init__(self, store: Store, *, max_cached: int = 100_000, status_ttl_s: float = 1.0):
         self.store = store
         self.max_cached = max_cached
+        self.status_ttl_s = status_ttl_s
+        self._status: OrderedDict[str, tuple[float, RolloutStatus, int]] = OrderedDict()
+        self._status_pending: dict[str, asyncio.Future] = {}
         self._seq: OrderedDict[str, itertools.count] = OrderedDict()
         self._settings: dict[str, RolloutSettings] = {}  # only rollouts that have some
         self._pending: dict[str, asyncio.Future] = {}
@@ -71,6 +81,41 @@ class RolloutRegistry:
         """Raise the 404 for a rollout the store does not know."""
         if rollout_id not in self._seq:
             await self._load(rollout_id)
+
+    async def check_attempt(self, rollout_id: str, attempt: int) -> None:
+        """Raise 401 ``rollout_key_expired`` unless attempt ``attempt`` of the rollout is running now."""
+        now = time.monotonic()
+        cached = self._status.get(rollout_id)
+        if cached is None or now - cached[0] > self.status_ttl_s:
+            pending = self._status_pending.get(rollout_id)
+            if pending is None:
+                pending = asyncio.ensure_future(asyncio.to_thread(self._status_of, rollout_id))
+                self._status_pending[rollout_id] = pending
+                pending.add_done_callback(lambda _: self._status_pending.pop(rollout_id, None))
+            status, current = await asyncio.shield(pending)
+            cached = self._status[rollout_id] = (now, status, current)
+            self._status.move_to_end(rollout_id)
+            if len(self._status) > self.max_cached:
+                self._status.popitem(last=False)
+        _, status, current = cached
+        if status != RolloutStatus.RUNNING or current != attempt:
+            state = status.value if current == attempt else f"on attempt {current}"
+            raise GatewayError(
+                401,
+                f"this rollout key has expired: rollout {rollout_id!r} attempt {attempt} is no longer running "
+                f"(the rollout is {state})",
+                type="authentication_error",
+                code="rollout_key_expired",
+            )
+
+    def _status_of(self, rollout_id: str) -> tuple[RolloutStatus, int]:
+        try:
+            rollout = self.store.get_rollout(rollout_id)
+        except NotFound:
+            raise GatewayError(
+                404, f"unknown rollout {rollout_id!r}", param="rollout_id", code="rollout_not_found"
+            ) from None
+        return rollout.status, rollout.attempt
 
     async def _load(self, rollout_id: str) -> itertools.count:
         pending = self._pending.get(rollout_id)

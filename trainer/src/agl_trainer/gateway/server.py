@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from agl.capture.writer import BufferedWriter
-from agl.credentials import new_token
+from agl.credentials import RolloutKeys, new_token
 from agl.store.base import Store
 from agl_trainer.gateway.app import GatewayApp
 from agl_trainer.gateway.pause import PauseGate
@@ -40,10 +40,17 @@ class Gateway:
 
     >>> gw = Gateway(store, upstreams=["http://127.0.0.1:8000/v1"], token="secret")
     >>> gw.start()
-    >>> client = openai.OpenAI(base_url=gw.rollout_base_url(rollout_id), api_key="secret")
+    >>> key = gw.rollout_key(rollout.rollout_id, rollout.attempt)   # a claimed, running rollout
+    >>> client = openai.OpenAI(base_url=gw.rollout_base_url(rollout.rollout_id), api_key=key)
 
-    ``token`` is the bearer token clients must send (a random one when None, readable as
-    ``gw.token``). ``max_in_flight`` bounds requests per replica; beyond it clients get 429.
+    Three credentials (see :mod:`agl_trainer.gateway.auth`): ``token`` for production
+    traffic (calls of no rollout), ``admin_token`` for the ``/admin`` routes, and
+    per-rollout keys made under ``keys`` (a :class:`~agl.credentials.RolloutKeys`; the
+    store server or whoever claims rollouts must make keys under the same secret). Each
+    is random when None, readable as ``gw.token``, ``gw.admin_token``, ``gw.keys``.
+    ``max_in_flight`` bounds requests per replica; beyond it clients get 429.
+    ``status_ttl_s`` is how long the gateway trusts what the store said about a
+    rollout's attempt: a key stops working at most that long after its attempt ended.
     """
 
     def __init__(
@@ -52,6 +59,9 @@ class Gateway:
         upstreams: list[str],
         *,
         token: str | None = None,
+        admin_token: str | None = None,
+        keys: RolloutKeys | None = None,
+        status_ttl_s: float = 1.0,
         host: str = "127.0.0.1",
         port: int = 0,
         max_in_flight: int = 512,
@@ -61,6 +71,10 @@ class Gateway:
     ):
         self.store = store
         self.token = token if token is not None else new_token(24)
+        self.admin_token = admin_token if admin_token is not None else new_token(24)
+        if self.admin_token == self.token:
+            raise ValueError("admin_token: must differ from the gateway token that production clients hold")
+        self.keys = keys if keys is not None else RolloutKeys.generate()
         self.host = host
         self.port = port
         self._own_writer = writer is None
@@ -68,7 +82,7 @@ class Gateway:
         self.router = Router(list(upstreams), max_in_flight=max_in_flight, api_key=upstream_api_key)
         self.recorder = Recorder(self.writer)
         self.recorder.model_version = model_version
-        self.registry = RolloutRegistry(store)
+        self.registry = RolloutRegistry(store, status_ttl_s=status_ttl_s)
         self._gate: PauseGate | None = None
         self.app: GatewayApp | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -101,6 +115,8 @@ class Gateway:
                     registry=self.registry,
                     gate=self._gate,
                     token=self.token,
+                    admin_token=self.admin_token,
+                    keys=self.keys,
                     flush=self.writer.flush,
                 )
                 config = uvicorn.Config(
@@ -181,6 +197,10 @@ class Gateway:
     def rollout_base_url(self, rollout_id: str) -> str:
         """The OpenAI base URL an agent uses inside one rollout."""
         return f"{self.url}/rollouts/{rollout_id}/v1"
+
+    def rollout_key(self, rollout_id: str, attempt: int) -> str:
+        """The key of attempt ``attempt`` of a rollout: the agent's api key while that attempt runs."""
+        return self.keys.mint(rollout_id, attempt)
 
     # -- control ---------------------------------------------------------------------------
     @property
