@@ -122,6 +122,13 @@ def test_tensorboard_and_wandb_hold_every_step_metric_of_the_history(tmp_path, e
     run_id = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["run_id"]
     assert run_id in text and '"val_every": 2' in text
     assert "resource-secret" not in text and '"api_key": "***"' in text
+    from tensorboard.plugins.hparams import metadata
+
+    content = acc.PluginTagToContent(metadata.PLUGIN_NAME)[metadata.SESSION_START_INFO_TAG]
+    hparams = metadata.parse_session_start_info_plugin_data(content).hparams
+    assert hparams["steps"].number_value == 3 and hparams["rollout.concurrency"].number_value == 4
+    assert hparams["plot"].bool_value is False and hparams["rollout.resources.api_key"].string_value == "***"
+    assert hparams["engine_urls"].string_value == json.dumps([engine.url])
 
     # W&B (offline): the same values, at the same steps, in the run's transaction log
     wandb_logger = next(lg for lg in trainer.loggers if lg.name == "wandb")

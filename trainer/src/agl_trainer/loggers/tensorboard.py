@@ -12,7 +12,9 @@ neither torch nor TensorFlow is imported, and a run on a machine without torch
 What goes in: every numeric value of each step record as a scalar, named by
 :func:`~agl_trainer.loggers.base.metric_name` (``train/reward_mean``,
 ``val/success_rate``, ``time/rollout_s``, …) at the step's number, and the
-config once, as the text summary ``config``. A resumed run opens a new event
+config once: as the text summary ``config`` (the whole of it, in the Text tab) and
+as the run's hyperparameters (its leaves, dotted: ``rollout.concurrency``, in the
+HParams tab, to compare runs side by side). A resumed run opens a new event
 file that starts with a session-start event at its first step, so TensorBoard
 drops what the interrupted process had logged for the step it did not finish.
 """
@@ -58,6 +60,7 @@ class TensorBoardLogger(Logger):
         start = SessionLog(status=SessionLog.START, msg=f"agl {run.run_id} from step {run.first_step}")
         self._writer.add_event(Event(wall_time=time.time(), step=run.first_step, session_log=start))
         self._writer.add_event(self._text_event("config", _config_markdown(run), run.first_step))
+        self._writer.add_event(self._hparams_event(run))
         self._writer.flush()
 
     def write(self, step: int, values: dict[str, float]) -> None:
@@ -90,6 +93,39 @@ class TensorBoardLogger(Logger):
         )
         summary = Summary(value=[Summary.Value(tag=tag, metadata=metadata, tensor=tensor)])
         return Event(wall_time=time.time(), step=step, summary=summary)
+
+    @staticmethod
+    def _hparams_event(run: RunInfo) -> Any:
+        """The HParams plugin's session-start summary: the config's leaves as the run's hyperparameters."""
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.plugins.hparams import metadata, plugin_data_pb2
+
+        info = plugin_data_pb2.SessionStartInfo(group_name=run.run_id, start_time_secs=time.time())
+        for key, value in flatten(run.config).items():
+            if isinstance(value, bool):
+                info.hparams[key].bool_value = value
+            elif isinstance(value, int | float):
+                info.hparams[key].number_value = value
+            else:
+                info.hparams[key].string_value = value if isinstance(value, str) else json.dumps(value)
+        content = plugin_data_pb2.HParamsPluginData(session_start_info=info)
+        value = Summary.Value(tag=metadata.SESSION_START_INFO_TAG, metadata=metadata.create_summary_metadata(content))
+        return Event(wall_time=time.time(), step=run.first_step, summary=Summary(value=[value]))
+
+
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config's leaves under dotted keys (``{"rollout": {"concurrency": 4}}`` → ``rollout.concurrency``).
+
+    Lists and empty mappings are leaves; None values are left out.
+    """
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        elif value is not None:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _config_markdown(run: RunInfo) -> str:
