@@ -278,3 +278,18 @@ def test_a_resumed_run_continues_the_same_curves(tmp_path, engine):
     logged = [read_wandb(run_dir) for run_dir in runs]
     assert {r.run.run_id for records in logged for r in records if r.WhichOneof("record_type") == "run"} == {run_id}
     assert [sorted(wandb_history(records)) for records in logged] == [[1, 2], [3]]
+
+
+def test_agl_train_logger_flags_add_to_the_config_files_loggers(tmp_path):
+    import argparse
+
+    from agl_trainer.cli.train import build_config, register
+
+    (tmp_path / "train.yaml").write_text("loggers: [{name: wandb, project: from-file}]\n")
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(
+        ["train", "--config", str(tmp_path / "train.yaml"), "--logger", "tensorboard", "--logger", "wandb"]
+    )
+    loggers = [entry.model_dump() for entry in build_config(args).loggers]
+    assert loggers == [{"name": "wandb", "project": "from-file"}, {"name": "tensorboard"}]
