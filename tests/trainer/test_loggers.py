@@ -293,3 +293,28 @@ def test_agl_train_logger_flags_add_to_the_config_files_loggers(tmp_path):
     )
     loggers = [entry.model_dump() for entry in build_config(args).loggers]
     assert loggers == [{"name": "wandb", "project": "from-file"}, {"name": "tensorboard"}]
+
+
+class _BrokenBackend(TinyBackend):
+    def train_step(self, transitions, step):
+        if step == 2:
+            raise RuntimeError("the backend broke at step 2")
+        return super().train_step(transitions, step)
+
+
+def test_a_run_that_fails_closes_its_loggers_and_wandb_marks_it_failed(tmp_path, engine):
+    from agl.plugins import get_plugin_manager
+
+    loggers = ["tensorboard", {"name": "wandb", "system_metrics": False}]
+    config = small_config(tmp_path, engine, steps=3, loggers=loggers)
+    trainer = Trainer(config, backend=_BrokenBackend(tmp_path / "calls.jsonl"))
+    with pytest.raises(RuntimeError, match="broke at step 2"):
+        trainer.fit(agent, _tasks(2))
+    assert not [name for name, _ in get_plugin_manager().list_name_plugin() if name.startswith("agl_trainer.loggers")]
+    tb, _ = read_tensorboard(tmp_path / "run" / "tensorboard")
+    assert set(tb["train/reward_mean"]) == {1}
+    (run_dir,) = (tmp_path / "run" / "wandb").glob("offline-run-*")
+    records = read_wandb(run_dir)
+    assert sorted(wandb_history(records)) == [1]
+    (exit_record,) = [r.exit for r in records if r.WhichOneof("record_type") == "exit"]
+    assert exit_record.exit_code == 1

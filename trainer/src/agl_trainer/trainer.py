@@ -253,6 +253,9 @@ class Trainer:
                 metrics.append({"kind": "val", "step": cfg.steps + 1, **state["after"]})
                 self._log_evaluation(cfg.steps + 1, state["after"])
             return self._report(state, metrics)
+        except BaseException:
+            self._stop_loggers(failed=True)  # W&B marks the run failed
+            raise
         finally:
             self._stop()
 
@@ -417,14 +420,14 @@ class Trainer:
         for logger in self.loggers:
             logger.log_metrics(step, values)
 
-    def _stop_loggers(self) -> None:
+    def _stop_loggers(self, failed: bool = False) -> None:
         from agl.plugins import get_plugin_manager
 
         pm = get_plugin_manager()
         for logger in self.loggers:
             if pm.is_registered(logger):
                 pm.unregister(logger)
-            logger.finish()
+            logger.finish(failed=failed)
 
     def _stop(self) -> None:
         self._stop_loggers()

@@ -140,8 +140,8 @@ class Logger:
         """Write ``values`` (named by :func:`metric_name`) at ``step``."""
         raise NotImplementedError
 
-    def close(self) -> None:
-        """Flush and release what :meth:`open` took."""
+    def close(self, failed: bool = False) -> None:
+        """Flush and release what :meth:`open` took; ``failed``: the training run ended with an error."""
 
     # -- what the trainer calls ------------------------------------------------------------
     def start(self, run: RunInfo) -> None:
@@ -157,19 +157,22 @@ class Logger:
         if values:
             self._guard(f"step {step}", lambda: self.write(step, values))
 
-    def finish(self) -> None:
-        """Close; a failure here is the one warning too (when there was none before)."""
+    def finish(self, failed: bool = False) -> None:
+        """Close (once; later calls do nothing); a failure here is the one warning too (when there was none before).
+
+        ``failed``: the training run ended with an error (W&B then marks the run failed).
+        """
         if self._opened:
             self._opened = False
-            self._guard("close", self.close, after_failure=True)
+            self._guard("close", lambda: self.close(failed))
 
     @agl.hookimpl
     def agl_step_ended(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Log the training step's metrics (never raises)."""
         self.log_metrics(step, metrics)
 
-    def _guard(self, what: str, action: Callable[[], None], after_failure: bool = False) -> bool:
-        if self.failed is not None and not after_failure:
+    def _guard(self, what: str, action: Callable[[], None]) -> bool:
+        if self.failed is not None:
             return False
         try:
             action()

@@ -71,7 +71,7 @@ class TensorBoardLogger(Logger):
         self._writer.add_event(Event(wall_time=time.time(), step=step, summary=summary))
         self._writer.flush()  # a step takes seconds at least: let a live TensorBoard see it now
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         if self._writer is not None:
             writer, self._writer = self._writer, None
             writer.close()

@@ -90,10 +90,10 @@ class WandbLogger(Logger):
     def write(self, step: int, values: dict[str, float]) -> None:
         self._run.log(values, step=step)
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         if self._run is not None:
             run, self._run = self._run, None
-            run.finish()
+            run.finish(exit_code=1 if failed else 0)
 
 
 __all__ = ["WandbLogger", "WandbOptions"]
