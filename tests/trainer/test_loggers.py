@@ -318,3 +318,20 @@ def test_a_run_that_fails_closes_its_loggers_and_wandb_marks_it_failed(tmp_path,
     assert sorted(wandb_history(records)) == [1]
     (exit_record,) = [r.exit for r in records if r.WhichOneof("record_type") == "exit"]
     assert exit_record.exit_code == 1
+
+
+def test_the_logged_config_hides_secrets_and_keeps_the_rest():
+    from agl_trainer.loggers import redacted
+
+    config = {
+        "store": "postgresql://agl:hunter2@db.local:5432/agl",
+        "gateway": {"token": "t0ken", "url": None, "port": 0},
+        "backend": {"config": {"tokenizer_path": "./model", "hf_token": "hf_x", "api_key": "sk-x", "lr": 1e-6}},
+        "rollout": {"max_response_tokens": 64, "resources": {"client-secret": "s", "keys": ["a", "b"]}},
+    }
+    assert redacted(config) == {
+        "store": "postgresql://agl:***@db.local:5432/agl",
+        "gateway": {"token": "***", "url": None, "port": 0},
+        "backend": {"config": {"tokenizer_path": "./model", "hf_token": "***", "api_key": "***", "lr": 1e-6}},
+        "rollout": {"max_response_tokens": 64, "resources": {"client-secret": "***", "keys": ["a", "b"]}},
+    }

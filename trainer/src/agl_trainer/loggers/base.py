@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict
 
@@ -25,7 +24,8 @@ import agl
 log = logging.getLogger("agl_trainer.loggers")
 
 _GROUPS = ("val", "time", "build")
-_SECRET_KEY = re.compile(r"token|api_?key|password|passwd|secret", re.IGNORECASE)
+# a key naming a secret: "token", "hf_token", "api_key", "client-secret", but not "tokenizer_path"
+_SECRET_KEY = re.compile(r"(^|[_-])(token|api_?key|password|passwd|secret)($|[_-])", re.IGNORECASE)
 
 
 class LoggerOptions(BaseModel):
@@ -88,21 +88,13 @@ def redacted(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [redacted(v) for v in value]
     if isinstance(value, str) and "://" in value and "@" in value:
-        return _hide_password(value)
+        from agl_trainer.cli.run import hide_password
+
+        try:
+            return hide_password(value)
+        except ValueError:  # not a URL after all (a bad port, say): keep nothing of it
+            return "***"
     return value
-
-
-def _hide_password(url: str) -> str:
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return url
-    if password is None:
-        return url
-    host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else (parts.hostname or "")
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class Logger:
@@ -177,17 +169,16 @@ class Logger:
         try:
             action()
         except Exception as exc:
-            if self.failed is None:
-                self.failed = exc
-                log.warning(
-                    "logger %r failed at %s (%s: %s); it logs nothing more in this run, training goes on",
-                    self.name,
-                    what,
-                    type(exc).__name__,
-                    exc,
-                )
-                if what != "close":
-                    self._close_quietly()
+            self.failed = exc
+            log.warning(
+                "logger %r failed at %s (%s: %s); it logs nothing more in this run, training goes on",
+                self.name,
+                what,
+                type(exc).__name__,
+                exc,
+            )
+            if what != "close":
+                self._close_quietly()
             return False
         return True
 
