@@ -289,7 +289,8 @@ def test_agents_reach_the_gateway_and_calls_become_transitions(sqlite_store):
         return 1.0
 
     with FakeEngine() as engine, Gateway(sqlite_store, [engine.url], token="secret", model_version="v0") as gw:
-        counts = _run(Runner(agent, sqlite_store, gateway_url=gw.url, api_key="secret", concurrency=3))
+        # each agent gets its rollout's key (made with the gateway's secret), never the gateway token
+        counts = _run(Runner(agent, sqlite_store, gateway_url=gw.url, rollout_keys=gw.keys, concurrency=3))
         gw.flush()
     assert counts == {"succeeded": 3}
     ts, report = build_transitions(sqlite_store, list(sqlite_store.query_rollouts()))
@@ -333,7 +334,13 @@ def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
     store = SqliteStore(db)
     try:
         with FakeEngine() as engine, Gateway(store, [engine.url], token=RUN_TOKEN, model_version="v7") as gw:
-            env = dict(os.environ, PYTHONPATH=str(REPO / "core" / "src"))
+            # agl run makes the rollout's key with the gateway's secret; the gateway token stays with the caller
+            env = dict(
+                os.environ,
+                PYTHONPATH=str(REPO / "core" / "src"),
+                AGL_ROLLOUT_KEY_SECRET=gw.keys.secret,
+                AGL_GATEWAY_TOKEN=RUN_TOKEN,
+            )
             ok = subprocess.run(
                 [
                     *AGL,
@@ -342,8 +349,6 @@ def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
                     url,
                     "--gateway",
                     gw.url,
-                    "--gateway-token",
-                    RUN_TOKEN,
                     "--input",
                     '{"question": "hi"}',
                     "--max-response-tokens",
@@ -360,16 +365,14 @@ def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
                 timeout=60,
             )
             assert ok.returncode == 0, ok.stderr
-            # it says what it hands the child: the route, the variables, the token shortened
+            # it says what it hands the child: the route, the variables, the rollout's key shortened
             assert f"OPENAI_BASE_URL=OPENAI_API_BASE={gw.url}/rollouts/" in ok.stderr
-            assert (
-                f"OPENAI_API_KEY=the gateway token from --gateway-token: run-... ({len(RUN_TOKEN)} chars)" in ok.stderr
-            )
+            assert "OPENAI_API_KEY=AGL_ROLLOUT_KEY=this rollout's key: agl-... (" in ok.stderr
             assert f"AGL_STORE_URL={url}" in ok.stderr and RUN_TOKEN not in ok.stderr
             seen = json.loads((tmp_path / "ok.json").read_text())
             rid = seen["AGL_ROLLOUT_ID"]
             assert seen["OPENAI_BASE_URL"] == seen["OPENAI_API_BASE"] == f"{gw.url}/rollouts/{rid}/v1"
-            assert seen["OPENAI_API_KEY"] == RUN_TOKEN and seen["AGL_STORE_URL"] == url
+            assert seen["OPENAI_API_KEY"] == gw.rollout_key(rid, 1) and seen["AGL_STORE_URL"] == url
             assert json.loads(seen["AGL_TASK_INPUT"]) == {"question": "hi"}
             assert seen["reply"] == "echo"  # "echo: hello" cut at the rollout's cap of 4 tokens (bytes)
             gw.flush()
@@ -388,8 +391,6 @@ def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
                     url,
                     "--gateway",
                     gw.url,
-                    "--gateway-token",
-                    RUN_TOKEN,
                     "--",
                     sys.executable,
                     "-c",
@@ -413,8 +414,9 @@ def _agl_env(**extra: str) -> dict[str, str]:
     return env | {"PYTHONPATH": str(REPO / "core" / "src")} | extra
 
 
-def test_agl_run_and_the_gateway_read_the_same_token_variable(tmp_path):
-    """Only AGL_GATEWAY_URL and AGL_GATEWAY_TOKEN set, as in the README: the child's call is not a 401."""
+def test_agl_run_and_the_gateway_read_the_same_key_secret_variable(tmp_path):
+    """Only AGL_GATEWAY_URL and AGL_ROLLOUT_KEY_SECRET set, as agl gateway serve prints them:
+    the child's call is not a 401, and the child never sees the secret or a token."""
     from agl.store.sqlite import SqliteStore
     from agl_trainer.gateway import Gateway
 
@@ -430,7 +432,7 @@ def test_agl_run_and_the_gateway_read_the_same_token_variable(tmp_path):
     store = SqliteStore(db)
     try:
         with FakeEngine() as engine, Gateway(store, [engine.url], token=RUN_TOKEN) as gw:
-            env = _agl_env(AGL_GATEWAY_URL=gw.url, AGL_GATEWAY_TOKEN=RUN_TOKEN)
+            env = _agl_env(AGL_GATEWAY_URL=gw.url, AGL_ROLLOUT_KEY_SECRET=gw.keys.secret, AGL_GATEWAY_TOKEN=RUN_TOKEN)
             proc = subprocess.run(
                 [*AGL, "run", "--store", f"sqlite:///{db}", "--", sys.executable, str(script)],
                 env=env,
@@ -440,8 +442,8 @@ def test_agl_run_and_the_gateway_read_the_same_token_variable(tmp_path):
             )
             assert proc.returncode == 0, proc.stderr
             assert proc.stdout.startswith("echo: hi")
-            assert "OPENAI_API_KEY=the gateway token from $AGL_GATEWAY_TOKEN" in proc.stderr
-            assert RUN_TOKEN not in proc.stderr
+            assert "OPENAI_API_KEY=AGL_ROLLOUT_KEY=this rollout's key" in proc.stderr
+            assert RUN_TOKEN not in proc.stderr and gw.keys.secret not in proc.stderr
             gw.flush()
             (rollout,) = store.query_rollouts(status=RolloutStatus.SUCCEEDED)
             assert len(list(store.query_llm_calls(rollout_id=rollout.rollout_id))) == 1
@@ -449,7 +451,7 @@ def test_agl_run_and_the_gateway_read_the_same_token_variable(tmp_path):
         store.close()
 
 
-def test_agl_run_with_a_gateway_and_no_token_says_which_flag(tmp_path):
+def test_agl_run_with_a_gateway_and_no_key_secret_says_which_flag(tmp_path):
     proc = subprocess.run(
         [*AGL, "run", "--store", f"sqlite:///{tmp_path}/a.db", "--gateway", "http://127.0.0.1:9", "--", "true"],
         env=_agl_env(),
@@ -458,8 +460,8 @@ def test_agl_run_with_a_gateway_and_no_token_says_which_flag(tmp_path):
         timeout=60,
     )
     assert proc.returncode == 2
-    assert proc.stderr.count("\n") == 1 and "agl: error: --gateway-token: not set" in proc.stderr
-    assert "$AGL_GATEWAY_TOKEN" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "agl: error: --gateway: no rollout key for the child" in proc.stderr
+    assert "$AGL_ROLLOUT_KEY_SECRET" in proc.stderr
     assert not (tmp_path / "a.db").exists()  # refused before any rollout was claimed
 
 
@@ -502,10 +504,10 @@ def test_agl_runner_process_runs_an_agent_module(tmp_path, sqlite_store):
 
         def agent(task_input, ctx):
             agl.emit_reward(task_input["i"] * 2)
-            return {"seen": ctx.base_url}
+            return {"seen": ctx.base_url, "key": ctx.api_key}
     """,
     )
-    env = dict(os.environ, PYTHONPATH=str(REPO / "core" / "src"))
+    env = dict(os.environ, PYTHONPATH=str(REPO / "core" / "src"), AGL_ROLLOUT_KEY_SECRET="k" * 32)
     proc = subprocess.run(
         [
             *AGL,
@@ -528,13 +530,17 @@ def test_agl_runner_process_runs_an_agent_module(tmp_path, sqlite_store):
     assert proc.returncode == 0, proc.stderr
     assert "5 succeeded" in proc.stdout
     r = sqlite_store.get_rollout("ro2")
-    assert r.output == {"seen": "http://127.0.0.1:9/rollouts/ro2/v1"}
+    from agl.credentials import RolloutKeys
+
+    assert r.output == {"seen": "http://127.0.0.1:9/rollouts/ro2/v1", "key": RolloutKeys("k" * 32).mint("ro2", 1)}
     assert [w.value for w in sqlite_store.query_rewards(rollout_id="ro2")] == [4.0]
 
 
-def test_agl_runner_with_a_gateway_and_no_token_refuses_to_start(tmp_path, sqlite_store):
+def test_agl_runner_with_a_gateway_and_no_key_secret_refuses_to_start(tmp_path, sqlite_store):
     _enqueue(sqlite_store, 1)
-    env = {k: v for k, v in os.environ.items() if k != "AGL_GATEWAY_TOKEN"} | {"PYTHONPATH": str(REPO / "core" / "src")}
+    env = {k: v for k, v in os.environ.items() if k != "AGL_ROLLOUT_KEY_SECRET"} | {
+        "PYTHONPATH": str(REPO / "core" / "src")
+    }
     command = [
         *AGL,
         "runner",
@@ -545,7 +551,7 @@ def test_agl_runner_with_a_gateway_and_no_token_refuses_to_start(tmp_path, sqlit
         "http://127.0.0.1:9",
     ]
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "--gateway-token: not set" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "no rollout key for the agents" in proc.stderr, proc.stderr
     assert sqlite_store.get_rollout("ro0").status == RolloutStatus.QUEUED
 
 

@@ -72,7 +72,6 @@ like any other and shows in every later query; nothing is dropped.
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import threading
@@ -91,9 +90,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
+from agl.credentials import RolloutKeys
 from agl.errors import InvalidTransition, NotFound, StoreUnavailable
 from agl.schema import JSON, LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, Task, short_id
 from agl.store.base import Store
+from agl_trainer.store_auth import ADMIN, RUNNER, Caller, Refused, StoreAuth, redacted
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +251,9 @@ def error_payload(exc: BaseException) -> tuple[int, dict[str, Any]]:
     A 5xx carries no detail of the server (paths, URLs, database text): those are logged
     with the ``request_id`` the payload gives.
     """
+    if isinstance(exc, Refused):
+        kind = "Forbidden" if exc.status == 403 else "Unauthorized"
+        return exc.status, {"type": kind, "field": "Authorization", "reason": exc.reason}
     if isinstance(exc, ValidationError):
         first = exc.errors(include_url=False)[0]
         field = _dotted(first["loc"])
@@ -398,6 +402,7 @@ class _Api:
     def __init__(self, store: Store, max_body_bytes: int):
         self.store = store
         self.max_body_bytes = max_body_bytes
+        self.auth: StoreAuth | None = None  # set by create_app
         self.cache = _IdempotencyCache()
         self.pool = ThreadPoolExecutor(max_workers=BATCH_WORKERS, thread_name_prefix="agl-store-batch")
         self.together = _batch_writer(store)
@@ -471,9 +476,14 @@ class _Api:
 
     async def query_rollouts(self, request: Request) -> Response:
         filters = await self.filters(request, RolloutQuery)
+        if _caller(request.scope).scope == RUNNER:  # the status of rollouts it holds, nothing more
+            if not filters.get("rollout_ids"):
+                raise Refused(403, "rollout_ids: a runner token may ask only about rollouts it names")
+            return self.stream(map(redacted, self.store.query_rollouts(**filters)))
         return self.stream(self.store.query_rollouts(**filters))
 
     async def get_rollout(self, request: Request) -> Response:
+        self._own(request, "path")
         rollout = await self.call(self.store.get_rollout, request.path_params["rollout_id"])
         return _json_response(rollout.model_dump_json())
 
@@ -485,6 +495,7 @@ class _Api:
         return _json_response('{"attempts":[' + ",".join(a.model_dump_json() for a in attempts) + "]}")
 
     async def finish(self, request: Request) -> Response:
+        self._own(request, "path")
         body = await self.body(request, FinishBody)
         rollout = await self.call(
             self.store.finish,
@@ -499,10 +510,12 @@ class _Api:
     async def claim(self, request: Request) -> Response:
         body = await self.body(request, ClaimBody)
         rollouts = await self.call(self.store.claim, body.runner_id, limit=body.limit, claim_id=body.claim_id)
-        return _json_response(b'{"rollouts":' + _ROLLOUT_LIST.dump_json(rollouts) + b"}")
+        return _json_response(self._claimed(rollouts))
 
     async def heartbeat(self, request: Request) -> Response:
         body = await self.body(request, HeartbeatBody)
+        for rid in body.rollout_ids:
+            self.auth.check_rollout(_caller(request.scope), rid, "rollout_ids")
         await self.call(self.store.heartbeat, body.rollout_ids, body.runner_id)
         return _json_response(b'{"ok":true}')
 
@@ -518,16 +531,19 @@ class _Api:
 
     async def add_spans(self, request: Request) -> Response:
         body = await self.body(request, SpansBody)
+        await self.call(self.auth.check_observations, _caller(request.scope), body.spans, "spans")
         await self.call(self.store.add_spans, body.spans)
         return _json_response(b'{"ok":true}')
 
     async def add_llm_calls(self, request: Request) -> Response:
         body = await self.body(request, LLMCallsBody)
+        await self.call(self.auth.check_observations, _caller(request.scope), body.llm_calls, "llm_calls")
         await self.call(self.store.add_llm_calls, body.llm_calls)
         return _json_response(b'{"ok":true}')
 
     async def add_rewards(self, request: Request) -> Response:
         body = await self.body(request, RewardsBody)
+        await self.call(self.auth.check_observations, _caller(request.scope), body.rewards, "rewards")
         await self.call(self.store.add_rewards, body.rewards)
         return _json_response(b'{"ok":true}')
 
@@ -556,7 +572,30 @@ class _Api:
 
     async def batch(self, request: Request) -> Response:
         body = await self.body(request, BatchBody)
+        await self.call(self._check_batch, _caller(request.scope), body)
         return _json_response(await self.call(self._run_batch, body))
+
+    def _check_batch(self, caller: Caller, body: BatchBody) -> None:
+        """A batch within its caller's scope: a rollout key writes and finishes its own rollout only."""
+        if caller.scope == ADMIN:
+            return
+        if caller.scope != RUNNER and body.claims:
+            raise Refused(403, "claims: a rollout key cannot claim rollouts")
+        for item in body.finishes:
+            self.auth.check_rollout(caller, item.rollout_id, "finishes")
+        for kind in ("spans", "llm_calls", "rewards"):
+            items = getattr(body, kind)
+            if items:
+                self.auth.check_observations(caller, items, kind)
+
+    def _own(self, request: Request, where: str) -> None:
+        self.auth.check_rollout(_caller(request.scope), request.path_params["rollout_id"], where)
+
+    def _claimed(self, rollouts: list[Rollout]) -> bytes:
+        """A claim's answer: the rollouts, and each one's key when the server has the key secret."""
+        keys = self.auth.claim_keys(rollouts) if self.auth is not None else None
+        tail = b"}" if keys is None else b',"keys":' + json.dumps(keys).encode() + b"}"
+        return b'{"rollouts":' + _ROLLOUT_LIST.dump_json(rollouts) + tail
 
     async def raw_batch(self, scope, receive, send) -> None:
         """``POST /v1/batch`` as a plain ASGI handler: the hot path of every runner, so it
@@ -591,6 +630,9 @@ class _Api:
                     if not message.get("more_body", False):
                         break
                 body = BatchBody.model_validate_json(b"".join(chunks) or b"{}")
+                caller = _caller(scope)
+                if caller.scope != ADMIN:
+                    await self.call(self._check_batch, caller, body)
                 if self.together is not None and time.monotonic() >= self.inline_after and self.store._writer_free():
                     out = self._run_batch_inline(body)
                 else:
@@ -638,10 +680,7 @@ class _Api:
             return (
                 b'{"claims":['
                 + b",".join(
-                    _error_item(got)
-                    if isinstance(got, BaseException)
-                    else b'{"rollouts":' + _ROLLOUT_LIST.dump_json(got) + b"}"
-                    for got in claimed
+                    _error_item(got) if isinstance(got, BaseException) else self._claimed(got) for got in claimed
                 )
                 + b'],"finishes":['
                 + b",".join(
@@ -676,7 +715,7 @@ class _Api:
             got = self.store.claim(item.runner_id, limit=item.limit, claim_id=item.claim_id)
         except Exception as exc:
             return _error_item(exc)
-        return b'{"rollouts":' + _ROLLOUT_LIST.dump_json(got) + b"}"
+        return self._claimed(got)
 
     def _finish_one(self, item: FinishItem) -> bytes:
         try:
@@ -718,8 +757,17 @@ class _Api:
         ]
 
 
+def _caller(scope: dict) -> Caller:
+    """Who sent the request (set by :class:`BearerAuth`; the admin for an app used without it)."""
+    return scope.get("agl.caller") or _ADMIN
+
+
+_ADMIN = Caller(ADMIN)
+
+
 class BearerAuth:
-    """ASGI middleware: every HTTP request but those under ``open_paths`` needs the token."""
+    """ASGI middleware: every HTTP request but those under ``open_paths`` needs a credential,
+    and gets only the routes of its scope (see :mod:`agl_trainer.store_auth`)."""
 
     def __init__(
         self,
@@ -727,30 +775,39 @@ class BearerAuth:
         token: str,
         open_paths: frozenset[str] = frozenset({"/healthz"}),
         fast_routes: dict[tuple[str, str], Callable[..., Any]] | None = None,
+        auth: StoreAuth | None = None,
     ):
         if not token:
             raise ValueError("token: the store server needs a non-empty bearer token")
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.auth = auth or StoreAuth(None, token=token)  # type: ignore[arg-type]
         self.open_paths = open_paths
         self.fast_routes = fast_routes or {}  # (method, path) -> a plain ASGI handler, past the token check
 
+    async def _refuse(self, scope, receive, send, status: int, reason: str) -> None:
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        kind = "Unauthorized" if status == 401 else "Forbidden"
+        response = JSONResponse(
+            {"error": {"type": kind, "field": "Authorization", "reason": reason}}, status_code=status, headers=headers
+        )
+        await response(scope, receive, send)
+
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http" and scope["path"] not in self.open_paths:
-            given = b""
-            for name, value in scope["headers"]:
-                if name == b"authorization":
-                    given = value
-                    break
-            if not hmac.compare_digest(given, self.expected):
-                reason = "missing bearer token" if not given else "wrong bearer token"
-                response = JSONResponse(
-                    {"error": {"type": "Unauthorized", "field": "Authorization", "reason": reason}},
-                    status_code=401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-                await response(scope, receive, send)
-                return
+            caller = self.auth.identify(scope["headers"])
+            if caller is None:
+                given = any(name == b"authorization" for name, _ in scope["headers"])
+                reason = "wrong bearer token" if given else "missing bearer token"
+                return await self._refuse(scope, receive, send, 401, reason)
+            if not self.auth.allows_route(caller, scope["method"], scope["path"]):
+                reason = f"{scope['method']} {scope['path']} is outside the {caller.scope} scope of this credential"
+                return await self._refuse(scope, receive, send, 403, reason)
+            if caller.rollout_id is not None:
+                try:
+                    await anyio.to_thread.run_sync(self.auth.check_live, caller)
+                except Refused as exc:
+                    return await self._refuse(scope, receive, send, exc.status, exc.reason)
+            scope["agl.caller"] = caller
             fast = self.fast_routes.get((scope["method"], scope["path"]))
             if fast is not None:
                 await fast(scope, receive, send)
@@ -903,12 +960,17 @@ def create_app(
     store: Store,
     *,
     token: str,
+    runner_token: str | None = None,
+    keys: RolloutKeys | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_lock_wait_s: float | None = DEFAULT_MAX_LOCK_WAIT_S,
 ) -> Any:
     """The ASGI app serving ``store``: the routes in this module's docstring plus plugin routes.
 
-    ``token`` is the bearer token every route but ``/healthz`` requires. ``max_body_bytes``
+    ``token`` is the admin's bearer token (every route but ``/healthz`` requires a
+    credential); ``runner_token`` the runners' and ``keys`` the secret of rollout keys,
+    which claims hand out and which open their own rollout only (see
+    :mod:`agl_trainer.store_auth`). ``max_body_bytes``
     bounds every request body, before and after decompression (413 beyond).
     ``max_lock_wait_s`` bounds how long a SQL store retries a locked database before the
     request is answered 503 (it lowers the store's ``max_wait_s``; None leaves it).
@@ -919,7 +981,9 @@ def create_app(
         raise ValueError(f"max_lock_wait_s: must be at least 0, got {max_lock_wait_s}")
     _bound_lock_wait(store, max_lock_wait_s)
     api = _Api(store, max_body_bytes)
+    api.auth = StoreAuth(store, token=token, runner_token=runner_token, keys=keys)
     handlers = {
+        Refused: lambda request, exc: _error_response(exc),
         ValidationError: lambda request, exc: _error_response(exc),
         NotFound: lambda request, exc: _error_response(exc),
         InvalidTransition: lambda request, exc: _error_response(exc),
@@ -934,7 +998,9 @@ def create_app(
     app = Starlette(routes=[*api.routes(), *_plugin_routes(store)], exception_handlers=handlers)
     app.state.store = store
     limited = BodyLimits(app, max_body_bytes)
-    auth = BearerAuth(limited, token, fast_routes={("POST", "/v1/batch"): BodyLimits(api.raw_batch, max_body_bytes)})
+    auth = BearerAuth(
+        limited, token, fast_routes={("POST", "/v1/batch"): BodyLimits(api.raw_batch, max_body_bytes)}, auth=api.auth
+    )
     auth.close = api.close
     return auth
 

@@ -1,7 +1,11 @@
 """The client of the store server: the full :class:`agl.store.Store` interface over HTTP.
 
-``HttpStore("http://127.0.0.1:4317")`` (token from ``token=`` or ``AGL_STORE_TOKEN``)
-talks to ``agl store serve`` (see :mod:`agl_trainer.store_server` for the routes).
+``HttpStore("http://127.0.0.1:4317")`` (token from ``token=``, else ``$AGL_STORE_TOKEN``,
+else ``$AGL_ROLLOUT_KEY``, the rollout key ``agl run`` gives its child) talks to ``agl
+store serve`` (see :mod:`agl_trainer.store_server` for the routes and
+:mod:`agl_trainer.store_auth` for what each credential may do). A claim's answer carries
+each claimed rollout's key when the server has the key secret: :meth:`HttpStore.rollout_key`
+gives it to the runner, which hands it to the agent.
 
 Writes that many threads make at once are coalesced: ``add_spans``,
 ``add_llm_calls``, ``add_rewards``, ``claim`` and ``finish`` calls waiting at the
@@ -68,6 +72,8 @@ log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 
 RETRY_STATUSES = frozenset({502, 503, 504})
+MAX_KEPT_KEYS = 100_000
+"""Rollout keys from claim answers kept for :meth:`HttpStore.rollout_key`, the oldest dropped first."""
 MAX_BATCH_BYTES = 8 * 1024 * 1024
 """Largest body the coalescer builds; one caller's larger write is split to fit."""
 
@@ -83,6 +89,10 @@ _KINDS = ("spans", "llm_calls", "rewards", "claims", "finishes")
 
 class Unauthorized(AglError, PermissionError):
     """The server refused the bearer token (or none was given)."""
+
+
+class Forbidden(AglError, PermissionError):
+    """The credential is valid, but the request is outside its scope (a runner token, a rollout key)."""
 
 
 class RequestRejected(AglError, ValueError):
@@ -106,6 +116,8 @@ def error_from(status: int, error: dict[str, Any]) -> Exception:
         return RequestRejected(status, str(error.get("field", "body")), reason)
     if status == 401:
         return Unauthorized(f"store server: {reason} (pass token= or set AGL_STORE_TOKEN)")
+    if status == 403:
+        return Forbidden(f"store server: {reason}")
     if status == 503:
         return StoreUnavailable(f"store server: {reason}")
     return AglError(f"store server answered {status}: {error.get('type', 'error')}: {reason}")
@@ -343,7 +355,8 @@ class HttpStore(Store):
         if senders < 1:
             raise ValueError(f"senders: must be at least 1, got {senders}")
         self.url = url.rstrip("/")
-        token = token if token is not None else os.environ.get("AGL_STORE_TOKEN")
+        if token is None:
+            token = os.environ.get("AGL_STORE_TOKEN") or os.environ.get("AGL_ROLLOUT_KEY")
         self.retries = retries
         self.backoff_s = backoff_s
         headers = {"User-Agent": "agl-http-store"}
@@ -354,6 +367,8 @@ class HttpStore(Store):
         self._batch = _BatchConnections(self.url, headers, timeout_s, max_connections) if http_url else None
         self._coalescer = _Coalescer(self, senders, max_batch_bytes, linger_s)
         self._closed = False
+        self._keys: dict[tuple[str, int], str] = {}
+        self._keys_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"HttpStore({self.url!r})"
@@ -505,7 +520,21 @@ class HttpStore(Store):
             raise ValueError(f"limit: must be at least 1, got {limit}")
         payload = {"runner_id": runner_id, "limit": limit, "claim_id": claim_id or f"claim-{uuid.uuid4().hex}"}
         [result] = self._coalescer.submit([_Op("claims", json.dumps(payload).encode())])
-        return _ROLLOUTS.validate_python(result["rollouts"])
+        claimed = _ROLLOUTS.validate_python(result["rollouts"])
+        keys = result.get("keys") or {}
+        if keys:
+            with self._keys_lock:
+                for r in claimed:
+                    if r.rollout_id in keys:
+                        self._keys[(r.rollout_id, r.attempt)] = keys[r.rollout_id]
+                while len(self._keys) > MAX_KEPT_KEYS:
+                    self._keys.pop(next(iter(self._keys)))
+        return claimed
+
+    def rollout_key(self, rollout_id: str, attempt: int) -> str | None:
+        """The key the server handed out when this process claimed the attempt (None: it gave none)."""
+        with self._keys_lock:
+            return self._keys.get((rollout_id, attempt))
 
     def heartbeat(self, rollout_ids: Sequence[str], runner_id: str) -> None:
         self._post("/v1/heartbeats", {"runner_id": runner_id, "rollout_ids": list(rollout_ids)})

@@ -7,13 +7,12 @@ The store comes from ``--store URL``, else ``$AGL_STORE_URL``, else ``.agl/agl.d
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections import defaultdict
 from typing import Any
 
-from agl.credentials import new_token
+from agl.credentials import RolloutKeys, new_token, read_token
 from agl.errors import ConfigError
 from agl_trainer.cli._common import STORE_HELP, add_store_argument
 
@@ -23,6 +22,7 @@ LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 def _store_arg(parser: argparse.ArgumentParser) -> None:
     add_store_argument(parser)
     parser.add_argument("--token", help="bearer token for an http:// store (default: $AGL_STORE_TOKEN)")
+    parser.add_argument("--token-file", metavar="PATH", help="file holding --token (kept out of the process list)")
 
 
 def register(subparsers) -> None:
@@ -33,7 +33,22 @@ def register(subparsers) -> None:
     add_store_argument(serve, help="the store to serve, created if missing; " + STORE_HELP)
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=4317, help="port to bind (default 4317)")
-    serve.add_argument("--token", help="bearer token clients must send (default: $AGL_STORE_TOKEN, else a new one)")
+    serve.add_argument(
+        "--token", help="the admin's bearer token: every route (default: $AGL_STORE_TOKEN, else a new one)"
+    )
+    serve.add_argument("--token-file", metavar="PATH", help="file holding --token (kept out of the process list)")
+    serve.add_argument(
+        "--runner-token",
+        help="the runners' bearer token: claim, heartbeat, finish, write running rollouts' observations "
+        "(default: $AGL_STORE_RUNNER_TOKEN; none: no runner scope)",
+    )
+    serve.add_argument("--runner-token-file", metavar="PATH", help="file holding --runner-token")
+    serve.add_argument(
+        "--rollout-key-secret-file",
+        metavar="PATH",
+        help="file holding the secret rollout keys are made with, the gateway's (default: "
+        "$AGL_ROLLOUT_KEY_SECRET; none: claims hand out no keys and rollout keys are refused)",
+    )
     serve.add_argument("--max-body-mb", type=float, default=32.0, help="largest request body in MiB (default 32)")
     serve.set_defaults(func=run_serve)
 
@@ -72,8 +87,10 @@ def _open(args):
 
     url = args.store or default_store_url()
     options = {}
-    if url.startswith(("http://", "https://")) and getattr(args, "token", None):
-        options["token"] = args.token
+    if url.startswith(("http://", "https://")):
+        token = read_token("--token", getattr(args, "token", None), getattr(args, "token_file", None))
+        if token:
+            options["token"] = token
     return open_store(url, create=False, **options)
 
 
@@ -112,7 +129,9 @@ def run_serve(args) -> int:
         raise ConfigError(f"--port: must be between 0 and 65535, got {args.port}")
     if args.max_body_mb <= 0:
         raise ConfigError(f"--max-body-mb: must be positive, got {args.max_body_mb}")
-    token = args.token or os.environ.get("AGL_STORE_TOKEN")
+    token = read_token("--token", args.token, args.token_file, "AGL_STORE_TOKEN")
+    runner_token = read_token("--runner-token", args.runner_token, args.runner_token_file, "AGL_STORE_RUNNER_TOKEN")
+    keys = RolloutKeys.from_env(args.rollout_key_secret_file)
     if not token:
         token = new_token(24)
         print(f"agl store: no token given; clients must send this one (AGL_STORE_TOKEN={token})", flush=True)
@@ -124,7 +143,19 @@ def run_serve(args) -> int:
     store = open_store(url)
     try:
         print(f"agl store: serving {store!r} on http://{args.host}:{args.port}", flush=True)
-        serve(store, token=token, host=args.host, port=args.port, max_body_bytes=int(args.max_body_mb * 1024 * 1024))
+        if runner_token:
+            print("agl store: runners may use the runner token (claim, heartbeat, finish, observations)", flush=True)
+        if keys is not None:
+            print("agl store: claims hand out rollout keys (the key secret is set)", flush=True)
+        serve(
+            store,
+            token=token,
+            runner_token=runner_token,
+            keys=keys,
+            host=args.host,
+            port=args.port,
+            max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+        )
     finally:
         store.close()
     return 0

@@ -1,0 +1,209 @@
+"""Who may do what on the store server: three scopes, told apart by the bearer credential.
+
+- **admin** (``--token``, ``$AGL_STORE_TOKEN``): every route. The trainer, ``agl rollouts``.
+- **runner** (``--runner-token``, ``$AGL_STORE_RUNNER_TOKEN``): what running rollouts needs and
+  no more: claim (the answer carries each claimed rollout's key, when the server has the key
+  secret), heartbeat, finish, and write spans, LLM calls and rewards of *running* rollouts
+  (or of no rollout: production traffic). It may ask the status of rollouts it names by id
+  (``/v1/rollouts/query`` with ``rollout_ids``), their output and error left out. It cannot
+  enqueue, cancel, expire, read tasks, observations or model versions, or list rollouts.
+- **rollout** (a rollout key, :class:`agl.credentials.RolloutKeys`, when the server has the
+  secret): its own rollout only, while its attempt runs: write that rollout's spans, LLM
+  calls and rewards, heartbeat it, finish it, read it. This is what ``agl run`` hands its child.
+
+A refused route is 403 naming the scope; an observation of another rollout is 403 naming
+the rollout. Whether a rollout runs is asked of the store and kept ``status_ttl_s`` (1 s).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from agl.credentials import RolloutKeys, bearer, looks_like_rollout_key, same_token
+from agl.schema import RolloutStatus
+from agl.store.base import Store
+
+ADMIN, RUNNER, ROLLOUT = "admin", "runner", "rollout"
+
+_RUNNER_ROUTES = frozenset(
+    {
+        ("POST", "/v1/claims"),
+        ("POST", "/v1/heartbeats"),
+        ("POST", "/v1/batch"),
+        ("POST", "/v1/spans"),
+        ("POST", "/v1/llm_calls"),
+        ("POST", "/v1/rewards"),
+        ("GET", "/v1/rollouts/query"),
+        ("POST", "/v1/rollouts/query"),
+    }
+)
+_ROLLOUT_ROUTES = frozenset(
+    {
+        ("POST", "/v1/heartbeats"),
+        ("POST", "/v1/batch"),
+        ("POST", "/v1/spans"),
+        ("POST", "/v1/llm_calls"),
+        ("POST", "/v1/rewards"),
+    }
+)
+
+
+class Caller(NamedTuple):
+    """Who sent a request: its scope, and for a rollout key the rollout and attempt."""
+
+    scope: str
+    rollout_id: str | None = None
+    attempt: int | None = None
+
+
+class Refused(Exception):
+    """A request outside its caller's scope (403), or with a credential that no longer works (401)."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def _is_finish(method: str, path: str) -> bool:
+    return method == "POST" and path.startswith("/v1/rollouts/") and path.endswith("/finish")
+
+
+def _is_rollout_read(method: str, path: str) -> bool:
+    return (
+        method == "GET"
+        and path.startswith("/v1/rollouts/")
+        and path != "/v1/rollouts/query"
+        and not path.endswith("/attempts")
+    )
+
+
+class StoreAuth:
+    """Tells callers apart, refuses routes outside their scope, and checks what they write."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        token: str,
+        runner_token: str | None = None,
+        keys: RolloutKeys | None = None,
+        status_ttl_s: float = 1.0,
+        max_cached: int = 100_000,
+    ):
+        if not token:
+            raise ValueError("token: the store server needs a non-empty bearer token")
+        if runner_token is not None and same_token(runner_token, token):
+            raise ValueError("runner_token: must differ from the admin token")
+        self.store = store
+        self.token = token
+        self.runner_token = runner_token
+        self.keys = keys
+        self.status_ttl_s = status_ttl_s
+        self.max_cached = max_cached
+        self._status: OrderedDict[str, tuple[float, RolloutStatus, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # -- who ---------------------------------------------------------------------------
+    def identify(self, headers: Iterable[tuple[bytes, bytes]]) -> Caller | None:
+        """The caller, or None for a missing or wrong credential."""
+        given = None
+        for name, value in headers:
+            if name == b"authorization":
+                given = bearer(value)
+                break
+        if given is None:
+            return None
+        if same_token(given, self.token):
+            return Caller(ADMIN)
+        if same_token(given, self.runner_token):
+            return Caller(RUNNER)
+        if self.keys is not None and looks_like_rollout_key(given):
+            found = self.keys.check(given)
+            if found is not None:
+                return Caller(ROLLOUT, found[0], found[1])
+        return None
+
+    def allows_route(self, caller: Caller, method: str, path: str) -> bool:
+        """Whether the route is in the caller's scope (what it may send there is checked later)."""
+        if caller.scope == ADMIN:
+            return True
+        if caller.scope == RUNNER:
+            return (method, path) in _RUNNER_ROUTES or _is_finish(method, path)
+        return (method, path) in _ROLLOUT_ROUTES or _is_finish(method, path) or _is_rollout_read(method, path)
+
+    # -- what --------------------------------------------------------------------------
+    def check_live(self, caller: Caller) -> None:
+        """A rollout key works only while its attempt runs (401 once it ended)."""
+        if caller.scope != ROLLOUT:
+            return
+        status, attempt = self._statuses([caller.rollout_id]).get(caller.rollout_id, (None, None))
+        if status != RolloutStatus.RUNNING or attempt != caller.attempt:
+            raise Refused(
+                401,
+                f"this rollout key has expired: rollout {caller.rollout_id!r} attempt {caller.attempt} "
+                "is no longer running",
+            )
+
+    def check_rollout(self, caller: Caller, rollout_id: str | None, what: str) -> None:
+        """``what`` names ``rollout_id``: refused unless the caller may touch that rollout."""
+        if caller.scope == ROLLOUT and rollout_id != caller.rollout_id:
+            raise Refused(403, f"{what}: a rollout key is for its own rollout only, not {rollout_id!r}")
+
+    def check_observations(self, caller: Caller, items: Iterable[Any], field: str) -> None:
+        """Spans, LLM calls or rewards a caller writes: a rollout key's own rollout; a runner's
+        running rollouts (or none: production traffic)."""
+        if caller.scope == ADMIN:
+            return
+        ids = {item.rollout_id for item in items}
+        if caller.scope == ROLLOUT:
+            for rid in ids:
+                self.check_rollout(caller, rid, field)
+            return
+        ids.discard(None)
+        if not ids:
+            return
+        statuses = self._statuses(sorted(ids))
+        for rid in sorted(ids):
+            status = statuses.get(rid)
+            if status is None or status[0] != RolloutStatus.RUNNING:
+                state = "unknown" if status is None else status[0].value
+                raise Refused(403, f"{field}: rollout {rid!r} is {state}: a runner writes only running rollouts")
+
+    def _statuses(self, rollout_ids: list[str]) -> dict[str, tuple[RolloutStatus, int]]:
+        """``{rollout_id: (status, attempt)}`` for the known ones, from the cache or the store."""
+        now = time.monotonic()
+        out: dict[str, tuple[RolloutStatus, int]] = {}
+        missing = []
+        with self._lock:
+            for rid in rollout_ids:
+                hit = self._status.get(rid)
+                if hit is not None and now - hit[0] <= self.status_ttl_s:
+                    out[rid] = (hit[1], hit[2])
+                else:
+                    missing.append(rid)
+        if missing:
+            found = list(self.store.query_rollouts(rollout_ids=missing))
+            with self._lock:
+                for r in found:
+                    out[r.rollout_id] = (r.status, r.attempt)
+                    self._status[r.rollout_id] = (now, r.status, r.attempt)
+                    self._status.move_to_end(r.rollout_id)
+                while len(self._status) > self.max_cached:
+                    self._status.popitem(last=False)
+        return out
+
+    def claim_keys(self, rollouts: Iterable[Any]) -> dict[str, str] | None:
+        """The key of each claimed rollout, for the claim's answer (None without a secret)."""
+        if self.keys is None:
+            return None
+        return {r.rollout_id: self.keys.mint(r.rollout_id, r.attempt) for r in rollouts}
+
+
+def redacted(rollout: Any) -> Any:
+    """A rollout as a runner may see one it did not claim in this request: no output, error or task."""
+    return rollout.model_copy(update={"output": None, "error": None, "task": None})
