@@ -26,7 +26,8 @@ class GatewayRollout:
         self.rollout_id = rollout_id
         self.base_url = gateway.rollout_base_url(rollout_id)
         self.writer = BufferedWriter(store, interval_s=0.05)
-        self.ctx = RolloutContext(rollout_id=rollout_id, base_url=self.base_url, api_key=TOKEN, writer=self.writer)
+        self.key = gateway.rollout_key(rollout_id, store.get_rollout(rollout_id).attempt)  # the agent's only key
+        self.ctx = RolloutContext(rollout_id=rollout_id, base_url=self.base_url, api_key=self.key, writer=self.writer)
 
     def spans(self, kind: str | None = None) -> list[agl.Span]:
         self.writer.flush()

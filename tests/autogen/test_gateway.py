@@ -27,7 +27,7 @@ def lookup(city: str) -> str:
 async def test_assistant_with_tool_yields_engine_transitions(gateway_rollout):
     rig = gateway_rollout
     client = OpenAIChatCompletionClient(
-        model="gpt-4o", base_url=rig.base_url, api_key="test-token", model_info=MODEL_INFO, max_retries=0
+        model="gpt-4o", base_url=rig.base_url, api_key=rig.key, model_info=MODEL_INFO, max_retries=0
     )
     agent = AssistantAgent(
         "forecaster",

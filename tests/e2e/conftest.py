@@ -63,6 +63,7 @@ class Stack:
             if not k.startswith(("OPENAI_", "AGL_")) and k not in ("PYTEST_CURRENT_TEST",)
         }
         env.update({"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **switch})
+        env["AGL_ROLLOUT_KEY"] = self.gateway.rollout_key(rid, claimed.attempt)  # as a runner hands it on
         agl = str(Path(sys.executable).parent / "agl")
         cmd = [
             agl,
@@ -71,8 +72,6 @@ class Stack:
             self.store_url,
             "--gateway",
             self.gateway.url,
-            "--gateway-token",
-            TOKEN,
             "--rollout-id",
             rid,
             "--timeout",

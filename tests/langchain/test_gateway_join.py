@@ -66,8 +66,9 @@ class Harness:
         self._n = 0
 
     def model(self, rollout_id: str, **kwargs) -> ChatOpenAI:
+        key = self.gateway.rollout_key(rollout_id, self.store.get_rollout(rollout_id).attempt)  # the agent's key
         return ChatOpenAI(
-            base_url=self.gateway.rollout_base_url(rollout_id), api_key=TOKEN, model="anything", max_retries=0, **kwargs
+            base_url=self.gateway.rollout_base_url(rollout_id), api_key=key, model="anything", max_retries=0, **kwargs
         )
 
     def rollout(self) -> str:
