@@ -379,7 +379,10 @@ def test_one_bad_item_does_not_hold_back_the_rest(tmp_path):
         for s in _spans(5):
             w.put(s)
         w.flush(timeout_s=5)
-        assert sorted(s.span_id for s in store.query_spans(rollout_id="ro")) == ["s0", "s1", "s3", "s4"]
+        stored = list(store.query_spans(rollout_id="ro"))
+        assert sorted(s.span_id for s in stored if s.name != "agl.dropped") == ["s0", "s1", "s3", "s4"]
+        [marker] = [s for s in stored if s.name == "agl.dropped"]  # the rollout's record of the loss
+        assert marker.attributes["agl.dropped.span"] == 1 and w.dropped == {"span": 1}
         [(item, error)] = w.rejected
         assert item.span_id == "s2" and "span_id" in str(error)
         assert w.pending() == 0

@@ -1,44 +1,90 @@
-"""A buffered writer that never makes the agent's thread wait on I/O.
+"""A buffered writer that never makes the agent's thread wait on I/O, and never wedges.
 
 Observations (spans, rewards, LLM call records) are appended to an in-memory
 buffer; a background thread writes them to the store in batches when the buffer
 holds ``batch_size`` items, every ``interval_s`` seconds, when a rollout ends
 (:meth:`BufferedWriter.flush`) and at interpreter exit.
 
-Nothing accepted is dropped quietly:
+What happens when a write fails depends on why:
 
-- a write that fails transiently (the store is locked, down or unreachable) puts
-  the batch back and is retried with backoff, for as long as the process lives;
-- a batch the store refuses as bad input (``ValueError``/``TypeError``) is written
-  item by item, so one bad item cannot hold back the rest; items refused on their
-  own are kept in :attr:`BufferedWriter.rejected` and logged as errors;
-- at interpreter exit every writer is flushed (for up to ``exit_timeout_s``); what
-  still cannot be written is logged as an error with its count.
+- **transient** (the store is down, locked or unreachable: connection errors,
+  503): the batch is put back and retried with backoff (with jitter) for up to
+  ``retry_for_s`` seconds of continuous failure; past that, what cannot be
+  written is dropped and counted. One line is logged when the store goes away
+  and one when it is back.
+- **bad input** (the store refused the data: ``ValueError``/``TypeError``, which
+  the HTTP store raises for a 4xx, or a database integrity/data error): the batch
+  is split in halves until the refused items are alone; they are dropped, the
+  rest is written.
+- **anything else** (a 500 from a store server, which may be the server's bug
+  or the input's): the batch is split the same way. A lone item that fails while
+  others in its batch were written is tried once more, then dropped; if nothing
+  could be written, the store is taken to be down and the batch is retried as
+  transient.
+
+Dropped items are counted by kind in :attr:`BufferedWriter.dropped`, the last
+``max_rejected`` are kept with the reason in :attr:`BufferedWriter.rejected`, and
+each rollout that lost observations gets a span named ``agl.dropped`` (kind
+``custom``, status ``error``) whose attributes count them by kind
+(``agl.dropped.span``, ``agl.dropped.llm_call``, ``agl.dropped.reward``) and give
+the first reason (``agl.dropped.reason``); it goes out with the next write.
+
+:meth:`BufferedWriter.flush` waits for the background thread with an optional
+timeout, so a caller is never held longer than it asked. At interpreter exit
+every writer is flushed (for up to ``exit_timeout_s``); what still cannot be
+written is logged as an error with its count.
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
+import random
 import threading
 import time
 import weakref
 from collections import deque
+from typing import Literal
 
 from agl.errors import StoreUnavailable
-from agl.schema import LLMCall, Reward, Span
+from agl.schema import LLMCall, Reward, Span, new_id
 from agl.store.base import Store
 
 log = logging.getLogger(__name__)
 
 Item = Span | Reward | LLMCall
+Entry = tuple[int, Item]  # (sequence number, item): the order put() accepted it in
 
 _MAX_BACKOFF_S = 5.0
+_JOIN_S = 5.0
+DROPPED_SPAN = "agl.dropped"
+"""Name of the span that records a rollout's dropped observations."""
+
+Failure = Literal["transient", "bad_input", "unknown"]
+
+# Database errors that mean "this row cannot be stored", whatever the driver (sqlite3, psycopg).
+_DATA_ERRORS = frozenset({"IntegrityError", "DataError", "NumericValueOutOfRange"})
 
 
-def _is_bad_input(exc: BaseException) -> bool:
-    """Whether the store refused the data itself, so retrying the same batch cannot help."""
-    return isinstance(exc, (ValueError, TypeError)) and not isinstance(exc, StoreUnavailable)
+def classify(exc: BaseException) -> Failure:
+    """Why a write failed: the store is away, the data is bad, or it cannot be told."""
+    if isinstance(exc, (StoreUnavailable, OSError, TimeoutError)):
+        return "transient"  # includes connection errors and a refused token (PermissionError)
+    if isinstance(exc, (ValueError, TypeError, OverflowError, KeyError)):
+        return "bad_input"
+    if any(cls.__name__ in _DATA_ERRORS for cls in type(exc).__mro__):
+        return "bad_input"
+    return "unknown"
+
+
+def kind_of(item: Item) -> str:
+    """``span``, ``reward`` or ``llm_call``: how an item is counted."""
+    if isinstance(item, Span):
+        return "span"
+    if isinstance(item, Reward):
+        return "reward"
+    return "llm_call"
 
 
 def _item_id(item: Item) -> str:
@@ -54,7 +100,9 @@ class BufferedWriter:
 
     ``put`` only appends to memory; it waits only when ``max_buffered`` items are
     already waiting for a store that cannot keep up (back-pressure instead of
-    unbounded memory).
+    unbounded memory). ``retry_for_s`` bounds how long a store that keeps failing
+    transiently is retried before its items are dropped (None: for as long as the
+    process lives).
     """
 
     def __init__(
@@ -65,6 +113,8 @@ class BufferedWriter:
         interval_s: float = 0.2,
         max_buffered: int = 200_000,
         exit_timeout_s: float = 30.0,
+        retry_for_s: float | None = 600.0,
+        max_rejected: int = 100,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
@@ -72,22 +122,36 @@ class BufferedWriter:
             raise ValueError(f"interval_s: must be positive, got {interval_s}")
         if max_buffered < batch_size:
             raise ValueError(f"max_buffered: must be at least batch_size ({batch_size}), got {max_buffered}")
+        if retry_for_s is not None and retry_for_s <= 0:
+            raise ValueError(f"retry_for_s: must be positive (or None), got {retry_for_s}")
         self.store = store
         self.batch_size = batch_size
         self.interval_s = interval_s
         self.max_buffered = max_buffered
         self.exit_timeout_s = exit_timeout_s
+        self.retry_for_s = retry_for_s
         self.written = 0
         """Items the store has acknowledged."""
         self.write_errors = 0
-        """Failed write attempts so far (each retried or isolated)."""
+        """Failed write attempts so far (each retried, split or dropped)."""
+        self.dropped: dict[str, int] = {}
+        """Items given up on, by kind (``span``, ``llm_call``, ``reward``): refused, or past ``retry_for_s``."""
         self.last_error: BaseException | None = None
-        self.rejected: list[tuple[Item, BaseException]] = []
-        """Items the store refused as bad input, with the reason."""
-        self._buffer: deque[Item] = deque()
-        self._wake = threading.Event()
-        self._lock = threading.Lock()  # held by whoever is writing a batch
+        self.rejected: deque[tuple[Item, BaseException]] = deque(maxlen=max_rejected)
+        """The last items dropped, with the reason."""
+        self._buffer: deque[Entry] = deque()
+        self._seqs = itertools.count(1)
+        self._put_lock = threading.Lock()
+        self._state = threading.Condition()  # guards what is taken from the buffer and in flight
+        self._inflight: int | None = None  # oldest sequence number being written
+        self._inflight_left = 0  # items of that batch not yet written or dropped
+        self._wake = threading.Event()  # a full batch, or a flush, wants a write
+        self._urgent = threading.Event()  # a flush or close: cut a backoff short
         self._space = threading.Condition()
+        self._failing_since: float | None = None
+        # rollout -> (dropped counts by kind, first reason, oldest dropped sequence number)
+        self._lost: dict[str | None, tuple[dict[str, int], str, int]] = {}
+        self._closing = False
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="agl-writer", daemon=True)
         self._thread.start()
@@ -96,115 +160,256 @@ class BufferedWriter:
         self._at_exit = _ExitFlush(self)
         atexit.register(self._at_exit)
 
+    # -- the caller's side -------------------------------------------------------------
     def put(self, item: Item) -> None:
         """Buffer one observation and return at once (unless ``max_buffered`` items wait)."""
-        if self._closed:
+        if self._closing:
             raise RuntimeError(f"the writer is closed; {_item_id(item)} was not accepted")
-        if len(self._buffer) >= self.max_buffered:
+        if self.pending() >= self.max_buffered:
             self._wait_for_space()
-        self._buffer.append(item)
+        with self._put_lock:
+            self._buffer.append((next(self._seqs), item))
         if len(self._buffer) >= self.batch_size:
             self._wake.set()
 
     def _wait_for_space(self) -> None:
-        log.warning("agl writer: %d observations buffered, waiting for the store", len(self._buffer))
+        log.warning("agl writer: %d observations buffered, waiting for the store", self.pending())
         self._wake.set()
         with self._space:
-            self._space.wait_for(lambda: len(self._buffer) < self.max_buffered or self._closed, timeout=60)
+            self._space.wait_for(lambda: self.pending() < self.max_buffered or self._closed, timeout=60)
 
     def flush(self, timeout_s: float | None = None) -> None:
-        """Write everything buffered so far; return once the store has it.
+        """Return once everything put so far is written (or dropped and counted).
 
-        While the store fails transiently this keeps retrying; with ``timeout_s`` it
-        gives up after that long with :class:`~agl.errors.StoreUnavailable` (the
-        items stay buffered and are retried later).
+        With ``timeout_s``, give up after that long with
+        :class:`~agl.errors.StoreUnavailable`, which says how many observations are
+        still buffered and the last error; they stay buffered and are retried.
+        Without it, wait as long as the writer retries (``retry_for_s``).
         """
+        with self._put_lock:
+            target = next(self._seqs)  # every item put before this call has a smaller number
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        delay = 0.05
-        while not self._drain():
-            if deadline is not None and time.monotonic() + delay > deadline:
-                raise StoreUnavailable(
-                    f"agl writer: {self.pending()} observations still buffered after {timeout_s}s; "
-                    f"last error: {self.last_error}"
-                )
-            time.sleep(delay)
-            delay = min(delay * 2, _MAX_BACKOFF_S)
+        self._wake.set()
+        self._urgent.set()
+        with self._state:
+            while self._oldest() < target:
+                if not self._thread.is_alive():
+                    raise StoreUnavailable(f"agl writer: stopped with {self.pending()} observations buffered")
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise StoreUnavailable(
+                        f"agl writer: {self.pending()} observations still buffered after {timeout_s}s; "
+                        f"last error: {self.last_error}"
+                    )
+                self._state.wait(0.5 if left is None else min(left, 0.5))
 
     def pending(self) -> int:
-        """How many observations wait to be written."""
-        return len(self._buffer)
+        """How many observations wait to be written (including a batch being written)."""
+        return len(self._buffer) + self._inflight_left
 
     def close(self, timeout_s: float | None = None) -> None:
         """Flush (for up to ``timeout_s``) and stop the background thread."""
-        if self._closed:
+        if self._closing:
             return
-        self._closed = True
+        self._closing = True
         atexit.unregister(self._at_exit)
-        self._wake.set()
-        self._thread.join()
-        with self._space:
-            self._space.notify_all()
-        self.flush(timeout_s)
+        try:
+            self.flush(timeout_s)
+        finally:
+            self._closed = True
+            self._wake.set()
+            self._urgent.set()
+            self._thread.join(timeout=_JOIN_S)
+            with self._space:
+                self._space.notify_all()
 
+    def _oldest(self) -> float:
+        """The sequence number of the oldest item not yet written or dropped (inf: none)."""
+        oldest = float("inf") if self._inflight is None else self._inflight
+        try:
+            return min(oldest, self._buffer[0][0])
+        except IndexError:
+            return oldest
+
+    # -- the background thread ---------------------------------------------------------
     def _run(self) -> None:
         delay = self.interval_s
         while not self._closed:
-            self._wake.wait(delay)
+            if self._failing_since is None:
+                self._wake.wait(self.interval_s)
+            else:  # backing off: only a flush or close cuts the wait short, not more puts
+                self._urgent.wait(delay)
             self._wake.clear()
+            self._urgent.clear()
             if self._closed:
-                return  # close() flushes in the caller's thread
+                return
             try:
                 ok = self._drain()
             except Exception:  # never let the thread die: the items stay buffered
                 log.exception("agl writer: unexpected error while writing")
                 ok = False
-            delay = self.interval_s if ok else min(max(delay * 2, 0.05), _MAX_BACKOFF_S)
+            backoff = min(max(delay * 2, 0.05), _MAX_BACKOFF_S) * random.uniform(0.5, 1.0)
+            delay = self.interval_s if ok else backoff
 
     def _drain(self) -> bool:
         """Write batches until the buffer is empty. False if the store failed transiently."""
-        with self._lock:
-            while self._buffer:
-                batch: list[Item] = []
+        while True:
+            with self._state:
+                if not self._buffer:
+                    return True
+                batch: list[Entry] = []
+                self._inflight = self._buffer[0][0]
                 while self._buffer and len(batch) < self.batch_size:
                     batch.append(self._buffer.popleft())
-                if not self._write_or_requeue(batch):
-                    return False
-            return True
+                self._inflight_left = len(batch)
+            error = self._write_isolating(batch)
+            if error is not None:
+                self._store_failed(error)
+                if self._past_retry_bound():
+                    self._give_up_buffer(error)
+                    return True
+                return False
+            self._store_ok()
 
-    def _write_or_requeue(self, batch: list[Item]) -> bool:
-        try:
-            self._write(batch)
-        except Exception as exc:
-            self.write_errors += 1
-            self.last_error = exc
-            if _is_bad_input(exc):
-                return self._write_one_by_one(batch)
-            self._buffer.extendleft(reversed(batch))
-            log.warning("agl writer: store write failed (%s); %d observations kept for a retry", exc, len(self._buffer))
-            return False
-        self._acknowledged(len(batch))
-        return True
-
-    def _write_one_by_one(self, batch: list[Item]) -> bool:
-        for i, item in enumerate(batch):
+    def _write_isolating(self, batch: list[Entry]) -> BaseException | None:
+        """Write ``batch``, splitting it to isolate refused items. Returns the transient
+        error that stopped it (the unwritten entries are back in the buffer), or None."""
+        chunks: deque[list[Entry]] = deque([batch])
+        suspects: list[tuple[Entry, BaseException]] = []
+        wrote = False
+        while chunks:
+            chunk = chunks.popleft()
             try:
-                self._write([item])
+                self._write([item for _, item in chunk])
             except Exception as exc:
                 self.write_errors += 1
                 self.last_error = exc
-                if _is_bad_input(exc):
-                    self.rejected.append((item, exc))
-                    log.error("agl writer: the store refused %s: %s", _item_id(item), exc)
-                    continue
-                self._buffer.extendleft(reversed(batch[i:]))
-                return False
-            self._acknowledged(1)
-        return True
+                failure = classify(exc)
+                if failure == "transient":
+                    rest = [e for c in chunks for e in c] + [e for e, _ in suspects]
+                    self._requeue(chunk + rest)
+                    return exc
+                if len(chunk) > 1:
+                    half = len(chunk) // 2
+                    chunks.appendleft(chunk[half:])
+                    chunks.appendleft(chunk[:half])
+                elif failure == "bad_input":
+                    self._drop(chunk, exc)
+                else:
+                    suspects.append((chunk[0], exc))
+                continue
+            wrote = True
+            self._settled(len(chunk), written=True)
+        if suspects and not wrote:  # nothing went through: more likely the server than the data
+            self._requeue([e for e, _ in suspects])
+            return suspects[-1][1]
+        for i, (entry, _) in enumerate(suspects):  # once more each, in case the server just recovered
+            try:
+                self._write([entry[1]])
+            except Exception as exc:
+                self.write_errors += 1
+                self.last_error = exc
+                if classify(exc) == "transient":
+                    self._requeue([e for e, _ in suspects[i:]])
+                    return exc
+                self._drop([entry], exc)
+                continue
+            self._settled(1, written=True)
+        with self._state:  # the record of losses is queued before the batch counts as done
+            self._record_losses()
+            self._inflight, self._inflight_left = None, 0
+            self._state.notify_all()
+        return None
 
-    def _acknowledged(self, n: int) -> None:
-        self.written += n
+    def _requeue(self, entries: list[Entry]) -> None:
+        entries.sort(key=lambda e: e[0])
+        with self._state:
+            self._buffer.extendleft(reversed(entries))
+            self._inflight, self._inflight_left = None, 0
+            self._state.notify_all()
+
+    def _drop(self, entries: list[Entry], exc: BaseException) -> None:
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
+        for seq, item in entries:
+            kind = kind_of(item)
+            self.dropped[kind] = self.dropped.get(kind, 0) + 1
+            self.rejected.append((item, exc))
+            if isinstance(item, Span) and item.name == DROPPED_SPAN:
+                continue  # a lost record of losses is counted, not recorded again
+            counts, first, oldest = self._lost.get(item.rollout_id, ({}, reason, seq))
+            counts[kind] = counts.get(kind, 0) + 1
+            self._lost[item.rollout_id] = (counts, first, min(oldest, seq))
+        log.error(
+            "agl writer: dropped %d observation(s) (%s): %s",
+            len(entries),
+            ", ".join(_item_id(item) for _, item in entries[:3]) + (", ..." if len(entries) > 3 else ""),
+            reason,
+        )
+        self._settled(len(entries), written=False)
+
+    def _record_losses(self) -> None:
+        """Queue one ``agl.dropped`` span per rollout that lost observations since the last one.
+
+        Each goes to the front of the buffer with the number of the oldest item it
+        counts (older than anything buffered), so a flush that waited for those
+        items also waits for their record."""
+        lost, self._lost = self._lost, {}
+        for rollout_id, (counts, reason, seq) in sorted(lost.items(), key=lambda kv: -kv[1][2]):
+            attributes = {f"agl.dropped.{kind}": n for kind, n in sorted(counts.items())}
+            attributes["agl.dropped.reason"] = reason
+            span = Span(
+                span_id=new_id("dropped-"),
+                rollout_id=rollout_id,
+                name=DROPPED_SPAN,
+                kind="custom",
+                status="error",
+                attributes=attributes,
+            )
+            with self._state:
+                self._buffer.appendleft((seq, span))
+
+    def _settled(self, n: int, *, written: bool) -> None:
+        if written:
+            self.written += n
+        self._inflight_left = max(0, self._inflight_left - n)
         with self._space:
             self._space.notify_all()
+
+    # -- outages -----------------------------------------------------------------------
+    def _store_failed(self, exc: BaseException) -> None:
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+            bound = "until it is back" if self.retry_for_s is None else f"for up to {self.retry_for_s:g}s"
+            log.warning(
+                "agl writer: the store is unavailable (%s); %d observations kept, retrying %s",
+                " ".join(str(exc).split())[:300],
+                self.pending(),
+                bound,
+            )
+
+    def _store_ok(self) -> None:
+        if self._failing_since is not None:
+            log.warning("agl writer: the store is back after %.1fs", time.monotonic() - self._failing_since)
+            self._failing_since = None
+
+    def _past_retry_bound(self) -> bool:
+        return (
+            self.retry_for_s is not None
+            and self._failing_since is not None
+            and time.monotonic() - self._failing_since > self.retry_for_s
+        )
+
+    def _give_up_buffer(self, exc: BaseException) -> None:
+        """Drop everything buffered: the store failed for longer than ``retry_for_s``."""
+        with self._state:
+            entries = list(self._buffer)
+            self._buffer.clear()
+        if entries:
+            why = StoreUnavailable(f"the store failed for over {self.retry_for_s:g}s: {exc}")
+            with self._state:
+                self._drop(entries, why)
+                self._record_losses()
+                self._state.notify_all()
 
     def _write(self, batch: list[Item]) -> None:
         spans = [i for i in batch if isinstance(i, Span)]
