@@ -61,7 +61,9 @@ def test_gateway_records_of_a_tool_loop_extend(client, gateway, store, rollout):
         {"role": "tool", "tool_call_id": first.choices[0].message.tool_calls[0].id, "content": "3"},
     ]
     client.chat.completions.create(model="m", messages=messages, tools=tools)
-    edited = [dict(messages[0]), {"role": "assistant", "content": "I will add"}, messages[2]]
+    # (the edited answer keeps its tool call: a tool message must answer one, as OpenAI requires)
+    answer = {"role": "assistant", "content": "I will add", "tool_calls": messages[1]["tool_calls"]}
+    edited = [dict(messages[0]), answer, messages[2]]
     client.chat.completions.create(model="m", messages=edited, tools=tools)
     calls = calls_of(gateway, store, rollout)
     results = check_continuity(calls)

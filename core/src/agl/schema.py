@@ -67,6 +67,13 @@ def check_json(value: Any, field: str = "value") -> Any:
     return value
 
 
+def json_problem(value: Any) -> tuple[str, str] | None:
+    """``(path, reason)`` for the first part of ``value`` :func:`check_json` would refuse
+    (``path`` like ``messages[2].content``, empty for ``value`` itself), or None."""
+    problem = _json_problem(value, 0)
+    return None if problem is None else (_path(problem[0]).lstrip("."), problem[1])
+
+
 def _path(parts: tuple[Any, ...]) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
 

@@ -86,6 +86,7 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import iterate_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
@@ -936,6 +937,29 @@ class BodyLimits:
         return inflated
 
 
+class _Unexpected:
+    """ASGI middleware: an exception no handler took becomes a 500 without the server's
+    details (see :func:`error_payload`), unless the answer had started."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        started = False
+
+        async def tracked(message: dict) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            if started or scope["type"] != "http":
+                raise
+            await _error_response(exc)(scope, receive, send)
+
+
 def _plugin_routes(store: Store) -> list[BaseRoute]:
     from agl.plugins import hook
 
@@ -993,9 +1017,12 @@ def create_app(
         BadEncoding: lambda request, exc: _error_response(exc),
         RecursionError: lambda request, exc: _error_response(exc),
         ValueError: lambda request, exc: _error_response(exc),
-        Exception: lambda request, exc: _error_response(exc),  # a 500 without the server's details
     }
-    app = Starlette(routes=[*api.routes(), *_plugin_routes(store)], exception_handlers=handlers)
+    app = Starlette(
+        routes=[*api.routes(), *_plugin_routes(store)],
+        exception_handlers=handlers,
+        middleware=[Middleware(_Unexpected)],
+    )
     app.state.store = store
     limited = BodyLimits(app, max_body_bytes)
     auth = BearerAuth(

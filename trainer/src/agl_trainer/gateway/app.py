@@ -30,7 +30,15 @@ from urllib.parse import parse_qs
 from agl.credentials import RolloutKeys
 from agl_trainer.gateway import chat, responses_api, validate
 from agl_trainer.gateway.auth import ROLLOUT, Caller, GatewayAuth
-from agl_trainer.gateway.errors import GatewayError, Saturated, UpstreamUnavailable, invalid
+from agl_trainer.gateway.errors import (
+    DEFAULT_MAX_BODY_BYTES,
+    GatewayError,
+    Saturated,
+    UpstreamUnavailable,
+    body_too_large,
+    invalid,
+    server_error,
+)
 from agl_trainer.gateway.pause import PauseGate
 from agl_trainer.gateway.recorder import CallMeta, Recorder
 from agl_trainer.gateway.rollouts import RolloutRegistry
@@ -46,15 +54,28 @@ _ROLLOUT_HEADER = b"x-agl-rollout-id"
 _ENDPOINTS = {"chat/completions": "chat.completions", "completions": "completions", "responses": "responses"}
 
 
-async def _read_body(receive: Callable) -> bytes:
+async def _read_body(scope: dict, receive: Callable, limit: int = DEFAULT_MAX_BODY_BYTES) -> bytes:
+    """The request body: 413 past ``limit`` bytes (declared or sent), 415 if it is compressed."""
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise body_too_large(limit)
+        if name == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
+            raise GatewayError(415, "Content-Encoding: send the body uncompressed", code="unsupported_encoding")
     message = await receive()
     body = message.get("body", b"")
     if not message.get("more_body"):
+        if len(body) > limit:
+            raise body_too_large(limit)
         return body
     parts = [body]
+    size = len(body)
     while message.get("more_body"):
         message = await receive()
-        parts.append(message.get("body", b""))
+        part = message.get("body", b"")
+        size += len(part)
+        if size > limit:
+            raise body_too_large(limit)
+        parts.append(part)
     return b"".join(parts)
 
 
@@ -111,11 +132,20 @@ def upstream_error(status: int, body: bytes, req: dict) -> GatewayError:
             code="engine_overloaded",
             headers={"Retry-After": "1"},
         )
-    return GatewayError(502, f"the engine answered {status}: {message}", type="upstream_error", code="engine_error")
+    return server_error(
+        502,
+        f"the engine answered {status}",
+        f"the engine answered {status}: {message}",
+        type="upstream_error",
+        code="engine_error",
+    )
 
 
 class GatewayApp:
     """The ASGI callable; state lives in the parts it is given."""
+
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """The largest request body read (413 beyond)."""
 
     def __init__(
         self,
@@ -160,11 +190,9 @@ class GatewayApp:
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
             elif isinstance(exc, GatewayError):
                 await send_error(send, exc)
-            else:  # a bug: answer 500 with its name rather than dropping the connection
+            else:  # a bug: answer 500 (its details go to the log) rather than dropping the connection
                 log.exception("gateway: internal error")
-                await send_error(
-                    send, GatewayError(500, f"internal gateway error: {type(exc).__name__}: {exc}", type="server_error")
-                )
+                await send_error(send, server_error(500, "internal gateway error", f"{type(exc).__name__}: {exc}"))
 
     async def _dispatch(self, scope: dict, receive: Callable, send: Callable) -> None:
         path: str = scope["path"]
@@ -197,7 +225,9 @@ class GatewayApp:
         if kind is not None:
             if method != "POST":
                 raise GatewayError(405, f"{path}: use POST", code="method_not_allowed")
-            return await self._serve(kind, rollout_id, await _read_body(receive), receive, send)
+            return await self._serve(
+                kind, rollout_id, await _read_body(scope, receive, self.max_body_bytes), receive, send
+            )
         if endpoint == "models":
             if rollout_id is not None:
                 await self.registry.check(rollout_id)
@@ -234,8 +264,9 @@ class GatewayApp:
             req = json.loads(body)
         except ValueError as exc:
             raise GatewayError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
-        if not isinstance(req, dict):
-            raise GatewayError(400, "the request body must be a JSON object", code="invalid_json")
+        except RecursionError:
+            raise invalid("body", "nests too deeply", code="invalid_json") from None
+        validate.check_body(req)
         requested = req.get("model")
         if requested is not None and not isinstance(requested, str):
             raise invalid("model", f"must be a string, got {type(requested).__name__}")
@@ -295,7 +326,9 @@ class GatewayApp:
                 headers={"Retry-After": "1"},
             ) from None
         except UpstreamUnavailable as exc:
-            raise GatewayError(exc.status, str(exc), type="upstream_error", code="engine_unavailable") from None
+            raise server_error(
+                exc.status, "no engine replica could answer", str(exc), type="upstream_error", code="engine_unavailable"
+            ) from None
 
     async def _call(self, kind: str, meta: CallMeta, req: dict, chat_req: dict | None, send: Callable) -> None:
         """Send the call to a replica and answer the client from the replica's answer.
@@ -312,7 +345,9 @@ class GatewayApp:
                 try:
                     await resp.read()
                 except ConnectionError as exc:
-                    raise GatewayError(502, str(exc), type="upstream_error", code="engine_error") from None
+                    raise server_error(
+                        502, "the engine's answer was cut short", str(exc), type="upstream_error", code="engine_error"
+                    ) from None
             if kind == "responses":
                 await responses_api.serve(self.recorder, meta, req, resp, shown, send)
             elif req.get("stream"):
@@ -355,14 +390,9 @@ class GatewayApp:
                     chunk.pop("usage", None)
                 await send({"type": "http.response.body", "body": data_event(chunk), "more_body": True})
         except ConnectionError as exc:
-            err = {
-                "error": {
-                    "message": f"the engine dropped the stream: {exc}",
-                    "type": "upstream_error",
-                    "param": None,
-                    "code": "engine_error",
-                }
-            }
+            err = server_error(
+                502, "the engine dropped the stream", str(exc), type="upstream_error", code="engine_error"
+            ).body()
             await send({"type": "http.response.body", "body": data_event(err), "more_body": False})
             log.warning("gateway: stream of %s cut short, not recorded: %s", meta.call_id, exc)
             return
@@ -372,10 +402,10 @@ class GatewayApp:
 
     # -- admin -----------------------------------------------------------------------------
     async def _admin(self, action: str, method: str, scope: dict, receive: Callable, send: Callable) -> None:
-        body = await _read_body(receive) if method == "POST" else b""
+        body = await _read_body(scope, receive, self.max_body_bytes) if method == "POST" else b""
         try:
             args = json.loads(body) if body else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             raise GatewayError(400, "the request body is not valid JSON", code="invalid_json") from None
         if action == "status" and method == "GET":
             return await send_json(send, 200, json.dumps(self.status()).encode())

@@ -1,12 +1,21 @@
 """Errors the gateway answers with, in OpenAI's error shape.
 
 Every error a client sees is ``{"error": {"message", "type", "param", "code"}}``
-with ``param`` naming the request field at fault where there is one.
+with ``param`` naming the request field at fault where there is one. A 5xx names
+no engine URL and no exception text: :func:`server_error` logs those under a
+request id, which the client gets in the message and in ``X-Request-Id``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import secrets
+
+log = logging.getLogger("agl_trainer.gateway")
+
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+"""The largest request body the gateway reads (413 beyond)."""
 
 
 class GatewayError(Exception):
@@ -41,6 +50,33 @@ class GatewayError(Exception):
 def invalid(param: str, reason: str, *, code: str = "invalid_value") -> GatewayError:
     """A 400 naming the field at fault and why."""
     return GatewayError(400, f"{param}: {reason}", param=param, code=code)
+
+
+def server_error(
+    status: int,
+    message: str,
+    detail: str,
+    *,
+    type: str = "server_error",
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> GatewayError:
+    """A 5xx that tells the client ``message`` and a request id; ``detail`` (engine URLs,
+    exception text) goes only to the gateway's log, under that id."""
+    request_id = secrets.token_hex(8)
+    log.error("gateway: request %s answered %d: %s", request_id, status, detail)
+    return GatewayError(
+        status,
+        f"{message} (request id {request_id})",
+        type=type,
+        code=code,
+        headers={**(headers or {}), "X-Request-Id": request_id},
+    )
+
+
+def body_too_large(limit: int) -> GatewayError:
+    """A 413 for a request body over ``limit`` bytes."""
+    return GatewayError(413, f"the request body exceeds the limit of {limit} bytes", code="request_too_large")
 
 
 class UpstreamUnavailable(Exception):

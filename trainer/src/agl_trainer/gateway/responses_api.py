@@ -23,7 +23,7 @@ from typing import Any
 
 from agl_trainer.gateway import validate
 from agl_trainer.gateway.chat import StreamAccumulator, take_chat_tokens
-from agl_trainer.gateway.errors import invalid
+from agl_trainer.gateway.errors import invalid, server_error
 from agl_trainer.gateway.recorder import CallMeta, Recorder
 from agl_trainer.gateway.sse import iter_engine_chunks, named_event
 from agl_trainer.gateway.upstream import UpstreamResponse
@@ -95,6 +95,7 @@ def _messages(req: dict) -> list[dict]:
             code="missing_required_parameter" if items is None else "invalid_value",
         )
     prev_assistant = False
+    call_ids: set[str] = set()  # call ids of the function_call items so far
     for i, item in enumerate(items):
         where = f"input[{i}]"
         if not isinstance(item, dict):
@@ -106,9 +107,11 @@ def _messages(req: dict) -> list[dict]:
                 raise invalid(f"{where}.role", f"must be user, system, developer or assistant, got {role!r}")
             messages.append({"role": role, "content": _text_of(item.get("content"), where)})
         elif kind == "function_call":
+            validate.check_arguments(item.get("arguments"), f"{where}.arguments")
             for key in ("call_id", "name", "arguments"):
                 if not isinstance(item.get(key), str):
                     raise invalid(f"{where}.{key}", "is required (a string) on a function_call item")
+            call_ids.add(item["call_id"])
             call = {
                 "id": item["call_id"],
                 "type": "function",
@@ -121,6 +124,11 @@ def _messages(req: dict) -> list[dict]:
         elif kind == "function_call_output":
             if not isinstance(item.get("call_id"), str):
                 raise invalid(f"{where}.call_id", "is required (a string) on a function_call_output item")
+            if item["call_id"] not in call_ids:
+                raise invalid(
+                    f"{where}.call_id",
+                    f"no function_call item before this output has call_id {item['call_id']!r}",
+                )
             output = item.get("output")
             content = output if isinstance(output, str) else _text_of(output, where)
             messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": content})
@@ -205,6 +213,7 @@ def to_chat_request(req: dict) -> dict:
     choice = _tool_choice(req.get("tool_choice"))
     if choice is not None:
         body["tool_choice"] = choice
+    validate.check_int(req, "max_output_tokens", lo=1)  # named as the client named it, not as max_tokens
     if req.get("max_output_tokens") is not None:
         body["max_tokens"] = req["max_output_tokens"]
     fmt = _response_format(req.get("text"))
@@ -497,7 +506,8 @@ async def serve(
                 await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
     except ConnectionError as exc:
         events.resp["status"] = "failed"
-        events.resp["error"] = {"code": "server_error", "message": f"the engine dropped the stream: {exc}"}
+        hidden = server_error(502, "the engine dropped the stream", str(exc))  # no engine URL for the client
+        events.resp["error"] = {"code": "server_error", "message": hidden.message}
         failed = events._event("response.failed", response=events.resp)
         await send({"type": "http.response.body", "body": failed, "more_body": False})
         log.warning("gateway: stream of %s cut short, not recorded: %s", meta.call_id, exc)

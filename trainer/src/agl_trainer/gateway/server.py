@@ -11,6 +11,7 @@ from agl.capture.writer import BufferedWriter
 from agl.credentials import RolloutKeys, new_token
 from agl.store.base import Store
 from agl_trainer.gateway.app import GatewayApp
+from agl_trainer.gateway.errors import DEFAULT_MAX_BODY_BYTES
 from agl_trainer.gateway.pause import PauseGate
 from agl_trainer.gateway.recorder import Recorder
 from agl_trainer.gateway.rollouts import RolloutRegistry
@@ -49,6 +50,7 @@ class Gateway:
     store server or whoever claims rollouts must make keys under the same secret). Each
     is random when None, readable as ``gw.token``, ``gw.admin_token``, ``gw.keys``.
     ``max_in_flight`` bounds requests per replica; beyond it clients get 429.
+    ``max_body_bytes`` bounds a request body (413 beyond).
     ``status_ttl_s`` is how long the gateway trusts what the store said about a
     rollout's attempt: a key stops working at most that long after its attempt ended.
     """
@@ -68,7 +70,11 @@ class Gateway:
         upstream_api_key: str | None = None,
         model_version: str | None = None,
         writer: BufferedWriter | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ):
+        if max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes: must be positive, got {max_body_bytes}")
+        self.max_body_bytes = max_body_bytes
         self.store = store
         self.token = token if token is not None else new_token(24)
         self.admin_token = admin_token if admin_token is not None else new_token(24)
@@ -119,6 +125,7 @@ class Gateway:
                     keys=self.keys,
                     flush=self.writer.flush,
                 )
+                self.app.max_body_bytes = self.max_body_bytes
                 config = uvicorn.Config(
                     self.app,
                     lifespan="off",

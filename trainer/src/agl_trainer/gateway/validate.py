@@ -9,20 +9,38 @@ from __future__ import annotations
 
 from typing import Any
 
+from agl.schema import INT64_MAX, INT64_MIN, json_problem
 from agl_trainer.gateway.errors import invalid
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 MAX_N = 128
 
 
-def _int(req: dict, name: str, *, lo: int, hi: int | None = None) -> None:
+def _int(req: dict, name: str, *, lo: int, hi: int | None = None, param: str | None = None) -> None:
     value = req.get(name)
     if value is None:
         return
+    param = param or name
     if not isinstance(value, int) or isinstance(value, bool):
-        raise invalid(name, f"must be an integer, got {type(value).__name__}")
+        raise invalid(param, f"must be an integer, got {type(value).__name__}")
     if value < lo or (hi is not None and value > hi):
-        raise invalid(name, f"must be between {lo} and {hi}, got {value}" if hi else f"must be >= {lo}, got {value}")
+        raise invalid(param, f"must be between {lo} and {hi}, got {value}" if hi else f"must be >= {lo}, got {value}")
+
+
+def check_body(req: Any) -> None:
+    """What every request body must be: a JSON object of finite numbers and 64-bit integers,
+    nested no deeper than the store keeps (:data:`agl.schema.MAX_JSON_DEPTH`)."""
+    if not isinstance(req, dict):
+        raise invalid("body", "must be a JSON object", code="invalid_json")
+    problem = json_problem(req)
+    if problem is not None:
+        path, reason = problem
+        raise invalid(path or "body", reason)
+
+
+def check_int(req: dict, name: str, *, lo: int, hi: int | None = None, param: str | None = None) -> None:
+    """``req[name]``, if given, is an integer within ``lo`` and ``hi``; the 400 names ``param`` (``name``)."""
+    _int(req, name, lo=lo, hi=hi, param=param)
 
 
 def _number(req: dict, name: str, *, lo: float, hi: float) -> None:
@@ -48,7 +66,7 @@ def check_sampling(req: dict) -> None:
     _number(req, "top_p", lo=0, hi=1)
     _int(req, "max_tokens", lo=1)
     _int(req, "max_completion_tokens", lo=1)
-    _int(req, "seed", lo=-(2**63))
+    _int(req, "seed", lo=INT64_MIN, hi=INT64_MAX)
     _bool(req, "stream")
     stop = req.get("stop")
     if (
@@ -123,6 +141,7 @@ def check_chat(req: dict) -> None:
             "is required: a non-empty list of messages",
             code="missing_required_parameter" if messages is None else "invalid_value",
         )
+    call_ids: set[str] = set()  # ids of the tool calls made so far
     for i, msg in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(msg, dict):
@@ -139,8 +158,20 @@ def check_chat(req: dict) -> None:
                 fn = call.get("function") if isinstance(call, dict) else None
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                     raise invalid(f"{where}.tool_calls[{j}].function.name", "is required")
-        if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
-            raise invalid(f"{where}.tool_call_id", "is required on a tool message")
+                check_arguments(fn.get("arguments"), f"{where}.tool_calls[{j}].function.arguments")
+                if not isinstance(call.get("id"), str) or not call["id"]:
+                    raise invalid(f"{where}.tool_calls[{j}].id", "is required (a non-empty string)")
+                call_ids.add(call["id"])
+        if role == "tool":
+            answered = msg.get("tool_call_id")
+            if not isinstance(answered, str):
+                raise invalid(f"{where}.tool_call_id", "is required on a tool message")
+            if answered not in call_ids:
+                raise invalid(
+                    f"{where}.tool_call_id",
+                    f"{answered!r} answers no tool call: a tool message must follow an assistant message "
+                    "whose tool_calls has that id",
+                )
     check_sampling(req)
     check_tools(req.get("tools"))
     check_tool_choice(req.get("tool_choice"), req.get("tools"))
@@ -148,6 +179,12 @@ def check_chat(req: dict) -> None:
     _bool(req, "logprobs")
     _int(req, "top_logprobs", lo=0, hi=20)
     check_response_format(req.get("response_format"))
+
+
+def check_arguments(arguments: Any, param: str) -> None:
+    """Tool-call arguments, where given, are JSON text (a string), as OpenAI requires."""
+    if arguments is not None and not isinstance(arguments, str):
+        raise invalid(param, f"must be a string (the arguments as JSON text), got {type(arguments).__name__}")
 
 
 def check_completion(req: dict) -> None:
