@@ -354,6 +354,7 @@ class Trainer:
                 self._store,
                 engine_urls,
                 token=cfg.gateway.token,
+                keys=RolloutKeys.from_env(),  # external runners make keys with $AGL_ROLLOUT_KEY_SECRET too
                 port=cfg.gateway.port,
                 model_version=version,
                 writer=self._writer,
