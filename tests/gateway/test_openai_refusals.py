@@ -157,3 +157,10 @@ def test_an_unreachable_engine_is_a_502_without_its_url(store):
         answer = http.post("/v1/chat/completions", json={"model": "m", "messages": [USER]})
     assert answer.status_code == 502 and answer.json()["error"]["code"] == "engine_unavailable"
     assert "127.0.0.1" not in answer.text and "request id" in answer.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("prompt", [[1, 2**31], [2**40], [-1], [[1, 2], [3]]])
+def test_prompt_token_ids_the_store_cannot_keep_are_refused(http, engine, prompt):
+    sent = len(engine.requests)
+    _refused(http.post("/v1/completions", json={"model": "m", "prompt": prompt, "max_tokens": 2}), "prompt")
+    assert len(engine.requests) == sent

@@ -14,6 +14,8 @@ from agl_trainer.gateway.errors import invalid
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 MAX_N = 128
+TOKEN_ID_MAX = 2**31 - 1
+"""The largest token id the store keeps (ids are packed as int32)."""
 
 
 def _int(req: dict, name: str, *, lo: int, hi: int | None = None, param: str | None = None) -> None:
@@ -197,6 +199,10 @@ def check_completion(req: dict) -> None:
     elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         if any(t < 0 for t in prompt):
             raise invalid("prompt", "token ids must be non-negative")
+        # The engine refuses ids past its vocabulary (400, passed on); ids past int32 could not
+        # even be recorded, so they are refused here whatever the engine would say.
+        if any(t > TOKEN_ID_MAX for t in prompt):
+            raise invalid("prompt", f"token ids must be at most {TOKEN_ID_MAX}, got {max(prompt)}")
     elif isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
         raise invalid("prompt", "batched prompts are not supported: send one request per prompt")
     else:
