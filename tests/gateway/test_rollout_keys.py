@@ -6,6 +6,8 @@ and a real SQLite store.
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -137,3 +139,19 @@ def test_keys_name_their_rollout_and_attempt_and_tokens_come_from_files(tmp_path
     path.write_text("\n")
     with pytest.raises(ConfigError, match="--token-file: .* is empty"):
         read_token("--token", None, path)
+
+
+def test_a_straggler_of_the_last_attempt_does_not_lock_out_the_next_one(gateway, store):
+    """With the default cache (1 s): an ended attempt's key is refused once the cache lapses,
+    and the refusal is not kept, so the next attempt's key works the moment it is claimed."""
+    store.enqueue([Rollout(rollout_id="ro-s", task_id="task-1", max_attempts=2)])
+    store.claim("runner-a")
+    path = "/rollouts/ro-s/v1/chat/completions"
+    assert chat(gateway, path, gateway.rollout_key("ro-s", 1)).status_code == 200
+    store.finish("ro-s", RolloutStatus.FAILED, error="boom")
+    deadline = time.monotonic() + 3
+    while chat(gateway, path, gateway.rollout_key("ro-s", 1)).status_code == 200:  # cached as running ≤ 1 s
+        assert time.monotonic() < deadline, "the ended attempt's key kept working"
+        time.sleep(0.1)
+    (again,) = store.claim("runner-b")
+    assert chat(gateway, path, gateway.rollout_key("ro-s", again.attempt)).status_code == 200

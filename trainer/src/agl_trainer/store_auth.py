@@ -12,7 +12,9 @@
   calls and rewards, heartbeat it, finish it, read it. This is what ``agl run`` hands its child.
 
 A refused route is 403 naming the scope; an observation of another rollout is 403 naming
-the rollout. Whether a rollout runs is asked of the store and kept ``status_ttl_s`` (1 s).
+the rollout. That a rollout runs is asked of the store (or learnt from a claim) and kept
+``status_ttl_s`` (1 s), so a key stops working at most that long after its attempt ended;
+a rollout found not running is asked again next time, so a claim opens it at once.
 """
 
 from __future__ import annotations
@@ -188,17 +190,24 @@ class StoreAuth:
                     missing.append(rid)
         if missing:
             found = list(self.store.query_rollouts(rollout_ids=missing))
-            with self._lock:
-                for r in found:
-                    out[r.rollout_id] = (r.status, r.attempt)
-                    self._status[r.rollout_id] = (now, r.status, r.attempt)
-                    self._status.move_to_end(r.rollout_id)
-                while len(self._status) > self.max_cached:
-                    self._status.popitem(last=False)
+            for r in found:
+                out[r.rollout_id] = (r.status, r.attempt)
+            self._remember(r for r in found if r.status == RolloutStatus.RUNNING)
         return out
+
+    def _remember(self, running: Iterable[Any]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for r in running:
+                self._status[r.rollout_id] = (now, RolloutStatus.RUNNING, r.attempt)
+                self._status.move_to_end(r.rollout_id)
+            while len(self._status) > self.max_cached:
+                self._status.popitem(last=False)
 
     def claim_keys(self, rollouts: Iterable[Any]) -> dict[str, str] | None:
         """The key of each claimed rollout, for the claim's answer (None without a secret)."""
+        rollouts = list(rollouts)
+        self._remember(rollouts)  # just claimed: running
         if self.keys is None:
             return None
         return {r.rollout_id: self.keys.mint(r.rollout_id, r.attempt) for r in rollouts}

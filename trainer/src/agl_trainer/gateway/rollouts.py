@@ -6,8 +6,9 @@ enqueued a moment later is found on the next call.
 
 A call made with a rollout key (see :mod:`agl_trainer.gateway.auth`) is served only
 while the key's attempt runs: :meth:`RolloutRegistry.check_attempt` asks the store for
-the rollout's status and attempt and keeps the answer ``status_ttl_s`` (1 s), so a key
-stops working at most that long after its rollout ended or was given to a new attempt.
+the rollout's status and attempt and keeps a "running" answer ``status_ttl_s`` (1 s), so
+a key stops working at most that long after its rollout ended or was given to a new
+attempt; any other answer is asked again on the next call.
 A call the admin token makes for a rollout is served whatever its status (late calls
 are data; the store keeps late observations by design).
 
@@ -93,10 +94,12 @@ class RolloutRegistry:
                 self._status_pending[rollout_id] = pending
                 pending.add_done_callback(lambda _: self._status_pending.pop(rollout_id, None))
             status, current = await asyncio.shield(pending)
-            cached = self._status[rollout_id] = (now, status, current)
-            self._status.move_to_end(rollout_id)
-            if len(self._status) > self.max_cached:
-                self._status.popitem(last=False)
+            cached = (now, status, current)
+            if status == RolloutStatus.RUNNING:  # only what opens a key is kept: a claim opens it at once
+                self._status[rollout_id] = cached
+                self._status.move_to_end(rollout_id)
+                if len(self._status) > self.max_cached:
+                    self._status.popitem(last=False)
         _, status, current = cached
         if status != RolloutStatus.RUNNING or current != attempt:
             state = status.value if current == attempt else f"on attempt {current}"
