@@ -9,7 +9,11 @@ logprobs (vLLM's dialect, see :mod:`agl.engine`) and records one
     from agl_trainer.gateway import Gateway
     gw = Gateway(store, upstreams=["http://127.0.0.1:8000/v1"], token="secret").start()
     gw.rollout_base_url(rollout_id)     # what the agent uses as OPENAI_BASE_URL
+    gw.rollout_key(rollout_id, attempt) # ... and as OPENAI_API_KEY: its rollout's key, nothing more
     gw.model_version = "v3"; gw.pause(); gw.resume(); gw.stop()
+
+Who may call what (rollout keys, the production token, the admin token) is in
+:mod:`agl_trainer.gateway.auth`.
 """
 
 from agl_trainer.gateway.continuity import Continuity, Mismatch, check_continuity
