@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from agl.credentials import new_token
-from agl.errors import InvalidTransition
+from agl.errors import ConfigError, InvalidTransition
 from agl.schema import (
     ALLOWED_TRANSITIONS,
     INT64_MAX,
@@ -23,6 +23,7 @@ from agl.schema import (
     Task,
     check_json,
 )
+from agl.store.base import open_store
 from agl.store.http import HttpStore
 from agl.store.sqlite import SqliteStore
 from agl_trainer.store_server import ServerThread
@@ -188,3 +189,21 @@ def test_the_server_answers_409_naming_the_status(tmp_path):
         assert early.status_code == 409 and "from 'queued' to 'failed'" in early.json()["error"]["reason"]
         batch = raw.post("/v1/batch", json={"finishes": [{"rollout_id": queued.rollout_id, "status": "cancelled"}]})
         assert batch.status_code == 200 and batch.json()["finishes"][0]["rollout"]["status"] == "cancelled"
+
+
+# -- SQLite URLs (what tests/core/test_store_url.py does not cover) --------------------
+def test_sqlite_urls_that_name_no_usable_file_are_config_errors(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "not-a-db").write_bytes(b"these bytes are not a SQLite database header" * 4)
+    cases = {
+        f"sqlite:///{tmp_path}": "is a directory; name a file in it",
+        "sqlite:///a-file/agl.db": "a file is in the way",
+        "sqlite:///not-a-db": "cannot be opened as a SQLite database",
+        "sqlite:///": "a sqlite url is sqlite:///relative/path.db",
+        "sqlite:/x.db": "a sqlite url is sqlite:///relative/path.db",
+    }
+    for url, reason in cases.items():
+        with pytest.raises(ConfigError, match=reason):
+            open_store(url)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "not-a-db"]  # nothing created

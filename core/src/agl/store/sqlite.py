@@ -21,6 +21,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from agl.errors import ConfigError
 from agl.store.sql import Dialect, SqlStore
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,18 @@ class SqliteDialect(Dialect):
         return f"the sqlite store {self.path}"
 
 
+def _make_parent(path: Path) -> None:
+    """Create the store's directory; a clear error where the path cannot hold a database."""
+    if path.is_dir():
+        raise ConfigError(f"path: {path} is a directory; name a file in it, e.g. {path / 'agl.db'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ConfigError(f"path: cannot create the directory {path.parent}: a file is in the way") from None
+    except PermissionError as exc:
+        raise ConfigError(f"path: cannot create the directory {path.parent}: {exc.strerror}") from None
+
+
 class SqliteStore(SqlStore):
     """A store in one local SQLite file (``":memory:"`` is not supported: use a temp file).
 
@@ -94,12 +107,20 @@ class SqliteStore(SqlStore):
             raise ValueError("path: an in-memory SQLite database cannot be shared between threads; use a file")
         if busy_timeout_s < 0:
             raise ValueError(f"busy_timeout_s: must be at least 0, got {busy_timeout_s}")
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        _make_parent(Path(path))
         self.path = path
         self._commits = 0
-        super().__init__(
-            SqliteDialect(path, busy_timeout_s), retries=retries, retry_delay_s=retry_delay_s, max_readers=max_readers
-        )
+        try:
+            super().__init__(
+                SqliteDialect(path, busy_timeout_s),
+                retries=retries,
+                retry_delay_s=retry_delay_s,
+                max_readers=max_readers,
+            )
+        except sqlite3.DatabaseError as exc:
+            if "not a database" in str(exc) or "unable to open" in str(exc):
+                raise ConfigError(f"path: {path} cannot be opened as a SQLite database ({exc})") from None
+            raise
         self._stop_checkpoints = threading.Event()
         self._checkpointer = threading.Thread(target=self._checkpoint_loop, name="agl-sqlite-checkpoint", daemon=True)
         self._checkpointer.start()
