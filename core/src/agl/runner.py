@@ -34,17 +34,32 @@ the next heartbeat and not finished twice. Stopping the runner (:meth:`Runner.st
 SIGINT/SIGTERM to ``agl runner``) cancels what is in flight and ends those attempts
 ``failed`` with a ``RunnerStopped`` error, so the retry policy hands them to
 another runner.
+
+The runner rides out a store that goes away (a restart, a network cut): claims,
+heartbeats and finishes are retried with exponential backoff and jitter for up to
+``store_outage_s`` of continuous failure, with one log line when the store goes
+away and one when it is back. A rollout that ends meanwhile keeps its result
+(status, output, reward, error) and is finished once the store answers again; it
+holds its concurrency slot until then. The runner stops only when asked, when the
+store stays away longer than ``store_outage_s`` (:class:`~agl.errors.StoreUnavailable`),
+or on an error that retrying cannot fix: a refused token (401/403) or a request
+the store refuses as bad input (4xx), raised from :meth:`Runner.run` after the
+rollouts in flight are wound down.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import logging
 import os
+import random
+import re
 import socket
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -53,7 +68,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from agl.capture import BufferedWriter, RolloutContext, use_rollout
-from agl.errors import AglError, InvalidTransition
+from agl.errors import AglError, InvalidTransition, NotFound, StoreUnavailable
 from agl.imports import import_attribute, import_module
 from agl.schema import JSON, Reward, Rollout, RolloutStatus, short_id
 from agl.store.base import Store
@@ -62,6 +77,79 @@ from agl.transitions import RETURN_SOURCE
 log = logging.getLogger(__name__)
 
 Agent = Callable[..., Any]
+
+STORE_OUTAGE_S = 300.0
+"""How long, by default, the runner keeps retrying a store that does not answer."""
+_BACKOFF_START_S = 0.2
+_BACKOFF_MAX_S = 5.0
+_FLUSH_WAIT_S = 10.0  # one wait for the writer before a finish; a longer outage goes round the retry loop
+_CLIENT_ERROR = re.compile(r"\banswered (4\d\d)\b")
+
+
+def retryable(exc: BaseException) -> bool:
+    """Whether a store call that raised ``exc`` may succeed if tried again later.
+
+    A refused token (401/403) and a request refused as bad input (a 4xx,
+    ``ValueError``, an unknown id) fail the same way every time; the store being
+    away (connection errors, timeouts, 503) or failing inside (a 5xx, a database
+    error) may pass.
+    """
+    if isinstance(exc, (PermissionError, NotFound, ValueError, TypeError, KeyError)):
+        return False  # PermissionError first: the HTTP store's Unauthorized is one, and an OSError too
+    # A 4xx the HTTP client has no class for (403, 400) is final too.
+    return not (isinstance(exc, AglError) and _CLIENT_ERROR.search(str(exc)))
+
+
+class StoreOutage:
+    """One runner's view of whether the store answers: a log line when it stops and
+    one when it is back, and how long it has been away."""
+
+    def __init__(self, runner_id: str, limit_s: float):
+        self.runner_id = runner_id
+        self.limit_s = limit_s
+        self.since: float | None = None
+        self.last_error: BaseException | None = None
+
+    def failed(self, exc: BaseException, what: str) -> None:
+        """A call to the store failed with a retryable error."""
+        self.last_error = exc
+        if self.since is None:
+            self.since = time.monotonic()
+            log.warning(
+                "runner %s: the store is unreachable (%s failed: %s); retrying for up to %gs",
+                self.runner_id,
+                what,
+                _one_line(exc),
+                self.limit_s,
+            )
+
+    def answered(self) -> None:
+        """A call to the store went through."""
+        if self.since is not None:
+            log.warning("runner %s: the store is back after %.1fs", self.runner_id, time.monotonic() - self.since)
+            self.since = None
+
+    def over(self) -> bool:
+        """Whether the store has been away for longer than the limit."""
+        return self.since is not None and time.monotonic() - self.since > self.limit_s
+
+    def error(self) -> StoreUnavailable:
+        """The error the runner stops with when the store stayed away too long."""
+        return StoreUnavailable(
+            f"runner {self.runner_id}: the store stayed unreachable for over {self.limit_s:g}s "
+            f"(--store-outage); last error: {_one_line(self.last_error)}"
+        )
+
+
+def backoff_s(failures: int) -> float:
+    """Seconds to wait after ``failures`` failed tries in a row: doubling, capped, with jitter."""
+    return min(_BACKOFF_MAX_S, _BACKOFF_START_S * 2 ** min(failures, 10)) * random.uniform(0.5, 1.0)
+
+
+def _one_line(exc: BaseException | None) -> str:
+    if exc is None:
+        return "none"
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
 
 
 class RolloutResult(BaseModel):
@@ -163,6 +251,8 @@ class Runner:
         writer: BufferedWriter | None = None,
         set_env: bool = False,
         mode_resources: dict[str, dict[str, Any]] | None = None,
+        store_outage_s: float = STORE_OUTAGE_S,
+        stop_grace_s: float = 10.0,
     ):
         if concurrency < 1:
             raise AglError(f"concurrency: must be at least 1, got {concurrency}")
@@ -170,6 +260,10 @@ class Runner:
             raise AglError("set_env: the environment is process-wide; it needs concurrency=1")
         if heartbeat_s <= 0:
             raise AglError(f"heartbeat_s: must be positive, got {heartbeat_s}")
+        if store_outage_s <= 0:
+            raise AglError(f"store_outage_s: must be positive, got {store_outage_s}")
+        if stop_grace_s < 0:
+            raise AglError(f"stop_grace_s: must be 0 or more, got {stop_grace_s}")
         self.agent = agent
         self.store = store
         self.gateway_url = gateway_url.rstrip("/") if gateway_url else None
@@ -184,12 +278,19 @@ class Runner:
         self.heartbeat_s = heartbeat_s
         self.poll_s = poll_s
         self.set_env = set_env
+        self.store_outage_s = store_outage_s
+        self.stop_grace_s = stop_grace_s
         self._own_writer = writer is None
-        self.writer = writer or BufferedWriter(store)
+        # The writer keeps observations through an outage at least as long as the runner waits.
+        self.writer = writer or BufferedWriter(store, retry_for_s=max(600.0, 2 * store_outage_s))
         self._async = _is_async(agent)
         self._with_ctx = _takes_context(agent)
         self._active: dict[str, asyncio.Task] = {}
+        self._delivering: dict[str, asyncio.Task] = {}  # ended rollouts whose finish is on its way
         self._taken_back: set[str] = set()
+        self._outage = StoreOutage(self.runner_id, store_outage_s)
+        self._fatal: BaseException | None = None
+        self._stop_deadline: float | None = None
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool = ThreadPoolExecutor(max_workers=concurrency * 2, thread_name_prefix="agl-agent")
@@ -199,34 +300,66 @@ class Runner:
     async def run(self, *, max_rollouts: int | None = None, until_idle: bool = False) -> dict[str, int]:
         """Claim and run rollouts until :meth:`stop`, ``max_rollouts`` started, or (``until_idle``) an empty queue.
 
-        Returns how many attempts ended in each status.
+        Returns how many attempts ended in each status. Raises what stopped it otherwise:
+        :class:`~agl.errors.StoreUnavailable` when the store stayed away longer than
+        ``store_outage_s``, or the store's error that retrying cannot fix (see the module docstring).
         """
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        self._stop_deadline = None
+        self._fatal = None
         started = 0
+        claim_id: str | None = None  # kept across retries, so a claim whose answer was lost is not taken twice
+        failures = 0
         heartbeat = asyncio.create_task(self._heartbeat_loop())
         try:
             while not self._stop.is_set():
-                free = self.concurrency - len(self._active)
+                busy = len(self._active.keys() | self._delivering.keys())
+                free = self.concurrency - busy
                 if max_rollouts is not None:
                     free = min(free, max_rollouts - started)
                 claimed: list[Rollout] = []
                 if free > 0:
-                    claimed = await asyncio.to_thread(self.store.claim, self.runner_id, limit=free)
+                    claim_id = claim_id or f"claim-{self.runner_id}-{short_id(12)}"
+                    try:
+                        claimed = await asyncio.to_thread(
+                            self.store.claim, self.runner_id, limit=free, claim_id=claim_id
+                        )
+                    except Exception as exc:
+                        if not retryable(exc):
+                            raise
+                        self._outage.failed(exc, "claim")
+                        if self._outage.over():
+                            raise self._outage.error() from exc
+                        failures += 1
+                        await self._wait(backoff_s(failures))
+                        continue
+                    claim_id, failures = None, 0
+                    self._outage.answered()
                 for rollout in claimed:
                     task = asyncio.create_task(self._run_one(rollout), name=f"agl-rollout-{rollout.rollout_id}")
                     self._active[rollout.rollout_id] = task
                     task.add_done_callback(lambda _t, rid=rollout.rollout_id: self._active.pop(rid, None))
                 started += len(claimed)
-                if max_rollouts is not None and started >= max_rollouts and not self._active:
+                busy = len(self._active.keys() | self._delivering.keys())
+                if max_rollouts is not None and started >= max_rollouts and not busy:
                     break
-                if until_idle and not claimed and not self._active:
+                if until_idle and not claimed and not busy:
                     break
+                if self._outage.over():
+                    raise self._outage.error()
                 await self._wait(self.poll_s)
         finally:
             heartbeat.cancel()
+            self._stop_deadline = time.monotonic() + self.stop_grace_s
             await self._cancel_active()
-            await asyncio.to_thread(self.writer.flush)
+            await self._settle_deliveries()
+            try:
+                await asyncio.to_thread(self.writer.flush, self._grace_left())
+            except StoreUnavailable as exc:
+                log.error("runner %s: stopping with observations unwritten: %s", self.runner_id, exc)
+        if self._fatal is not None:
+            raise self._fatal
         return dict(self.counts)
 
     def run_sync(self, **kwargs: Any) -> dict[str, int]:
@@ -248,6 +381,22 @@ class Runner:
         if self._own_writer:
             self.writer.close()
 
+    def _fail(self, exc: BaseException) -> None:
+        """Stop the runner because of an error that retrying cannot fix; :meth:`run` raises it."""
+        if self._fatal is None:
+            self._fatal = exc
+            log.error("runner %s: stopping: %s", self.runner_id, _one_line(exc))
+        if self._stop is not None:
+            self._stop.set()
+
+    def _grace_left(self) -> float | None:
+        return None if self._stop_deadline is None else max(0.0, self._stop_deadline - time.monotonic())
+
+    async def _settle_deliveries(self) -> None:
+        """Wait for the finishes on their way (each gives up at the stop deadline)."""
+        while self._delivering:
+            await asyncio.gather(*list(self._delivering.values()), return_exceptions=True)
+
     async def _wait(self, seconds: float) -> None:
         waiters = [asyncio.ensure_future(self._stop.wait())]
         if self._active:
@@ -268,16 +417,23 @@ class Runner:
     async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_s)
-            ids = list(self._active)
+            # Rollouts whose finish is on its way still run in the store: their lease is kept too.
+            ids = list(self._active.keys() | self._delivering.keys())
             if not ids:
                 continue
             try:
                 await asyncio.to_thread(self.store.heartbeat, ids, self.runner_id)
                 current = await asyncio.to_thread(lambda ids=ids: list(self.store.query_rollouts(rollout_ids=ids)))
-            except Exception as exc:  # the store is down for a moment; the next beat tries again
-                log.warning("runner %s: heartbeat failed: %s", self.runner_id, exc)
+            except Exception as exc:
+                if not retryable(exc):
+                    self._fail(exc)
+                    return
+                self._outage.failed(exc, "heartbeat")  # the next beat tries again
                 continue
+            self._outage.answered()
             for r in current:
+                if r.rollout_id in self._delivering:
+                    continue  # its finish, on its way, settles it (a no-op or a refusal if it was taken back)
                 if r.status != RolloutStatus.RUNNING or r.runner_id != self.runner_id:
                     task = self._active.get(r.rollout_id)
                     if task is not None:
@@ -351,8 +507,6 @@ class Runner:
         return await asyncio.get_running_loop().run_in_executor(self._pool, context.run, call)
 
     def _env(self, ctx: RolloutContext):
-        import contextlib
-
         if not self.set_env or ctx.base_url is None:
             return contextlib.nullcontext()
         return _environment(
@@ -384,21 +538,78 @@ class Runner:
                     seq=ctx.next_seq(),
                 )
             )
-        # shielded: the observations and the outcome are written even while the runner is being cancelled
-        await asyncio.shield(asyncio.to_thread(self._flush_and_finish, rollout, status, error, output))
+        # The finish is a task of its own: it goes on (and run() waits for it) even when this
+        # task is cancelled, and it never raises, so nothing is left unretrieved.
+        delivery = asyncio.ensure_future(self._deliver(rollout, status, error, output))
+        self._delivering[rid] = delivery
+        delivery.add_done_callback(lambda _t: self._delivering.pop(rid, None))
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(delivery)
 
-    def _flush_and_finish(self, rollout: Rollout, status: RolloutStatus, error: str | None, output: Any) -> None:
+    async def _deliver(self, rollout: Rollout, status: RolloutStatus, error: str | None, output: Any) -> None:
+        """Write the rollout's observations and record how it ended, retrying while the store is away.
+
+        Gives up (with an error logged) when the store stays away past ``store_outage_s``
+        or past the stop deadline, or refuses the finish for good; never raises.
+        """
         rid = rollout.rollout_id
-        self.writer.flush()
-        if rid in self._taken_back:
-            self._count("taken_back")
-            return
+        failures = 0
         try:
-            ended = self.store.finish(rid, status, error=error, output=output, attempt=rollout.attempt)
-        except InvalidTransition as exc:  # the store took it back meanwhile (expired or cancelled)
-            log.info("rollout %s: not finished here: %s", rid, exc)
-            self._count("taken_back")
-            return
+            while True:
+                if rid in self._taken_back:
+                    self._count("taken_back")
+                    return
+                try:
+                    ended = await asyncio.to_thread(self._flush_and_finish, rollout, status, error, output)
+                except InvalidTransition as exc:  # the store took it back meanwhile (expired or cancelled)
+                    self._outage.answered()
+                    log.info("rollout %s: not finished here: %s", rid, exc)
+                    self._count("taken_back")
+                    return
+                except Exception as exc:
+                    if isinstance(exc, ValueError) and output is not None:
+                        self._outage.answered()
+                        log.error("rollout %s: the store refused its output (%s); finishing without it", rid, exc)
+                        note = f"the store refused the rollout's output: {_one_line(exc)}"
+                        error, output = (f"{error}\n{note}" if error else note), None
+                        continue
+                    if not retryable(exc):
+                        log.error("rollout %s attempt %d: could not be finished: %s", rid, rollout.attempt, exc)
+                        self._count("finish_refused")
+                        if isinstance(exc, PermissionError) or _CLIENT_ERROR.search(str(exc)):
+                            self._fail(exc)
+                        return
+                    self._outage.failed(exc, f"finish of {rid}")
+                    left = self._grace_left()
+                    if self._outage.over() or left == 0:
+                        log.error(
+                            "rollout %s attempt %d ended %s but the store did not take it (%s); "
+                            "the store's retry policy or expiry decides what happens to it",
+                            rid,
+                            rollout.attempt,
+                            status.value,
+                            _one_line(exc),
+                        )
+                        self._count("undelivered")
+                        return
+                    failures += 1
+                    delay = backoff_s(failures)
+                    await asyncio.sleep(delay if left is None else min(delay, left))
+                    continue
+                self._outage.answered()
+                self._ended(rollout, status, error, ended)
+                return
+        except Exception:  # a bug here must not turn into "Task exception was never retrieved"
+            log.exception("rollout %s: unexpected error while finishing it", rid)
+            self._count("undelivered")
+
+    def _flush_and_finish(self, rollout: Rollout, status: RolloutStatus, error: str | None, output: Any) -> Rollout:
+        left = self._grace_left()
+        self.writer.flush(timeout_s=_FLUSH_WAIT_S if left is None else min(_FLUSH_WAIT_S, left))
+        return self.store.finish(rollout.rollout_id, status, error=error, output=output, attempt=rollout.attempt)
+
+    def _ended(self, rollout: Rollout, status: RolloutStatus, error: str | None, ended: Rollout) -> None:
+        rid = rollout.rollout_id
         self._count(status.value)
         if status != RolloutStatus.SUCCEEDED:
             again = " (queued again)" if ended.status == RolloutStatus.QUEUED else ""

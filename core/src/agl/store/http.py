@@ -378,7 +378,7 @@ class HttpStore(Store):
         if attempt >= self.retries:
             raise StoreUnavailable(f"store server {self.url} unavailable after {self.retries} retries: {cause}")
         delay = min(self.backoff_s * 2**attempt, 2.0)
-        log.warning("store server %s: %s failed (%s); retrying in %.2fs", self.url, what, cause, delay)
+        log.debug("store server %s: %s failed (%s); retrying in %.2fs", self.url, what, cause, delay)
         time.sleep(delay)
 
     def _request(self, method: str, path: str, *, body: bytes | None = None) -> httpx.Response:

@@ -28,6 +28,13 @@ def register(subparsers) -> None:
     p.add_argument("--concurrency", type=int, default=4, help="rollouts run at once (default 4)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per rollout when the rollout names none")
     p.add_argument("--heartbeat", type=float, default=5.0, help="seconds between heartbeats (default 5)")
+    p.add_argument(
+        "--store-outage",
+        type=float,
+        default=300.0,
+        help="seconds to keep retrying a store that does not answer before exiting (default 300); "
+        "rollouts that end meanwhile are finished once it is back",
+    )
     p.add_argument("--resources", default=None, help="JSON object (or @file.json) given to the agent as ctx.resources")
     p.add_argument("--max-rollouts", type=int, default=None, help="stop after starting this many rollouts")
     p.add_argument("--until-idle", action="store_true", help="stop when the queue is empty and nothing runs")
@@ -79,6 +86,8 @@ def run(args) -> int:
         raise ConfigError(f"--concurrency: must be at least 1, got {args.concurrency}")
     if args.timeout is not None and args.timeout <= 0:
         raise ConfigError(f"--timeout: must be positive, got {args.timeout}")
+    if args.store_outage <= 0:
+        raise ConfigError(f"--store-outage: must be positive, got {args.store_outage}")
     keys = rollout_keys(args)
     agent = load_agent(args.agent)
     resources = load_json_arg("--resources", args.resources)
@@ -93,6 +102,7 @@ def run(args) -> int:
         concurrency=args.concurrency,
         default_timeout_s=args.timeout,
         heartbeat_s=args.heartbeat,
+        store_outage_s=args.store_outage,
         resources=resources,
         set_env=args.set_env,
     )
