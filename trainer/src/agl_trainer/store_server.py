@@ -68,6 +68,10 @@ lets the server answer a retried request from a small cache of recent answers.
 
 Late data: a span, LLM call or reward for a rollout that already ended is stored
 like any other and shows in every later query; nothing is dropped.
+
+Expiry: the server takes back the rollouts of runners gone silent (no heartbeat for
+``heartbeat_timeout_s``, 60 s by default) every ``expire_every_s`` (10 s), so they do
+not stay ``running`` when no trainer calls ``expire`` (see :mod:`agl_trainer.store_expiry`).
 """
 
 from __future__ import annotations
@@ -96,6 +100,8 @@ from agl.errors import InvalidTransition, NotFound, StoreUnavailable
 from agl.schema import JSON, LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, Task, short_id
 from agl.store.base import Store
 from agl_trainer.store_auth import ADMIN, RUNNER, Caller, Refused, StoreAuth, redacted
+from agl_trainer.store_expiry import DEFAULT_HEARTBEAT_TIMEOUT_S, Expirer
+from agl_trainer.store_expiry import DEFAULT_INTERVAL_S as DEFAULT_EXPIRE_EVERY_S
 
 log = logging.getLogger(__name__)
 
@@ -851,6 +857,19 @@ def inflate(data: bytes, encoding: bytes, limit: int) -> Iterator[bytes]:
         raise BadEncoding(f"the body is not valid {name}: {exc}") from None
 
 
+def _measure(data: bytes, encoding: bytes, limit: int) -> Exception | None:
+    """Inflate ``data`` only to see that it inflates within ``limit``: None, or why not.
+
+    The error is returned without its traceback, so no frame (and no copy of the body) outlives it.
+    """
+    try:
+        for _ in inflate(data, encoding, limit):
+            pass
+    except (BodyTooLarge, BadEncoding) as exc:
+        return exc.with_traceback(None)
+    return None
+
+
 class BodyLimits:
     """ASGI middleware: no request body past ``max_bytes``, whichever route reads it.
 
@@ -885,9 +904,13 @@ class BodyLimits:
             if encoding not in (b"gzip", b"x-gzip", b"deflate"):
                 raise UnsupportedEncoding(encoding.decode("latin-1"))
             compressed = await self._read(receive)
-            await anyio.to_thread.run_sync(lambda: sum(len(p) for p in inflate(compressed, encoding, self.max_bytes)))
         except (BodyTooLarge, UnsupportedEncoding, BadEncoding) as exc:
             await _error_response(exc)(scope, receive, send)
+            return
+        problem = await anyio.to_thread.run_sync(_measure, compressed, encoding, self.max_bytes)
+        if problem is not None:
+            del compressed  # not kept while the answer goes out
+            await _error_response(problem)(scope, receive, send)
             return
         headers = [(n, v) for n, v in scope["headers"] if n not in (b"content-encoding", b"content-length")]
         pieces = inflate(compressed, encoding, self.max_bytes)
@@ -1029,7 +1052,16 @@ def create_app(
         limited, token, fast_routes={("POST", "/v1/batch"): BodyLimits(api.raw_batch, max_body_bytes)}, auth=api.auth
     )
     auth.close = api.close
-    return auth
+    from agl_trainer.dashboard import with_dashboard  # the web pages under /ui, their own token check
+
+    return with_dashboard(auth, store, token=token)
+
+
+def _expirer(store: Store, expire_every_s: float | None, heartbeat_timeout_s: float) -> Expirer | None:
+    """The server's expiry of silent runners' rollouts (see :mod:`agl_trainer.store_expiry`); None turns it off."""
+    if expire_every_s is None or expire_every_s == 0:
+        return None
+    return Expirer(store, interval_s=expire_every_s, heartbeat_timeout_s=heartbeat_timeout_s)
 
 
 class ServerThread:
@@ -1038,6 +1070,8 @@ class ServerThread:
     ``with ServerThread(store, token=...) as server:`` starts uvicorn on
     ``host``:``port`` (port 0 picks a free one; ``server.url`` tells it) and stops
     it on exit. ``middleware`` wraps the ASGI app (fault injection in tests).
+    Every ``expire_every_s`` (None or 0: never) rollouts whose runner has not sent a
+    heartbeat for ``heartbeat_timeout_s`` are taken back (:mod:`agl_trainer.store_expiry`).
     """
 
     def __init__(
@@ -1048,6 +1082,8 @@ class ServerThread:
         host: str = "127.0.0.1",
         port: int = 0,
         middleware: Callable[[Any], Any] | None = None,
+        expire_every_s: float | None = DEFAULT_EXPIRE_EVERY_S,
+        heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
         **app_options: Any,
     ):
         import socket
@@ -1066,6 +1102,7 @@ class ServerThread:
         config = uvicorn.Config(app, log_level="warning", loop="asyncio", lifespan="off", access_log=False)
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.expirer = _expirer(store, expire_every_s, heartbeat_timeout_s)
 
     @property
     def url(self) -> str:
@@ -1080,9 +1117,13 @@ class ServerThread:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise StoreUnavailable(f"store server on {self.url} did not start")
             time.sleep(0.01)
+        if self.expirer is not None:
+            self.expirer.start()
         return self
 
     def stop(self) -> None:
+        if self.expirer is not None:
+            self.expirer.stop()
         self.server.should_exit = True
         self._thread.join(timeout=10)
         self.sock.close()
@@ -1095,11 +1136,27 @@ class ServerThread:
         self.stop()
 
 
-def serve(store: Store, *, token: str, host: str = "127.0.0.1", port: int = 4317, **app_options: Any) -> None:
-    """Serve ``store`` on ``host``:``port`` until interrupted (uvloop and httptools where installed)."""
+def serve(
+    store: Store,
+    *,
+    token: str,
+    host: str = "127.0.0.1",
+    port: int = 4317,
+    expire_every_s: float | None = DEFAULT_EXPIRE_EVERY_S,
+    heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
+    **app_options: Any,
+) -> None:
+    """Serve ``store`` on ``host``:``port`` until interrupted (uvloop and httptools where installed).
+
+    Every ``expire_every_s`` (None or 0: never) rollouts whose runner has not sent a
+    heartbeat for ``heartbeat_timeout_s`` are taken back (:mod:`agl_trainer.store_expiry`).
+    """
     import uvicorn
 
     app = create_app(store, token=token, **app_options)
+    expirer = _expirer(store, expire_every_s, heartbeat_timeout_s)
+    if expirer is not None:
+        expirer.start()
     try:
         uvicorn.run(
             app,
@@ -1111,4 +1168,6 @@ def serve(store: Store, *, token: str, host: str = "127.0.0.1", port: int = 4317
             timeout_graceful_shutdown=5,
         )
     finally:
+        if expirer is not None:
+            expirer.stop()
         app.close()

@@ -200,6 +200,16 @@ class Store(abc.ABC):
     def latest_model_version(self) -> ModelVersion | None:
         """The most recently registered model version, if any."""
 
+    # -- step records ---------------------------------------------------------------
+    def add_step_record(self, run_id: str, record: dict) -> None:
+        """Store one training step's metrics record (a line of the trainer's ``metrics.jsonl``,
+        with its ``kind`` and ``step``), for the dashboard's runs page. Idempotent by
+        ``(run_id, kind, step)``. A store that keeps no step records ignores it."""
+
+    def step_records(self, run_id: str | None = None) -> list[dict]:
+        """The step records stored (of one run, or all), oldest first, each with its ``run_id``."""
+        return []
+
     # -- the rest ------------------------------------------------------------------
     @abc.abstractmethod
     def stats(self) -> StoreStats:
@@ -224,6 +234,27 @@ DEFAULT_STORE_URL = "sqlite:///.agl/agl.db"
 STORE_URL_ENV = "AGL_STORE_URL"
 
 _SQLITE_FORMS = "sqlite:///relative/path.db or sqlite:////absolute/path.db"
+
+
+def step_record_row(run_id: str, record: dict) -> tuple[str, str, int, str]:
+    """``(run_id, kind, step, JSON body)`` of a step record (NaN and infinities as null); a ValueError
+    naming the field for a bad one."""
+    import json
+    import math
+
+    if not isinstance(run_id, str) or not run_id:
+        raise ValueError("run_id: must be a non-empty string")
+    kind, step = record.get("kind", "train"), record.get("step")
+    if not isinstance(kind, str) or not kind:
+        raise ValueError("kind: must be a non-empty string")
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise ValueError(f"step: must be an integer, got {step!r}")
+    finite = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
+    try:
+        body = json.dumps(finite, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"record: not JSON ({exc})") from None
+    return run_id, kind, step, body
 
 
 def default_store_url() -> str:

@@ -47,7 +47,7 @@ from agl.schema import (
     new_id,
     now,
 )
-from agl.store.base import Store
+from agl.store.base import Store, step_record_row
 from agl.store.claims import Claim, Finish, RolloutQueue
 from agl.tokens import float32_array, int32_array, to_bytes
 
@@ -164,7 +164,19 @@ def _schema(d: Dialect) -> list[str]:
         "CREATE INDEX IF NOT EXISTS rewards_rollout ON rewards (rollout_id, pk)",
         f"""CREATE TABLE IF NOT EXISTS model_versions (
             pk {d.autoinc_pk}, version TEXT NOT NULL UNIQUE, body TEXT NOT NULL)""",
+        # The trainer's step records (metrics.jsonl's lines), for the dashboard's runs page.
+        f"""CREATE TABLE IF NOT EXISTS run_steps (
+            pk {d.autoinc_pk}, run_id TEXT NOT NULL, kind TEXT NOT NULL, step {d.bigint} NOT NULL,
+            created_at {d.real} NOT NULL, body TEXT NOT NULL, UNIQUE (run_id, kind, step))""",
     ]
+
+
+_LATER_INDEXES = (
+    # The dashboard's rollout list filters by these; made once the tables are known to have the columns.
+    "CREATE INDEX IF NOT EXISTS rollouts_step ON rollouts (step, pk)",
+    "CREATE INDEX IF NOT EXISTS rollouts_mode ON rollouts (mode, pk)",
+    "CREATE INDEX IF NOT EXISTS spans_agent ON spans (agent, rollout_id) WHERE agent IS NOT NULL",
+)
 
 
 def _added_columns(d: Dialect) -> list[tuple[str, str, str]]:
@@ -421,6 +433,8 @@ class SqlStore(Store):
                     f"{self.dialect.describe()}: table {table} has no column {', '.join(missing)}: "
                     "the database was created by an older version of agl; start from a new database"
                 )
+        for statement in _LATER_INDEXES:
+            cur.execute(statement)
 
     def _with_retries(self, fn: Callable[[], Any], on_transient: Callable[[BaseException], None] | None = None) -> Any:
         delay = self.retry_delay_s
@@ -1217,6 +1231,25 @@ class SqlStore(Store):
     def latest_model_version(self) -> ModelVersion | None:
         rows = self._read("SELECT body FROM model_versions ORDER BY pk DESC LIMIT 1")
         return ModelVersion.model_validate_json(rows[0][0]) if rows else None
+
+    # -- step records ---------------------------------------------------------------
+    def add_step_record(self, run_id: str, record: dict[str, Any]) -> None:
+        run_id, kind, step, body = step_record_row(run_id, record)
+        row = [(run_id, kind, step, now(), body)]
+        self._write(_Insert(self, "run_steps", ("run_id", "kind", "step", "created_at", "body"), row))
+
+    def step_records(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        where, params = ("WHERE run_id = ?", [run_id]) if run_id is not None else ("", [])
+        rows = self._read(f"SELECT run_id, body FROM run_steps {where} ORDER BY pk", params)
+        return [{**json.loads(body), "run_id": rid} for rid, body in rows]
+
+    def select(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Run one read-only query (``?`` placeholders) and return its rows.
+
+        For readers that need what the :class:`Store` methods do not offer (the dashboard's
+        paginated, sorted lists); the connection goes back to the pool at once.
+        """
+        return self._read(sql, params)
 
     # -- the rest ------------------------------------------------------------------
     def stats(self) -> StoreStats:

@@ -50,6 +50,18 @@ def register(subparsers) -> None:
         "$AGL_ROLLOUT_KEY_SECRET; none: claims hand out no keys and rollout keys are refused)",
     )
     serve.add_argument("--max-body-mb", type=float, default=32.0, help="largest request body in MiB (default 32)")
+    serve.add_argument(
+        "--expire-every",
+        type=float,
+        default=10.0,
+        help="seconds between passes that take back rollouts of silent runners (default 10; 0: never)",
+    )
+    serve.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        default=60.0,
+        help="a runner not heard from for this many seconds loses its rollouts (default 60)",
+    )
     serve.set_defaults(func=run_serve)
 
     stats = store_cmds.add_parser("stats", help="counts of what the store holds")
@@ -68,6 +80,13 @@ def register(subparsers) -> None:
     _store_arg(show)
     show.add_argument("rollout_id")
     show.set_defaults(func=run_rollouts_show)
+    reward = rollout_cmds.add_parser("reward", help="attach a reward to a rollout afterwards (a human's judgement)")
+    _store_arg(reward)
+    reward.add_argument("rollout_id")
+    reward.add_argument("value", help="the reward, a number")
+    reward.add_argument("--name", default="reward", help="the reward's name (default: reward, the one training uses)")
+    reward.add_argument("--source", default="human", help="who gave it (default: human)")
+    reward.set_defaults(func=run_rollouts_reward)
 
     spans = subparsers.add_parser("spans", help="list spans")
     span_cmds = spans.add_subparsers(dest="spans_command", metavar="COMMAND", required=True)
@@ -129,6 +148,10 @@ def run_serve(args) -> int:
         raise ConfigError(f"--port: must be between 0 and 65535, got {args.port}")
     if args.max_body_mb <= 0:
         raise ConfigError(f"--max-body-mb: must be positive, got {args.max_body_mb}")
+    if args.expire_every < 0:
+        raise ConfigError(f"--expire-every: must be 0 (never) or more, got {args.expire_every}")
+    if args.heartbeat_timeout <= 0:
+        raise ConfigError(f"--heartbeat-timeout: must be positive, got {args.heartbeat_timeout}")
     token = read_token("--token", args.token, args.token_file, "AGL_STORE_TOKEN")
     runner_token = read_token("--runner-token", args.runner_token, args.runner_token_file, "AGL_STORE_RUNNER_TOKEN")
     keys = RolloutKeys.from_env(args.rollout_key_secret_file)
@@ -155,6 +178,8 @@ def run_serve(args) -> int:
             host=args.host,
             port=args.port,
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+            expire_every_s=args.expire_every,
+            heartbeat_timeout_s=args.heartbeat_timeout,
         )
     finally:
         store.close()
@@ -215,6 +240,20 @@ def run_rollouts_list(args) -> int:
     console = _console()
     console.print(table)
     console.print(f"{shown} rollout(s)")
+    return 0
+
+
+def run_rollouts_reward(args) -> int:
+    from agl_trainer.dashboard.app import reward_from_form
+
+    try:
+        reward = reward_from_form(args.rollout_id, {"value": args.value, "name": args.name, "source": args.source})
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    with _open(args) as store:
+        store.get_rollout(args.rollout_id)
+        store.add_rewards([reward])
+    print(f"{reward.reward_id}: {reward.name} = {reward.value:g} ({reward.source}) on {args.rollout_id}")
     return 0
 
 

@@ -1,0 +1,240 @@
+"""The dashboard over plain HTTP (no browser): auth, the rollout list's pagination, filters and
+sorting, escaping, attaching a reward (form, store API, CLI), the runs page's numbers, and
+``agl dashboard`` as a process. The store server serves the pages under ``/ui``."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task
+from agl.store.http import HttpStore
+from agl.store.sqlite import SqliteStore
+from agl_trainer.cli import main
+from agl_trainer.store_server import ServerThread
+
+TOKEN = "dash-token-1"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+EVIL = "<script>alert('x')</script>"
+
+
+def fill(store: SqliteStore, n: int = 60) -> None:
+    """``n`` ended rollouts over three tasks: rollout i has reward i/10 (every third one failed,
+    with an error), two agents, and one with a span, an LLM call and text holding ``<script>``."""
+    store.add_tasks([Task(task_id=f"task-{k}", input={"q": f"{k} {EVIL}"}) for k in range(3)])
+    rollouts = [Rollout(rollout_id=f"ro-{i:03d}", task_id=f"task-{i % 3}", step=i // 10) for i in range(n)]
+    store.enqueue(rollouts)
+    store.claim("runner", limit=n)
+    t0 = time.time()
+    spans, rewards = [], []
+    for i in range(n):
+        agent = "solver" if i % 2 == 0 else "critic"
+        spans.append(
+            Span(
+                span_id=f"sp-{i}",
+                rollout_id=f"ro-{i:03d}",
+                name=f"agent {EVIL}" if i == 0 else "agent",
+                kind="agent",
+                start_time=t0,
+                end_time=t0 + 1 + i,
+                attributes={"gen_ai.agent.name": agent},
+            )
+        )
+        rewards.append(Reward(rollout_id=f"ro-{i:03d}", value=i / 10))
+    spans.append(
+        Span(
+            span_id="sp-llm",
+            parent_id="sp-0",
+            rollout_id="ro-000",
+            seq=1,
+            name="chat",
+            kind="llm",
+            start_time=t0 + 0.2,
+            end_time=t0 + 0.7,
+            attributes={"gen_ai.response.id": "call-0", "gen_ai.agent.name": "solver"},
+        )
+    )
+    store.add_spans(spans)
+    store.add_rewards(rewards)
+    store.add_llm_calls(
+        [
+            LLMCall(
+                call_id="call-0",
+                rollout_id="ro-000",
+                request={"messages": [{"role": "user", "content": f"say {EVIL}"}]},
+                response={"choices": [{"message": {"content": f"ok {EVIL}"}}]},
+                prompt_ids=[11, 12, 13],
+                response_ids=[21, 22],
+                response_logprobs=[-0.05, -2.5],
+            )
+        ]
+    )
+    for i in range(n):
+        failed = i % 3 == 2
+        store.finish(
+            f"ro-{i:03d}",
+            RolloutStatus.FAILED if failed else RolloutStatus.SUCCEEDED,
+            error=f"boom {EVIL}" if failed else None,
+        )
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dash") / "agl.db"
+    store = SqliteStore(path)
+    fill(store)
+    store.add_step_record("run-a", {"kind": "train", "step": 1, "reward_mean": 0.25, "reward_std": 0.1})
+    store.add_step_record("run-a", {"kind": "train", "step": 2, "reward_mean": 0.625, "reward_std": 0.2})
+    server = ServerThread(store, token=TOKEN, runner_token="runner-tok")
+    with server, httpx.Client(base_url=server.url, timeout=10) as client:
+        yield store, server, client
+    store.close()
+
+
+def rows(html: str) -> list[str]:
+    return re.findall(r'data-rollout-id="([^"]+)"', html)
+
+
+def test_pages_need_the_admin_token_or_the_login_cookie(served):
+    _, server, client = served
+    assert client.get("/ui/rollouts").status_code == 303  # to the login form
+    assert client.get("/ui/rollouts").headers["location"].startswith("/ui/login")
+    assert client.get("/ui/rollouts", headers={"Accept": "application/json"}).status_code == 401
+    assert client.get("/ui/rollouts", headers={"Authorization": "Bearer nope"}).status_code == 303
+    assert client.get("/ui/rollouts", headers={"Authorization": "Bearer runner-tok"}).status_code == 303
+    assert client.post("/ui/rollouts/ro-001/reward", data={"value": "1"}).status_code == 401
+    assert client.get("/ui/rollouts", headers=AUTH).status_code == 200
+    assert client.get("/v1/stats").status_code == 401  # the API keeps its own check
+    assert client.get("/v1/stats", headers=AUTH).status_code == 200
+
+    wrong = client.post("/ui/login", data={"token": "nope", "next": "/ui/rollouts"})
+    assert wrong.status_code == 401 and "wrong token" in wrong.text and "set-cookie" not in wrong.headers
+    ok = client.post("/ui/login", data={"token": TOKEN, "next": "/ui/traces"})
+    assert ok.status_code == 303 and ok.headers["location"] == "/ui/traces"
+    cookie = ok.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "samesite=strict" in cookie.lower() and TOKEN not in cookie
+    with httpx.Client(base_url=server.url, timeout=10) as browser:
+        browser.cookies.set("agl_dashboard", ok.cookies["agl_dashboard"])
+        assert browser.get("/ui/rollouts").status_code == 200
+        assert browser.get("/v1/stats").status_code == 401  # the cookie opens the pages only
+        browser.post("/ui/logout")
+    outside = client.post("/ui/login", data={"token": TOKEN, "next": "https://evil.example/"})
+    assert outside.headers["location"] == "/ui/runs"
+
+
+def test_rollouts_are_paginated_filtered_and_sorted_in_the_database(served):
+    _, _, client = served
+    first = client.get("/ui/rollouts", params={"size": 25}, headers=AUTH).text
+    assert "60 rollouts" in first and "page 1 of 3" in first
+    assert rows(first)[:2] == ["ro-059", "ro-058"]  # newest first
+    last = client.get("/ui/rollouts", params={"size": 25, "page": 3}, headers=AUTH).text
+    assert len(rows(last)) == 10 and rows(last)[-1] == "ro-000"
+
+    by_reward = client.get("/ui/rollouts", params={"sort": "reward", "dir": "asc", "size": 25}, headers=AUTH).text
+    assert rows(by_reward)[:3] == ["ro-000", "ro-001", "ro-002"]
+    ranged = client.get("/ui/rollouts", params={"reward_min": 1.0, "reward_max": 1.45}, headers=AUTH).text
+    assert sorted(rows(ranged)) == [f"ro-{i:03d}" for i in range(10, 15)]
+    failed = client.get("/ui/rollouts", params={"status": "failed", "task": "task-2"}, headers=AUTH).text
+    assert "20 rollouts" in failed and all(int(r[3:]) % 3 == 2 for r in rows(failed))
+    errors = client.get("/ui/rollouts", params={"error": "boom", "step": 0}, headers=AUTH).text
+    assert sorted(rows(errors)) == ["ro-002", "ro-005", "ro-008"]
+    critic = client.get("/ui/rollouts", params={"agent": "critic", "step": 1}, headers=AUTH).text
+    assert sorted(rows(critic)) == [f"ro-{i:03d}" for i in range(11, 20, 2)]
+    slow = client.get("/ui/rollouts", params={"duration_min": 0, "sort": "duration", "size": 25}, headers=AUTH)
+    assert slow.status_code == 200 and "60 rollouts" in slow.text
+    assert "0 rollouts" in client.get("/ui/rollouts", params={"model": "nope"}, headers=AUTH).text
+
+    bad = client.get("/ui/rollouts", params={"reward_min": "high"}, headers=AUTH)
+    assert bad.status_code == 422 and "reward_min: expected a number" in bad.text
+    bad = client.get("/ui/rollouts", params={"sort": "pk; DROP TABLE rollouts"}, headers=AUTH)
+    assert bad.status_code == 422 and "sort: cannot sort by" in bad.text
+    assert client.get("/ui/rollouts", params={"size": 7}, headers=AUTH).status_code == 422
+
+
+def test_everything_shown_is_escaped(served):
+    _, _, client = served
+    for path in ("/ui/rollouts/ro-000", "/ui/rollouts?status=failed"):
+        html = client.get(path, headers=AUTH).text
+        assert "<script>alert" not in html
+        assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
+    assert client.get("/ui/rollouts/no-such", headers=AUTH).status_code == 404
+    assert "&lt;img" in client.get("/ui/rollouts/%3Cimg%20src%3Dx%3E", headers=AUTH).text
+
+
+def test_a_rollout_page_shows_spans_calls_tokens_and_credit(served):
+    _, _, client = served
+    html = client.get("/ui/rollouts/ro-000", headers=AUTH).text
+    assert html.count('class="span"') == 2 and 'data-kind="llm"' in html
+    assert 'trained</span>: reward <b class="credit">0</b>' in html  # rollout 0's reward, broadcast
+    assert 'data-logprob="-2.5000"' in html and ">22</span>" in html
+    assert "prompt tokens <b>3</b>" in html and "response tokens <b>2</b>" in html
+
+
+def test_attach_a_reward_by_form_api_and_cli(served):
+    store, server, client = served
+    answer = client.post("/ui/rollouts/ro-001/reward", data={"value": "0.9", "source": "reviewer"}, headers=AUTH)
+    assert answer.status_code == 303
+    bad = client.post("/ui/rollouts/ro-001/reward", data={"value": "nan"}, headers=AUTH)
+    assert bad.status_code == 422 and "value: must be finite" in bad.text
+    assert client.post("/ui/rollouts/nope/reward", data={"value": "1"}, headers=AUTH).status_code == 404
+    with HttpStore(server.url, token=TOKEN) as api:  # the store API's own route
+        api.add_rewards([Reward(rollout_id="ro-001", value=0.8, source="api")])
+    assert main(["rollouts", "reward", "ro-001", "0.7", "--store", server.url, "--token", TOKEN]) == 0
+    assert main(["rollouts", "reward", "ro-001", "lots", "--store", server.url, "--token", TOKEN]) == 2
+    got = [(r.value, r.source) for r in store.query_rewards(rollout_id="ro-001")]
+    assert got[1:] == [(0.9, "reviewer"), (0.8, "api"), (0.7, "human")]
+    html = client.get("/ui/rollouts", params={"task": "task-1", "step": 0}, headers=AUTH).text
+    assert re.search(r'data-rollout-id="ro-001">.*?class=\'num reward\'>0\.7<', html, re.S)
+
+
+def test_runs_page_charts_the_step_records(served):
+    _, _, client = served
+    html = client.get("/ui/runs", headers=AUTH).text
+    assert "Run run-a" in html
+    values = re.findall(r'data-series="train" data-step="(\d+)" data-value="([^"]+)"', html.split("chart-success")[0])
+    assert values == [("1", "0.25"), ("2", "0.625")]
+    fragment = client.get("/ui/runs/charts", params={"run": "run-a"}, headers=AUTH)
+    assert fragment.status_code == 200 and "<html" not in fragment.text and "chart-reward" in fragment.text
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_agl_dashboard_serves_a_sqlite_file(served, tmp_path):
+    store, _, _ = served
+    token_file = tmp_path / "token"
+    token_file.write_text("file-token\n")
+    port = _free_port()
+    db = store.dialect.path
+    cmd = [sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main())"]
+    cmd += ["dashboard", "--store", f"sqlite:///{db}", "--port", str(port), "--token-file", str(token_file)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ})
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()
+            time.sleep(0.1)
+        page = httpx.get(f"{base}/ui/rollouts", headers={"Authorization": "Bearer file-token"}, timeout=5)
+        assert page.status_code == 200 and "ro-059" in page.text
+        assert httpx.get(f"{base}/ui/rollouts", headers=AUTH, timeout=5).status_code == 303
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    missing = main(["dashboard", "--store", f"sqlite:///{tmp_path}/none.db", "--token", "t"])
+    assert missing == 2

@@ -1,0 +1,392 @@
+"""The dashboard's ASGI app: login, runs, rollouts, one rollout, traces, attaching a reward.
+
+Every page needs the store's admin token: ``Authorization: Bearer <token>``, or the
+cookie the login form sets after it was given the token (``HttpOnly``,
+``SameSite=Strict``; it holds a digest of the token, never the token). Pages are
+HTML rendered here, with inline CSS and SVG; the runs page refetches its charts
+every few seconds with a few lines of script.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import time
+from typing import Any
+
+import anyio.to_thread
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from agl.credentials import bearer, same_token
+from agl.errors import NotFound
+from agl.schema import Reward, RolloutStatus
+from agl.store.sql import SqlStore
+from agl.transitions import TransitionConfig
+from agl_trainer.dashboard import charts, queries
+from agl_trainer.dashboard.html import attr, e, number, page, path_id, seconds, url, when
+from agl_trainer.dashboard.rollout import rollout_page
+
+COOKIE = "agl_dashboard"
+REFRESH_MS = 5000
+STEP_TIMES = ("time_rollout_s", "time_transitions_s", "time_update_s", "time_publish_s", "time_val_s")
+
+
+def _cookie_value(token: str) -> str:
+    return hmac.new(token.encode(), b"agl-dashboard-session", hashlib.sha256).hexdigest()
+
+
+class Dashboard:
+    """The pages, bound to a store, the admin token and the path prefix they are served under."""
+
+    def __init__(self, store: SqlStore, token: str, prefix: str, config: TransitionConfig | None):
+        if not token:
+            raise ValueError("token: the dashboard needs a non-empty token")
+        self.store = store
+        self.token = token
+        self.prefix = prefix.rstrip("/")
+        self.config = config or TransitionConfig()
+        self._cookie = _cookie_value(token)
+
+    # -- auth ------------------------------------------------------------------------
+    def _authorized(self, request: Request) -> bool:
+        if same_token(bearer(request.headers.get("authorization")), self.token):
+            return True
+        return hmac.compare_digest(request.cookies.get(COOKIE, ""), self._cookie)
+
+    def _login_redirect(self, request: Request) -> Response:
+        if request.headers.get("accept", "").startswith("application/json") or request.method != "GET":
+            return JSONResponse(
+                {"error": {"type": "Unauthorized", "field": "Authorization", "reason": "missing or wrong token"}},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        return RedirectResponse(url(f"{self.prefix}/login", [("next", request.url.path)]), status_code=303)
+
+    def guarded(self, handler):
+        async def wrapped(request: Request) -> Response:
+            if not self._authorized(request):
+                return self._login_redirect(request)
+            return await handler(request)
+
+        return wrapped
+
+    async def login_form(self, request: Request) -> Response:
+        return self._login_page(request.query_params.get("next", ""), None)
+
+    def _login_page(self, next_path: str, error: str | None, status: int = 200) -> Response:
+        msg = f'<p class="err">{e(error)}</p>' if error else ""
+        body = (
+            f'<div class="card" style="max-width:420px"><h2>Log in</h2>{msg}'
+            f'<form method="post" action={attr(self.prefix + "/login")}>'
+            f'<input type="hidden" name="next" value={attr(next_path)}>'
+            '<label>Store token <input type="password" name="token" autocomplete="current-password" required></label> '
+            "<button>Log in</button></form>"
+            '<p class="muted">the admin token the store server was started with ($AGL_STORE_TOKEN)</p></div>'
+        )
+        return HTMLResponse(page("Log in", body, prefix=self.prefix, logged_in=False), status_code=status)
+
+    async def login(self, request: Request) -> Response:
+        form = await request.form()
+        next_path = str(form.get("next") or "")
+        if not same_token(str(form.get("token") or ""), self.token):
+            return self._login_page(next_path, "token: wrong token", status=401)
+        if not next_path.startswith(self.prefix + "/") or next_path.startswith("//"):
+            next_path = f"{self.prefix}/runs"
+        response = RedirectResponse(next_path, status_code=303)
+        response.set_cookie(
+            COOKIE, self._cookie, httponly=True, samesite="strict", path=self.prefix or "/", secure=False
+        )
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        response = RedirectResponse(f"{self.prefix}/login", status_code=303)
+        response.delete_cookie(COOKIE, path=self.prefix or "/")
+        return response
+
+    # -- pages -----------------------------------------------------------------------
+    def _html(self, title: str, body: str, active: str, script: str = "", status: int = 200) -> Response:
+        return HTMLResponse(page(title, body, prefix=self.prefix, active=active, script=script), status_code=status)
+
+    async def home(self, request: Request) -> Response:
+        return RedirectResponse(f"{self.prefix}/runs", status_code=303)
+
+    async def rollouts(self, request: Request) -> Response:
+        return await self._rollout_list(request, "rollouts", "Rollouts")
+
+    async def traces(self, request: Request) -> Response:
+        return await self._rollout_list(request, "traces", "Traces captured outside training")
+
+    async def _rollout_list(self, request: Request, active: str, title: str) -> Response:
+        params = request.query_params
+        if active == "traces" and "mode" not in params:
+            params = _with(params, mode="production")
+        try:
+            flt = queries.RolloutFilter.from_params(params)
+        except queries.BadFilter as exc:
+            body = f'<p class="err">{e(exc)}</p><p><a href={attr(self.prefix + "/" + active)}>reset the filters</a></p>'
+            return self._html(title, body, active, status=422)
+        rows, total = await anyio.to_thread.run_sync(queries.list_rollouts, self.store, flt)
+        extra = ""
+        if active == "traces":
+            loose = await anyio.to_thread.run_sync(queries.production_span_count, self.store)
+            extra = (
+                '<p class="muted">Rollouts that <code>agl run</code> and captured programs recorded outside training '
+                f"(mode production). {loose} span(s) of gateway traffic belong to no rollout. "
+                "Open a rollout to attach a reward to it.</p>"
+            )
+        return self._html(title, f"<h2>{e(title)}</h2>{extra}" + self._list_body(flt, rows, total, active), active)
+
+    def _list_body(self, flt: queries.RolloutFilter, rows: list[queries.RolloutRow], total: int, active: str) -> str:
+        base = f"{self.prefix}/{active}"
+
+        def field(name: str, label: str, value: Any) -> str:
+            return f"<label>{label}<input name={attr(name)} value={attr('' if value is None else value)}></label>"
+
+        status_opts = "".join(
+            f"<option value={attr(s.value)}{' selected' if s.value in flt.status else ''}>{e(s.value)}</option>"
+            for s in RolloutStatus
+        )
+        mode_opts = '<option value="">any</option>' + "".join(
+            f"<option{' selected' if m == flt.mode else ''}>{m}</option>" for m in queries.MODES
+        )
+        form = (
+            f'<form class="filters" method="get" action={attr(base)}>'
+            + field("task", "task", flt.task)
+            + f'<label>status<select name="status" multiple size="2">{status_opts}</select></label>'
+            + f'<label>mode<select name="mode">{mode_opts}</select></label>'
+            + field("agent", "agent", flt.agent)
+            + field("model", "model version", flt.model)
+            + field("step", "step", flt.step)
+            + field("reward_min", "reward ≥", flt.reward_min)
+            + field("reward_max", "reward ≤", flt.reward_max)
+            + field("duration_min", "duration ≥ s", flt.duration_min)
+            + field("duration_max", "duration ≤ s", flt.duration_max)
+            + field("error", "error contains (* any)", flt.error)
+            + f'<input type="hidden" name="sort" value={attr(flt.sort)}>'
+            + f'<input type="hidden" name="dir" value={attr("desc" if flt.desc else "asc")}>'
+            + f'<input type="hidden" name="size" value={attr(flt.size)}>'
+            + f"<button>Filter</button> <a href={attr(base)}>reset</a></form>"
+        )
+        heads = [
+            ("rollout", "rollout"),
+            ("task", "task"),
+            ("status", "status"),
+            ("mode", "mode"),
+            ("step", "step"),
+            ("model", "model version"),
+            ("agent", "agent"),
+            ("reward", "reward"),
+            ("duration", "duration"),
+            ("attempt", "attempt"),
+            ("created", "created"),
+            ("error", "error"),
+        ]
+        ths = []
+        for key, label in heads:
+            desc = not flt.desc if key == flt.sort else True
+            arrow = (" ▼" if flt.desc else " ▲") if key == flt.sort else ""
+            link = url(base, flt.params(sort=key, desc=desc, page=1))
+            ths.append(f'<th><a href={attr(link)} data-sort="{key}">{e(label)}{arrow}</a></th>')
+        trs = []
+        for r in rows:
+            href = f"{self.prefix}/rollouts/{path_id(r.rollout_id)}"
+            err = (r.error or "")[:120]
+            trs.append(
+                f'<tr class="rollout-row" data-rollout-id={attr(r.rollout_id)}>'
+                f"<td><a href={attr(href)}>{e(r.rollout_id)}</a></td>"
+                f"<td>{e(r.task_id)}</td><td class='s-{e(r.status)}'>{e(r.status)}</td><td>{e(r.mode)}</td>"
+                f"<td class='num'>{e(r.step)}</td><td>{e(r.model_version)}</td><td>{e(r.agent)}</td>"
+                f"<td class='num reward'>{e(number(r.reward, 6))}</td><td class='num'>{e(seconds(r.duration_s))}</td>"
+                f"<td class='num'>{r.attempt}</td><td>{e(when(r.created_at))}</td><td class='err'>{e(err)}</td></tr>"
+            )
+        pages = max(1, math.ceil(total / flt.size))
+        pager = [
+            f'<span class="total">{total} rollout{"s" if total != 1 else ""}</span>',
+            f"<span>page {flt.page} of {pages}</span>",
+        ]
+        if flt.page > 1:
+            pager.append(f'<a rel="prev" href={attr(url(base, flt.params(page=flt.page - 1)))}>← previous</a>')
+        if flt.page < pages:
+            pager.append(f'<a rel="next" href={attr(url(base, flt.params(page=flt.page + 1)))}>next →</a>')
+        empty = '<tr><td colspan="12" class="muted">no rollouts match</td></tr>'
+        return (
+            form
+            + f'<div class="pager">{"".join(pager)}</div>'
+            + f'<table class="rollouts"><tr>{"".join(ths)}</tr>{"".join(trs) or empty}</table>'
+        )
+
+    async def rollout(self, request: Request) -> Response:
+        rollout_id = request.path_params["rollout_id"]
+        try:
+            body = await anyio.to_thread.run_sync(
+                lambda: rollout_page(self.store, rollout_id, prefix=self.prefix, config=self.config)
+            )
+        except NotFound:
+            return self._html("Not found", f'<p class="err">no rollout {e(rollout_id)}</p>', "rollouts", status=404)
+        return self._html(f"Rollout {rollout_id}", body, "rollouts")
+
+    async def add_reward(self, request: Request) -> Response:
+        rollout_id = request.path_params["rollout_id"]
+        form = await request.form()
+        try:
+            reward = reward_from_form(rollout_id, dict(form))
+            await anyio.to_thread.run_sync(self.store.get_rollout, rollout_id)
+        except ValueError as exc:
+            return self._html("Bad reward", f'<p class="err">{e(exc)}</p>', "rollouts", status=422)
+        except NotFound:
+            return self._html("Not found", f'<p class="err">no rollout {e(rollout_id)}</p>', "rollouts", status=404)
+        await anyio.to_thread.run_sync(self.store.add_rewards, [reward])
+        return RedirectResponse(f"{self.prefix}/rollouts/{path_id(rollout_id)}", status_code=303)
+
+    async def runs(self, request: Request) -> Response:
+        all_runs = await anyio.to_thread.run_sync(queries.runs, self.store)
+        run_id = request.query_params.get("run") or (all_runs[0][0] if all_runs else None)
+        if run_id is None:
+            body = (
+                "<h2>Runs</h2><p class='muted'>No step records yet: <code>agl train</code> writes one into the "
+                "store after each training step.</p>"
+            )
+            return self._html("Runs", body, "runs")
+        options = "".join(
+            f"<option value={attr(r)}{' selected' if r == run_id else ''}>{e(r)} ({n} records, {e(when(t))})</option>"
+            for r, n, t in all_runs
+        )
+        picker = (
+            f'<form method="get" action={attr(self.prefix + "/runs")}><label>run '
+            f'<select name="run" onchange="this.form.submit()">{options}</select></label></form>'
+        )
+        charts_html = await anyio.to_thread.run_sync(self._charts, run_id)
+        fragment = url(f"{self.prefix}/runs/charts", [("run", run_id)])
+        script = (
+            f"setInterval(function(){{fetch({_js_string(fragment)},{{credentials:'same-origin'}})"
+            ".then(function(r){return r.ok?r.text():null}).then(function(t){"
+            "if(t!==null)document.getElementById('charts').innerHTML=t})}," + str(REFRESH_MS) + ");"
+        )
+        body = f"<h2>Run {e(run_id)}</h2>{picker}<div id='charts'>{charts_html}</div>"
+        return self._html(f"Run {run_id}", body, "runs", script=script)
+
+    async def run_charts(self, request: Request) -> Response:
+        run_id = request.query_params.get("run")
+        if not run_id:
+            return HTMLResponse('<p class="err">run: missing</p>', status_code=422)
+        return HTMLResponse(await anyio.to_thread.run_sync(self._charts, run_id))
+
+    def _charts(self, run_id: str) -> str:
+        records = self.store.step_records(run_id)
+        train = [r for r in records if r.get("kind") == "train"]
+        val = [r for r in records if r.get("kind") == "val" or "val_reward_mean" in r]
+
+        def pts(rs: list[dict], key: str) -> list[tuple[float, float]]:
+            return [(float(r["step"]), float(r[key])) for r in rs if isinstance(r.get(key), (int, float))]
+
+        def spread(rs: list[dict], key: str, std: str) -> list[float]:
+            return [float(r.get(std) or 0.0) for r in rs if isinstance(r.get(key), (int, float))]
+
+        def line(name: str, rs: list[dict], key: str) -> charts.Series:
+            return charts.Series(name, pts(rs, key))
+
+        out = [
+            charts.line_chart(
+                "chart-reward",
+                "Reward (mean ± std)",
+                [
+                    charts.Series("train", pts(train, "reward_mean"), spread(train, "reward_mean", "reward_std")),
+                    charts.Series(
+                        "validation", pts(val, "val_reward_mean"), spread(val, "val_reward_mean", "val_reward_std")
+                    ),
+                ],
+            ),
+            charts.line_chart(
+                "chart-success",
+                "Success rate",
+                [line("train", train, "success_rate"), line("validation", val, "val_success_rate")],
+            ),
+            charts.line_chart(
+                "chart-length",
+                "Response length (tokens)",
+                [line("mean", train, "response_length_mean"), line("max", train, "response_length_max")],
+            ),
+            charts.line_chart("chart-kl", "KL", [line("kl", train, "kl"), line("ppo_kl", train, "ppo_kl")]),
+            charts.line_chart("chart-entropy", "Entropy", [line("entropy", train, "entropy")]),
+            charts.line_chart("chart-tokens", "Tokens / s", [line("tokens/s", train, "tokens_per_s")]),
+        ]
+        timed = [r for r in train if any(isinstance(r.get(k), (int, float)) for k in STEP_TIMES)]
+        parts = {
+            k.removeprefix("time_").removesuffix("_s"): [float(r.get(k) or 0.0) for r in timed]
+            for k in STEP_TIMES
+            if any(r.get(k) for r in timed)
+        }
+        out.append(charts.stacked_bars("chart-time", "Step time (s)", [float(r["step"]) for r in timed], parts))
+        last = train[-1] if train else None
+        summary = ""
+        if last is not None:
+            summary = (
+                f'<p class="muted">last step {e(last.get("step"))}: reward {e(number(last.get("reward_mean")))}, '
+                f"success {e(number(last.get('success_rate')))}, step time {e(seconds(last.get('time_step_s')))}, "
+                f"updated {e(when(time.time()))}</p>"
+            )
+        return summary + '<div class="charts">' + "".join(out) + "</div>"
+
+
+def reward_from_form(rollout_id: str, form: dict[str, Any]) -> Reward:
+    """The reward a form (or an API body) attaches to a rollout; ValueError naming the bad field."""
+    raw = str(form.get("value", "")).strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"value: expected a number, got {raw!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"value: must be finite, got {raw!r}")
+    name = str(form.get("name") or "reward").strip() or "reward"
+    source = str(form.get("source") or "human").strip() or "human"
+    if len(name) > 200 or len(source) > 200:
+        raise ValueError("name: at most 200 characters" if len(name) > 200 else "source: at most 200 characters")
+    return Reward(rollout_id=rollout_id, value=value, name=name, source=source)
+
+
+def _with(params: Any, **values: str) -> Any:
+    from starlette.datastructures import QueryParams
+
+    items = [(k, v) for k, v in params.multi_items() if k not in values] + list(values.items())
+    return QueryParams(items)
+
+
+def _js_string(text: str) -> str:
+    import json
+
+    # </script> cannot end the script early: "<" is written as an escape.
+    return json.dumps(text).replace("<", "\\u003c")
+
+
+def dashboard_app(
+    store: SqlStore, *, token: str, prefix: str = "/ui", config: TransitionConfig | None = None
+) -> Starlette:
+    """The dashboard as an ASGI app whose routes live under ``prefix``.
+
+    ``config`` is the transition config credit assignment and the agent filter follow
+    on the rollout page (the default: :class:`~agl.transitions.TransitionConfig`'s).
+    """
+    if not isinstance(store, SqlStore):
+        raise ValueError(f"store: the dashboard reads a SQLite or PostgreSQL store, not {type(store).__name__}")
+    d = Dashboard(store, token, prefix, config)
+    p, g = d.prefix, d.guarded
+    routes = [
+        Route(f"{p}/login", d.login_form, methods=["GET"]),
+        Route(f"{p}/login", d.login, methods=["POST"]),
+        Route(f"{p}/logout", d.logout, methods=["POST"]),
+        Route(p or "/", g(d.home), methods=["GET"]),
+        Route(f"{p}/", g(d.home), methods=["GET"]),
+        Route(f"{p}/runs", g(d.runs), methods=["GET"]),
+        Route(f"{p}/runs/charts", g(d.run_charts), methods=["GET"]),
+        Route(f"{p}/rollouts", g(d.rollouts), methods=["GET"]),
+        Route(f"{p}/traces", g(d.traces), methods=["GET"]),
+        Route(f"{p}/rollouts/{{rollout_id:path}}/reward", g(d.add_reward), methods=["POST"]),
+        Route(f"{p}/rollouts/{{rollout_id:path}}", g(d.rollout), methods=["GET"]),
+    ]
+    app = Starlette(routes=routes)
+    app.state.dashboard = d
+    return app

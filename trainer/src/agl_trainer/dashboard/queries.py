@@ -1,0 +1,267 @@
+"""What the dashboard reads from a SQL store: one page of rollouts, sorted and filtered in the database.
+
+Every list is one indexed statement with ``LIMIT``/``OFFSET`` (and one ``COUNT``), so a
+page costs the same with a hundred rollouts or a hundred thousand. A rollout's reward
+is its returned ``reward`` if it has one, else its last ``reward`` (the precedence of
+:func:`agl.transitions.rewards.final_reward`, reward plugins aside); its agent is the
+first agent name its spans carry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agl.schema import RolloutStatus
+from agl.store.sql import SqlStore
+
+PAGE_SIZES = (25, 50, 100, 200)
+MODES = ("train", "val", "production")
+
+SORTS: dict[str, str] = {
+    "created": "r.pk",
+    "rollout": "r.rollout_id",
+    "task": "r.task_id",
+    "status": "r.status",
+    "mode": "r.mode",
+    "step": "r.step",
+    "model": "r.model_version",
+    "attempt": "r.attempt",
+    "duration": "(r.ended_at - r.started_at)",
+    "reward": "reward",
+    "agent": "agent",
+    "error": "r.error",
+}
+"""Sortable columns: the name in the URL (``?sort=``) and the SQL it sorts by."""
+
+
+class BadFilter(ValueError):
+    """A filter value the dashboard cannot use; ``field`` names the query parameter."""
+
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+@dataclass
+class RolloutFilter:
+    """The rollout list's query parameters, validated."""
+
+    task: str | None = None
+    status: list[str] = field(default_factory=list)
+    mode: str | None = None
+    agent: str | None = None
+    model: str | None = None
+    step: int | None = None
+    reward_min: float | None = None
+    reward_max: float | None = None
+    duration_min: float | None = None
+    duration_max: float | None = None
+    error: str | None = None
+    """Text the error contains; ``*`` for any error."""
+    sort: str = "created"
+    desc: bool = True
+    page: int = 1
+    size: int = 50
+
+    @classmethod
+    def from_params(cls, params: Any) -> RolloutFilter:
+        """From a request's query parameters (a multi-dict); :class:`BadFilter` for a bad value."""
+
+        def text(name: str) -> str | None:
+            value = (params.get(name) or "").strip()
+            return value or None
+
+        def number(name: str, kind: type = float) -> Any:
+            value = text(name)
+            if value is None:
+                return None
+            try:
+                out = kind(value)
+            except ValueError:
+                raise BadFilter(name, f"expected a{'n integer' if kind is int else ' number'}, got {value!r}") from None
+            if out != out or out in (float("inf"), float("-inf")):
+                raise BadFilter(name, f"expected a finite number, got {value!r}")
+            return out
+
+        statuses = [s for s in params.getlist("status") if s]
+        known = {s.value for s in RolloutStatus}
+        for s in statuses:
+            if s not in known:
+                raise BadFilter("status", f"unknown status {s!r} (known: {', '.join(sorted(known))})")
+        mode = text("mode")
+        if mode is not None and mode not in MODES:
+            raise BadFilter("mode", f"unknown mode {mode!r} (known: {', '.join(MODES)})")
+        sort = text("sort") or "created"
+        if sort not in SORTS:
+            raise BadFilter("sort", f"cannot sort by {sort!r} (columns: {', '.join(SORTS)})")
+        order = text("dir") or "desc"
+        if order not in ("asc", "desc"):
+            raise BadFilter("dir", f"expected asc or desc, got {order!r}")
+        page = number("page", int) or 1
+        if page < 1:
+            raise BadFilter("page", f"must be at least 1, got {page}")
+        size = number("size", int) or 50
+        if size not in PAGE_SIZES:
+            raise BadFilter("size", f"must be one of {', '.join(map(str, PAGE_SIZES))}, got {size}")
+        return cls(
+            task=text("task"),
+            status=statuses,
+            mode=mode,
+            agent=text("agent"),
+            model=text("model"),
+            step=number("step", int),
+            reward_min=number("reward_min"),
+            reward_max=number("reward_max"),
+            duration_min=number("duration_min"),
+            duration_max=number("duration_max"),
+            error=text("error"),
+            sort=sort,
+            desc=order == "desc",
+            page=page,
+            size=size,
+        )
+
+    def params(self, **override: Any) -> list[tuple[str, str]]:
+        """The query parameters that give this filter (with ``override`` applied), for links."""
+        values = {**self.__dict__, **override}
+        out: list[tuple[str, str]] = []
+        for name in (
+            "task",
+            "mode",
+            "agent",
+            "model",
+            "step",
+            "reward_min",
+            "reward_max",
+            "duration_min",
+            "duration_max",
+            "error",
+        ):
+            if values[name] is not None:
+                out.append((name, str(values[name])))
+        out.extend(("status", s) for s in values["status"])
+        out += [("sort", values["sort"]), ("dir", "desc" if values["desc"] else "asc")]
+        out += [("page", str(values["page"])), ("size", str(values["size"]))]
+        return out
+
+
+@dataclass
+class RolloutRow:
+    """One line of the rollout list."""
+
+    rollout_id: str
+    task_id: str
+    status: str
+    mode: str
+    step: int | None
+    model_version: str | None
+    attempt: int
+    created_at: float
+    started_at: float | None
+    ended_at: float | None
+    error: str | None
+    reward: float | None
+    agent: str | None
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return self.ended_at - self.started_at
+
+
+def _reward_sql(store: SqlStore) -> str:
+    f, d = store.dialect.json_field, store.dialect
+    return (
+        f"(SELECT {f('w.body', ['value'], d.real)} FROM rewards w WHERE w.rollout_id = r.rollout_id "
+        f"AND {f('w.body', ['name'])} = 'reward' "
+        f"ORDER BY CASE WHEN {f('w.body', ['source'])} = 'return' THEN 1 ELSE 0 END DESC, w.pk DESC LIMIT 1)"
+    )
+
+
+_AGENT_SQL = (
+    "(SELECT s.agent FROM spans s WHERE s.rollout_id = r.rollout_id AND s.agent IS NOT NULL ORDER BY s.pk LIMIT 1)"
+)
+_COLUMNS = (
+    "r.rollout_id, r.task_id, r.status, r.mode, r.step, r.model_version, r.attempt, "
+    "r.created_at, r.started_at, r.ended_at, r.error"
+)
+
+
+def list_rollouts(store: SqlStore, flt: RolloutFilter) -> tuple[list[RolloutRow], int]:
+    """One page of rollouts and how many match the filter in all."""
+    where: list[str] = []
+    params: list[Any] = []
+    if flt.task is not None:
+        where.append("r.task_id = ?")
+        params.append(flt.task)
+    if flt.status:
+        where.append(f"r.status IN ({', '.join('?' for _ in flt.status)})")
+        params.extend(flt.status)
+    if flt.mode is not None:
+        where.append("r.mode = ?")
+        params.append(flt.mode)
+    if flt.model is not None:
+        where.append("r.model_version = ?")
+        params.append(flt.model)
+    if flt.step is not None:
+        where.append("r.step = ?")
+        params.append(flt.step)
+    if flt.agent is not None:
+        where.append("EXISTS (SELECT 1 FROM spans a WHERE a.agent = ? AND a.rollout_id = r.rollout_id)")
+        params.append(flt.agent)
+    if flt.duration_min is not None:
+        where.append("r.ended_at - r.started_at >= ?")
+        params.append(flt.duration_min)
+    if flt.duration_max is not None:
+        where.append("r.ended_at - r.started_at <= ?")
+        params.append(flt.duration_max)
+    if flt.error == "*":
+        where.append("r.error IS NOT NULL")
+    elif flt.error is not None:
+        where.append("r.error LIKE ?")
+        params.append("%" + flt.error.replace("%", "").replace("_", "") + "%")
+    reward = _reward_sql(store)
+    outer: list[str] = []
+    outer_params: list[Any] = []
+    if flt.reward_min is not None:
+        outer.append("reward >= ?")
+        outer_params.append(flt.reward_min)
+    if flt.reward_max is not None:
+        outer.append("reward <= ?")
+        outer_params.append(flt.reward_max)
+    inner_where = f"WHERE {' AND '.join(where)}" if where else ""
+    needs_outer = bool(outer) or flt.sort in ("reward", "agent")
+    order = SORTS[flt.sort]
+    direction = "DESC" if flt.desc else "ASC"
+    offset = (flt.page - 1) * flt.size
+    if needs_outer:
+        base = f"SELECT r.pk AS pk, {_COLUMNS}, {reward} AS reward, {_AGENT_SQL} AS agent FROM rollouts r {inner_where}"
+        filtered = f"SELECT * FROM ({base}) r" + (f" WHERE {' AND '.join(outer)}" if outer else "")
+        sql = f"{filtered} ORDER BY {order} {direction}, r.pk {direction} LIMIT {flt.size} OFFSET {offset}"
+        rows = store.select(sql, [*params, *outer_params])
+        total = store.select(f"SELECT COUNT(*) FROM ({filtered}) c", [*params, *outer_params])[0][0]
+        data = [row[1:] for row in rows]
+    else:
+        page = f"SELECT r.pk FROM rollouts r {inner_where} ORDER BY {order} {direction}, r.pk {direction} "
+        page += f"LIMIT {flt.size} OFFSET {offset}"
+        sql = (
+            f"SELECT {_COLUMNS}, {reward}, {_AGENT_SQL} FROM rollouts r WHERE r.pk IN ({page}) "
+            f"ORDER BY {order} {direction}, r.pk {direction}"
+        )
+        data = store.select(sql, params)
+        total = store.select(f"SELECT COUNT(*) FROM rollouts r {inner_where}", params)[0][0]
+    return [RolloutRow(*row) for row in data], int(total)
+
+
+def production_span_count(store: SqlStore) -> int:
+    """Spans captured outside any rollout (gateway traffic of no rollout)."""
+    return int(store.select("SELECT COUNT(*) FROM spans WHERE rollout_id IS NULL")[0][0])
+
+
+def runs(store: SqlStore) -> list[tuple[str, int, float]]:
+    """``(run_id, step records, last record's time)`` of every run with step records, newest first."""
+    rows = store.select("SELECT run_id, COUNT(*), MAX(created_at) FROM run_steps GROUP BY run_id ORDER BY 3 DESC")
+    return [(r[0], int(r[1]), float(r[2])) for r in rows]
