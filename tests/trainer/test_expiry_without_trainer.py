@@ -1,0 +1,117 @@
+"""Expiry without a trainer: the store server itself takes back a silent runner's rollouts.
+
+Real parts: a SqliteStore served by the store server (uvicorn on 127.0.0.1), reached by
+the HTTP client as a runner would; no trainer runs and nobody calls ``expire`` by hand,
+except where a trainer expiring alongside the server is the point.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from agl.credentials import new_token
+from agl.schema import Rollout, RolloutStatus, Task
+from agl.store.http import HttpStore
+from agl.store.sqlite import SqliteStore
+from agl_trainer.cli import main
+from agl_trainer.store_server import ServerThread
+
+
+def _until(predicate, timeout_s: float, step_s: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step_s)
+    return predicate()
+
+
+def _setup(store, n: int, **rollout_options) -> None:
+    store.add_tasks([Task(task_id=f"t{i}", input=i) for i in range(n)])
+    store.enqueue([Rollout(rollout_id=f"ro{i}", task_id=f"t{i}", **rollout_options) for i in range(n)])
+
+
+def test_a_silent_runners_rollout_is_requeued_and_a_live_ones_is_kept(tmp_path):
+    backing = SqliteStore(tmp_path / "agl.db")
+    _setup(backing, 2, max_attempts=2)
+    token = new_token(16)
+    with ServerThread(backing, token=token, expire_every_s=0.2, heartbeat_timeout_s=1.0) as server:
+        client = HttpStore(server.url, token=token)
+        try:
+            [dead] = client.claim("dead-runner", limit=1)  # claims, then never heartbeats again
+            [live] = client.claim("live-runner", limit=1)
+            stop = threading.Event()
+
+            def beat():
+                while not stop.wait(0.2):
+                    client.heartbeat([live.rollout_id], "live-runner")
+
+            beater = threading.Thread(target=beat, daemon=True)
+            beater.start()
+            try:
+                assert _until(lambda: backing.get_rollout(dead.rollout_id).status == RolloutStatus.QUEUED, 10)
+                assert backing.get_rollout(live.rollout_id).status == RolloutStatus.RUNNING
+            finally:
+                stop.set()
+                beater.join()
+            [attempt] = client.attempts(dead.rollout_id)
+            assert attempt.runner_id == "dead-runner" and attempt.status == RolloutStatus.TIMED_OUT
+            assert attempt.error.startswith("no heartbeat for 1")
+            [again] = client.claim("new-runner", limit=1)  # the requeued rollout goes to another runner
+            assert again.rollout_id == dead.rollout_id and again.attempt == 2
+            assert server.expirer is not None and server.expirer.expired == 1
+        finally:
+            client.close()
+    backing.close()
+
+
+def test_server_expiry_beside_a_trainer_expiring_ends_each_attempt_once(tmp_path):
+    backing = SqliteStore(tmp_path / "agl.db")
+    _setup(backing, 6, max_attempts=1)
+    token = new_token(16)
+    with ServerThread(backing, token=token, expire_every_s=0.05, heartbeat_timeout_s=0.5) as server:
+        client = HttpStore(server.url, token=token)
+        try:
+            claimed = client.claim("dead-runner", limit=6)
+            trainer_took: list[str] = []
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # the trainer's loop, expiring with the same lease
+                trainer_took += [r.rollout_id for r in client.expire(heartbeat_timeout_s=0.5)]
+                if all(backing.get_rollout(r.rollout_id).status.terminal for r in claimed):
+                    break
+                time.sleep(0.02)
+            for r in claimed:
+                assert backing.get_rollout(r.rollout_id).status == RolloutStatus.TIMED_OUT
+                assert [a.status for a in client.attempts(r.rollout_id)] == [RolloutStatus.TIMED_OUT]
+            assert len(trainer_took) + server.expirer.expired == 6  # each taken back by exactly one of them
+        finally:
+            client.close()
+    backing.close()
+
+
+def test_runners_get_one_lease_after_the_server_starts(tmp_path):
+    backing = SqliteStore(tmp_path / "agl.db")
+    _setup(backing, 1)
+    backing.claim("runner-cut-off", limit=1)  # last heard from now; the server is down for a while
+    time.sleep(2.2)
+    token = new_token(16)
+    with ServerThread(backing, token=token, expire_every_s=0.1, heartbeat_timeout_s=2.0) as server:
+        time.sleep(0.5)  # passes would already find the heartbeat 2.7 s old
+        assert backing.get_rollout("ro0").status == RolloutStatus.RUNNING
+        client = HttpStore(server.url, token=token)
+        try:
+            client.heartbeat(["ro0"], "runner-cut-off")  # the runner is heard again in time
+            time.sleep(1.0)  # past the first pass, within the lease of the new heartbeat
+            assert backing.get_rollout("ro0").status == RolloutStatus.RUNNING
+            assert _until(lambda: backing.get_rollout("ro0").status == RolloutStatus.TIMED_OUT, 5)
+        finally:
+            client.close()
+    backing.close()
+
+
+def test_serve_checks_its_expiry_flags(capsys):
+    assert main(["store", "serve", "--expire-every", "-1"]) == 2
+    assert "--expire-every: must be 0 (never) or more, got -1" in capsys.readouterr().err
+    assert main(["store", "serve", "--heartbeat-timeout", "0"]) == 2
+    assert "--heartbeat-timeout: must be positive, got 0" in capsys.readouterr().err
