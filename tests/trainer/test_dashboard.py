@@ -238,3 +238,43 @@ def test_agl_dashboard_serves_a_sqlite_file(served, tmp_path):
         proc.wait(timeout=10)
     missing = main(["dashboard", "--store", f"sqlite:///{tmp_path}/none.db", "--token", "t"])
     assert missing == 2
+
+
+def test_step_records_through_the_store_api(served):
+    _, server, client = served
+    with HttpStore(server.url, token=TOKEN) as api:
+        api.add_step_record("run-h", {"kind": "train", "step": 1, "loss": float("nan"), "reward_mean": 0.5})
+        api.add_step_record("run-h", {"kind": "train", "step": 1, "reward_mean": 0.9})  # the same step: kept once
+        assert api.step_records("run-h") == [
+            {"kind": "train", "step": 1, "loss": None, "reward_mean": 0.5, "run_id": "run-h"}
+        ]
+        with pytest.raises(Exception, match="step: must be an integer"):
+            api.add_step_record("run-h", {"kind": "train", "step": "one"})
+    refused = client.post(
+        "/v1/run_steps", json={"run_id": "x", "record": {"step": 1}}, headers={"Authorization": "Bearer runner-tok"}
+    )
+    assert refused.status_code == 403
+
+
+def test_a_training_run_puts_its_steps_where_the_runs_page_reads_them(tmp_path):
+    from agl_trainer.trainer import Trainer
+    from tests.fake_engine import FakeEngine
+    from tests.trainer.test_trainer import TinyBackend, _tasks, agent, small_config
+
+    with FakeEngine() as engine:
+        config = small_config(tmp_path, engine, steps=2, plot=False)
+        result = Trainer(config, backend=TinyBackend(tmp_path / "calls.jsonl")).fit(agent, _tasks(2))
+    store = SqliteStore(tmp_path / "agl.db")
+    try:
+        kept = store.step_records()
+        assert [(r["kind"], r["step"]) for r in kept] == [("train", 1), ("train", 2)]
+        assert [r["reward_mean"] for r in kept] == [r["reward_mean"] for r in result.history]
+        server = ServerThread(store, token=TOKEN)
+        with server, httpx.Client(base_url=server.url, timeout=10) as client:
+            html = client.get("/ui/runs", headers=AUTH).text
+    finally:
+        store.close()
+    reward_chart = html.split('id="chart-success"')[0]
+    shown = re.findall(r'data-series="train" data-step="(\d+)" data-value="([^"]+)"', reward_chart)
+    assert [(int(s), float(v)) for s, v in shown] == [(r["step"], r["reward_mean"]) for r in result.history]
+    assert 'id="chart-time"' in html and 'data-series="rollout"' in html

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -69,18 +70,33 @@ def transition_metrics(
 
 
 class MetricsLog:
-    """``metrics.jsonl`` in a workdir: one record per step (and per evaluation)."""
+    """``metrics.jsonl`` in a workdir: one record per step (and per evaluation).
 
-    def __init__(self, path: str | Path):
+    Given a ``store`` and ``run_id``, each record also goes into the store
+    (:meth:`agl.store.base.Store.add_step_record`), where the dashboard's runs page reads
+    it while training runs; a store that refuses it costs one warning, never the run.
+    """
+
+    def __init__(self, path: str | Path, store: Any = None, run_id: str | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.store = store if run_id else None
+        self.run_id = run_id
+        self._warned = False
 
     def append(self, record: dict[str, Any]) -> None:
-        """Append one record and make it durable."""
+        """Append one record and make it durable (then hand it to the store, if any)."""
         with open(self.path, "a") as f:
             f.write(json.dumps(record, allow_nan=True) + "\n")
             f.flush()
             os.fsync(f.fileno())
+        if self.store is not None:
+            try:
+                self.store.add_step_record(self.run_id, record)
+            except Exception as exc:
+                if not self._warned:
+                    logging.getLogger(__name__).warning("step records not kept in the store (%s): %s", self.store, exc)
+                    self._warned = True
 
     def read(self) -> list[dict[str, Any]]:
         """Every record, oldest first (a torn last line from a crash is skipped)."""

@@ -31,6 +31,7 @@ GET|POST    /v1/spans/query (and llm_calls, rewards)  ``query_*``; NDJSON
 POST        /v1/model_versions                   ``add_model_version``; the model version
 GET         /v1/model_versions/latest            ``latest_model_version`` (``null`` if none)
 GET         /v1/model_versions/{version}         ``get_model_version``
+POST|GET    /v1/run_steps                        ``add_step_record`` (``{"run_id", "record"}``) / ``step_records``
 POST        /v1/batch                            several callers' writes in one request
 ==========  ===================================  =============================================
 
@@ -185,6 +186,11 @@ class BatchBody(_Body):
     rewards: list[Reward] = Field(default_factory=list)
     claims: list[ClaimBody] = Field(default_factory=list)
     finishes: list[FinishItem] = Field(default_factory=list)
+
+
+class StepRecordBody(_Body):
+    run_id: str = Field(min_length=1)
+    record: dict[str, JSON]
 
 
 class TaskQuery(_Body):
@@ -577,6 +583,15 @@ class _Api:
         version = await self.call(self.store.get_model_version, request.path_params["version"])
         return _json_response(version.model_dump_json())
 
+    async def add_step_record(self, request: Request) -> Response:
+        body = StepRecordBody.model_validate_json(await _read_body(request, self.max_body_bytes) or b"{}")
+        await self.call(self.store.add_step_record, body.run_id, body.record)
+        return _json_response(b'{"ok":true}')
+
+    async def step_records(self, request: Request) -> Response:
+        records = await self.call(self.store.step_records, request.query_params.get("run_id"))
+        return JSONResponse({"records": records})
+
     async def batch(self, request: Request) -> Response:
         body = await self.body(request, BatchBody)
         await self.call(self._check_batch, _caller(request.scope), body)
@@ -759,6 +774,8 @@ class _Api:
             Route("/v1/rewards", w(self.add_rewards), methods=["POST"]),
             Route("/v1/rewards/query", self.query_rewards, methods=["GET", "POST"]),
             Route("/v1/model_versions", w(self.add_model_version), methods=["POST"]),
+            Route("/v1/run_steps", w(self.add_step_record), methods=["POST"]),
+            Route("/v1/run_steps", self.step_records, methods=["GET"]),
             Route("/v1/model_versions/latest", self.latest_model_version, methods=["GET"]),
             Route("/v1/model_versions/{version:path}", self.get_model_version, methods=["GET"]),
         ]

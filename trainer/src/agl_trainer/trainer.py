@@ -222,7 +222,7 @@ class Trainer:
         store = self._store = self._store or open_store(cfg.store_url())
         store.add_tasks(train + val)
         state = self._load_state()
-        metrics = MetricsLog(self.workdir / "metrics.jsonl")
+        metrics = MetricsLog(self.workdir / "metrics.jsonl", store=store, run_id=state.get("run_id"))
         metrics.truncate_after(state["completed_step"])
         try:
             self._start_loggers(state)

@@ -65,7 +65,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from agl.errors import AglError, InvalidTransition, NotFound, StoreUnavailable
 from agl.schema import Attempt, LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, StoreStats, Task
-from agl.store.base import Store
+from agl.store.base import Store, step_record_row
 
 log = logging.getLogger(__name__)
 
@@ -661,6 +661,15 @@ class HttpStore(Store):
     def latest_model_version(self) -> ModelVersion | None:
         answer = self._get("/v1/model_versions/latest")
         return None if answer is None else ModelVersion.model_validate(answer)
+
+    # -- step records ---------------------------------------------------------------
+    def add_step_record(self, run_id: str, record: dict) -> None:
+        run_id, _, _, body = step_record_row(run_id, record)  # NaN as null: the server refuses NaN
+        self._post("/v1/run_steps", b'{"run_id":' + json.dumps(run_id).encode() + b',"record":' + body.encode() + b"}")
+
+    def step_records(self, run_id: str | None = None) -> list[dict]:
+        path = "/v1/run_steps" + (f"?run_id={quote(run_id, safe='')}" if run_id is not None else "")
+        return self._get(path)["records"]
 
     # -- the rest ------------------------------------------------------------------
     def stats(self) -> StoreStats:
