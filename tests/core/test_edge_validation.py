@@ -207,3 +207,27 @@ def test_sqlite_urls_that_name_no_usable_file_are_config_errors(tmp_path, monkey
         with pytest.raises(ConfigError, match=reason):
             open_store(url)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "not-a-db"]  # nothing created
+
+
+# -- the runner ------------------------------------------------------------------
+def test_a_runner_fails_a_rollout_whose_agent_returns_a_non_finite_reward(tmp_path):
+    from agl.runner import RolloutResult, Runner
+
+    with SqliteStore(tmp_path / "agl.db") as store:
+        store.add_tasks([Task(task_id=f"t{i}", input={"i": i}) for i in range(3)])
+        store.enqueue([Rollout(rollout_id=f"ro{i}", task_id=f"t{i}") for i in range(3)])
+
+        def agent(task_input):
+            return [float("nan"), RolloutResult(output={"kept": True}, reward=float("inf")), 1.0][task_input["i"]]
+
+        runner = Runner(agent, store)
+        try:
+            counts = runner.run_sync(until_idle=True)
+        finally:
+            runner.close()
+        assert counts == {"failed": 2, "succeeded": 1}
+        for rid in ("ro0", "ro1"):
+            ended = store.get_rollout(rid)
+            assert ended.status == RolloutStatus.FAILED and "reward: the agent returned" in ended.error
+        assert store.get_rollout("ro1").output == {"kept": True}
+        assert [(r.rollout_id, r.value) for r in store.query_rewards()] == [("ro2", 1.0)]

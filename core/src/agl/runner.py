@@ -54,6 +54,7 @@ import contextlib
 import contextvars
 import inspect
 import logging
+import math
 import os
 import random
 import re
@@ -476,6 +477,9 @@ class Runner:
                 value = await self._invoke(ctx, rollout)
             output, reward = read_result(value)
             output = _jsonable(output)
+            if reward is not None and not math.isfinite(reward):  # no store keeps it (agl.schema)
+                status, error = RolloutStatus.FAILED, f"ValueError: reward: the agent returned {reward!r}, not finite"
+                reward = None
         except TimeoutError as exc:
             if deadline.expired():
                 status, error = (
