@@ -106,6 +106,7 @@ def test_agl_run_killing_a_timed_out_agent_cancels_its_call(gateway, engine, sto
     )
     killed = time.monotonic()
     assert proc.returncode != 0, proc.stderr
+    assert len(engine.requests) == 1, f"the child's request never reached the engine: {proc.stderr}"
     assert _wait_for_abort(engine, killed) < 1.0, proc.stderr  # not the 30 s the engine would have taken
     _idle(gateway, engine)
     [rollout] = [r for r in store.query_rollouts() if r.mode == "production"]
