@@ -256,3 +256,40 @@ def test_agl_store_serve_reads_its_tokens_and_key_secret_from_files(tmp_path):
         proc.terminate()
         out, _ = proc.communicate(timeout=10)
     assert ADMIN not in out and RUNNER not in out and KEYS.secret not in out
+
+
+def test_a_runner_over_http_hands_each_agent_the_key_the_claim_carried(tmp_path):
+    """agl runner's path: a runner token, keys from the store server's claims, agents that reach
+    the gateway with ctx.api_key and write their rewards; no key secret in the runner."""
+    from agl.runner import Runner
+    from agl_trainer.gateway import Gateway
+
+    seen: dict[str, str] = {}
+
+    def agent(task_input, ctx):
+        seen[ctx.rollout_id] = ctx.api_key
+        reply = httpx.post(
+            f"{ctx.base_url}/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"Authorization": f"Bearer {ctx.api_key}"},
+            timeout=10,
+        )
+        reply.raise_for_status()
+        return 1.0
+
+    with (
+        server(tmp_path) as srv,
+        FakeEngine() as engine,
+        Gateway(srv.backing, [engine.url], token="gw-token-0123456789", keys=KEYS) as gw,
+        contextlib.closing(_client(srv, RUNNER)) as store,
+    ):
+        runner = Runner(agent, store, gateway_url=gw.url, api_key="not-a-key", concurrency=3)
+        try:
+            assert runner.run_sync(until_idle=True) == {"succeeded": 3}
+        finally:
+            runner.close()
+        gw.flush()
+        assert seen == {rid: KEYS.mint(rid, 1) for rid in ("ro0", "ro1", "ro2")}
+        for rid in seen:
+            assert len(list(srv.backing.query_llm_calls(rollout_id=rid))) == 1
+            assert [w.value for w in srv.backing.query_rewards(rollout_id=rid)] == [1.0]
