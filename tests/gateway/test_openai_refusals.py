@@ -164,3 +164,17 @@ def test_prompt_token_ids_the_store_cannot_keep_are_refused(http, engine, prompt
     sent = len(engine.requests)
     _refused(http.post("/v1/completions", json={"model": "m", "prompt": prompt, "max_tokens": 2}), "prompt")
     assert len(engine.requests) == sent
+
+
+def test_agl_gateway_serve_names_a_bad_body_limit():
+    import subprocess
+    import sys
+
+    agl = [sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))"]
+    out = subprocess.run(
+        [*agl, "gateway", "serve", "--upstream", "http://127.0.0.1:1/v1", "--max-body-mb", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 2 and "--max-body-mb: must be positive" in out.stderr

@@ -60,6 +60,7 @@ def register(subparsers) -> None:
         help=f"file holding the secret rollout keys are made with (default: ${ROLLOUT_KEY_SECRET_ENV}, else random)",
     )
     s.add_argument("--max-in-flight", type=int, default=512, help="requests in flight per replica before 429")
+    s.add_argument("--max-body-mb", type=float, default=32.0, help="largest request body in MiB (default 32)")
     s.add_argument(
         "--upstream-api-key",
         default=os.environ.get("AGL_UPSTREAM_API_KEY") or os.environ.get("AGL_ENGINE_API_KEY"),
@@ -98,6 +99,8 @@ def serve(args: argparse.Namespace) -> int:
 
     if args.max_in_flight < 1:
         raise ConfigError("--max-in-flight: must be at least 1")
+    if args.max_body_mb <= 0:
+        raise ConfigError(f"--max-body-mb: must be positive, got {args.max_body_mb}")
     if not 0 <= args.port < 65536:
         raise ConfigError(f"--port: {args.port} is not a TCP port")
     if args.token is not None and not args.token.strip():
@@ -121,6 +124,7 @@ def serve(args: argparse.Namespace) -> int:
             max_in_flight=args.max_in_flight,
             upstream_api_key=args.upstream_api_key,
             model_version=args.model_version,
+            max_body_bytes=int(args.max_body_mb * 1024 * 1024),
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
