@@ -28,7 +28,7 @@ form.filters{display:flex;flex-wrap:wrap;gap:8px;align-items:end;margin-bottom:1
 form.filters label{display:flex;flex-direction:column;font-size:12px;color:#6b7384}
 form.filters input,form.filters select{width:110px}
 .tree{position:relative}.span{display:flex;align-items:center;gap:6px;border-bottom:1px solid #f0f1f4}
-.span .name{flex:0 0 330px;overflow:hidden;white-space:nowrap;text-overflow:ellipsis}
+.span .name{flex:0 0 330px;box-sizing:border-box;overflow:hidden;white-space:nowrap;text-overflow:ellipsis}
 .span .lane{flex:1;position:relative;height:16px;background:#f6f7f9}
 .span .bar{position:absolute;top:2px;height:12px;border-radius:2px;min-width:2px}
 .k-agent{background:#5b7be0}.k-llm{background:#c2185b}.k-tool{background:#f39c12}

@@ -85,8 +85,10 @@ def _call_card(call: LLMCall, index: int, credit: dict[str, tuple[float, float]]
     return (
         f'<div class="card llm-call" id="call-{e(call.call_id)}"><h3>LLM call {index}: {e(call.call_id)}</h3>'
         f"<p>{verdict}</p>"
-        f"<p>model {e(call.requested_model)} · version {e(call.model_version)} · "
-        f"prompt tokens <b>{len(call.prompt_ids)}</b> · response tokens <b>{len(call.response_ids)}</b>"
+        "<p>"
+        + (f"model {e(call.requested_model)} · " if call.requested_model else "")
+        + (f"version {e(call.model_version)} · " if call.model_version else "")
+        + f"prompt tokens <b>{len(call.prompt_ids)}</b> · response tokens <b>{len(call.response_ids)}</b>"
         + (f" · usage {e(usage)}" if usage else "")
         + (f" · latency {e(seconds(call.latency_s))}" if call.latency_s is not None else "")
         + "</p>"
