@@ -2,7 +2,9 @@
 
 ``agl store serve`` runs it; :class:`agl.store.http.HttpStore` is its client.
 
-Every route except ``/healthz`` needs ``Authorization: Bearer <token>``.
+Every route except ``/healthz`` needs ``Authorization: Bearer <credential>`` (the
+scheme in any case): the admin token opens every route, a runner token what running
+rollouts needs, a rollout key its own rollout only (:mod:`agl_trainer.store_auth`).
 Bodies are JSON; queries answer NDJSON (one model per line), streamed straight
 from the store's iterators, so reading a million spans never holds them all.
 
@@ -49,8 +51,9 @@ When the SQL store's writer is idle, a batch runs on the event loop (it commits 
 once, sparing two thread hand-offs); otherwise, and for a second after one of those
 took over ``INLINE_MAX_S``, it runs on a worker thread.
 
-Errors answer ``{"error": {"type", "field", "reason", ...}}``: 401 without the
-right token, 404 for an unknown id (``NotFound``, with ``kind`` and ``ident``),
+Errors answer ``{"error": {"type", "field", "reason", ...}}``: 401 without a valid
+credential (or with a rollout key whose attempt ended), 403 for a route or a rollout
+outside the credential's scope, 404 for an unknown id (``NotFound``, with ``kind`` and ``ident``),
 409 for a status change the status machine forbids (``InvalidTransition``, naming
 the rollout's status), 413 for a body over the limit (``max_body_bytes``, on every
 route, plugin routes included; a ``gzip`` or ``deflate`` body is inflated as it is

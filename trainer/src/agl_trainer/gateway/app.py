@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qs
 
 from agl.credentials import RolloutKeys
+from agl.schema import RolloutStatus
 from agl_trainer.gateway import chat, responses_api, validate
 from agl_trainer.gateway.auth import ROLLOUT, Caller, GatewayAuth
 from agl_trainer.gateway.errors import (
@@ -456,8 +457,8 @@ class GatewayApp:
             raise invalid("rollout_id", "must be a non-empty string")
         if self.auth.keys is None:
             raise GatewayError(409, "this gateway has no rollout key secret", code="no_rollout_keys")
-        status, attempt = await asyncio.to_thread(self.registry._status_of, rollout_id)
-        if status.value != "running":
+        status, attempt = await asyncio.to_thread(self.registry.status_of, rollout_id)
+        if status != RolloutStatus.RUNNING:
             raise GatewayError(
                 409,
                 f"rollout {rollout_id!r} is {status.value}: keys are made for running rollouts",

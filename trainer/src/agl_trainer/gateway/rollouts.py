@@ -90,7 +90,7 @@ class RolloutRegistry:
         if cached is None or now - cached[0] > self.status_ttl_s:
             pending = self._status_pending.get(rollout_id)
             if pending is None:
-                pending = asyncio.ensure_future(asyncio.to_thread(self._status_of, rollout_id))
+                pending = asyncio.ensure_future(asyncio.to_thread(self.status_of, rollout_id))
                 self._status_pending[rollout_id] = pending
                 pending.add_done_callback(lambda _: self._status_pending.pop(rollout_id, None))
             status, current = await asyncio.shield(pending)
@@ -111,7 +111,8 @@ class RolloutRegistry:
                 code="rollout_key_expired",
             )
 
-    def _status_of(self, rollout_id: str) -> tuple[RolloutStatus, int]:
+    def status_of(self, rollout_id: str) -> tuple[RolloutStatus, int]:
+        """The rollout's status and attempt, asked of the store now (404 for an unknown rollout)."""
         try:
             rollout = self.store.get_rollout(rollout_id)
         except NotFound:
