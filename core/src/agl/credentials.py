@@ -1,6 +1,7 @@
 """Bearer tokens and rollout keys: making them, reading them, checking them.
 
-agl has three kinds of credential (see DESIGN.md, "Keys with scope"):
+agl has these kinds of credential (what each opens: :mod:`agl_trainer.gateway.auth` and
+:mod:`agl_trainer.store_auth`):
 
 - *tokens* a person or a trainer hands out: the store server's admin and runner tokens,
   the gateway's production and admin tokens. Made by :func:`new_token` when none is
@@ -20,7 +21,9 @@ all, stays one UPDATE. The cost is a secret shared by whoever mints keys (the st
 server, the trainer, ``agl run``) and whoever checks them (the gateway, the store
 server): ``$AGL_ROLLOUT_KEY_SECRET`` or a file. A key names its attempt, so it dies with
 the attempt even though nothing is revoked: once the rollout ends or a new attempt
-starts, the check against the store fails.
+starts, the check against the store fails. Whoever holds the secret can make any
+rollout's key, so it stays with the trainer and the servers: a runner whose agents run
+in its own process should get keys from a store server's claims, not hold the secret.
 """
 
 from __future__ import annotations
