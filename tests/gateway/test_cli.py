@@ -159,3 +159,42 @@ def test_an_empty_token_is_refused(tmp_path):
         timeout=20,
     )
     assert out.returncode == 2 and "--token: must not be empty" in out.stderr
+
+
+def test_tokens_and_the_key_secret_come_from_files_and_each_opens_its_own_routes(tmp_path, engine):
+    from agl.credentials import RolloutKeys
+    from agl.schema import Rollout, Task
+
+    secret = "gateway-key-secret-0123456789abcdef"
+    for name, value in {"token": "prod-token-from-file", "admin": "admin-token-from-file", "secret": secret}.items():
+        (tmp_path / name).write_text(value + "\n")
+    db = tmp_path / "agl.db"
+    store = SqliteStore(db)
+    store.add_tasks([Task(task_id="t", input={})])
+    store.enqueue([Rollout(rollout_id="ro-1", task_id="t")])
+    (claimed,) = store.claim("runner")
+    port = free_port()
+    args = ["--store", f"sqlite:///{db}", "--upstream", engine.url, "--port", str(port)]
+    args += ["--token-file", str(tmp_path / "token"), "--admin-token-file", str(tmp_path / "admin")]
+    args += ["--rollout-key-secret-file", str(tmp_path / "secret")]
+    proc, lines = _serve(args, _clean_env())
+    try:
+        text = "".join(lines)
+        assert "from-file" not in text and secret not in text  # nothing that came from a file is printed
+        url = f"http://127.0.0.1:{port}"
+
+        def post(path: str, credential: str, body: dict) -> int:
+            headers = {"Authorization": f"Bearer {credential}"}
+            return httpx.post(f"{url}{path}", json=body, headers=headers, timeout=10).status_code
+
+        chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        key = RolloutKeys(secret).mint("ro-1", claimed.attempt)
+        assert post("/rollouts/ro-1/v1/chat/completions", key, chat) == 200
+        assert post("/v1/chat/completions", "prod-token-from-file", chat) == 200
+        assert post("/rollouts/ro-1/v1/chat/completions", "prod-token-from-file", chat) == 403
+        assert post("/admin/model_version", "prod-token-from-file", {"model_version": "x"}) == 403
+        assert post("/admin/model_version", key, {"model_version": "x"}) == 403
+        assert post("/admin/model_version", "admin-token-from-file", {"model_version": "x"}) == 200
+    finally:
+        _stop(proc)
+        store.close()

@@ -10,7 +10,9 @@ the process list) or a variable, else random:
   ``agl run``, ``agl runner`` and ``agl store serve`` need the same one.
 
 What was made up is printed, with the ``export`` line that hands the URL and the key
-secret to ``agl run``. The engines' key is ``--upstream-api-key``, else
+secret to ``agl run``. With an ``http://`` store, the gateway needs the store's admin
+token (``--store-token-file`` or ``$AGL_STORE_TOKEN``): it records calls of every rollout,
+late ones included, which a runner token may not write. The engines' key is ``--upstream-api-key``, else
 ``$AGL_UPSTREAM_API_KEY``, else ``$AGL_ENGINE_API_KEY`` (the variable ``agl engine serve`` reads).
 """
 
