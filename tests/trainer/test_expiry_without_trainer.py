@@ -115,3 +115,41 @@ def test_serve_checks_its_expiry_flags(capsys):
     assert "--expire-every: must be 0 (never) or more, got -1" in capsys.readouterr().err
     assert main(["store", "serve", "--heartbeat-timeout", "0"]) == 2
     assert "--heartbeat-timeout: must be positive, got 0" in capsys.readouterr().err
+
+
+def _row(lines: list[str], first_cell: str) -> str:
+    return next(line for line in lines if line.strip("│┃ ").startswith(first_cell + " "))
+
+
+def test_rollouts_show_and_list_tell_the_attempts_apart(tmp_path, capsys):
+    """After a runner died and another took over, ``agl rollouts show`` gives each attempt its
+    runner, times, status, error and last heartbeat, and ``list`` says which attempt runs where."""
+    path = tmp_path / "agl.db"
+    backing = SqliteStore(path)
+    _setup(backing, 1, max_attempts=2)
+    token = new_token(16)
+    with ServerThread(backing, token=token, expire_every_s=0.1, heartbeat_timeout_s=0.5) as server:
+        client = HttpStore(server.url, token=token)
+        try:
+            client.claim("dead-runner", limit=1)
+            assert _until(lambda: backing.get_rollout("ro0").status == RolloutStatus.QUEUED, 10)
+            client.claim("second-runner", limit=1)
+            client.heartbeat(["ro0"], "second-runner")
+            first, second = client.attempts("ro0")
+            assert first.heartbeat_at is not None and first.heartbeat_at <= first.ended_at
+            assert second.heartbeat_at is not None and second.ended_at is None
+        finally:
+            client.close()
+        url = f"sqlite:///{path}"
+        assert main(["rollouts", "show", "ro0", "--store", url]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        header = next(line for line in lines if "last heartbeat" in line and "attempt" in line)
+        assert "ended" in header and "runner" in header
+        dead, alive = _row(lines, "1"), _row(lines, "2")
+        assert "dead-runner" in dead and "timed_out" in dead and "no heartbeat" in dead
+        assert "second-runner" in alive and "running" in alive and "s ago" in alive
+        assert "last heartbeat" in _row(lines, "last")
+        assert main(["rollouts", "list", "--store", url]) == 0
+        listed = _row(capsys.readouterr().out.splitlines(), "ro0")
+        assert "2/2" in listed and "second-runner (" in listed and "s ago)" in listed
+    backing.close()

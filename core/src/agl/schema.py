@@ -252,6 +252,9 @@ class Attempt(_Model):
     started_at: float = Field(default_factory=now)
     ended_at: float | None = None
     error: str | None = None
+    heartbeat_at: float | None = Field(
+        default=None, description="when its runner was last heard from (the claim counts); None if never recorded"
+    )
 
 
 SpanKind = Literal["llm", "tool", "agent", "reward", "custom"]

@@ -31,7 +31,7 @@ _QUEUED = RolloutStatus.QUEUED.value
 _RUNNING = RolloutStatus.RUNNING.value
 _RETRYABLE = frozenset({RolloutStatus.FAILED, RolloutStatus.TIMED_OUT})
 # Positions in a rollout row (see agl.store.sql._ROLLOUT_COLUMNS).
-_ID, _STATUS, _ATTEMPT, _MAX_ATTEMPTS, _RUNNER_ID, _CLAIM_ID, _STARTED_AT = 0, 2, 3, 4, 9, 10, 12
+_ID, _STATUS, _ATTEMPT, _MAX_ATTEMPTS, _RUNNER_ID, _CLAIM_ID, _STARTED_AT, _HEARTBEAT_AT = 0, 2, 3, 4, 9, 10, 12, 13
 
 
 class Claim:
@@ -296,19 +296,21 @@ class RolloutQueue:
 
     def _end_attempts(self, cur, ended: list[tuple[tuple, str, str | None]], t: float) -> None:
         """Record attempts that end now: ``(rollout row, status, error)`` each, the row as it was
-        while the attempt ran (its number, runner and start time)."""
+        while the attempt ran (its number, runner, start time and last heartbeat)."""
         values: list[Any] = []
         for row, status, error in ended:
-            values += [row[_ID], row[_ATTEMPT], row[_RUNNER_ID], status, row[_STARTED_AT], t, error]
+            values += [row[_ID], row[_ATTEMPT], row[_RUNNER_ID], status, row[_STARTED_AT], t, error, row[_HEARTBEAT_AT]]
         n = len(ended)
         text = self._merged.get(("attempt_end", n))
         if text is None:
-            marks = ", ".join("(?, ?, ?, ?, ?, ?, ?)" for _ in range(n))
+            marks = ", ".join("(?, ?, ?, ?, ?, ?, ?, ?)" for _ in range(n))
             # A database written by an older agl holds running attempts too: those are updated.
             text = self._merged["attempt_end", n] = self._sql(
-                f"""INSERT INTO attempts (rollout_id, attempt, runner_id, status, started_at, ended_at, error)
+                f"""INSERT INTO attempts
+                (rollout_id, attempt, runner_id, status, started_at, ended_at, error, heartbeat_at)
                 VALUES {marks} ON CONFLICT (rollout_id, attempt) DO UPDATE SET
-                status = excluded.status, ended_at = excluded.ended_at, error = excluded.error"""
+                status = excluded.status, ended_at = excluded.ended_at, error = excluded.error,
+                heartbeat_at = excluded.heartbeat_at"""
             )
         cur.execute(text, values)
 

@@ -147,7 +147,7 @@ def _schema(d: Dialect) -> list[str]:
         "CREATE INDEX IF NOT EXISTS rollouts_claim ON rollouts (claim_id) WHERE claim_id IS NOT NULL",
         f"""CREATE TABLE IF NOT EXISTS attempts (
             rollout_id TEXT NOT NULL, attempt {d.bigint} NOT NULL, runner_id TEXT, status TEXT NOT NULL,
-            started_at {d.real} NOT NULL, ended_at {d.real}, error TEXT,
+            started_at {d.real} NOT NULL, ended_at {d.real}, error TEXT, heartbeat_at {d.real},
             PRIMARY KEY (rollout_id, attempt)){d.without_rowid}""",
         f"""CREATE TABLE IF NOT EXISTS spans (
             pk {d.autoinc_pk}, span_id TEXT NOT NULL UNIQUE, rollout_id TEXT, kind TEXT NOT NULL,
@@ -182,7 +182,11 @@ _LATER_INDEXES = (
 def _added_columns(d: Dialect) -> list[tuple[str, str, str]]:
     """Columns added after a table was first released: ``(table, column, type)``, added to
     an older database when it is opened (a nullable column, so its rows stay as they were)."""
-    return [("rollouts", "max_response_tokens", d.bigint), ("rollouts", "seed", d.bigint)]
+    return [
+        ("rollouts", "max_response_tokens", d.bigint),
+        ("rollouts", "seed", d.bigint),
+        ("attempts", "heartbeat_at", d.real),
+    ]
 
 
 # Columns that copy a few fields of a table's JSON body (the body stays the record), so that
@@ -975,17 +979,17 @@ class SqlStore(Store):
         # Ended attempts are in their table; a running one is the rollout's own row (see
         # agl.store.claims). One statement, so one snapshot of both.
         rows = self._read(
-            f"""SELECT rollout_id, attempt, runner_id, status, started_at, ended_at, error FROM attempts
-                WHERE rollout_id = ?
+            f"""SELECT rollout_id, attempt, runner_id, status, started_at, ended_at, error, heartbeat_at
+                FROM attempts WHERE rollout_id = ?
             UNION ALL
-            SELECT rollout_id, attempt, runner_id, status, started_at, NULL, NULL FROM rollouts
+            SELECT rollout_id, attempt, runner_id, status, started_at, NULL, NULL, heartbeat_at FROM rollouts
                 WHERE rollout_id = ? AND status = '{RolloutStatus.RUNNING.value}' AND NOT EXISTS (
                     SELECT 1 FROM attempts WHERE attempts.rollout_id = rollouts.rollout_id
                     AND attempts.attempt = rollouts.attempt)
             ORDER BY attempt""",
             [rollout_id, rollout_id],
         )
-        keys = ("rollout_id", "attempt", "runner_id", "status", "started_at", "ended_at", "error")
+        keys = ("rollout_id", "attempt", "runner_id", "status", "started_at", "ended_at", "error", "heartbeat_at")
         return [Attempt.model_validate(dict(zip(keys, row, strict=False))) for row in rows]
 
     # -- observations --------------------------------------------------------------

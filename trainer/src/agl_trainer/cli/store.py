@@ -133,6 +133,22 @@ def _duration(start: float | None, end: float | None) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
+def _ago(ts: float | None, now: float | None = None) -> str:
+    """How long ago ``ts`` was, coarsely (``12s ago``, ``4m ago``, ``3h ago``, ``2d ago``)."""
+    if ts is None:
+        return ""
+    seconds = max(0.0, (time.time() if now is None else now) - ts)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit} ago"
+    return f"{seconds:.0f}s ago"
+
+
+def _heard(ts: float | None) -> str:
+    """A heartbeat time with how long ago it was."""
+    return "" if ts is None else f"{_when(ts)} ({_ago(ts)})"
+
+
 def _short(value: Any, width: int = 60) -> str:
     text = value if isinstance(value, str) else repr(value)
     text = " ".join(text.split())
@@ -219,7 +235,9 @@ def run_rollouts_list(args) -> int:
         except ValueError as exc:
             known = ", ".join(s.value for s in RolloutStatus)
             raise ConfigError(f"--status: {exc} (one of {known})") from None
-    table = Table("rollout", "task", "status", "attempt", "step", "model", "created", "duration", "error")
+    table = Table(
+        "rollout", "task", "status", "attempt", "runner (last heard)", "step", "model", "created", "duration", "error"
+    )
     shown = 0
     with _open(args) as store:
         for r in store.query_rollouts(task_id=args.task, status=statuses):
@@ -230,6 +248,7 @@ def run_rollouts_list(args) -> int:
                 r.task_id,
                 r.status.value,
                 f"{r.attempt}/{r.max_attempts}",
+                _runner_cell(r),
                 "" if r.step is None else str(r.step),
                 r.model_version or "",
                 _when(r.created_at),
@@ -255,6 +274,17 @@ def run_rollouts_reward(args) -> int:
         store.add_rewards([reward])
     print(f"{reward.reward_id}: {reward.name} = {reward.value:g} ({reward.source}) on {args.rollout_id}")
     return 0
+
+
+def _runner_cell(rollout) -> str:
+    """Who runs (or ran the last attempt of) a rollout; while it runs, when that runner was last heard."""
+    from agl.schema import RolloutStatus
+
+    if rollout.attempt == 0 or not rollout.runner_id:
+        return ""
+    if rollout.status == RolloutStatus.RUNNING:
+        return f"{rollout.runner_id} ({_ago(rollout.heartbeat_at)})"
+    return rollout.runner_id
 
 
 def _span_label(span, rewards_by_span: dict[str, list]) -> str:
@@ -291,6 +321,7 @@ def run_rollouts_show(args) -> int:
         summary.add_row(name, escape(str(getattr(value, "value", value))))
     summary.add_row("created", _when(rollout.created_at))
     summary.add_row("started", _when(rollout.started_at))
+    summary.add_row("last heartbeat", _heard(rollout.heartbeat_at) if rollout.attempt else "")
     summary.add_row("ended", _when(rollout.ended_at))
     if rollout.error:
         summary.add_row("error", escape(rollout.error))
@@ -298,17 +329,23 @@ def run_rollouts_show(args) -> int:
         summary.add_row("output", escape(_short(rollout.output, 120)))
     console.print(summary)
 
-    history = Table("attempt", "runner", "status", "started", "duration", "error", title="attempts")
+    history = Table(
+        "attempt", "runner", "status", "started", "ended", "last heartbeat", "duration", "error", title="attempts"
+    )
     for a in attempts:
         history.add_row(
             str(a.attempt),
-            a.runner_id or "",
+            escape(a.runner_id or ""),
             a.status.value,
             _when(a.started_at),
+            _when(a.ended_at),
+            _heard(a.heartbeat_at) if a.ended_at is None else _when(a.heartbeat_at),
             _duration(a.started_at, a.ended_at),
             escape(_short(a.error or "", 60)),
         )
     console.print(history)
+    if not attempts:
+        console.print("no attempt yet")
 
     rewards_by_span: dict[str, list] = defaultdict(list)
     for reward in rewards:
