@@ -102,6 +102,10 @@ def test_claims_hand_out_keys_that_open_their_own_rollout_only(tmp_path):
             agent.add_spans([Span(rollout_id=first.rollout_id, name="mine")])
             agent.add_rewards([Reward(rollout_id=first.rollout_id, value=0.5)])
             assert agent.get_rollout(first.rollout_id).status == RolloutStatus.RUNNING
+            assert agent.get_task("t0").input == {"secret": "the answer"}  # its own rollout's task
+            srv.backing.add_tasks([Task(task_id="t-other", input={})])
+            with pytest.raises(Forbidden, match="task_id"):
+                agent.get_task("t-other")
             with pytest.raises(Forbidden, match=second.rollout_id):
                 agent.add_spans([Span(rollout_id=second.rollout_id, name="not mine")])
             with pytest.raises(Forbidden):

@@ -9,7 +9,8 @@
   enqueue, cancel, expire, read tasks, observations or model versions, or list rollouts.
 - **rollout** (a rollout key, :class:`agl.credentials.RolloutKeys`, when the server has the
   secret): its own rollout only, while its attempt runs: write that rollout's spans, LLM
-  calls and rewards, heartbeat it, finish it, read it. This is what ``agl run`` hands its child.
+  calls and rewards, heartbeat it, finish it, read it and its task. This is what ``agl run``
+  hands its child.
 
 A refused route is 403 naming the scope; an observation of another rollout is 403 naming
 the rollout. That a rollout runs is asked of the store (or learnt from a claim) and kept
@@ -76,12 +77,12 @@ def _is_finish(method: str, path: str) -> bool:
 
 
 def _is_rollout_read(method: str, path: str) -> bool:
-    return (
-        method == "GET"
-        and path.startswith("/v1/rollouts/")
-        and path != "/v1/rollouts/query"
-        and not path.endswith("/attempts")
-    )
+    """``GET /v1/rollouts/{id}`` or ``GET /v1/tasks/{id}`` (which rollout or task: checked by the route)."""
+    if method != "GET":
+        return False
+    if path.startswith("/v1/rollouts/"):
+        return path != "/v1/rollouts/query" and not path.endswith("/attempts")
+    return path.startswith("/v1/tasks/") and path != "/v1/tasks/query"
 
 
 class StoreAuth:

@@ -103,7 +103,7 @@ from agl.credentials import RolloutKeys
 from agl.errors import InvalidTransition, NotFound, StoreUnavailable
 from agl.schema import JSON, LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, Task, short_id
 from agl.store.base import Store
-from agl_trainer.store_auth import ADMIN, RUNNER, Caller, Refused, StoreAuth, redacted
+from agl_trainer.store_auth import ADMIN, ROLLOUT, RUNNER, Caller, Refused, StoreAuth, redacted
 from agl_trainer.store_expiry import DEFAULT_HEARTBEAT_TIMEOUT_S, Expirer
 from agl_trainer.store_expiry import DEFAULT_INTERVAL_S as DEFAULT_EXPIRE_EVERY_S
 
@@ -482,6 +482,11 @@ class _Api:
         return self.stream(self.store.query_tasks(**filters))
 
     async def get_task(self, request: Request) -> Response:
+        caller = _caller(request.scope)
+        if caller.scope == ROLLOUT:  # its own rollout's task only (agl run --rollout-id reads it)
+            own = await self.call(self.store.get_rollout, caller.rollout_id)
+            if request.path_params["task_id"] != own.task_id:
+                raise Refused(403, "task_id: a rollout key reads its own rollout's task only")
         task = await self.call(self.store.get_task, request.path_params["task_id"])
         return _json_response(task.model_dump_json())
 
