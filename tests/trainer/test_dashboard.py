@@ -278,3 +278,33 @@ def test_a_training_run_puts_its_steps_where_the_runs_page_reads_them(tmp_path):
     shown = re.findall(r'data-series="train" data-step="(\d+)" data-value="([^"]+)"', reward_chart)
     assert [(int(s), float(v)) for s, v in shown] == [(r["step"], r["reward_mean"]) for r in result.history]
     assert 'id="chart-time"' in html and 'data-series="rollout"' in html
+
+
+def test_the_store_keeps_each_rollouts_final_reward_for_sorting(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "agl.db"
+    store = SqliteStore(path)
+    store.add_tasks([Task(task_id="t", input={})])
+    store.enqueue([Rollout(rollout_id="a", task_id="t"), Rollout(rollout_id="b", task_id="t")])
+    first = Reward(rollout_id="a", value=0.3)
+    store.add_rewards([first, Reward(rollout_id="a", value=0.9, source="return")])
+    store.add_rewards([Reward(rollout_id="a", value=0.5), Reward(rollout_id="a", name="format", value=7.0)])
+    store.add_rewards([first])  # a retried write changes nothing
+    store.add_rewards([Reward(rollout_id="b", value=0.1), Reward(rollout_id="b", value=0.2)])
+
+    def finals(s):
+        return dict(s.select("SELECT rollout_id, reward FROM rollouts ORDER BY rollout_id"))
+
+    assert finals(store) == {"a": 0.9, "b": 0.2}  # returned beats emitted; else the last
+    store.close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX rollouts_reward")
+    conn.execute("ALTER TABLE rollouts DROP COLUMN reward")  # as an older agl created it
+    conn.commit()
+    conn.close()
+    store = SqliteStore(path)
+    try:
+        assert finals(store) == {"a": 0.9, "b": 0.2}  # filled in when the column is added
+    finally:
+        store.close()

@@ -176,6 +176,7 @@ _LATER_INDEXES = (
     "CREATE INDEX IF NOT EXISTS rollouts_step ON rollouts (step, pk)",
     "CREATE INDEX IF NOT EXISTS rollouts_mode ON rollouts (mode, pk)",
     "CREATE INDEX IF NOT EXISTS spans_agent ON spans (agent, rollout_id) WHERE agent IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS rollouts_reward ON rollouts (reward, pk)",
 )
 
 
@@ -186,7 +187,19 @@ def _added_columns(d: Dialect) -> list[tuple[str, str, str]]:
         ("rollouts", "max_response_tokens", d.bigint),
         ("rollouts", "seed", d.bigint),
         ("attempts", "heartbeat_at", d.real),
+        ("rollouts", "reward", d.real),
     ]
+
+
+def _final_reward_sql(d: Dialect) -> str:
+    """SQL for a rollout's (``rollouts`` row's) final reward: its returned ``reward``, else its
+    last stored ``reward`` (:func:`agl.transitions.rewards.final_reward` without plugins)."""
+    f = d.json_field
+    return (
+        f"(SELECT {f('w.body', ['value'], d.real)} FROM rewards w WHERE w.rollout_id = rollouts.rollout_id "
+        f"AND {f('w.body', ['name'])} = 'reward' "
+        f"ORDER BY CASE WHEN {f('w.body', ['source'])} = 'return' THEN 1 ELSE 0 END DESC, w.pk DESC LIMIT 1)"
+    )
 
 
 # Columns that copy a few fields of a table's JSON body (the body stays the record), so that
@@ -427,6 +440,8 @@ class SqlStore(Store):
             cur.fetchall()
             if column not in have:
                 cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                if column == "reward":  # a store from before the column: its rollouts' rewards
+                    cur.execute(f"UPDATE rollouts SET reward = {_final_reward_sql(self.dialect)}")
         for table, columns in _FIELD_COLUMNS.items():
             cur.execute(f"SELECT * FROM {table} WHERE 1 = 0")
             have = {col[0].lower() for col in cur.description}
@@ -721,11 +736,28 @@ class SqlStore(Store):
             return
         if n == 1:
             cur.execute(self._insert_sql(table, columns, 1), rows[0])
-            return
-        step = min(INSERT_ROWS, 999 // len(columns))  # 999: the fewest parameters a statement may have (old SQLite)
-        for i in range(0, n, step):
-            part = rows[i : i + step]
-            cur.execute(self._insert_sql(table, columns, len(part)), [v for row in part for v in row])
+        else:
+            step = min(INSERT_ROWS, 999 // len(columns))  # 999: the fewest parameters a statement may have (old SQLite)
+            for i in range(0, n, step):
+                part = rows[i : i + step]
+                cur.execute(self._insert_sql(table, columns, len(part)), [v for row in part for v in row])
+        if table == "rewards":
+            self._update_final_rewards(cur, {row[1] for row in rows if row[1] is not None})
+
+    def _update_final_rewards(self, cur, rollout_ids: set[str]) -> None:
+        """Recompute ``rollouts.reward`` (the final reward, which the dashboard sorts and filters
+        by) of rollouts that were given rewards: from the rewards table, so a retried write or a
+        late reward leaves it right."""
+        ids = sorted(rollout_ids)
+        for i in range(0, len(ids), 500):
+            part = ids[i : i + 500]
+            cur.execute(
+                self._sql(
+                    f"UPDATE rollouts SET reward = {_final_reward_sql(self.dialect)} "
+                    f"WHERE rollout_id IN ({', '.join('?' for _ in part)})"
+                ),
+                part,
+            )
 
     def _insert_sql(self, table: str, columns: Sequence[str], n: int) -> str:
         key = (table, n)

@@ -2,7 +2,8 @@
 
 Every list is one indexed statement with ``LIMIT``/``OFFSET`` (and one ``COUNT``), so a
 page costs the same with a hundred rollouts or a hundred thousand. A rollout's reward
-is its returned ``reward`` if it has one, else its last ``reward`` (the precedence of
+is the store's ``rollouts.reward`` column, which the store keeps at its returned ``reward``
+if it has one, else its last ``reward`` (the precedence of
 :func:`agl.transitions.rewards.final_reward`, reward plugins aside); its agent is the
 first agent name its spans carry.
 """
@@ -28,7 +29,7 @@ SORTS: dict[str, str] = {
     "model": "r.model_version",
     "attempt": "r.attempt",
     "duration": "(r.ended_at - r.started_at)",
-    "reward": "reward",
+    "reward": "r.reward",
     "agent": "agent",
     "error": "r.error",
 }
@@ -172,21 +173,12 @@ class RolloutRow:
         return self.ended_at - self.started_at
 
 
-def _reward_sql(store: SqlStore) -> str:
-    f, d = store.dialect.json_field, store.dialect
-    return (
-        f"(SELECT {f('w.body', ['value'], d.real)} FROM rewards w WHERE w.rollout_id = r.rollout_id "
-        f"AND {f('w.body', ['name'])} = 'reward' "
-        f"ORDER BY CASE WHEN {f('w.body', ['source'])} = 'return' THEN 1 ELSE 0 END DESC, w.pk DESC LIMIT 1)"
-    )
-
-
 _AGENT_SQL = (
     "(SELECT s.agent FROM spans s WHERE s.rollout_id = r.rollout_id AND s.agent IS NOT NULL ORDER BY s.pk LIMIT 1)"
 )
 _COLUMNS = (
     "r.rollout_id, r.task_id, r.status, r.mode, r.step, r.model_version, r.attempt, "
-    "r.created_at, r.started_at, r.ended_at, r.error"
+    "r.created_at, r.started_at, r.ended_at, r.error, r.reward"
 )
 
 
@@ -223,36 +215,32 @@ def list_rollouts(store: SqlStore, flt: RolloutFilter) -> tuple[list[RolloutRow]
     elif flt.error is not None:
         where.append("r.error LIKE ?")
         params.append("%" + flt.error.replace("%", "").replace("_", "") + "%")
-    reward = _reward_sql(store)
-    outer: list[str] = []
-    outer_params: list[Any] = []
     if flt.reward_min is not None:
-        outer.append("reward >= ?")
-        outer_params.append(flt.reward_min)
+        where.append("r.reward >= ?")
+        params.append(flt.reward_min)
     if flt.reward_max is not None:
-        outer.append("reward <= ?")
-        outer_params.append(flt.reward_max)
+        where.append("r.reward <= ?")
+        params.append(flt.reward_max)
     inner_where = f"WHERE {' AND '.join(where)}" if where else ""
-    needs_outer = bool(outer) or flt.sort in ("reward", "agent")
     order = SORTS[flt.sort]
     direction = "DESC" if flt.desc else "ASC"
     offset = (flt.page - 1) * flt.size
-    if needs_outer:
-        base = f"SELECT r.pk AS pk, {_COLUMNS}, {reward} AS reward, {_AGENT_SQL} AS agent FROM rollouts r {inner_where}"
-        filtered = f"SELECT * FROM ({base}) r" + (f" WHERE {' AND '.join(outer)}" if outer else "")
-        sql = f"{filtered} ORDER BY {order} {direction}, r.pk {direction} LIMIT {flt.size} OFFSET {offset}"
-        rows = store.select(sql, [*params, *outer_params])
-        total = store.select(f"SELECT COUNT(*) FROM ({filtered}) c", [*params, *outer_params])[0][0]
-        data = [row[1:] for row in rows]
+    if flt.sort == "agent":
+        sql = (
+            f"SELECT * FROM (SELECT {_COLUMNS}, {_AGENT_SQL} AS agent, r.pk AS pk FROM rollouts r {inner_where}) r "
+            f"ORDER BY agent {direction}, pk {direction} LIMIT {flt.size} OFFSET {offset}"
+        )
+        data = [row[:-1] for row in store.select(sql, params)]
     else:
+        # The page's keys first (an index walk, no row decoded past them), then those rows.
         page = f"SELECT r.pk FROM rollouts r {inner_where} ORDER BY {order} {direction}, r.pk {direction} "
         page += f"LIMIT {flt.size} OFFSET {offset}"
         sql = (
-            f"SELECT {_COLUMNS}, {reward}, {_AGENT_SQL} FROM rollouts r WHERE r.pk IN ({page}) "
+            f"SELECT {_COLUMNS}, {_AGENT_SQL} FROM rollouts r WHERE r.pk IN ({page}) "
             f"ORDER BY {order} {direction}, r.pk {direction}"
         )
         data = store.select(sql, params)
-        total = store.select(f"SELECT COUNT(*) FROM rollouts r {inner_where}", params)[0][0]
+    total = store.select(f"SELECT COUNT(*) FROM rollouts r {inner_where}", params)[0][0]
     return [RolloutRow(*row) for row in data], int(total)
 
 
