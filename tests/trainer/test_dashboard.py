@@ -308,3 +308,29 @@ def test_the_store_keeps_each_rollouts_final_reward_for_sorting(tmp_path):
         assert finals(store) == {"a": 0.9, "b": 0.2}  # filled in when the column is added
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+def test_the_pages_read_a_postgresql_store(tmp_path):
+    from agl.store.postgres import PostgresStore
+    from tests.pg import create_database, drop_database, shared_server_url
+
+    url = create_database(shared_server_url())
+    store = PostgresStore(url)
+    try:
+        fill(store, n=30)
+        store.add_step_record("run-pg", {"kind": "train", "step": 1, "reward_mean": 0.5, "loss": float("nan")})
+        server = ServerThread(store, token=TOKEN)
+        with server, httpx.Client(base_url=server.url, timeout=10) as client:
+            by_reward = client.get("/ui/rollouts", params={"sort": "reward", "size": 25}, headers=AUTH).text
+            assert "30 rollouts" in by_reward and rows(by_reward)[:2] == ["ro-029", "ro-028"]
+            ranged = client.get("/ui/rollouts", params={"reward_min": 1, "reward_max": 1.25}, headers=AUTH).text
+            assert sorted(rows(ranged)) == ["ro-010", "ro-011", "ro-012"]
+            for params in ({"agent": "critic", "sort": "agent"}, {"error": "boom", "sort": "duration"}):
+                assert client.get("/ui/rollouts", params=params, headers=AUTH).status_code == 200
+            page = client.get("/ui/rollouts/ro-000", headers=AUTH).text
+            assert 'class="credit">0<' in page and "&lt;script&gt;" in page
+            assert 'data-value="0.5"' in client.get("/ui/runs", headers=AUTH).text
+    finally:
+        store.close()
+        drop_database(url)
