@@ -180,11 +180,41 @@ def test_a_locked_database_answers_503_with_retry_after_in_bounded_time(store, c
         assert raw.post("/v1/spans", content=_spans_body(1)).status_code == 200
 
 
+def test_writes_queued_behind_a_locked_one_are_answered_in_the_same_bound(store):
+    import threading
+
+    lock = sqlite3.connect(store.path, isolation_level=None, timeout=0)
+    with served(store, max_lock_wait_s=3.0) as (raw, _):
+        lock.execute("BEGIN IMMEDIATE")
+        answers: list[tuple[int, float]] = []
+
+        def write(i: int) -> None:
+            started = time.monotonic()
+            status = raw.post("/v1/spans", content=_spans_body(1).replace(b"sp0", f"w{i}".encode())).status_code
+            answers.append((status, time.monotonic() - started))
+
+        try:
+            writers = [threading.Thread(target=write, args=(i,)) for i in range(6)]
+            writers[0].start()
+            time.sleep(0.3)  # the others queue behind the first one's retries
+            for w in writers[1:]:
+                w.start()
+            for w in writers:
+                w.join()
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+    assert [status for status, _ in answers] == [503] * 6
+    # each within the bound and a busy wait (about 3.1 s), not one bound after another (about 5.9 s)
+    assert max(took for _, took in answers) < 4.5, answers
+
+
 def test_the_default_lock_wait_ends_before_the_client_gives_up():
     busy = inspect.signature(SqliteStore).parameters["busy_timeout_s"].default
     client_timeout = inspect.signature(HttpStore).parameters["timeout_s"].default
-    # the retries stop within the bound; the try under way may still wait one busy timeout
-    assert DEFAULT_MAX_LOCK_WAIT_S + busy + 2.0 < client_timeout
+    # the retries stop within the bound; the try under way may still wait one busy timeout, and
+    # so may the one try of the writes that queued behind it
+    assert DEFAULT_MAX_LOCK_WAIT_S + 2 * busy + 2.0 < client_timeout
 
 
 def test_the_client_still_sees_a_503_as_unavailable(store):

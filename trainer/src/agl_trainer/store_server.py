@@ -111,9 +111,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 """The largest request body, and the most a compressed body may inflate to (413 beyond)."""
-DEFAULT_MAX_LOCK_WAIT_S = 15.0
-"""How long a SQL store behind the server keeps retrying a locked database before a 503: with
-SQLite's own wait of one try (5 s by default) added, well under the client's 30 s timeout."""
+DEFAULT_MAX_LOCK_WAIT_S = 10.0
+"""How long a SQL store behind the server keeps retrying a locked database for a caller before a
+503, counted from the caller's arrival. A try under way when it runs out may add SQLite's own wait
+(5 s by default), and so may the one try of a group that queued behind it: 20 s at most, under
+the client's 30 s timeout."""
 INFLATE_CHUNK = 64 * 1024
 """Inflated bytes made at a time from a compressed body."""
 STREAM_CHUNK = 256

@@ -311,10 +311,11 @@ class _Job:
     once: when a leader has settled the job, or when it is made the leader itself.
     """
 
-    __slots__ = ("abandoned", "done", "fn", "lead", "lock", "ok", "value")
+    __slots__ = ("abandoned", "created", "done", "fn", "lead", "lock", "ok", "value")
 
     def __init__(self, fn: Callable[[Any], Any]):
         self.fn = fn
+        self.created = time.monotonic()  # a caller's wait for a locked database counts from here
         self.lock = _thread.allocate_lock()
         self.lock.acquire()
         self.done = False
@@ -455,9 +456,15 @@ class SqlStore(Store):
         for statement in _LATER_INDEXES:
             cur.execute(statement)
 
-    def _with_retries(self, fn: Callable[[], Any], on_transient: Callable[[BaseException], None] | None = None) -> Any:
+    def _with_retries(
+        self,
+        fn: Callable[[], Any],
+        on_transient: Callable[[BaseException], None] | None = None,
+        started: float | None = None,
+    ) -> Any:
+        """``fn()``, retried on transient errors; ``max_wait_s`` counts from ``started`` (now)."""
         delay = self.retry_delay_s
-        started = time.monotonic()
+        started = time.monotonic() if started is None else started
         for attempt in range(self.retries + 1):
             try:
                 return fn()
@@ -466,15 +473,15 @@ class SqlStore(Store):
                     raise
                 if on_transient is not None:
                     on_transient(exc)
-                if attempt == self.retries or (
-                    self.max_wait_s is not None and time.monotonic() - started + delay > self.max_wait_s
-                ):
+                left = None if self.max_wait_s is None else self.max_wait_s - (time.monotonic() - started)
+                if attempt == self.retries or (left is not None and left <= 0):
                     raise StoreUnavailable(
                         f"{self.dialect.describe()} is still unavailable after {attempt} retries "
                         f"over {time.monotonic() - started:.1f}s: {type(exc).__name__}: {exc}"
                     ) from exc
-                log.warning("%s: transient error (%s); retrying in %.2fs", self.dialect.describe(), exc, delay)
-                time.sleep(delay)
+                wait = delay if left is None else min(delay, left)  # the last try comes at the bound
+                log.warning("%s: transient error (%s); retrying in %.2fs", self.dialect.describe(), exc, wait)
+                time.sleep(wait)
                 delay = min(delay * 2, 2.0)
 
     def _writer_connection(self) -> Any:
@@ -546,7 +553,9 @@ class SqlStore(Store):
             return results
 
         try:
-            results = self._with_retries(attempt, on_transient=self._drop_broken_writer)
+            # jobs that queued behind a group stuck on a lock have waited already
+            oldest = min(job.created for job in jobs)
+            results = self._with_retries(attempt, on_transient=self._drop_broken_writer, started=oldest)
         except BaseException as exc:
             for job in jobs:
                 job.settle(False, exc)
