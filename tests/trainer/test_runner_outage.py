@@ -18,7 +18,7 @@ import pytest
 from agl.credentials import new_token
 from agl.errors import StoreUnavailable
 from agl.runner import RolloutResult, Runner
-from agl.schema import Rollout, RolloutStatus, Task
+from agl.schema import Rollout, RolloutStatus, Span, Task
 from agl.store.http import HttpStore, Unauthorized
 from agl.store.sqlite import SqliteStore
 from agl_trainer.store_server import ServerThread
@@ -119,13 +119,14 @@ def test_a_store_away_past_the_limit_stops_the_runner(tmp_path):
     url = server.url
     server.stop()
     client = HttpStore(url, token="t", retries=0)
-    runner = Runner(lambda task_input: 1.0, client, heartbeat_s=0.3, store_outage_s=1.0)
+    runner = Runner(lambda task_input: 1.0, client, heartbeat_s=0.3, store_outage_s=1.0, stop_grace_s=1.0)
+    runner.writer.put(Span(span_id="left-over", rollout_id="ro-x", name="step"))  # cannot be written
     started = time.monotonic()
     try:
         with pytest.raises(StoreUnavailable, match=r"unreachable for over 1s \(--store-outage\)"):
             runner.run_sync()
     finally:
-        runner.close()
+        runner.close()  # waits stop_grace_s for the writer, not the writer's own retry bound
         client.close()
         backing.close()
     assert time.monotonic() - started < 10
@@ -151,3 +152,18 @@ def test_agl_runner_exits_with_one_line_when_the_store_stays_away(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("agl: error: ")]
     assert len(errors) == 1 and "unreachable for over 1s (--store-outage)" in errors[0], proc.stderr
     assert proc.stderr.count("the store is unreachable") == 1 and "Traceback" not in proc.stderr
+
+
+def test_an_output_the_store_refuses_is_left_out_and_the_rollout_still_finishes(tmp_path):
+    store = SqliteStore(tmp_path / "agl.db")
+    store.add_tasks([Task(task_id="t0", input=1)])
+    store.enqueue([Rollout(rollout_id="ro0", task_id="t0")])
+    runner = Runner(lambda task_input: {"score": float("nan")}, store)  # an output no JSON column holds
+    try:
+        assert runner.run_sync(until_idle=True) == {"succeeded": 1}
+    finally:
+        runner.close()
+    done = store.get_rollout("ro0")
+    assert done.status == RolloutStatus.SUCCEEDED and done.output is None
+    assert "the store refused the rollout's output" in done.error and "output" in done.error
+    store.close()

@@ -377,10 +377,14 @@ class Runner:
             self._loop.call_soon_threadsafe(self._stop.set)
 
     def close(self) -> None:
-        """Release the thread pool and the writer the runner opened."""
+        """Release the thread pool and the writer the runner opened (waiting up to ``stop_grace_s``
+        for its last writes; what the store did not take by then is logged, not waited for)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self._own_writer:
-            self.writer.close()
+            try:
+                self.writer.close(timeout_s=self.stop_grace_s)
+            except StoreUnavailable as exc:
+                log.error("runner %s: closing with observations unwritten: %s", self.runner_id, exc)
 
     def _fail(self, exc: BaseException) -> None:
         """Stop the runner because of an error that retrying cannot fix; :meth:`run` raises it."""
@@ -558,6 +562,7 @@ class Runner:
         """
         rid = rollout.rollout_id
         failures = 0
+        failing_since: float | None = None  # this finish's own bound: a 5xx may repeat while other calls pass
         try:
             while True:
                 if rid in self._taken_back:
@@ -584,8 +589,10 @@ class Runner:
                             self._fail(exc)
                         return
                     self._outage.failed(exc, f"finish of {rid}")
+                    failing_since = failing_since or time.monotonic()
                     left = self._grace_left()
-                    if self._outage.over() or left == 0:
+                    too_long = time.monotonic() - failing_since > self.store_outage_s
+                    if self._outage.over() or too_long or left == 0:
                         log.error(
                             "rollout %s attempt %d ended %s but the store did not take it (%s); "
                             "the store's retry policy or expiry decides what happens to it",
