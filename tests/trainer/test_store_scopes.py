@@ -297,3 +297,13 @@ def test_a_runner_over_http_hands_each_agent_the_key_the_claim_carried(tmp_path)
         for rid in seen:
             assert len(list(srv.backing.query_llm_calls(rollout_id=rid))) == 1
             assert [w.value for w in srv.backing.query_rewards(rollout_id=rid)] == [1.0]
+
+
+def test_agl_store_serve_refuses_a_runner_token_equal_to_the_admin_token(tmp_path, monkeypatch, capsys):
+    from agl_trainer.cli import main
+
+    monkeypatch.setenv("AGL_STORE_TOKEN", ADMIN)
+    monkeypatch.setenv("AGL_STORE_RUNNER_TOKEN", ADMIN)
+    assert main(["store", "serve", "--store", f"sqlite:///{tmp_path / 'a.db'}", "--port", "0"]) == 2
+    assert "--runner-token: must differ from the admin token" in capsys.readouterr().err
+    assert not (tmp_path / "a.db").exists()

@@ -171,6 +171,8 @@ def run_serve(args) -> int:
     token = read_token("--token", args.token, args.token_file, "AGL_STORE_TOKEN")
     runner_token = read_token("--runner-token", args.runner_token, args.runner_token_file, "AGL_STORE_RUNNER_TOKEN")
     keys = RolloutKeys.from_env(args.rollout_key_secret_file)
+    if runner_token and runner_token == token:
+        raise ConfigError("--runner-token: must differ from the admin token (--token), or runners could do anything")
     if not token:
         token = new_token(24)
         print(f"agl store: no token given; clients must send this one (AGL_STORE_TOKEN={token})", flush=True)
