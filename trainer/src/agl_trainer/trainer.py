@@ -363,6 +363,12 @@ class Trainer:
         # Each agent gets its rollout's key, never the gateway token: made with the in-process
         # gateway's secret, or for a gateway started elsewhere with $AGL_ROLLOUT_KEY_SECRET.
         keys = self.gateway.keys if self.gateway is not None else RolloutKeys.from_env()
+        if keys is None and gateway_url and cfg.rollout.runners == "inprocess":
+            log.warning(
+                "gateway %s: no rollout key secret ($AGL_ROLLOUT_KEY_SECRET): agents get the gateway token, "
+                "which the gateway refuses on rollout routes; set the secret the gateway was started with",
+                gateway_url,
+            )
         if cfg.rollout.runners == "inprocess":
             self.runner = Runner(
                 agent,
