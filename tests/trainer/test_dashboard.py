@@ -299,7 +299,6 @@ def test_the_store_keeps_each_rollouts_final_reward_for_sorting(tmp_path):
     assert finals(store) == {"a": 0.9, "b": 0.2}  # returned beats emitted; else the last
     store.close()
     conn = sqlite3.connect(path)
-    conn.execute("DROP INDEX rollouts_reward")
     conn.execute("ALTER TABLE rollouts DROP COLUMN reward")  # as an older agl created it
     conn.commit()
     conn.close()

@@ -176,7 +176,6 @@ _LATER_INDEXES = (
     "CREATE INDEX IF NOT EXISTS rollouts_step ON rollouts (step, pk)",
     "CREATE INDEX IF NOT EXISTS rollouts_mode ON rollouts (mode, pk)",
     "CREATE INDEX IF NOT EXISTS spans_agent ON spans (agent, rollout_id) WHERE agent IS NOT NULL",
-    "CREATE INDEX IF NOT EXISTS rollouts_reward ON rollouts (reward, pk)",
 )
 
 
