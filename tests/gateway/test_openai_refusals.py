@@ -178,3 +178,35 @@ def test_agl_gateway_serve_names_a_bad_body_limit():
         timeout=30,
     )
     assert out.returncode == 2 and "--max-body-mb: must be positive" in out.stderr
+
+
+GATEWAY_BAD_BODIES = [
+    b"",
+    b"null",
+    b"[1]",
+    b"{nope",
+    b'{"model": 1, "messages": "x", "input": 7, "prompt": {}}',
+    b'{"messages": [{"role": "user", "content": "hi"}], "n": 1e400, "stop": [1], "tools": {}}',
+    b'{"input": [{"type": "function_call_output"}], "text": 1, "tool_choice": []}',
+    b"[" * 3000 + b"]" * 3000,
+]
+
+
+def test_no_bad_body_gets_a_5xx_on_any_route(store, engine):
+    with (
+        Gateway(store, [engine.url], token=TOKEN, admin_token=ADMIN_TOKEN) as gw,
+        httpx.Client(base_url=gw.url, timeout=30) as http,
+    ):
+        routes = [(p, TOKEN) for p in ("/v1/chat/completions", "/v1/completions", "/v1/responses")]
+        routes += [(f"/admin/{a}", ADMIN_TOKEN) for a in ("pause", "resume", "model_version", "upstreams", "flush")]
+        for path, token in routes:
+            for body in GATEWAY_BAD_BODIES:
+                answer = http.post(path, content=body, headers={"Authorization": f"Bearer {token}"})
+                assert answer.status_code < 500, (path, body[:60], answer.text)
+        for query in ("timeout_s=nan", "timeout_s=-1", "timeout_s=inf", "timeout_s=x"):
+            answer = http.post(f"/admin/pause?{query}", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+            assert answer.status_code == 400 and answer.json()["error"]["param"] == "timeout_s", answer.text
+        assert gw.paused is False
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        ok = http.post("/v1/chat/completions", json={"model": "m", "messages": [USER]}, headers=auth)
+        assert ok.status_code == 200

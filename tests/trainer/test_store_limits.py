@@ -231,3 +231,37 @@ def test_the_client_still_sees_a_503_as_unavailable(store):
         finally:
             lock.execute("ROLLBACK")
             lock.close()
+
+
+BAD_BODIES = [
+    b"",
+    b"null",
+    b"[]",
+    b'"x"',
+    b"{nope",
+    b'{"spans": [null], "rollouts": [1], "tasks": {}, "status": 7}',
+    b'{"runner_id": "r", "limit": 99999999999999999999999}',
+    b'{"status": "succeeded", "output": NaN, "attempt": 1e400}',
+    b'{"heartbeat_timeout_s": Infinity, "now": NaN}',
+    b'{"rewards": [{"value": 1, "seq": -99999999999999999999}]}',
+    b'{"llm_calls": [{"call_id": "c", "prompt_ids": [1e10], "response_ids": [-1]}]}',
+    b"[" * 3000 + b"]" * 3000,
+    b'{"a": ' + b"{" * 3000 + b"}" * 3000,
+]
+BAD_QUERIES = ["step=99999999999999999999", "since=nan", "until=inf", "status=nope", "production=maybe", "x=1"]
+
+
+def test_no_bad_input_gets_a_5xx_and_the_server_stays_up(store):
+    with served(store) as (raw, server):
+        routes = _post_routes(server)
+        for path in routes:
+            for body in BAD_BODIES:
+                answer = raw.post(path, content=body, headers={"Content-Type": "application/json"})
+                assert answer.status_code < 500, (path, body[:60], answer.status_code, answer.text)
+        for path in ("/v1/rollouts/query", "/v1/spans/query", "/v1/llm_calls/query", "/v1/tasks/query", "/v1/stats"):
+            for query in BAD_QUERIES:
+                answer = raw.get(f"{path}?{query}")
+                assert answer.status_code < 500, (path, query, answer.text)
+                assert "agl_stream_error" not in answer.text, (path, query, answer.text)
+        assert raw.post("/v1/spans", content=_spans_body(2)).status_code == 200
+        assert store.stats().spans == 2

@@ -101,7 +101,19 @@ from starlette.routing import BaseRoute, Route
 
 from agl.credentials import RolloutKeys
 from agl.errors import InvalidTransition, NotFound, StoreUnavailable
-from agl.schema import JSON, LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, Task, short_id
+from agl.schema import (
+    INT64_MAX,
+    INT64_MIN,
+    JSON,
+    LLMCall,
+    ModelVersion,
+    Reward,
+    Rollout,
+    RolloutStatus,
+    Span,
+    Task,
+    short_id,
+)
 from agl.store.base import Store
 from agl_trainer.store_auth import ADMIN, ROLLOUT, RUNNER, Caller, Refused, StoreAuth, redacted
 from agl_trainer.store_expiry import DEFAULT_HEARTBEAT_TIMEOUT_S, Expirer
@@ -131,7 +143,7 @@ INLINE_PAUSE_S = 1.0
 
 # -- request bodies ---------------------------------------------------------------
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class TasksBody(_Body):
@@ -205,7 +217,7 @@ class TaskQuery(_Body):
 class RolloutQuery(_Body):
     task_id: str | None = None
     status: list[RolloutStatus] | None = None
-    step: int | None = None
+    step: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     since: float | None = None
     until: float | None = None
     rollout_ids: list[str] | None = None

@@ -408,6 +408,8 @@ class GatewayApp:
             args = json.loads(body) if body else {}
         except (ValueError, RecursionError):
             raise GatewayError(400, "the request body is not valid JSON", code="invalid_json") from None
+        if not isinstance(args, dict):
+            raise invalid("body", "must be a JSON object", code="invalid_json")
         if action == "status" and method == "GET":
             return await send_json(send, 200, json.dumps(self.status()).encode())
         if method != "POST":
@@ -417,8 +419,10 @@ class GatewayApp:
             timeout = args.get("timeout_s", query.get("timeout_s", [None])[0])
             try:
                 timeout = None if timeout is None else float(timeout)
-            except ValueError:
+            except (TypeError, ValueError):
                 raise invalid("timeout_s", "must be a number of seconds") from None
+            if timeout is not None and not 0 <= timeout < float("inf"):
+                raise invalid("timeout_s", f"must be a finite number of seconds, at least 0, got {timeout}")
             drained = await self.gate.pause(timeout)
             out = {"paused": True, "drained": drained, "in_flight": self.gate.in_flight}
         elif action == "resume":
