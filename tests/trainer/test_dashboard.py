@@ -262,22 +262,29 @@ def test_a_training_run_puts_its_steps_where_the_runs_page_reads_them(tmp_path):
     from tests.trainer.test_trainer import TinyBackend, _tasks, agent, small_config
 
     with FakeEngine() as engine:
-        config = small_config(tmp_path, engine, steps=2, plot=False)
+        # The run trains no agent's calls: its rollout pages must say so (they follow the run's config).
+        config = small_config(tmp_path, engine, steps=2, plot=False, transitions={"agents": ["nobody"]})
         result = Trainer(config, backend=TinyBackend(tmp_path / "calls.jsonl")).fit(agent, _tasks(2))
     store = SqliteStore(tmp_path / "agl.db")
     try:
         kept = store.step_records()
-        assert [(r["kind"], r["step"]) for r in kept] == [("train", 1), ("train", 2)]
-        assert [r["reward_mean"] for r in kept] == [r["reward_mean"] for r in result.history]
+        assert [(r["kind"], r["step"]) for r in kept] == [("config", 0), ("train", 1), ("train", 2)]
+        assert kept[0]["transitions"]["agents"] == ["nobody"]
+        assert [r["reward_mean"] for r in kept[1:]] == [r["reward_mean"] for r in result.history]
+        run_id = kept[0]["run_id"]
+        trained = next(r for r in store.query_rollouts(step=1) if r.status == RolloutStatus.SUCCEEDED)
         server = ServerThread(store, token=TOKEN)
         with server, httpx.Client(base_url=server.url, timeout=10) as client:
             html = client.get("/ui/runs", headers=AUTH).text
+            page = client.get(f"/ui/rollouts/{trained.rollout_id}", headers=AUTH).text
     finally:
         store.close()
     reward_chart = html.split('id="chart-success"')[0]
     shown = re.findall(r'data-series="train" data-step="(\d+)" data-value="([^"]+)"', reward_chart)
     assert [(int(s), float(v)) for s, v in shown] == [(r["step"], r["reward_mean"]) for r in result.history]
     assert 'id="chart-time"' in html and 'data-series="rollout"' in html
+    assert f'agents nobody</span> <span class="muted">(run {run_id}&#x27;s config)' in page
+    assert "not trained" in page and "trained</span>: reward" not in page
 
 
 def test_the_store_keeps_each_rollouts_final_reward_for_sorting(tmp_path):

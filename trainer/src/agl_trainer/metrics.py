@@ -90,13 +90,19 @@ class MetricsLog:
             f.write(json.dumps(record, allow_nan=True) + "\n")
             f.flush()
             os.fsync(f.fileno())
-        if self.store is not None:
-            try:
-                self.store.add_step_record(self.run_id, record)
-            except Exception as exc:
-                if not self._warned:
-                    logging.getLogger(__name__).warning("step records not kept in the store (%s): %s", self.store, exc)
-                    self._warned = True
+        self.keep_in_store(record)
+
+    def keep_in_store(self, record: dict[str, Any]) -> None:
+        """Hand a record to the store only (as :meth:`append` does after writing the file); a
+        failure is one warning for the whole run."""
+        if self.store is None:
+            return
+        try:
+            self.store.add_step_record(self.run_id, record)
+        except Exception as exc:
+            if not self._warned:
+                logging.getLogger(__name__).warning("step records not kept in the store (%s): %s", self.store, exc)
+                self._warned = True
 
     def read(self) -> list[dict[str, Any]]:
         """Every record, oldest first (a torn last line from a crash is skipped)."""

@@ -223,6 +223,8 @@ class Trainer:
         store.add_tasks(train + val)
         state = self._load_state()
         metrics = MetricsLog(self.workdir / "metrics.jsonl", store=store, run_id=state.get("run_id"))
+        # How this run turns rollouts into transitions, for the dashboard's rollout pages.
+        metrics.keep_in_store({"kind": "config", "step": 0, "transitions": cfg.transitions.model_dump(mode="json")})
         metrics.truncate_after(state["completed_step"])
         try:
             self._start_loggers(state)

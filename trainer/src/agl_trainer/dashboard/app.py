@@ -219,12 +219,26 @@ class Dashboard:
             + f'<table class="rollouts"><tr>{"".join(ths)}</tr>{"".join(trs) or empty}</table>'
         )
 
+    def _config_for(self, rollout_id: str) -> tuple[TransitionConfig, str]:
+        """The transitions config of the training run that made this rollout (its id starts with
+        the run's id), else the dashboard's own; and where it came from, for the page."""
+        for run_id, config in queries.run_transition_configs(self.store).items():
+            if rollout_id.startswith(run_id + "-"):
+                try:
+                    return TransitionConfig.model_validate(config), f"run {run_id}'s config"
+                except ValueError:
+                    break
+        return self.config, "the dashboard's config"
+
     async def rollout(self, request: Request) -> Response:
         rollout_id = request.path_params["rollout_id"]
+
+        def render() -> str:
+            config, origin = self._config_for(rollout_id)
+            return rollout_page(self.store, rollout_id, prefix=self.prefix, config=config, config_origin=origin)
+
         try:
-            body = await anyio.to_thread.run_sync(
-                lambda: rollout_page(self.store, rollout_id, prefix=self.prefix, config=self.config)
-            )
+            body = await anyio.to_thread.run_sync(render)
         except NotFound:
             return self._html("Not found", f'<p class="err">no rollout {e(rollout_id)}</p>', "rollouts", status=404)
         return self._html(f"Rollout {rollout_id}", body, "rollouts")

@@ -255,3 +255,16 @@ def runs(store: SqlStore) -> list[tuple[str, int, float]]:
     """``(run_id, step records, last record's time)`` of every run with step records, newest first."""
     rows = store.select("SELECT run_id, COUNT(*), MAX(created_at) FROM run_steps GROUP BY run_id ORDER BY 3 DESC")
     return [(r[0], int(r[1]), float(r[2])) for r in rows]
+
+
+def run_transition_configs(store: SqlStore) -> dict[str, dict[str, Any]]:
+    """``{run_id: transitions config}`` of every training run that recorded one (its ``config`` step record)."""
+    import json
+
+    rows = store.select("SELECT run_id, body FROM run_steps WHERE kind = 'config' ORDER BY pk")
+    out = {}
+    for run_id, body in rows:
+        config = json.loads(body).get("transitions")
+        if isinstance(config, dict):
+            out[run_id] = config
+    return out

@@ -147,8 +147,13 @@ def _span_tree(spans: list[Span], rewards: list[Reward]) -> str:
     return axis + '<div class="tree">' + "".join(rows) + "</div>"
 
 
-def rollout_page(store: Store, rollout_id: str, *, prefix: str, config: TransitionConfig) -> str:
-    """The body of a rollout's page (raises :class:`agl.errors.NotFound` for an unknown id)."""
+def rollout_page(
+    store: Store, rollout_id: str, *, prefix: str, config: TransitionConfig, config_origin: str = "default"
+) -> str:
+    """The body of a rollout's page (raises :class:`agl.errors.NotFound` for an unknown id).
+
+    ``config`` is how its calls' rewards are assigned and which agents are trained;
+    ``config_origin`` says where it came from."""
     rollout: Rollout = store.get_rollout(rollout_id)
     spans = list(store.query_spans(rollout_id=rollout_id))
     calls = list(store.query_llm_calls(rollout_id=rollout_id))
@@ -179,6 +184,11 @@ def rollout_page(store: Store, rollout_id: str, *, prefix: str, config: Transiti
         ("runner", e(rollout.runner_id)),
         ("created", e(when(rollout.created_at))),
         ("duration", e(seconds(duration))),
+        (
+            "credit",
+            f'<span class="credit-config">{e(config.credit)}, agents {e(", ".join(config.agents or ["all"]))}</span>'
+            f' <span class="muted">({e(config_origin)})</span>',
+        ),
         ("final reward", f'<b class="final-reward">{e(number(final, 6))}</b>' if final is not None else "none"),
         ("error", f'<pre class="err">{e(rollout.error)}</pre>' if rollout.error else ""),
         ("output", f"<pre>{pretty_json(rollout.output)}</pre>" if rollout.output is not None else ""),
