@@ -38,7 +38,6 @@ written is logged as an error with its count.
 from __future__ import annotations
 
 import atexit
-import itertools
 import logging
 import random
 import threading
@@ -54,7 +53,6 @@ from agl.store.base import Store
 log = logging.getLogger(__name__)
 
 Item = Span | Reward | LLMCall
-Entry = tuple[int, Item]  # (sequence number, item): the order put() accepted it in
 
 _MAX_BACKOFF_S = 5.0
 _JOIN_S = 5.0
@@ -93,6 +91,15 @@ def _item_id(item: Item) -> str:
     if isinstance(item, Reward):
         return f"reward {item.reward_id}"
     return f"llm call {item.call_id}"
+
+
+class _Flush:
+    """A flush's place in the buffer: everything ahead of it was put before the flush."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
 
 
 class BufferedWriter:
@@ -139,18 +146,15 @@ class BufferedWriter:
         self.last_error: BaseException | None = None
         self.rejected: deque[tuple[Item, BaseException]] = deque(maxlen=max_rejected)
         """The last items dropped, with the reason."""
-        self._buffer: deque[Entry] = deque()
-        self._seqs = itertools.count(1)
-        self._put_lock = threading.Lock()
-        self._state = threading.Condition()  # guards what is taken from the buffer and in flight
-        self._inflight: int | None = None  # oldest sequence number being written
-        self._inflight_left = 0  # items of that batch not yet written or dropped
+        # Items, and flush markers among them. Callers only append; only the writer thread
+        # takes from the front or puts back there, so the order of what was put is kept.
+        self._buffer: deque[Item | _Flush] = deque()
+        self._inflight = 0  # items of the batch being written, not yet written or dropped
         self._wake = threading.Event()  # a full batch, or a flush, wants a write
         self._urgent = threading.Event()  # a flush or close: cut a backoff short
         self._space = threading.Condition()
         self._failing_since: float | None = None
-        # rollout -> (dropped counts by kind, first reason, oldest dropped sequence number)
-        self._lost: dict[str | None, tuple[dict[str, int], str, int]] = {}
+        self._lost: dict[str | None, tuple[dict[str, int], str]] = {}  # rollout -> counts by kind, first reason
         self._closing = False
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="agl-writer", daemon=True)
@@ -165,10 +169,9 @@ class BufferedWriter:
         """Buffer one observation and return at once (unless ``max_buffered`` items wait)."""
         if self._closing:
             raise RuntimeError(f"the writer is closed; {_item_id(item)} was not accepted")
-        if self.pending() >= self.max_buffered:
+        if len(self._buffer) + self._inflight >= self.max_buffered:
             self._wait_for_space()
-        with self._put_lock:
-            self._buffer.append((next(self._seqs), item))
+        self._buffer.append(item)
         if len(self._buffer) >= self.batch_size:
             self._wake.set()
 
@@ -176,7 +179,9 @@ class BufferedWriter:
         log.warning("agl writer: %d observations buffered, waiting for the store", self.pending())
         self._wake.set()
         with self._space:
-            self._space.wait_for(lambda: self.pending() < self.max_buffered or self._closed, timeout=60)
+            self._space.wait_for(
+                lambda: len(self._buffer) + self._inflight < self.max_buffered or self._closed, timeout=60
+            )
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Return once everything put so far is written (or dropped and counted).
@@ -186,26 +191,31 @@ class BufferedWriter:
         still buffered and the last error; they stay buffered and are retried.
         Without it, wait as long as the writer retries (``retry_for_s``).
         """
-        with self._put_lock:
-            target = next(self._seqs)  # every item put before this call has a smaller number
+        if self._closed:  # the thread is gone: nothing more will be written
+            if self.pending():
+                raise StoreUnavailable(f"agl writer: closed with {self.pending()} observations buffered")
+            return
+        marker = _Flush()
+        self._buffer.append(marker)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self._wake.set()
         self._urgent.set()
-        with self._state:
-            while self._oldest() < target:
-                if not self._thread.is_alive():
-                    raise StoreUnavailable(f"agl writer: stopped with {self.pending()} observations buffered")
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise StoreUnavailable(
-                        f"agl writer: {self.pending()} observations still buffered after {timeout_s}s; "
-                        f"last error: {self.last_error}"
-                    )
-                self._state.wait(0.5 if left is None else min(left, 0.5))
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if marker.done.wait(0.5 if left is None else max(0.0, min(left, 0.5))):
+                return
+            if not self._thread.is_alive():
+                raise StoreUnavailable(f"agl writer: stopped with {self.pending()} observations buffered")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise StoreUnavailable(
+                    f"agl writer: {self.pending()} observations still buffered after {timeout_s}s; "
+                    f"last error: {self.last_error}"
+                )
 
     def pending(self) -> int:
         """How many observations wait to be written (including a batch being written)."""
-        return len(self._buffer) + self._inflight_left
+        waiting = list(self._buffer)
+        return sum(not isinstance(x, _Flush) for x in waiting) + self._inflight
 
     def close(self, timeout_s: float | None = None) -> None:
         """Flush (for up to ``timeout_s``) and stop the background thread."""
@@ -222,14 +232,6 @@ class BufferedWriter:
             self._thread.join(timeout=_JOIN_S)
             with self._space:
                 self._space.notify_all()
-
-    def _oldest(self) -> float:
-        """The sequence number of the oldest item not yet written or dropped (inf: none)."""
-        oldest = float("inf") if self._inflight is None else self._inflight
-        try:
-            return min(oldest, self._buffer[0][0])
-        except IndexError:
-            return oldest
 
     # -- the background thread ---------------------------------------------------------
     def _run(self) -> None:
@@ -251,31 +253,51 @@ class BufferedWriter:
             backoff = min(max(delay * 2, 0.05), _MAX_BACKOFF_S) * random.uniform(0.5, 1.0)
             delay = self.interval_s if ok else backoff
 
+    def _take(self) -> tuple[list[Item], _Flush | None]:
+        """The next batch from the front of the buffer, and the flush marker right behind it (if any).
+
+        Markers with nothing unwritten ahead of them are released on the way.
+        """
+        batch: list[Item] = []
+        while self._buffer and len(batch) < self.batch_size:
+            x = self._buffer.popleft()
+            if isinstance(x, _Flush):
+                if not batch:
+                    x.done.set()
+                    continue
+                return batch, x
+            batch.append(x)
+        return batch, None
+
     def _drain(self) -> bool:
         """Write batches until the buffer is empty. False if the store failed transiently."""
         while True:
-            with self._state:
-                if not self._buffer:
-                    return True
-                batch: list[Entry] = []
-                self._inflight = self._buffer[0][0]
-                while self._buffer and len(batch) < self.batch_size:
-                    batch.append(self._buffer.popleft())
-                self._inflight_left = len(batch)
-            error = self._write_isolating(batch)
+            batch, marker = self._take()
+            if not batch:
+                return True
+            self._inflight = len(batch)
+            error, unwritten = self._write_isolating(batch)
+            self._inflight = 0
+            behind = [marker] if marker is not None else []
             if error is not None:
+                self._buffer.extendleft(reversed([*unwritten, *behind]))
                 self._store_failed(error)
                 if self._past_retry_bound():
                     self._give_up_buffer(error)
                     return True
                 return False
             self._store_ok()
+            records = self._loss_records()
+            if records:  # written before the marker is released: a flush covers its losses' record
+                self._buffer.extendleft(reversed([*records, *behind]))
+            elif marker is not None:
+                marker.done.set()
 
-    def _write_isolating(self, batch: list[Entry]) -> BaseException | None:
-        """Write ``batch``, splitting it to isolate refused items. Returns the transient
-        error that stopped it (the unwritten entries are back in the buffer), or None."""
-        chunks: deque[list[Entry]] = deque([batch])
-        suspects: list[tuple[Entry, BaseException]] = []
+    def _write_isolating(self, batch: list[Item]) -> tuple[BaseException | None, list[Item]]:
+        """Write ``batch``, splitting it to isolate refused items. Returns the transient error
+        that stopped it with the items still unwritten (in their order), or ``(None, [])``."""
+        chunks: deque[list[tuple[int, Item]]] = deque([list(enumerate(batch))])
+        suspects: list[tuple[tuple[int, Item], BaseException]] = []
         wrote = False
         while chunks:
             chunk = chunks.popleft()
@@ -286,92 +308,75 @@ class BufferedWriter:
                 self.last_error = exc
                 failure = classify(exc)
                 if failure == "transient":
-                    rest = [e for c in chunks for e in c] + [e for e, _ in suspects]
-                    self._requeue(chunk + rest)
-                    return exc
+                    rest = chunk + [e for c in chunks for e in c] + [e for e, _ in suspects]
+                    return exc, [item for _, item in sorted(rest, key=lambda e: e[0])]
                 if len(chunk) > 1:
                     half = len(chunk) // 2
                     chunks.appendleft(chunk[half:])
                     chunks.appendleft(chunk[:half])
                 elif failure == "bad_input":
-                    self._drop(chunk, exc)
+                    self._drop([chunk[0][1]], exc)
                 else:
                     suspects.append((chunk[0], exc))
                 continue
             wrote = True
             self._settled(len(chunk), written=True)
         if suspects and not wrote:  # nothing went through: more likely the server than the data
-            self._requeue([e for e, _ in suspects])
-            return suspects[-1][1]
-        for i, (entry, _) in enumerate(suspects):  # once more each, in case the server just recovered
+            return suspects[-1][1], [item for (_, item), _ in suspects]
+        for i, ((_, item), _) in enumerate(suspects):  # once more each, in case the server just recovered
             try:
-                self._write([entry[1]])
+                self._write([item])
             except Exception as exc:
                 self.write_errors += 1
                 self.last_error = exc
                 if classify(exc) == "transient":
-                    self._requeue([e for e, _ in suspects[i:]])
-                    return exc
-                self._drop([entry], exc)
+                    return exc, [it for (_, it), _ in suspects[i:]]
+                self._drop([item], exc)
                 continue
             self._settled(1, written=True)
-        with self._state:  # the record of losses is queued before the batch counts as done
-            self._record_losses()
-            self._inflight, self._inflight_left = None, 0
-            self._state.notify_all()
-        return None
+        return None, []
 
-    def _requeue(self, entries: list[Entry]) -> None:
-        entries.sort(key=lambda e: e[0])
-        with self._state:
-            self._buffer.extendleft(reversed(entries))
-            self._inflight, self._inflight_left = None, 0
-            self._state.notify_all()
-
-    def _drop(self, entries: list[Entry], exc: BaseException) -> None:
+    def _drop(self, items: list[Item], exc: BaseException) -> None:
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
-        for seq, item in entries:
+        for item in items:
             kind = kind_of(item)
             self.dropped[kind] = self.dropped.get(kind, 0) + 1
             self.rejected.append((item, exc))
             if isinstance(item, Span) and item.name == DROPPED_SPAN:
                 continue  # a lost record of losses is counted, not recorded again
-            counts, first, oldest = self._lost.get(item.rollout_id, ({}, reason, seq))
+            counts, first = self._lost.setdefault(item.rollout_id, ({}, reason))
             counts[kind] = counts.get(kind, 0) + 1
-            self._lost[item.rollout_id] = (counts, first, min(oldest, seq))
         log.error(
             "agl writer: dropped %d observation(s) (%s): %s",
-            len(entries),
-            ", ".join(_item_id(item) for _, item in entries[:3]) + (", ..." if len(entries) > 3 else ""),
+            len(items),
+            ", ".join(_item_id(item) for item in items[:3]) + (", ..." if len(items) > 3 else ""),
             reason,
         )
-        self._settled(len(entries), written=False)
+        self._settled(len(items), written=False)
 
-    def _record_losses(self) -> None:
-        """Queue one ``agl.dropped`` span per rollout that lost observations since the last one.
-
-        Each goes to the front of the buffer with the number of the oldest item it
-        counts (older than anything buffered), so a flush that waited for those
-        items also waits for their record."""
+    def _loss_records(self) -> list[Span]:
+        """One ``agl.dropped`` span per rollout that lost observations since the last ones."""
         lost, self._lost = self._lost, {}
-        for rollout_id, (counts, reason, seq) in sorted(lost.items(), key=lambda kv: -kv[1][2]):
-            attributes = {f"agl.dropped.{kind}": n for kind, n in sorted(counts.items())}
+        records = []
+        for rollout_id, (counts, reason) in lost.items():
+            attributes: dict[str, int | str] = {f"agl.dropped.{kind}": n for kind, n in sorted(counts.items())}
             attributes["agl.dropped.reason"] = reason
-            span = Span(
-                span_id=new_id("dropped-"),
-                rollout_id=rollout_id,
-                name=DROPPED_SPAN,
-                kind="custom",
-                status="error",
-                attributes=attributes,
+            records.append(
+                Span(
+                    span_id=new_id("dropped-"),
+                    rollout_id=rollout_id,
+                    name=DROPPED_SPAN,
+                    kind="custom",
+                    status="error",
+                    attributes=attributes,
+                )
             )
-            with self._state:
-                self._buffer.appendleft((seq, span))
+        return records
 
     def _settled(self, n: int, *, written: bool) -> None:
         if written:
             self.written += n
-        self._inflight_left = max(0, self._inflight_left - n)
+        self._inflight = max(0, self._inflight - n)
         with self._space:
             self._space.notify_all()
 
@@ -400,16 +405,15 @@ class BufferedWriter:
         )
 
     def _give_up_buffer(self, exc: BaseException) -> None:
-        """Drop everything buffered: the store failed for longer than ``retry_for_s``."""
-        with self._state:
-            entries = list(self._buffer)
-            self._buffer.clear()
-        if entries:
-            why = StoreUnavailable(f"the store failed for over {self.retry_for_s:g}s: {exc}")
-            with self._state:
-                self._drop(entries, why)
-                self._record_losses()
-                self._state.notify_all()
+        """Drop everything buffered now: the store failed for longer than ``retry_for_s``."""
+        items: list[Item] = []
+        markers: list[_Flush] = []
+        for _ in range(len(self._buffer)):  # what was there now; later puts stay behind
+            x = self._buffer.popleft()
+            (markers if isinstance(x, _Flush) else items).append(x)
+        if items:
+            self._drop(items, StoreUnavailable(f"the store failed for over {self.retry_for_s:g}s: {exc}"))
+        self._buffer.extendleft(reversed([*self._loss_records(), *markers]))
 
     def _write(self, batch: list[Item]) -> None:
         spans = [i for i in batch if isinstance(i, Span)]
