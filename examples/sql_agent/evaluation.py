@@ -115,7 +115,7 @@ def run_split(
             sql_agent,
             store,
             gateway_url=gateway.url,
-            api_key=gateway.token,
+            rollout_keys=gateway.keys,
             resources={**(resources or {}), "temperature": 0.0},
             concurrency=concurrency,
             writer=writer,

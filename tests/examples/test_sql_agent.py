@@ -69,3 +69,17 @@ def test_one_training_step_end_to_end(example, tmp_path):
     # the checker keeps the base policy: only the writer's and the rewriter's calls are trained
     assert record["trained_transitions"] == {"rewrite_query": 8, "write_query": 4}
     assert (tmp_path / "run" / "verl" / "versions" / "step-1" / "adapter_config.json").is_file()
+
+    # evaluate.py's path: the trained adapter on the engine, the agent under a runner with rollout keys
+    import sql_agent.evaluation
+
+    items = example.questions.load_split("test")[:2]
+    summary = sql_agent.evaluation.run_split(
+        items,
+        model_path=model,
+        adapter=tmp_path / "run" / "verl" / "versions" / "step-1",
+        workdir=tmp_path / "eval",
+        max_response_tokens=8,
+    )
+    assert summary["n"] == 2 and summary["statuses"] == {"succeeded": 2}
+    assert summary["agent_calls"]["write_query"] == 2
