@@ -38,6 +38,42 @@ def check_body(req: Any) -> None:
     if problem is not None:
         path, reason = problem
         raise invalid(path or "body", reason)
+    parts = _lone_surrogate(req)
+    if parts is not None:
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in reversed(parts)).lstrip(".")
+        raise invalid(where or "body", "holds a lone surrogate (\\ud800-\\udfff not in a pair), not valid Unicode")
+
+
+def _lone_surrogate(value: Any) -> list[Any] | None:
+    """The path, innermost first, to the first string in ``value`` that cannot be encoded as UTF-8, or None.
+
+    ``json.loads`` accepts ``"\\ud800"`` alone; the engine's tokenizer and the store cannot take it.
+    A key that cannot be encoded is named by the object holding it.
+    """
+    kind = type(value)
+    if kind is str:
+        if value.isascii():
+            return None
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return []
+        return None
+    if kind is dict:
+        for key, item in value.items():
+            if _lone_surrogate(key) is not None:
+                return []
+            found = _lone_surrogate(item)
+            if found is not None:
+                found.append(key)
+                return found
+    elif kind is list:
+        for i, item in enumerate(value):
+            found = _lone_surrogate(item)
+            if found is not None:
+                found.append(i)
+                return found
+    return None
 
 
 def check_int(req: dict, name: str, *, lo: int, hi: int | None = None, param: str | None = None) -> None:
