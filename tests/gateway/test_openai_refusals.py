@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from agl_trainer.gateway import Gateway
+from tests.fake_engine import FakeEngine
 from tests.gateway.conftest import ADMIN_TOKEN, TOKEN, calls_of
 
 USER = {"role": "user", "content": "hello"}
@@ -210,3 +211,33 @@ def test_no_bad_body_gets_a_5xx_on_any_route(store, engine):
         auth = {"Authorization": f"Bearer {TOKEN}"}
         ok = http.post("/v1/chat/completions", json={"model": "m", "messages": [USER]}, headers=auth)
         assert ok.status_code == 200
+
+
+class _InfiniteLogprobEngine(FakeEngine):
+    """An engine whose answers hold a -Infinity logprob, as Python's json writes it."""
+
+    def chat(self, req: dict) -> tuple[int, dict]:
+        status, out = super().chat(req)
+        for choice in out.get("choices", []):
+            content = (choice.get("logprobs") or {}).get("content") or []
+            if content:
+                content[0]["logprob"] = float("-inf")
+                content[0]["top_logprobs"] = [{"token": "x", "logprob": float("nan"), "bytes": [120]}]
+        return status, out
+
+
+def test_non_finite_numbers_from_the_engine_are_made_finite_for_client_and_store(store, rollout):
+    with (
+        _InfiniteLogprobEngine() as eng,
+        Gateway(store, [eng.url], token=TOKEN) as gw,
+        httpx.Client(base_url=gw.url, headers={"Authorization": f"Bearer {gw.rollout_key(rollout, 1)}"}) as http,
+    ):
+        answer = http.post(
+            f"/rollouts/{rollout}/v1/chat/completions", json={"model": "m", "messages": [USER], "logprobs": True}
+        )
+        assert answer.status_code == 200, answer.text
+        assert "Infinity" not in answer.text and "NaN" not in answer.text  # strict JSON
+        first = answer.json()["choices"][0]["logprobs"]["content"][0]
+        assert first["logprob"] == -9999.0 and first["top_logprobs"][0]["logprob"] is None
+        [call] = calls_of(gw, store, rollout)
+        assert call.response_logprobs[0] == -9999.0

@@ -360,7 +360,7 @@ class GatewayApp:
             Router.done(replica)
 
     async def _answer(self, is_chat: bool, meta: CallMeta, req: dict, raw: bytes, send: Callable) -> None:
-        data = json.loads(raw)
+        data = chat.engine_json(raw)
         keep_ids, keep_logprobs = chat.client_wants(req, chat=is_chat)
         take = chat.take_chat_tokens if is_chat else chat.take_completion_tokens
         prompt_ids, tokens = take(data, keep_ids=keep_ids, keep_logprobs=keep_logprobs)

@@ -8,9 +8,25 @@ and is stripped of the token-id extras unless the client asked for them itself
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from agl_trainer.gateway.recorder import TOKEN_ID_EXTRAS, ChoiceTokens, chat_logprobs, completion_logprobs, no_ids_error
+
+LOGPROB_FLOOR = -9999.0
+"""What ``-Infinity`` in an engine's answer becomes (vLLM's own floor for logprobs)."""
+
+
+def _constant(name: str) -> float | None:
+    # JSON has no NaN or infinity, but Python's json writes them: -Infinity is the logprob of a
+    # token the model cannot pick; the others have no meaning to keep, and become null.
+    return LOGPROB_FLOOR if name == "-Infinity" else None
+
+
+def engine_json(raw: str | bytes) -> Any:
+    """An engine's JSON answer, with its non-finite numbers made finite (or null), so the client
+    gets strict JSON and the store can keep the record (see :func:`agl.schema.check_json`)."""
+    return json.loads(raw, parse_constant=_constant)
 
 
 def upstream_chat_request(req: dict, model: str | None, cap: int | None = None) -> dict:

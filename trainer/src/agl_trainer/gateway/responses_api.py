@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agl_trainer.gateway import validate
-from agl_trainer.gateway.chat import StreamAccumulator, take_chat_tokens
+from agl_trainer.gateway.chat import StreamAccumulator, engine_json, take_chat_tokens
 from agl_trainer.gateway.errors import invalid, server_error
 from agl_trainer.gateway.recorder import CallMeta, Recorder
 from agl_trainer.gateway.sse import iter_engine_chunks, named_event
@@ -479,7 +479,7 @@ async def serve(
 ) -> None:
     """Answer a Responses request from the engine's chat answer ``upstream`` (status 200), and record it."""
     if not req.get("stream"):
-        chat = json.loads(await upstream.read())
+        chat = engine_json(await upstream.read())
         prompt_ids, tokens = take_chat_tokens(chat, keep_ids=False, keep_logprobs=False)
         resp = from_chat_response(chat, req, meta.call_id, model, meta.max_response_tokens)
         payload = json.dumps(resp).encode()

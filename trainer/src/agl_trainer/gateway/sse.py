@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 from httpx_sse import EventSource
 
+from agl_trainer.gateway.chat import engine_json
 from agl_trainer.gateway.upstream import UpstreamConnectError, UpstreamResponse
 
 DONE = "[DONE]"
@@ -40,7 +41,7 @@ async def iter_engine_chunks(resp: UpstreamResponse) -> AsyncIterator[dict]:
             if event.data == DONE:
                 done = True
                 continue
-            chunk = json.loads(event.data)
+            chunk = engine_json(event.data)
             if "error" in chunk and not chunk.get("choices"):
                 raise ConnectionError(f"engine error mid-stream: {chunk['error']}")
             yield chunk
