@@ -7,8 +7,14 @@ except where a trainer expiring alongside the server is the point.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
 import threading
 import time
+
+import httpx
 
 from agl.credentials import new_token
 from agl.schema import Rollout, RolloutStatus, Task
@@ -153,3 +159,37 @@ def test_rollouts_show_and_list_tell_the_attempts_apart(tmp_path, capsys):
         listed = _row(capsys.readouterr().out.splitlines(), "ro0")
         assert "2/2" in listed and "second-runner (" in listed and "s ago)" in listed
     backing.close()
+
+
+def test_agl_store_serve_takes_back_a_silent_runners_rollout(tmp_path):
+    """The command itself, as a deployment runs it: ``agl store serve`` with short expiry settings."""
+    from tests.conftest import free_port
+
+    path = tmp_path / "agl.db"
+    with SqliteStore(path) as seed:
+        _setup(seed, 1, max_attempts=2)
+    port, token = free_port(), new_token(16)
+    args = ["store", "serve", "--store", f"sqlite:///{path}", "--port", str(port)]
+    args += ["--expire-every", "0.2", "--heartbeat-timeout", "1"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGL_")} | {"AGL_STORE_TOKEN": token}
+    cli = "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", cli, *args], env=env, stdout=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert _until(lambda: _healthy(url) or proc.poll() is not None, 20) and proc.poll() is None
+        with contextlib.closing(HttpStore(url, token=token)) as client:
+            client.claim("dead-runner")
+            assert _until(lambda: client.get_rollout("ro0").status == RolloutStatus.QUEUED, 10)
+            [attempt] = client.attempts("ro0")
+            assert attempt.status == RolloutStatus.TIMED_OUT and attempt.runner_id == "dead-runner"
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    assert "runners silent for 1s are taken back (checked every 0.2s)" in out
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False

@@ -192,6 +192,12 @@ def run_serve(args) -> int:
             print("agl store: runners may use the runner token (claim, heartbeat, finish, observations)", flush=True)
         if keys is not None:
             print("agl store: claims hand out rollout keys (the key secret is set)", flush=True)
+        if args.expire_every:
+            print(
+                f"agl store: rollouts of runners silent for {args.heartbeat_timeout:g}s are taken back "
+                f"(checked every {args.expire_every:g}s)",
+                flush=True,
+            )
         serve(
             store,
             token=token,
