@@ -201,10 +201,13 @@ def list_rollouts(store: SqlStore, flt: RolloutFilter) -> tuple[list[RolloutRow]
     if flt.step is not None:
         where.append("r.step = ?")
         params.append(flt.step)
+    agent_at = None
     if flt.agent is not None:
-        # IN, not a correlated EXISTS: the database reads the agent's rollouts once (counting them
-        # all took 9 times as long with EXISTS, probing the index once per rollout).
-        where.append("r.rollout_id IN (SELECT a.rollout_id FROM spans a WHERE a.agent = ?)")
+        # The page probes each rollout it walks past (EXISTS: it stops after a page's worth);
+        # the count reads the agent's rollouts once instead (IN: 9 times faster than probing
+        # all 100,000 rollouts, 800 times slower for a page).
+        agent_at = len(where)
+        where.append("EXISTS (SELECT 1 FROM spans a WHERE a.agent = ? AND a.rollout_id = r.rollout_id)")
         params.append(flt.agent)
     if flt.duration_min is not None:
         where.append("r.ended_at - r.started_at >= ?")
@@ -242,6 +245,9 @@ def list_rollouts(store: SqlStore, flt: RolloutFilter) -> tuple[list[RolloutRow]
             f"ORDER BY {order} {direction}, r.pk {direction}"
         )
         data = store.select(sql, params)
+    if agent_at is not None:
+        where[agent_at] = "r.rollout_id IN (SELECT a.rollout_id FROM spans a WHERE a.agent = ?)"
+        inner_where = f"WHERE {' AND '.join(where)}"
     total = store.select(f"SELECT COUNT(*) FROM rollouts r {inner_where}", params)[0][0]
     return [RolloutRow(*row) for row in data], int(total)
 
