@@ -21,7 +21,7 @@ from agl.capture import BufferedWriter
 from agl.capture.writer import DROPPED_SPAN
 from agl.credentials import new_token
 from agl.errors import StoreUnavailable
-from agl.schema import Span
+from agl.schema import Rollout, Span, Task
 from agl.store.http import HttpStore
 from agl.store.sqlite import SqliteStore
 from agl_trainer.store_server import ServerThread
@@ -227,3 +227,35 @@ def test_dropped_counts_are_json_attributes(tmp_path):
     finally:
         w.close()
         store.close()
+
+
+def test_writes_a_runner_token_may_not_make_are_dropped_not_retried(tmp_path):
+    """A runner token writes running rollouts only: a late span of an ended rollout is refused
+    (403) and dropped, and the running rollout's spans behind it are not held up."""
+    backing = SqliteStore(tmp_path / "agl.db")
+    backing.add_tasks([Task(task_id="t0", input=0), Task(task_id="t1", input=1)])
+    backing.enqueue([Rollout(rollout_id="ro-live", task_id="t0"), Rollout(rollout_id="ro-ended", task_id="t1")])
+    admin, runner = new_token(16), new_token(16)
+    with ServerThread(backing, token=admin, runner_token=runner) as server:
+        client = HttpStore(server.url, token=runner)
+        w = BufferedWriter(client, interval_s=60)
+        try:
+            [claimed] = client.claim("runner-a", limit=1)
+            ended = "ro-ended" if claimed.rollout_id == "ro-live" else "ro-live"
+            backing.cancel([ended])
+            w.put(Span(span_id="late", rollout_id=ended, name="step"))
+            for span in _good(3, claimed.rollout_id):
+                w.put(span)
+            started = time.monotonic()
+            w.flush(timeout_s=10)
+            assert time.monotonic() - started < 5
+            ids = _split(backing.query_spans(rollout_id=claimed.rollout_id))[0]
+            assert ids == ["good0", "good1", "good2"]
+            # the late span, then its record of loss, refused for the same reason (and not recorded again)
+            late, record = (item for item, _ in w.rejected)
+            assert late.span_id == "late" and record.name == DROPPED_SPAN and w.dropped == {"span": 2}
+            assert w.pending() == 0
+        finally:
+            w.close()
+            client.close()
+    backing.close()

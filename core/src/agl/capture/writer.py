@@ -13,7 +13,8 @@ What happens when a write fails depends on why:
   written is dropped and counted. One line is logged when the store goes away
   and one when it is back.
 - **bad input** (the store refused the data: ``ValueError``/``TypeError``, which
-  the HTTP store raises for a 4xx, or a database integrity/data error): the batch
+  the HTTP store raises for a 4xx, a 403 for items outside the credential's scope,
+  or a database integrity/data error): the batch
   is split in halves until the refused items are alone; they are dropped, the
   rest is written.
 - **anything else** (a 500 from a store server, which may be the server's bug
@@ -66,7 +67,14 @@ _DATA_ERRORS = frozenset({"IntegrityError", "DataError", "NumericValueOutOfRange
 
 
 def classify(exc: BaseException) -> Failure:
-    """Why a write failed: the store is away, the data is bad, or it cannot be told."""
+    """Why a write failed: the store is away, the data is bad, or it cannot be told.
+
+    A 403 (the HTTP store's ``Forbidden``: this credential may not write these items,
+    e.g. a runner token writing to a rollout that has ended) refuses the items, like
+    bad input; a 401 (a wrong token) is retried like an outage, within ``retry_for_s``.
+    """
+    if any(cls.__name__ == "Forbidden" for cls in type(exc).__mro__):
+        return "bad_input"
     if isinstance(exc, (StoreUnavailable, OSError, TimeoutError)):
         return "transient"  # includes connection errors and a refused token (PermissionError)
     if isinstance(exc, (ValueError, TypeError, OverflowError, KeyError)):
