@@ -51,10 +51,16 @@ def _served(tmp_path):
         backing.close()
 
 
-@pytest.fixture(params=["sqlite", "http"])
+@pytest.fixture(params=["sqlite", "http", "postgres"])
 def store(request, tmp_path):
     if request.param == "sqlite":
         with SqliteStore(tmp_path / "agl.db") as s:
+            yield s
+    elif request.param == "postgres":
+        from tests.core.backends import postgres
+
+        request.applymarker(pytest.mark.postgres)
+        with postgres.open_backend(tmp_path) as s:
             yield s
     else:
         with _served(tmp_path) as (_, client, _raw):
