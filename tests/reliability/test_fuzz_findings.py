@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import httpx
 
-from tests.reliability.targets import MODEL, gateway_target
+from tests.reliability.fuzz import FuzzRequest
+from tests.reliability.targets import MODEL, gateway_target, store_target
 
 
 def test_a_lone_surrogate_is_a_400_naming_the_field_and_a_surrogate_pair_is_fine(tmp_path):
@@ -26,3 +29,17 @@ def test_a_lone_surrogate_is_a_400_naming_the_field_and_a_surrogate_pair_is_fine
         answer = httpx.post(f"{url}/chat/completions", content=pair % MODEL.encode(), headers=headers, timeout=30)
         assert answer.status_code == 200, answer.text
         assert answer.json()["choices"][0]["message"]["content"] == "echo: \N{GRINNING FACE}"
+
+
+def test_a_client_hanging_up_mid_body_is_not_logged_as_a_server_error(tmp_path, caplog):
+    # was: starlette's ClientDisconnect reached the store server's catch-all, which logged an
+    # internal error with a traceback (and answered 500 to no one) for every such client
+    with store_target(tmp_path) as (target, _store):
+        body = b'{"spans": [{"span_id": "cut", "rollout_id": "ro-run", "name": "step"}]}'
+        for path in ("/v1/spans", "/v1/cancellations", "/v1/batch"):
+            cut = FuzzRequest(0, "cut", "POST", path, "good", "admin", {"Content-Type": "application/json"})
+            cut.body, cut.declared_length = body[:20], len(body)
+            assert target.send(cut) in (None, 400), path
+        assert httpx.get(f"{target.url}/healthz", timeout=10).status_code == 200
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]

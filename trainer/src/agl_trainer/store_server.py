@@ -95,7 +95,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import iterate_in_threadpool
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
@@ -1016,6 +1016,8 @@ class _Unexpected:
 
         try:
             await self.app(scope, receive, tracked)
+        except ClientDisconnect:
+            return  # the client hung up before its body was in: no one to answer, nothing went wrong here
         except Exception as exc:
             if started or scope["type"] != "http":
                 raise
