@@ -76,6 +76,10 @@ like any other and shows in every later query; nothing is dropped.
 Expiry: the server takes back the rollouts of runners gone silent (no heartbeat for
 ``heartbeat_timeout_s``, 60 s by default) every ``expire_every_s`` (10 s), so they do
 not stay ``running`` when no trainer calls ``expire`` (see :mod:`agl_trainer.store_expiry`).
+
+Dashboard: under ``/ui`` the server serves the web pages of :mod:`agl_trainer.dashboard` (a
+SQLite or PostgreSQL store), which take the admin token as a bearer token or through a login
+form's cookie; ``/v1/run_steps`` holds the trainer's step records they chart.
 """
 
 from __future__ import annotations
