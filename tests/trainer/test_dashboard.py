@@ -4,6 +4,7 @@ sorting, escaping, attaching a reward (form, store API, CLI), the runs page's nu
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -58,7 +59,11 @@ def fill(store: SqliteStore, n: int = 60) -> None:
             kind="llm",
             start_time=t0 + 0.2,
             end_time=t0 + 0.7,
-            attributes={"gen_ai.response.id": "call-0", "gen_ai.agent.name": "solver"},
+            attributes={
+                "gen_ai.response.id": "call-0",
+                "gen_ai.agent.name": "solver",
+                "gen_ai.input.messages": json.dumps([{"role": "user", "content": f"span says {EVIL}"}]),
+            },
         )
     )
     store.add_spans(spans)
@@ -175,6 +180,8 @@ def test_a_rollout_page_shows_spans_calls_tokens_and_credit(served):
     assert 'trained</span>: reward <b class="credit">0</b>' in html  # rollout 0's reward, broadcast
     assert 'data-logprob="-2.5000"' in html and ">22</span>" in html
     assert "prompt tokens <b>3</b>" in html and "response tokens <b>2</b>" in html
+    messages = html.split("class='span-messages'")[1]
+    assert messages.index("user") < messages.index("span says &lt;script&gt;")
 
 
 def test_attach_a_reward_by_form_api_and_cli(served):

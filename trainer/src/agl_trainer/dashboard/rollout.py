@@ -8,6 +8,8 @@ transitions`` and the trainer use) gives them under the dashboard's transition c
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 from typing import Any
 
@@ -105,6 +107,20 @@ def _call_card(call: LLMCall, index: int, credit: dict[str, tuple[float, float]]
     )
 
 
+def _span_messages(span: Span) -> str:
+    """An LLM span's prompt and answer (``gen_ai.input.messages`` / ``gen_ai.output.messages``),
+    what a call captured without a gateway record shows."""
+    out = []
+    for key, label in (("gen_ai.input.messages", "messages"), ("gen_ai.output.messages", "output")):
+        value = span.attributes.get(key)
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):  # JSON text, as OpenTelemetry keeps it
+                value = json.loads(value)
+        if value is not None:
+            out.append(f"<details open class='span-messages'><summary>{label}</summary>{_messages(value)}</details>")
+    return "".join(out)
+
+
 def _span_tree(spans: list[Span], rewards: list[Reward]) -> str:
     if not spans:
         return '<p class="muted">no spans</p>'
@@ -139,6 +155,7 @@ def _span_tree(spans: list[Span], rewards: list[Reward]) -> str:
                 f"<details class='span-attrs' style='margin-left:{depth * 16 + 8}px'>"
                 "<summary class='muted'>attributes</summary>"
                 f"<pre>{pretty_json(s.attributes)}</pre></details>"
+                + (f"<div style='margin-left:{depth * 16 + 8}px'>{_span_messages(s)}</div>" if s.kind == "llm" else "")
             )
             walk(s.span_id, depth + 1)
 
