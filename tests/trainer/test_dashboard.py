@@ -169,6 +169,13 @@ def test_everything_shown_is_escaped(served):
         html = client.get(path, headers=AUTH).text
         assert "<script>alert" not in html
         assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
+    answer = client.get("/ui/rollouts/ro-000", headers=AUTH)
+    assert "script-src 'nonce-" in answer.headers["content-security-policy"]  # no script runs but its own
+    assert answer.headers["x-frame-options"] == "DENY" and answer.headers["cache-control"] == "no-store"
+    runs = client.get("/ui/runs", headers=AUTH)
+    nonce = re.search(r"'nonce-([^']+)'", runs.headers["content-security-policy"]).group(1)
+    assert f'<script nonce="{nonce}">' in runs.text
+    assert "script-src 'none'" in client.get("/ui/login").headers["content-security-policy"]
     assert client.get("/ui/rollouts/no-such", headers=AUTH).status_code == 404
     assert "&lt;img" in client.get("/ui/rollouts/%3Cimg%20src%3Dx%3E", headers=AUTH).text
 

@@ -42,6 +42,7 @@ def test_the_dashboard_in_chromium(tmp_path, browser_page):
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     store = SqliteStore(tmp_path / "agl.db")
     fill(store)
+    store.add_step_record("run-older", {"kind": "train", "step": 1, "reward_mean": 0.9})
     for step, (mean, std) in enumerate([(0.2, 0.1), (0.45, 0.15)], start=1):
         store.add_step_record("run-b", {"kind": "train", "step": step, "reward_mean": mean, "reward_std": std})
     store.add_step_record("run-b", {"kind": "val", "step": 0, "val_reward_mean": 0.1, "val_reward_std": 0.05})
@@ -51,7 +52,7 @@ def test_the_dashboard_in_chromium(tmp_path, browser_page):
             page.goto(f"{server.url}/ui/runs")
             assert "/ui/login" in page.url  # the pages need the token
             page.fill("input[name=token]", TOKEN)
-            page.click("button:has-text(\"Log in\")")
+            page.click('button:has-text("Log in")')
             page.wait_for_url("**/ui/runs")
             chart = page.locator("#chart-reward")
             train = chart.locator('circle[data-series="train"]')
@@ -66,6 +67,10 @@ def test_the_dashboard_in_chromium(tmp_path, browser_page):
             store.add_step_record("run-b", {"kind": "train", "step": 3, "reward_mean": 0.7, "reward_std": 0.1})
             page.wait_for_selector('#chart-reward circle[data-series="train"][data-step="3"]', timeout=15_000)
             assert "train: 0.7" in page.locator("#chart-reward").inner_text()
+
+            page.select_option("#run-picker", "run-older")  # another run: its own charts
+            page.wait_for_url("**run=run-older")
+            assert page.locator('#chart-reward circle[data-series="train"]').get_attribute("data-value") == "0.9"
 
             page.click("header >> text=Rollouts")
             page.wait_for_url("**/ui/rollouts")
@@ -96,7 +101,7 @@ def test_the_dashboard_in_chromium(tmp_path, browser_page):
             page.screenshot(path=tmp_path / "rollout.png", full_page=True)
 
             page.fill(".reward-form input[name=value]", "0.42")
-            page.click("button:has-text(\"Attach reward\")")
+            page.click('button:has-text("Attach reward")')
             page.wait_for_selector("td.reward-value >> text=0.42")
             assert [r.value for r in store.query_rewards(rollout_id="ro-000")] == [0.0, 0.42]
 

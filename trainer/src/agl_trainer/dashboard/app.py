@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
+import secrets
 import time
 from typing import Any
 
@@ -27,7 +28,7 @@ from agl.schema import Reward, RolloutStatus
 from agl.store.sql import SqlStore
 from agl.transitions import TransitionConfig
 from agl_trainer.dashboard import charts, queries
-from agl_trainer.dashboard.html import attr, e, number, page, path_id, seconds, url, when
+from agl_trainer.dashboard.html import attr, csp, e, number, page, path_id, seconds, url, when
 from agl_trainer.dashboard.rollout import rollout_page
 
 COOKIE = "agl_dashboard"
@@ -109,7 +110,9 @@ class Dashboard:
 
     # -- pages -----------------------------------------------------------------------
     def _html(self, title: str, body: str, active: str, script: str = "", status: int = 200) -> Response:
-        return HTMLResponse(page(title, body, prefix=self.prefix, active=active, script=script), status_code=status)
+        nonce = secrets.token_urlsafe(16)
+        text = page(title, body, prefix=self.prefix, active=active, script=script, nonce=nonce)
+        return HTMLResponse(text, status_code=status, headers={"Content-Security-Policy": csp(nonce)})
 
     async def home(self, request: Request) -> Response:
         return RedirectResponse(f"{self.prefix}/runs", status_code=303)
@@ -271,11 +274,13 @@ class Dashboard:
         )
         picker = (
             f'<form method="get" action={attr(self.prefix + "/runs")}><label>run '
-            f'<select name="run" onchange="this.form.submit()">{options}</select></label></form>'
+            f'<select name="run" id="run-picker">{options}</select></label></form>'
         )
         charts_html = await anyio.to_thread.run_sync(self._charts, run_id)
         fragment = url(f"{self.prefix}/runs/charts", [("run", run_id)])
         script = (
+            "document.getElementById('run-picker').addEventListener('change',"
+            "function(ev){ev.target.form.submit()});"
             f"setInterval(function(){{fetch({_js_string(fragment)},{{credentials:'same-origin'}})"
             ".then(function(r){return r.ok?r.text():null}).then(function(t){"
             "if(t!==null)document.getElementById('charts').innerHTML=t})}," + str(REFRESH_MS) + ");"
@@ -376,9 +381,7 @@ def _js_string(text: str) -> str:
     return json.dumps(text).replace("<", "\\u003c")
 
 
-def dashboard_app(
-    store: SqlStore, *, token: str, prefix: str = "/ui", config: TransitionConfig | None = None
-) -> Starlette:
+def dashboard_app(store: SqlStore, *, token: str, prefix: str = "/ui", config: TransitionConfig | None = None) -> Any:
     """The dashboard as an ASGI app whose routes live under ``prefix``.
 
     ``config`` is the transition config credit assignment and the agent filter follow
@@ -403,4 +406,31 @@ def dashboard_app(
     ]
     app = Starlette(routes=routes)
     app.state.dashboard = d
-    return app
+    return _Hardened(app)
+
+
+class _Hardened:
+    """ASGI: every dashboard answer gets a strict Content-Security-Policy (unless it set its own),
+    is not to be framed, sniffed, cached or told in a Referer."""
+
+    HEADERS = (
+        (b"content-security-policy", csp().encode()),
+        (b"x-frame-options", b"DENY"),
+        (b"x-content-type-options", b"nosniff"),
+        (b"referrer-policy", b"no-referrer"),
+        (b"cache-control", b"no-store"),
+    )
+
+    def __init__(self, app: Starlette):
+        self.app = app
+        self.state = app.state
+
+    async def __call__(self, scope, receive, send) -> None:
+        async def with_headers(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                have = {name.lower() for name, _ in message.get("headers", [])}
+                extra = [(n, v) for n, v in self.HEADERS if n not in have]
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)

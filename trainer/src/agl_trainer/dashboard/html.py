@@ -81,8 +81,28 @@ def pretty_json(value: Any) -> str:
     return e(json.dumps(value, indent=2, ensure_ascii=False, default=str))
 
 
-def page(title: str, body: str, *, prefix: str, active: str = "", logged_in: bool = True, script: str = "") -> str:
-    """A whole page: the navigation bar, ``body`` (already HTML) and an optional inline script."""
+def csp(nonce: str | None = None) -> str:
+    """The Content-Security-Policy of a page: nothing from elsewhere, inline styles, and no script
+    but the page's own (the one carrying ``nonce``), so markup that got past escaping cannot run."""
+    script = f"'nonce-{nonce}'" if nonce else "'none'"
+    return (
+        f"default-src 'none'; style-src 'unsafe-inline'; script-src {script}; connect-src 'self'; "
+        "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    )
+
+
+def page(
+    title: str,
+    body: str,
+    *,
+    prefix: str,
+    active: str = "",
+    logged_in: bool = True,
+    script: str = "",
+    nonce: str = "",
+) -> str:
+    """A whole page: the navigation bar, ``body`` (already HTML) and an optional inline script
+    (which runs only under a policy naming its ``nonce``, see :func:`csp`)."""
     nav = ""
     if logged_in:
         links = [("runs", "Runs"), ("rollouts", "Rollouts"), ("traces", "Traces")]
@@ -91,7 +111,7 @@ def page(title: str, body: str, *, prefix: str, active: str = "", logged_in: boo
             for name, label in links
         )
         nav += f'<form method="post" action={attr(prefix + "/logout")}><button>Log out</button></form>'
-    tail = f"<script>{script}</script>" if script else ""
+    tail = f'<script nonce="{e(nonce)}">{script}</script>' if script else ""
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         f"<title>{e(title)} · agl</title><style>{CSS}</style></head>"
