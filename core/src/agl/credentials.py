@@ -33,6 +33,7 @@ import hashlib
 import hmac
 import os
 import secrets
+from collections.abc import Iterable
 from pathlib import Path
 
 from agl.errors import ConfigError
@@ -96,6 +97,14 @@ def bearer(header: bytes | str | None) -> str | None:
     if scheme.lower() != "bearer" or not token:
         return None
     return token
+
+
+def bearer_of(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The bearer token of the first ``Authorization`` header among raw (lower-cased) ASGI headers."""
+    for name, value in headers:
+        if name == b"authorization":
+            return bearer(value)
+    return None
 
 
 def same_token(given: str | None, expected: str | None) -> bool:

@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from agl.credentials import RolloutKeys, bearer, looks_like_rollout_key, same_token
+from agl.credentials import RolloutKeys, bearer_of, looks_like_rollout_key, same_token
 from agl.schema import RolloutStatus
 from agl.store.base import Store
 
@@ -114,11 +114,7 @@ class StoreAuth:
     # -- who ---------------------------------------------------------------------------
     def identify(self, headers: Iterable[tuple[bytes, bytes]]) -> Caller | None:
         """The caller, or None for a missing or wrong credential."""
-        given = None
-        for name, value in headers:
-            if name == b"authorization":
-                given = bearer(value)
-                break
+        given = bearer_of(headers)
         if given is None:
             return None
         if same_token(given, self.token):

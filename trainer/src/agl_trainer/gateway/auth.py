@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from agl.credentials import RolloutKeys, bearer, looks_like_rollout_key, same_token
+from agl.credentials import RolloutKeys, bearer_of, looks_like_rollout_key, same_token
 from agl_trainer.gateway.errors import GatewayError
 
 ADMIN, PRODUCTION, ROLLOUT = "admin", "production", "rollout"
@@ -62,11 +62,7 @@ class GatewayAuth:
         """The caller of a request with these (lower-cased) headers; 401 for no or a wrong credential."""
         if self.open:
             return OPEN
-        given = None
-        for name, value in headers:
-            if name == b"authorization":
-                given = bearer(value)
-                break
+        given = bearer_of(headers)
         if given is None:
             raise unauthorized("missing bearer token (Authorization: Bearer <rollout key or token>)")
         if same_token(given, self.admin_token):
