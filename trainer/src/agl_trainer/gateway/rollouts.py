@@ -29,7 +29,7 @@ from collections import OrderedDict
 from typing import NamedTuple
 
 from agl.errors import NotFound
-from agl.schema import RolloutStatus
+from agl.schema import Rollout, RolloutStatus
 from agl.store.base import Store
 from agl_trainer.gateway.errors import GatewayError
 
@@ -113,13 +113,17 @@ class RolloutRegistry:
 
     def status_of(self, rollout_id: str) -> tuple[RolloutStatus, int]:
         """The rollout's status and attempt, asked of the store now (404 for an unknown rollout)."""
+        rollout = self._rollout(rollout_id)
+        return rollout.status, rollout.attempt
+
+    def _rollout(self, rollout_id: str) -> Rollout:
+        """The stored rollout; a 404 for one the store does not know."""
         try:
-            rollout = self.store.get_rollout(rollout_id)
+            return self.store.get_rollout(rollout_id)
         except NotFound:
             raise GatewayError(
                 404, f"unknown rollout {rollout_id!r}", param="rollout_id", code="rollout_not_found"
             ) from None
-        return rollout.status, rollout.attempt
 
     async def _load(self, rollout_id: str) -> itertools.count:
         pending = self._pending.get(rollout_id)
@@ -140,12 +144,7 @@ class RolloutRegistry:
 
     def _lookup(self, rollout_id: str) -> tuple[int, RolloutSettings]:
         """The rollout's next free ``seq`` and its settings."""
-        try:
-            rollout = self.store.get_rollout(rollout_id)
-        except NotFound:
-            raise GatewayError(
-                404, f"unknown rollout {rollout_id!r}", param="rollout_id", code="rollout_not_found"
-            ) from None
+        rollout = self._rollout(rollout_id)
         last = -1
         for call in self.store.query_llm_calls(rollout_id=rollout_id):
             last = max(last, call.seq)
