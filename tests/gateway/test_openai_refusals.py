@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 
 import httpx
 import pytest
@@ -241,3 +242,32 @@ def test_non_finite_numbers_from_the_engine_are_made_finite_for_client_and_store
         assert first["logprob"] == -9999.0 and first["top_logprobs"][0]["logprob"] is None
         [call] = calls_of(gw, store, rollout)
         assert call.response_logprobs[0] == -9999.0
+
+
+def test_a_store_outage_is_a_503_without_the_store_url(tmp_path, engine):
+    from agl.credentials import new_token
+    from agl.schema import Rollout, Task
+    from agl.store.http import HttpStore
+    from agl.store.sqlite import SqliteStore
+    from agl_trainer.store_server import ServerThread
+
+    store_token = new_token(16)
+    with SqliteStore(tmp_path / "backing.db") as backing:
+        backing.add_tasks([Task(task_id="t", input=1)])
+        backing.enqueue([Rollout(rollout_id="ro-out", task_id="t")])
+        backing.claim("r1")
+        server = ServerThread(backing, token=store_token).start()
+        with (
+            HttpStore(server.url, token=store_token, retries=0, timeout_s=5) as remote,
+            Gateway(remote, [engine.url], token=TOKEN, status_ttl_s=0.01) as gw,
+            httpx.Client(base_url=gw.url, headers={"Authorization": f"Bearer {gw.rollout_key('ro-out', 1)}"}) as http,
+        ):
+            body = {"model": "m", "messages": [USER]}
+            assert http.post("/rollouts/ro-out/v1/chat/completions", json=body).status_code == 200
+            gw.flush()  # the call is written before the store goes away (else stopping waits on it)
+            server.stop()
+            time.sleep(0.05)  # past the gateway's status cache
+            answer = http.post("/rollouts/ro-out/v1/chat/completions", json=body)
+            assert answer.status_code == 503, answer.text
+            assert answer.headers["Retry-After"] == "1" and "request id" in answer.json()["error"]["message"]
+            assert server.url not in answer.text and "127.0.0.1" not in answer.text

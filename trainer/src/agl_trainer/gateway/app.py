@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qs
 
 from agl.credentials import RolloutKeys
+from agl.errors import StoreUnavailable
 from agl.schema import RolloutStatus
 from agl_trainer.gateway import chat, responses_api, validate
 from agl_trainer.gateway.auth import ROLLOUT, Caller, GatewayAuth
@@ -191,6 +192,13 @@ class GatewayApp:
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
             elif isinstance(exc, GatewayError):
                 await send_error(send, exc)
+            elif isinstance(exc, StoreUnavailable):  # the store could not say whose key this is
+                await send_error(
+                    send,
+                    server_error(
+                        503, "the store is unavailable; retry shortly", str(exc), headers={"Retry-After": "1"}
+                    ),
+                )
             else:  # a bug: answer 500 (its details go to the log) rather than dropping the connection
                 log.exception("gateway: internal error")
                 await send_error(send, server_error(500, "internal gateway error", f"{type(exc).__name__}: {exc}"))
