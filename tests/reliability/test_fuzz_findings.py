@@ -43,3 +43,22 @@ def test_a_client_hanging_up_mid_body_is_not_logged_as_a_server_error(tmp_path, 
         assert httpx.get(f"{target.url}/healthz", timeout=10).status_code == 200
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, [r.getMessage() for r in errors]
+
+
+def test_a_role_that_is_not_a_string_and_an_empty_prompt_are_400s(tmp_path):
+    # were: a list as role raised TypeError (unhashable) in validation, a 500; an empty text
+    # prompt reached the engine, whose prompt_token_ids [] the gateway took for none, a 502
+    with gateway_target(tmp_path) as (target, _gateway):
+        headers = {"Authorization": f"Bearer {target.credentials['key']}"}
+        url = f"{target.url}/rollouts/ro-gw/v1"
+        for role in ([], {"a": 1}):
+            body = {"model": MODEL, "messages": [{"role": role, "content": "hi"}], "max_tokens": 4}
+            answer = httpx.post(f"{url}/chat/completions", json=body, headers=headers, timeout=30)
+            assert answer.status_code == 400 and answer.json()["error"]["param"] == "messages[0].role", answer.text
+        answer = httpx.post(f"{url}/completions", json={"model": MODEL, "prompt": ""}, headers=headers, timeout=30)
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["param"] == "prompt" and "empty" in answer.json()["error"]["message"]
+        answer = httpx.post(
+            f"{url}/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 2}, headers=headers
+        )
+        assert answer.status_code == 200, answer.text

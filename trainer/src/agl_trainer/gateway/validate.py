@@ -185,7 +185,7 @@ def check_chat(req: dict) -> None:
         if not isinstance(msg, dict):
             raise invalid(where, "must be an object")
         role = msg.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise invalid(f"{where}.role", f"must be one of {sorted(ROLES)}, got {role!r}")
         _check_content(msg.get("content"), where)
         calls = msg.get("tool_calls")
@@ -231,7 +231,8 @@ def check_completion(req: dict) -> None:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = req["prompt"] = prompt[0]
     if isinstance(prompt, str):
-        pass
+        if not prompt:  # no prompt ids to record (vLLM refuses it too)
+            raise invalid("prompt", "must not be empty")
     elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         if any(t < 0 for t in prompt):
             raise invalid("prompt", "token ids must be non-negative")
