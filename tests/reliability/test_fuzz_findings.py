@@ -62,3 +62,47 @@ def test_a_role_that_is_not_a_string_and_an_empty_prompt_are_400s(tmp_path):
             f"{url}/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 2}, headers=headers
         )
         assert answer.status_code == 200, answer.text
+
+
+def test_a_tool_call_without_arguments_is_a_400_naming_them(tmp_path):
+    # was: passed to the engine, whose chat template needs them (the fake engine's KeyError: a 502)
+    with gateway_target(tmp_path) as (target, _gateway):
+        call = {"id": "call_1", "type": "function", "function": {"name": "lookup"}}
+        messages = [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "42"},
+        ]
+        answer = httpx.post(
+            f"{target.url}/rollouts/ro-gw/v1/chat/completions",
+            json={"model": MODEL, "messages": messages, "max_tokens": 4},
+            headers={"Authorization": f"Bearer {target.credentials['key']}"},
+            timeout=30,
+        )
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["param"] == "messages[1].tool_calls[0].function.arguments"
+        assert answer.json()["error"]["code"] == "missing_required_parameter"
+
+
+def test_admin_bodies_with_a_lone_surrogate_are_400s_and_later_calls_are_still_recorded(tmp_path):
+    # were: /admin/rollout_keys looked the id up in SQLite (UnicodeEncodeError: a 500), and
+    # /admin/model_version took it, after which every call's record failed to serialize and was dropped
+    with gateway_target(tmp_path) as (target, gateway):
+        admin = {"Authorization": f"Bearer {target.credentials['admin']}", "Content-Type": "application/json"}
+        for action, body in (
+            ("model_version", b'{"model_version": "\\ud800"}'),
+            ("rollout_keys", b'{"rollout_id": "\\ud800"}'),
+        ):
+            answer = httpx.post(f"{target.url}/admin/{action}", content=body, headers=admin, timeout=30)
+            assert answer.status_code == 400, (action, answer.text)
+            assert answer.json()["error"]["param"] == body.split(b'"')[1].decode(), answer.text
+        assert gateway.model_version == "v1"
+        answer = httpx.post(
+            f"{target.url}/rollouts/ro-gw/v1/chat/completions",
+            json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            headers={"Authorization": f"Bearer {target.credentials['key']}"},
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+        gateway.flush()
+        assert [c.model_version for c in gateway.store.query_llm_calls(rollout_id="ro-gw")] == ["v1"]

@@ -196,6 +196,12 @@ def check_chat(req: dict) -> None:
                 fn = call.get("function") if isinstance(call, dict) else None
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                     raise invalid(f"{where}.tool_calls[{j}].function.name", "is required")
+                if fn.get("arguments") is None:  # required by OpenAI and by the engine's chat template
+                    raise invalid(
+                        f"{where}.tool_calls[{j}].function.arguments",
+                        "is required (the arguments as JSON text)",
+                        code="missing_required_parameter",
+                    )
                 check_arguments(fn.get("arguments"), f"{where}.tool_calls[{j}].function.arguments")
                 if not isinstance(call.get("id"), str) or not call["id"]:
                     raise invalid(f"{where}.tool_calls[{j}].id", "is required (a non-empty string)")
