@@ -82,13 +82,17 @@ def store(request, tmp_path):
         (lambda: Rollout(task_id="t", step=-(2**63) - 1), "step"),
         (lambda: Rollout(task_id="t", created_at=float("nan")), "created_at"),
         (lambda: LLMCall(call_id="c", prompt_ids=[1], response_ids=[2], latency_s=float("inf")), "latency_s"),
-        (lambda: LLMCall(call_id="c", prompt_ids=[1], response_ids=[2], request={"m": _nested(80)}), "request.m"),
+        (lambda: LLMCall(call_id="c", prompt_ids=[1], response_ids=[2], request={"m": _nested(80)}), "request"),
     ],
 )
 def test_models_refuse_what_no_store_can_keep_naming_the_field(make, field):
     with pytest.raises(ValidationError) as caught:
         make()
-    assert caught.value.errors()[0]["loc"][: len(field.split("."))] == tuple(field.split("."))
+    error = caught.value.errors()[0]
+    name, _, inner = field.partition(".")
+    assert error["loc"] == (name,)
+    if inner:  # a part of a JSON field: the message goes on with the path
+        assert error["msg"].startswith(f"at {inner}")
 
 
 def test_bounded_json_is_accepted_and_the_path_is_named():
