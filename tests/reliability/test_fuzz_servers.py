@@ -13,6 +13,7 @@ import logging
 import os
 
 import httpx
+import pytest
 
 from tests.reliability.fuzz import Fuzzer, run
 from tests.reliability.targets import MODEL, gateway_routes, gateway_target, store_routes, store_target
@@ -26,6 +27,7 @@ def _server_errors(caplog) -> list[str]:
     return [f"{r.name}: {r.getMessage()[:300]}" for r in caplog.records if r.levelno >= logging.ERROR]
 
 
+@pytest.mark.slow  # about 15 s: the store server parses, validates and writes each of the 300
 def test_fuzzing_the_store_server_gets_no_5xx_and_leaves_it_serving(tmp_path, caplog):
     with store_target(tmp_path) as (target, store):
         outcome = run(Fuzzer(SEED, store_routes()), target, REQUESTS)
