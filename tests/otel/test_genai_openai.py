@@ -7,7 +7,6 @@ import pytest
 from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
 
 import agl
-from tests.autogen.gateway_rig import TOKEN
 
 
 @pytest.fixture
@@ -24,7 +23,7 @@ def instrumented_openai(provider, monkeypatch):
 def test_chat_calls_join_the_gateway_by_response_id(gateway_rollout, instrumented_openai):
     rig = gateway_rollout
     tracer = instrumented_openai.get_tracer("my-agent")
-    client = openai.OpenAI(base_url=rig.base_url, api_key=TOKEN, max_retries=0)
+    client = openai.OpenAI(base_url=rig.base_url, api_key=rig.key, max_retries=0)  # the rollout's own key
     tools = [
         {
             "type": "function",
