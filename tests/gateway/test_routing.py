@@ -104,7 +104,7 @@ def test_pause_drains_in_flight_and_holds_new_requests(store):
         assert time.monotonic() - t0 > 0.1 and eng.in_flight == 0  # pause waited for the request in flight
         assert first.result(timeout=2).status_code == 200
         held = pool.submit(chat, gw.url)
-        time.sleep(0.3)
+        wait_until(lambda: gw.status()["held"] == 1, "the request waits at the gate")
         assert not held.done() and len(eng.requests) == 1  # waiting at the gate, not failed
         gw.resume()
         assert held.result(timeout=5).status_code == 200
@@ -162,7 +162,7 @@ def test_stop_while_paused_answers_held_requests(store, engine):
     gw.pause()
     with cf.ThreadPoolExecutor(1) as pool:
         held = pool.submit(chat, gw.url)
-        time.sleep(0.2)
+        wait_until(lambda: gw.status()["held"] == 1, "the request waits at the gate")
         assert not held.done()
         t0 = time.monotonic()
         gw.stop()

@@ -489,6 +489,7 @@ class GatewayApp:
         return {
             "paused": self.gate.paused,
             "in_flight": self.gate.in_flight,
+            "held": self.gate.held,
             "model_version": self.recorder.model_version,
             "recorded": self.recorder.recorded,
             "pending_writes": self.recorder.writer.pending(),

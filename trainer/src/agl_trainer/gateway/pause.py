@@ -15,6 +15,8 @@ class PauseGate:
 
     def __init__(self) -> None:
         self.in_flight = 0
+        self.held = 0
+        """Requests waiting at the gate now."""
         self._open = asyncio.Event()
         self._open.set()
         self._idle = asyncio.Event()
@@ -27,7 +29,11 @@ class PauseGate:
     async def enter(self) -> None:
         """Wait while paused, then count this request as in flight."""
         if not self._open.is_set():
-            await self._open.wait()
+            self.held += 1
+            try:
+                await self._open.wait()
+            finally:
+                self.held -= 1
         self.in_flight += 1
         self._idle.clear()
 
