@@ -13,7 +13,10 @@ a quarter of the duration; then the same load with the seeded fuzzer
 duration. Printed: requests by status, 5xx and unanswered counts (any is a failure,
 with seed and request, and a non-zero exit), writes per second with and without the
 fuzzer, the store server's RSS at start, after the baseline and at the end (with the
-peak sampled every 100 ms), and this process's RSS for the gateway.
+peak sampled every 100 ms), this process's RSS for the gateway, and how many of the
+gateway's call records its writer had written and still held at the end (the gateway,
+the fake engine and every client share this process's GIL, so the writer's rate here is
+a floor, not the gateway's own).
 """
 
 from __future__ import annotations
@@ -159,7 +162,7 @@ def main() -> int:
             server.url, credentials | {"production": new_token(16)}, {"rollout": "ro-run", "queued": "ro-queued"}
         )
         try:
-            with gateway_target(tmp) as (gw_target, _gateway):
+            with gateway_target(tmp) as (gw_target, gateway):
                 store_peak, self_peak = Peak(server.proc.pid), Peak(psutil.Process().pid)
                 rss_start, self_start = store_peak.now(), self_peak.now()
 
@@ -193,6 +196,7 @@ def main() -> int:
                 store_peak.stop()
                 self_peak.stop()
                 rss_end, self_end = store_peak.now(), self_peak.now()
+                recorded, backlog = gateway.writer.written, gateway.writer.pending()
         finally:
             store.close()
             store_target.close()
@@ -224,6 +228,7 @@ def main() -> int:
         f"  this process (gateway, fake engine, clients) RSS: {self_start:.0f} MiB at start, "
         f"{self_end:.0f} at the end, peak {self_peak.peak:.0f}"
     )
+    print(f"  gateway's call records: {recorded} written, {backlog} still buffered at the end of the load")
     print(f"  both servers answer their health check afterwards: {alive}")
     failed = store_fuzz.failures or gateway_fuzz.failures or writes.errors or chats.errors or not alive
     return 1 if failed else 0
