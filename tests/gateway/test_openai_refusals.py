@@ -271,3 +271,32 @@ def test_a_store_outage_is_a_503_without_the_store_url(tmp_path, engine):
             assert answer.status_code == 503, answer.text
             assert answer.headers["Retry-After"] == "1" and "request id" in answer.json()["error"]["message"]
             assert server.url not in answer.text and "127.0.0.1" not in answer.text
+
+
+def test_admin_flush_gives_up_on_a_store_that_is_away(tmp_path, engine):
+    """POST /admin/flush waits for the store at most its timeout_s (20 s by default), then answers
+    503 with the calls still buffered, instead of hanging."""
+    from agl.capture import BufferedWriter
+    from agl.credentials import new_token
+    from agl.store.http import HttpStore
+    from agl.store.sqlite import SqliteStore
+    from agl_trainer.store_server import ServerThread
+
+    store_token = new_token(16)
+    with SqliteStore(tmp_path / "backing.db") as backing:
+        server = ServerThread(backing, token=store_token).start()
+        with HttpStore(server.url, token=store_token, retries=0, timeout_s=5) as remote:
+            writer = BufferedWriter(remote, retry_for_s=3)
+            with Gateway(remote, [engine.url], token=TOKEN, admin_token=ADMIN_TOKEN, writer=writer) as gw:
+                server.stop()
+                production = {"Authorization": f"Bearer {TOKEN}"}
+                body = {"model": "m", "messages": [USER]}
+                assert httpx.post(f"{gw.url}/v1/chat/completions", json=body, headers=production).status_code == 200
+                admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+                started = time.monotonic()
+                answer = httpx.post(f"{gw.url}/admin/flush", json={"timeout_s": 0.5}, headers=admin, timeout=10)
+                assert answer.status_code == 503 and time.monotonic() - started < 3, answer.text
+                assert answer.headers["Retry-After"] == "1"
+                bad = httpx.post(f"{gw.url}/admin/flush", json={"timeout_s": -1}, headers=admin, timeout=10)
+                assert bad.status_code == 400 and bad.json()["error"]["param"] == "timeout_s"
+            writer.close(timeout_s=5)

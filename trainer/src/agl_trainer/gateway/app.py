@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 _JSON = [(b"content-type", b"application/json")]
 _SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 _ROLLOUT_HEADER = b"x-agl-rollout-id"
+FLUSH_TIMEOUT_S = 20.0
+"""How long ``POST /admin/flush`` waits for the store by default (``timeout_s`` overrides it)."""
 _ENDPOINTS = {"chat/completions": "chat.completions", "completions": "completions", "responses": "responses"}
 
 
@@ -159,7 +161,7 @@ class GatewayApp:
         token: str | None,
         admin_token: str | None = None,
         keys: RolloutKeys | None = None,
-        flush: Callable[[], None] | None = None,
+        flush: Callable[[float], None] | None = None,
     ):
         self.router = router
         self.recorder = recorder
@@ -422,15 +424,7 @@ class GatewayApp:
         if method != "POST":
             raise GatewayError(405, f"/admin/{action}: use POST", code="method_not_allowed")
         if action == "pause":
-            query = parse_qs(scope.get("query_string", b"").decode())
-            timeout = args.get("timeout_s", query.get("timeout_s", [None])[0])
-            try:
-                timeout = None if timeout is None else float(timeout)
-            except (TypeError, ValueError):
-                raise invalid("timeout_s", "must be a number of seconds") from None
-            if timeout is not None and not 0 <= timeout < float("inf"):
-                raise invalid("timeout_s", f"must be a finite number of seconds, at least 0, got {timeout}")
-            drained = await self.gate.pause(timeout)
+            drained = await self.gate.pause(_timeout_s(args, scope))
             out = {"paused": True, "drained": drained, "in_flight": self.gate.in_flight}
         elif action == "resume":
             self.gate.resume()
@@ -455,8 +449,10 @@ class GatewayApp:
         elif action == "rollout_keys":
             out = {"rollout_key": await self._rollout_key(args.get("rollout_id"))}
         elif action == "flush":
+            # bounded below a client's usual 30 s; a store that cannot take the calls by then is a 503
+            timeout = _timeout_s(args, scope)
             if self._flush is not None:
-                await asyncio.to_thread(self._flush)
+                await asyncio.to_thread(self._flush, FLUSH_TIMEOUT_S if timeout is None else timeout)
             out = {"flushed": True}
         else:
             raise GatewayError(404, f"no admin action {action!r}", code="not_found")
@@ -547,3 +543,16 @@ class _Watch:
 
 def _replica_status(r: Replica) -> dict:
     return {"url": r.url, "in_flight": r.in_flight, "served_model": r.served_model}
+
+
+def _timeout_s(args: dict, scope: dict) -> float | None:
+    """An admin action's ``timeout_s``, from the JSON body or the query string; None if not given."""
+    query = parse_qs(scope.get("query_string", b"").decode())
+    timeout = args.get("timeout_s", query.get("timeout_s", [None])[0])
+    try:
+        timeout = None if timeout is None else float(timeout)
+    except (TypeError, ValueError):
+        raise invalid("timeout_s", "must be a number of seconds") from None
+    if timeout is not None and not 0 <= timeout < float("inf"):
+        raise invalid("timeout_s", f"must be a finite number of seconds, at least 0, got {timeout}")
+    return timeout
