@@ -16,10 +16,9 @@ from openai import APITimeoutError, AsyncOpenAI
 
 import agl
 from agl.transitions import TransitionConfig, build_transitions
-from tests.autogen.gateway_rig import TOKEN
 
 
-def timing_out_client(base_url: str) -> AsyncOpenAI:
+def timing_out_client(base_url: str, key: str) -> AsyncOpenAI:
     """A real client whose first response arrives too late: the call fails after the gateway recorded it."""
     seen: list[httpx.Response] = []
 
@@ -29,7 +28,7 @@ def timing_out_client(base_url: str) -> AsyncOpenAI:
             raise httpx.ReadTimeout("gave up waiting", request=response.request)
 
     http = httpx.AsyncClient(event_hooks={"response": [give_up_on_first]})
-    return AsyncOpenAI(base_url=base_url, api_key=TOKEN, max_retries=0, http_client=http)
+    return AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, http_client=http)
 
 
 def run_config(path: str, client: AsyncOpenAI) -> tuple[Agent, RunConfig]:
@@ -43,7 +42,7 @@ def run_config(path: str, client: AsyncOpenAI) -> tuple[Agent, RunConfig]:
 @pytest.mark.parametrize("path", ["responses", "chat_completions"])
 async def test_a_failed_call_keeps_its_agent_and_joins(gateway_rollout, path):
     rig = gateway_rollout
-    agent, config = run_config(path, timing_out_client(rig.base_url))
+    agent, config = run_config(path, timing_out_client(rig.base_url, rig.key))
     with pytest.raises(APITimeoutError):
         await Runner.run(agent, "where is my bag?", run_config=config)
     agl.emit_reward(0.0)
@@ -72,7 +71,7 @@ async def test_a_failed_call_keeps_its_agent_and_joins(gateway_rollout, path):
 
 async def test_a_failed_call_without_sensitive_data_keeps_its_agent_only(gateway_rollout):
     rig = gateway_rollout
-    agent, config = run_config("responses", timing_out_client(rig.base_url))
+    agent, config = run_config("responses", timing_out_client(rig.base_url, rig.key))
     config.trace_include_sensitive_data = False
     with pytest.raises(APITimeoutError):
         await Runner.run(agent, "where is my bag?", run_config=config)
@@ -87,7 +86,7 @@ async def test_a_failed_call_without_sensitive_data_keeps_its_agent_only(gateway
 
 async def test_a_successful_call_without_sensitive_data_records_no_messages(gateway_rollout):
     rig = gateway_rollout
-    client = AsyncOpenAI(base_url=rig.base_url, api_key=TOKEN, max_retries=0)
+    client = AsyncOpenAI(base_url=rig.base_url, api_key=rig.key, max_retries=0)
     agent, config = run_config("responses", client)
     config.trace_include_sensitive_data = False
     result = await Runner.run(agent, "hello", run_config=config)

@@ -13,7 +13,6 @@ from openai import AsyncOpenAI
 import agl
 import agl_openai_agents
 from agl_openai_agents import convert
-from tests.autogen.gateway_rig import TOKEN
 
 
 @function_tool
@@ -37,7 +36,7 @@ def agents_for(model_for) -> Agent:
 
 async def test_chat_completions_tool_and_handoff(gateway_rollout, user_processor):
     rig = gateway_rollout
-    client = AsyncOpenAI(base_url=rig.base_url, api_key=TOKEN, max_retries=0)
+    client = AsyncOpenAI(base_url=rig.base_url, api_key=rig.key, max_retries=0)
     triage = agents_for(lambda: OpenAIChatCompletionsModel(model="gpt-4o", openai_client=client))
     seen_by_user_before = len(user_processor.ended)
 
@@ -87,7 +86,7 @@ async def test_chat_completions_tool_and_handoff(gateway_rollout, user_processor
 
 async def test_streamed_chat_completions_carry_response_ids(gateway_rollout):
     rig = gateway_rollout
-    client = AsyncOpenAI(base_url=rig.base_url, api_key=TOKEN, max_retries=0)
+    client = AsyncOpenAI(base_url=rig.base_url, api_key=rig.key, max_retries=0)
     agent = Agent(name="streamer", instructions="Be brief.", model=OpenAIChatCompletionsModel("gpt-4o", client))
     result = Runner.run_streamed(agent, "hello there")
     async for _ in result.stream_events():
@@ -101,7 +100,7 @@ async def test_streamed_chat_completions_carry_response_ids(gateway_rollout):
 
 async def test_default_responses_path(gateway_rollout):
     rig = gateway_rollout
-    client = AsyncOpenAI(base_url=rig.base_url, api_key=TOKEN, max_retries=0)
+    client = AsyncOpenAI(base_url=rig.base_url, api_key=rig.key, max_retries=0)
     triage = agents_for(lambda: "gpt-4o")  # a model name: the SDK's default provider path (Responses API)
     config = RunConfig(model_provider=OpenAIProvider(openai_client=client))
 
@@ -126,7 +125,7 @@ async def test_default_responses_path(gateway_rollout):
 
 async def test_tracing_disabled_still_reaches_the_gateway(gateway_rollout):
     rig = gateway_rollout
-    client = AsyncOpenAI(base_url=rig.base_url, api_key=TOKEN, max_retries=0)
+    client = AsyncOpenAI(base_url=rig.base_url, api_key=rig.key, max_retries=0)
     agent = Agent(name="dark", model=OpenAIChatCompletionsModel("gpt-4o", client))
     result = await Runner.run(agent, "hi", run_config=RunConfig(tracing_disabled=True))
     assert result.final_output == "echo: hi"
@@ -143,7 +142,7 @@ async def test_internal_failure_never_breaks_the_agent(gateway_rollout, monkeypa
 
     monkeypatch.setattr(convert, "to_agl", broken)
     agl_openai_agents.errors.clear()
-    client = AsyncOpenAI(base_url=rig.base_url, api_key=TOKEN, max_retries=0)
+    client = AsyncOpenAI(base_url=rig.base_url, api_key=rig.key, max_retries=0)
     agent = Agent(name="robust", model=OpenAIChatCompletionsModel("gpt-4o", client))
     result = await Runner.run(agent, "still works")
     assert result.final_output == "echo: still works"
