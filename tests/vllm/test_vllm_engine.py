@@ -135,13 +135,13 @@ def test_a_client_that_goes_away_mid_stream_frees_vllms_request(vllm_engine, tmp
     store = SqliteStore(tmp_path / "agl.db")
     store.add_tasks([Task(task_id="t", input={})])
     store.enqueue([Rollout(rollout_id="ro", task_id="t")])
+    [claimed] = store.claim("runner")
     gw = Gateway(store, vllm_engine.urls, token="gw", upstream_api_key="vllm-secret").start()
     try:
+        auth = {"Authorization": f"Bearer {gw.rollout_key('ro', claimed.attempt)}"}  # the agent's only credential
         body = {"model": "smollm2", "messages": MESSAGES, "max_tokens": 1500, "ignore_eos": True, "stream": True}
         with httpx.Client(timeout=120) as client:
-            with client.stream(
-                "POST", f"{gw.url}/rollouts/ro/v1/chat/completions", json=body, headers={"Authorization": "Bearer gw"}
-            ) as resp:
+            with client.stream("POST", f"{gw.url}/rollouts/ro/v1/chat/completions", json=body, headers=auth) as resp:
                 assert resp.status_code == 200
                 lines = resp.iter_lines()
                 while not next(lines).startswith("data: {"):
