@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,7 +98,7 @@ def redacted(value: Any) -> Any:
     return value
 
 
-class Logger:
+class Logger(ABC):
     """An experiment-tracker logger, registered as an ``agl`` plugin for the length of one run.
 
     Subclasses set :attr:`name` and :attr:`options_model` and implement :meth:`open`,
@@ -124,13 +125,13 @@ class Logger:
         self._opened = False
 
     # -- what a subclass writes ------------------------------------------------------------
+    @abstractmethod
     def open(self, run: RunInfo) -> None:
         """Start writing for ``run``, and log its config once."""
-        raise NotImplementedError
 
+    @abstractmethod
     def write(self, step: int, values: dict[str, float]) -> None:
         """Write ``values`` (named by :func:`metric_name`) at ``step``."""
-        raise NotImplementedError
 
     def close(self, failed: bool = False) -> None:
         """Flush and release what :meth:`open` took; ``failed``: the training run ended with an error."""
