@@ -110,14 +110,17 @@ def test_completion_takes_token_ids(vllm_engine, hf):
     assert max(abs(a - b) for a, b in zip(choice["logprobs"]["token_logprobs"], expected, strict=False)) < TOL
 
 
-def _running(engine) -> float:
-    """vLLM's own count of requests it is generating (its Prometheus gauge)."""
+def _metric(engine, name: str) -> float:
+    """One of vLLM's own Prometheus figures, summed over its labels."""
     text = httpx.get(engine.urls[0].removesuffix("/v1") + "/metrics", headers=engine_headers(), timeout=10).text
-    values = [
-        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:num_requests_running")
-    ]
-    assert values, "vLLM's /metrics has no vllm:num_requests_running"
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{")]
+    assert values, f"vLLM's /metrics has no {name}"
     return sum(values)
+
+
+def _generated(engine) -> float:
+    """How many tokens vLLM has generated so far, over all requests (its own counter)."""
+    return _metric(engine, "vllm:generation_tokens_total")
 
 
 def engine_headers() -> dict[str, str]:
@@ -144,19 +147,26 @@ def test_a_client_that_goes_away_mid_stream_frees_vllms_request(vllm_engine, tmp
             with client.stream("POST", f"{gw.url}/rollouts/ro/v1/chat/completions", json=body, headers=auth) as resp:
                 assert resp.status_code == 200
                 lines = resp.iter_lines()
-                while not next(lines).startswith("data: {"):
-                    pass
-                # vLLM sets its gauge after it hands out the step's tokens, so the first chunk
-                # can arrive a moment before the gauge counts the request.
-                started = time.monotonic()
-                while _running(vllm_engine) != 1 and time.monotonic() - started < 10:
+                first = next(lines)
+                while not first.startswith("data: {"):
+                    first = next(lines)
+                assert '"error"' not in first, first
+                # vLLM counts tokens per step it hands out; the request is live when the count grows.
+                before, started = _generated(vllm_engine), time.monotonic()
+                while _generated(vllm_engine) <= before and time.monotonic() - started < 30:
                     time.sleep(0.05)
-                assert _running(vllm_engine) == 1  # generating, 1500 tokens to go
+                assert _generated(vllm_engine) > before, f"vLLM generated nothing after the first chunk {first!r}"
             gone = time.monotonic()  # the stream is closed: the client went away
-        while _running(vllm_engine) and time.monotonic() - gone < 5:
+        # vLLM has stopped once its token count holds still; 1500 tokens would take it a minute.
+        last, last_change = _generated(vllm_engine), time.monotonic()
+        while time.monotonic() - last_change < 2 and time.monotonic() - gone < 10:
             time.sleep(0.05)
-        freed = time.monotonic() - gone
-        assert freed < 1.0, f"vLLM still ran the request {freed:.1f} s after the client went"
+            now = _generated(vllm_engine)
+            if now != last:
+                last, last_change = now, time.monotonic()
+        freed = last_change - gone
+        assert freed < 1.0, f"vLLM still generated tokens {freed:.1f} s after the client went"
+        assert _metric(vllm_engine, "vllm:num_requests_running") == 0
         gw.flush()
         [call] = store.query_llm_calls(rollout_id="ro")
         assert call.aborted and len(call.response_ids) == 0
