@@ -10,13 +10,19 @@ from __future__ import annotations
 import random
 
 
-def make_tasks(n: int, *, seed: int, length: int = 4) -> list[dict]:
-    """``n`` tasks ``{"digits": "7 3 9 1", "answer": "7"}``, reproducible from ``seed``."""
+def make_tasks(n: int, *, seed: int, length: int = 4, exclude: list[dict] = ()) -> list[dict]:
+    """``n`` distinct tasks ``{"digits": "7 3 9 1", "answer": "7"}``, reproducible from ``seed``,
+    none of them one of ``exclude``."""
+    taken = {t["digits"] for t in exclude}
+    if n > 10**length - len(taken):
+        raise ValueError(f"n: only {10**length - len(taken)} distinct tasks of {length} digits are left, not {n}")
     rng = random.Random(seed)
     tasks = []
-    for _ in range(n):
-        digits = [str(rng.randrange(10)) for _ in range(length)]
-        tasks.append({"digits": " ".join(digits), "answer": digits[0]})
+    while len(tasks) < n:
+        digits = " ".join(str(rng.randrange(10)) for _ in range(length))
+        if digits not in taken:
+            taken.add(digits)
+            tasks.append({"digits": digits, "answer": digits[0]})
     return tasks
 
 

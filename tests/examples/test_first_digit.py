@@ -86,3 +86,16 @@ def test_held_out_reward_rises_in_a_few_steps(example, tmp_path):
     assert result.steps_completed == 8
     assert after >= before + 0.3, (before, after)
     assert [r["model_version"] for r in result.history if r.get("kind") == "train"][-1] == "step-7"
+
+
+def test_training_tasks_are_distinct_and_never_held_out_ones(example):
+    _, tasks, _ = example
+    held_out = tasks.make_tasks(200, seed=2)
+    train = tasks.make_tasks(2400, seed=1, exclude=held_out)
+    digits = [t["digits"] for t in train]
+    assert len(set(digits)) == 2400
+    assert not set(digits) & {t["digits"] for t in held_out}
+    assert all(t["answer"] == t["digits"][0] for t in train)
+    assert train == tasks.make_tasks(2400, seed=1, exclude=held_out)  # reproducible
+    with pytest.raises(ValueError, match="n: only 9800 distinct tasks"):
+        tasks.make_tasks(9801, seed=1, exclude=held_out)
