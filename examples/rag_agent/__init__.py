@@ -1,0 +1,1 @@
+"""An OpenAI Agents SDK retrieval agent over a generated collection, trained with agl (see README.md)."""

@@ -1,0 +1,72 @@
+"""Evaluate the base model, or a trained LoRA adapter, on a split (greedy, one run per question).
+
+    python examples/rag_agent/evaluate.py [--checkpoint DIR] [--split test|val|train] [--limit N] [--out FILE]
+
+``--checkpoint`` is an adapter directory (``<workdir>/verl/versions/step-N``) or a
+training work directory (its latest published version is used). Prints token F1 and
+exact match (overall and by hops), how episodes ended, tool calls per episode and the
+tool-call validity rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from sql_agent.evaluate import adapter_dir  # noqa: E402
+from sql_agent.evaluation import timed  # noqa: E402
+
+from rag_agent.config import MAX_RESPONSE_TOKENS  # noqa: E402
+from rag_agent.evaluation import run_split  # noqa: E402
+from rag_agent.questions import load_split  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the evaluation and print (and optionally write) its summary."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", type=Path, help="LoRA adapter or training workdir (default: the base model)")
+    parser.add_argument("--split", choices=["train", "val", "test"], default="test")
+    parser.add_argument("--limit", type=int, help="only the first N questions of the split")
+    parser.add_argument("--workdir", type=Path, help="the evaluation store (default: runs/rag-agent/eval-*)")
+    parser.add_argument("--out", type=Path, help="also write the summary here (JSON)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--concurrency", type=int, default=8, help="questions at once")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from agl_verl.models import smollm2_dir
+
+    torch.set_num_threads(args.threads)
+    adapter = adapter_dir(args.checkpoint.resolve()) if args.checkpoint else None
+    items = load_split(args.split)[: args.limit]
+    label = f"{args.split}-{adapter.parent.parent.parent.name + '-' + adapter.name if adapter else 'base'}"
+    workdir = args.workdir or Path("runs") / "rag-agent" / f"eval-{label}"
+    summary, seconds = timed(
+        run_split,
+        items,
+        model_path=smollm2_dir(),
+        adapter=adapter,
+        workdir=workdir,
+        split=args.split,
+        concurrency=args.concurrency,
+        max_response_tokens=MAX_RESPONSE_TOKENS,
+    )
+    summary.update({"split": args.split, "checkpoint": str(adapter) if adapter else None, "wall_s": round(seconds, 1)})
+    text = json.dumps(summary, indent=1)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""Scoring finished rollouts, and running the agent on a split outside training.
+
+:func:`summarize` turns ended rollouts and what the store holds of them into the
+figures the README reports: token F1 and exact match (overall, one-hop, two-hop), how
+episodes ended, tool calls per episode, and the tool-call validity rate, read from the
+gateway's record of every LLM call (the token truth: a response cut at the cap is
+there too, whatever the SDK made of it).
+
+:func:`run_split` serves a model (the base, or the base with a LoRA adapter) with the
+transformers engine behind the agl gateway and runs the agent once on every task,
+greedily, the way the trainer's evaluation does.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from agl.schema import LLMCall, Rollout, RolloutStatus, Task
+from agl.store.base import Store
+
+from .rewards import exact_match, predicted_answer, token_f1
+
+TOOL_CALL_OPEN = "<tool_call>"
+
+
+def _tool_schemas() -> dict[str, dict]:
+    from .agent import TOOLS
+
+    return {tool.name: tool.params_json_schema for tool in TOOLS}
+
+
+_JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
+
+
+def valid_arguments(arguments: Any, schema: dict) -> bool:
+    """Whether ``arguments`` (a JSON string) is an object with the schema's required keys, of their types."""
+    try:
+        args = json.loads(arguments) if isinstance(arguments, str) else None
+    except ValueError:
+        return False
+    if not isinstance(args, dict):
+        return False
+    properties = schema.get("properties") or {}
+    if schema.get("additionalProperties") is False and set(args) - set(properties):
+        return False
+    for key in schema.get("required") or []:
+        if key not in args:
+            return False
+    for key, value in args.items():
+        kind = _JSON_TYPES.get((properties.get(key) or {}).get("type"))
+        if kind is not None and (not isinstance(value, kind) or (kind is str and not value.strip())):
+            return False
+    return True
+
+
+def call_verdict(call: LLMCall, schemas: dict[str, dict]) -> str:
+    """How one LLM call went: ``valid`` (a parseable call to an existing tool with valid arguments),
+    ``invalid`` (it tried: a call item that is not valid, or ``<tool_call>`` text the engine could not
+    parse) or ``answer`` (text, no attempt)."""
+    items = (call.response or {}).get("output") or []
+    calls = [i for i in items if isinstance(i, dict) and i.get("type") == "function_call"]
+    if calls:
+        ok = all(c.get("name") in schemas and valid_arguments(c.get("arguments"), schemas[c["name"]]) for c in calls)
+        return "valid" if ok else "invalid"
+    text = "".join(
+        part.get("text") or ""
+        for item in items
+        if isinstance(item, dict) and item.get("type") == "message"
+        for part in item.get("content") or []
+        if isinstance(part, dict)
+    )
+    return "invalid" if TOOL_CALL_OPEN in text else "answer"
+
+
+def tool_call_figures(store: Store, rollout_ids: list[str]) -> dict[str, Any]:
+    """LLM calls, tool calls and the validity rate over these rollouts."""
+    schemas = _tool_schemas()
+    verdicts = Counter(
+        call_verdict(c, schemas) for c in store.query_llm_calls(rollout_ids=rollout_ids) if not c.aborted
+    )
+    executed = Counter(s.rollout_id for s in store.query_spans(rollout_ids=rollout_ids, kind="tool"))
+    n_calls = sum(verdicts.values())
+    attempts = verdicts["valid"] + verdicts["invalid"]
+    n = max(len(rollout_ids), 1)
+    return {
+        "llm_calls": n_calls,
+        "llm_calls_per_episode": n_calls / n,
+        "tool_call_attempts": attempts,
+        "valid_tool_calls": verdicts["valid"],
+        "tool_call_validity": verdicts["valid"] / n_calls if n_calls else None,
+        "attempt_validity": verdicts["valid"] / attempts if attempts else None,
+        "tool_calls_per_episode": sum(executed.values()) / n,
+    }
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | None = None) -> dict[str, Any]:
+    """F1 and exact match (overall and by hops) and how the episodes ended; tool-call figures given ``store``.
+
+    ``tasks`` maps task ids to task inputs. A rollout that failed or timed out scores 0.
+    """
+    f1: dict[int, list[float]] = {1: [], 2: []}
+    em: dict[int, list[float]] = {1: [], 2: []}
+    statuses: Counter[str] = Counter()
+    stopped: Counter[str] = Counter()
+    for r in rollouts:
+        task = tasks[r.task_id]
+        statuses[r.status.value] += 1
+        output = r.output if r.status == RolloutStatus.SUCCEEDED and isinstance(r.output, dict) else {}
+        stopped[output.get("stopped") or ("answered" if output else "no output")] += 1
+        answer = predicted_answer(output)
+        f1.setdefault(task["hops"], []).append(token_f1(answer, task["answer"]))
+        em.setdefault(task["hops"], []).append(exact_match(answer, task["answer"]))
+    every_f1 = [v for values in f1.values() for v in values]
+    every_em = [v for values in em.values() for v in values]
+    summary: dict[str, Any] = {
+        "n": len(every_f1),
+        "f1": _mean(every_f1) or 0.0,
+        "exact_match": _mean(every_em) or 0.0,
+        "f1_by_hops": {str(h): _mean(v) for h, v in sorted(f1.items())},
+        "exact_match_by_hops": {str(h): _mean(v) for h, v in sorted(em.items())},
+        "endings": dict(sorted(stopped.items())),
+        "statuses": dict(statuses),
+    }
+    if store is not None:
+        summary.update(tool_call_figures(store, [r.rollout_id for r in rollouts]))
+    return summary
+
+
+def run_split(
+    items: list[dict],
+    *,
+    model_path: str | Path,
+    workdir: Path,
+    adapter: str | Path | None = None,
+    split: str = "test",
+    concurrency: int = 8,
+    timeout_s: float = 900.0,
+    max_response_tokens: int | None = None,
+) -> dict[str, Any]:
+    """Run the agent once on each task (temperature 0) and summarize; returns the summary.
+
+    Everything the run records (rollouts, spans, gateway calls) goes to a SQLite store in
+    ``workdir``.
+    """
+    from agl.capture import BufferedWriter
+    from agl.runner import Runner
+    from agl.schema import ModelVersion, short_id
+    from agl.store.base import open_store
+    from agl_trainer.gateway import Gateway
+    from agl_verl.engines.transformers_engine import TransformersEngine
+
+    from .agent import rag_agent
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    store = open_store(f"sqlite:///{workdir.resolve() / 'agl.db'}")
+    engine = TransformersEngine(model_path, seed=0)
+    gateway = runner = thread = writer = None
+    try:
+        engine_urls = engine.start()
+        version = "base"
+        if adapter is not None:
+            version = Path(adapter).name
+            engine.load_version(ModelVersion(version=version, path=str(Path(adapter).resolve())))
+        writer = BufferedWriter(store)
+        gateway = Gateway(store, engine_urls, model_version=version, writer=writer).start()
+        tasks = [Task(task_id=t["task_id"], input=t["input"], split=split) for t in items]
+        store.add_tasks(tasks)
+        runner = Runner(
+            rag_agent,
+            store,
+            gateway_url=gateway.url,
+            rollout_keys=gateway.keys,
+            resources={"temperature": 0.0},
+            concurrency=concurrency,
+            writer=writer,
+        )
+        thread = threading.Thread(target=runner.run_sync, name="rag-eval-runner", daemon=True)
+        thread.start()
+        run = "eval-" + short_id(8)
+        rollouts = [
+            Rollout(
+                rollout_id=f"{run}-{i}",
+                task_id=t.task_id,
+                mode="val",
+                model_version=version,
+                timeout_s=timeout_s,
+                max_response_tokens=max_response_tokens,
+                max_attempts=1,
+            )
+            for i, t in enumerate(tasks)
+        ]
+        store.enqueue(rollouts)
+        ended = store.wait([r.rollout_id for r in rollouts], poll_s=0.2)
+        gateway.flush()
+        writer.flush()
+        return summarize(ended, {t.task_id: t.input for t in tasks}, store)
+    finally:
+        if runner is not None:
+            runner.stop()
+            if thread is not None:
+                thread.join(30)
+            runner.close()
+        if gateway is not None:
+            gateway.stop()
+        if writer is not None:
+            writer.close()
+        engine.stop()
+        store.close()
