@@ -40,7 +40,7 @@ from openai import AsyncOpenAI
 
 import agl_openai_agents
 
-from .prompts import INSTRUCTIONS, agent_input
+from .prompts import INSTRUCTIONS
 from .retrieval import default_index, format_hits
 
 AGENT_NAME = "researcher"
@@ -48,9 +48,10 @@ MAX_TURNS = 4
 """LLM calls per episode at most: up to three searches and the answer."""
 MAX_TOKENS = 48
 """The agent's own response cap (``max_output_tokens``): a search call takes about 25 tokens, an answer fewer."""
-STOP = ["</tool_call>", "<tool_response>"]
-"""Where an answer ends: after a call (the engine parses an unclosed last block), or where the model
-starts to make up a tool's response. Sent in ``extra_body``, the SDK's way to pass other parameters."""
+STOP = ["</tool_call>", "</tool_response>"]
+"""Where an answer ends: after a call (the engine parses an unclosed last block), or where a made-up
+tool response ends (the base model often answers by writing one). Sent in ``extra_body``, the SDK's
+way to pass parameters it has no field for."""
 
 # agl records every run; nothing goes to OpenAI's trace backend (set_trace_processors replaces its exporter).
 set_trace_processors([agl_openai_agents.instrument()])
@@ -100,7 +101,7 @@ async def rag_agent(task: dict, ctx=None) -> dict[str, Any]:
     )
     config = RunConfig(model_provider=OpenAIProvider(openai_client=client), workflow_name="rag_agent")
     try:
-        result = await Runner.run(agent, agent_input(task["question"]), max_turns=MAX_TURNS, run_config=config)
+        result = await Runner.run(agent, task["question"], max_turns=MAX_TURNS, run_config=config)
     except ModelBehaviorError as exc:  # a response cut at the token cap (Responses status "incomplete")
         return _stopped("truncated", exc)
     except MaxTurnsExceeded as exc:

@@ -13,7 +13,7 @@ from typing import Any
 STEPS = 12
 BATCH_SIZE = 8
 N_ROLLOUTS = 4
-MAX_RESPONSE_TOKENS = 40
+MAX_RESPONSE_TOKENS = 48
 """The rollout's cap on every response (at the gateway); a search call takes about 25 tokens."""
 LR = 3e-4
 CONCURRENCY = 16
