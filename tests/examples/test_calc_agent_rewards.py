@@ -1,0 +1,197 @@
+"""The calculator agent's data, its answer parsing, its reward plugin and its tool-call figures."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+@pytest.fixture(scope="module")
+def calc():
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import calc_agent.problems
+        import calc_agent.prompts
+        import calc_agent.rewards
+        import calc_agent.tool_calls
+
+        yield SimpleNamespace(
+            problems=calc_agent.problems,
+            prompts=calc_agent.prompts,
+            rewards=calc_agent.rewards,
+            tool_calls=calc_agent.tool_calls,
+        )
+    finally:
+        sys.path.remove(str(EXAMPLES))
+
+
+def rollout(output, answer=27838):
+    return SimpleNamespace(output=output, task=SimpleNamespace(input={"answer": answer}))
+
+
+# -- data -----------------------------------------------------------------------------------
+
+
+def test_the_data_is_reproducible_and_committed(calc):
+    generated = calc.problems.generate()
+    for split, tasks in generated.items():
+        committed = calc.problems.load_split(split)
+        assert committed == json.loads(json.dumps(tasks)), split
+    assert calc.problems.generate() == generated
+    assert calc.problems.generate(seed=calc.problems.SEED + 1)["test"] != generated["test"]
+
+
+def test_the_splits_are_disjoint_and_sized(calc):
+    splits = calc.problems.generate()
+    questions = {split: {t["input"]["question"] for t in tasks} for split, tasks in splits.items()}
+    for split, tasks in splits.items():
+        assert len(tasks) == len(questions[split]) == calc.problems.SIZES[split]
+    assert not questions["train"] & questions["val"]
+    assert not questions["train"] & questions["test"]
+    assert not questions["val"] & questions["test"]
+
+
+def test_every_problem_has_2_to_4_operations_on_large_numbers_and_an_exact_answer(calc):
+    import ast
+    import re
+
+    for tasks in calc.problems.generate().values():
+        for task in tasks:
+            problem = task["input"]
+            expression = problem["expression"]
+            tree = ast.parse(expression, mode="eval")
+            operators = [n for n in ast.walk(tree) if isinstance(n, ast.BinOp)]
+            assert 2 <= problem["operations"] == len(operators) <= 4, problem
+            # the expression evaluates exactly to the answer (division is exact)
+            assert eval(compile(tree, "<expr>", "eval")) == problem["answer"], problem  # noqa: S307
+            assert isinstance(problem["answer"], int) and problem["answer"] > 0
+            # the numbers of the expression are the numbers of the question, the first one 4 digits
+            numbers = re.findall(r"\d+", expression)
+            assert numbers == re.findall(r"\d+", problem["question"]), problem
+            assert len(numbers[0]) == 4
+
+
+# -- answer parsing and reward ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ("ANSWER: 27838", 27838.0),
+        ("The result is 27838.\nANSWER: 27,838", 27838.0),
+        ("answer = 27838.0", 27838.0),
+        ("ANSWER: **27838**", 27838.0),
+        ("ANSWER: 12\nANSWER: -3.5", -3.5),
+        ("ANSWER: 1e3", 1000.0),
+    ],
+)
+def test_the_answer_is_read_after_the_marker(calc, reply, expected):
+    assert calc.prompts.parse_answer(reply) == expected
+
+
+@pytest.mark.parametrize(
+    "reply",
+    ["27838", "The answer is 27838", "ANSWER:", "ANSWER: many", "ANSWER: 1e999", "", None, 27838, ["ANSWER: 1"]],
+)
+def test_no_answer_marker_or_number_parses_to_none(calc, reply):
+    assert calc.prompts.parse_answer(reply) is None
+
+
+def test_the_right_answer_scores_one(calc):
+    assert calc.rewards.agl_reward(rollout({"answer": "ANSWER: 27838"})) == 1.0
+    assert calc.rewards.agl_reward(rollout("ANSWER: 27838")) == 1.0  # a bare string is taken as the reply
+
+
+def test_within_tolerance_scores_one_and_beyond_scores_zero(calc):
+    tolerance = calc.rewards.TOLERANCE
+    answer = 7_171_208
+    inside, outside = answer + tolerance / 2, answer - tolerance * 2
+    assert calc.rewards.numeric_match(f"ANSWER: {inside}", answer) == 1.0
+    assert calc.rewards.numeric_match(f"ANSWER: {outside}", answer) == 0.0
+    assert calc.rewards.numeric_match("ANSWER: 7171207.999999999", answer) == 1.0  # float noise
+    assert calc.rewards.numeric_match("ANSWER: 7171209", answer) == 0.0  # off by one is wrong
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        {"answer": "27838"},  # the right number without the format the prompt asks for
+        {"answer": "ANSWER: 27837"},
+        {"answer": '<tool_call>\n{"name": "calculate"'},
+        {"answer": None},
+        {"answer": ["ANSWER: 27838"]},
+        {},
+        None,
+        42,
+    ],
+)
+def test_wrong_or_malformed_output_scores_zero(calc, output):
+    assert calc.rewards.agl_reward(rollout(output)) == 0.0
+
+
+@pytest.mark.parametrize("answer", [None, "27838", True, float("nan")])
+def test_a_task_without_a_numeric_answer_scores_zero(calc, answer):
+    assert calc.rewards.agl_reward(rollout({"answer": "ANSWER: 27838"}, answer=answer)) == 0.0
+
+
+def test_the_reward_plugin_registers_as_a_user_registers_one(calc):
+    import agl
+    from agl.plugins import get_plugin_manager
+
+    name = "calc-test-numeric-match"
+    agl.register_plugin(calc.rewards, name=name)
+    try:
+        results = get_plugin_manager().hook.agl_reward(
+            rollout=rollout({"answer": "ANSWER: 27838"}), spans=[], llm_calls=[], rewards=[]
+        )
+        assert [(r.plugin, r.value, r.error) for r in results if r.plugin == name] == [(name, 1.0, None)]
+    finally:
+        agl.plugins.unregister(calc.rewards)
+    assert get_plugin_manager().get_plugin(name) is None
+
+
+# -- tool-call figures --------------------------------------------------------------------------
+
+TOOLS = [{"type": "function", "function": {"name": "calculate", "parameters": {}}}]
+
+
+def record(content=None, tool_calls=None, tools=TOOLS, tool_choice=None):
+    message = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = [
+            {"id": f"c{i}", "type": "function", "function": {"name": "calculate", "arguments": a}}
+            for i, a in enumerate(tool_calls)
+        ]
+    request = {"messages": [], "tools": tools}
+    if tool_choice:
+        request["tool_choice"] = tool_choice
+    return SimpleNamespace(request=request, response={"choices": [{"message": message}]})
+
+
+def test_tool_calls_are_classified_from_the_gateway_records(calc):
+    calls = [
+        record(tool_calls=['{"expression": "1 + 2"}']),
+        record(tool_calls=['{"expression": "1 + 2"}', '{"expression": "3 * 4"}']),
+        record(tool_calls=['{"expression": 3}']),  # wrong argument type
+        record(tool_calls=['{"expr": "1 + 2"}']),  # wrong argument name
+        record(content='<tool_call>\n{"name": "calculate", "arguments": {"expression": "1 +'),  # unparseable
+        record(content="ANSWER: 3"),  # text
+        record(content="ANSWER: 3", tools=None),  # the reflection call: no tools offered, not counted
+        record(content="ANSWER: 3", tool_choice="none"),  # tools listed but switched off: not counted
+    ]
+    figures = calc.tool_calls.tool_call_figures(calls, episodes=4)
+    assert figures["tool_offering_calls"] == 6
+    assert figures["tool_call_kinds"] == {"valid": 2, "bad_arguments": 2, "malformed": 1, "no_call": 1}
+    assert figures["tool_call_validity"] == pytest.approx(2 / 6)
+    assert figures["tool_calls_per_episode"] == pytest.approx(5 / 4)
+
+
+def test_tool_call_figures_of_nothing(calc):
+    figures = calc.tool_calls.tool_call_figures([], episodes=0)
+    assert figures["tool_call_validity"] is None and figures["tool_calls_per_episode"] is None
