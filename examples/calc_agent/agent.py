@@ -1,0 +1,120 @@
+"""The agent: an AutoGen AgentChat ``AssistantAgent`` with the MCP calculator server.
+
+::
+
+    AssistantAgent("solver")  --calculate(expression)-->  mcp-server-calculator (stdio, McpWorkbench)
+          |  <-- result ------------------------------------'
+          '-- reflection (no tools): "ANSWER: <number>"
+
+Written the way an AutoGen user writes it: an ``OpenAIChatCompletionClient``, a
+``McpWorkbench`` over ``StdioServerParams`` (``python -m mcp_server_calculator``, the
+``mcp-server-calculator`` package), ``reflect_on_tool_use=True`` so the model states
+the answer after seeing the tool's result. The only agl line is the
+``AglChatCompletionClient`` wrapper, which records every model call with the agent's
+name and the gateway's response id. The endpoint comes from the rollout context (or
+``OPENAI_BASE_URL``/``OPENAI_API_KEY`` under ``agl run``); the answer is scored
+afterwards by the reward plugin in ``rewards.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.messages import ToolCallExecutionEvent, ToolCallRequestEvent
+from autogen_core.model_context import UnboundedChatCompletionContext
+from autogen_core.models import ChatCompletionClient
+from autogen_ext.models.openai import OpenAIChatCompletionClient
+from autogen_ext.tools.mcp import McpWorkbench, StdioServerParams
+
+from agl_autogen import AglChatCompletionClient
+
+from .prompts import SYSTEM_MESSAGE, worked_example
+
+AGENT_NAME = "solver"
+TOOL_NAME = "calculate"
+"""The one tool ``mcp-server-calculator`` serves: ``calculate(expression: str) -> str``."""
+MAX_TOOL_ITERATIONS = 2
+"""Model calls that may request tools before the agent must answer (then one reflection call)."""
+
+MODEL_INFO = {
+    "vision": False,
+    "function_calling": True,
+    "json_output": False,
+    "family": "unknown",
+    "structured_output": False,
+}
+"""What AutoGen needs to know of a model it has no entry for (the policy under training)."""
+
+
+def calculator_server() -> StdioServerParams:
+    """The MCP calculator as a subprocess of this interpreter, spoken to over stdio."""
+    # 5 s (the default) is tight for a fresh interpreter on a busy 2-core machine.
+    return StdioServerParams(command=sys.executable, args=["-m", "mcp_server_calculator"], read_timeout_seconds=60)
+
+
+def model_client(ctx=None) -> OpenAIChatCompletionClient:
+    """The policy's endpoint: the rollout context's, else ``OPENAI_BASE_URL`` from the environment."""
+    resources = getattr(ctx, "resources", None) or {}
+    return OpenAIChatCompletionClient(
+        model=getattr(ctx, "model", None) or os.environ.get("OPENAI_MODEL", "agl-policy"),
+        base_url=getattr(ctx, "base_url", None) or os.environ.get("OPENAI_BASE_URL"),
+        api_key=getattr(ctx, "api_key", None) or os.environ.get("OPENAI_API_KEY", "unused"),
+        model_info=MODEL_INFO,
+        temperature=resources.get("temperature", 1.0),
+        max_retries=0,
+    )
+
+
+def tool_activity(messages: list[Any]) -> list[dict[str, Any]]:
+    """The tool calls the agent made, each with its arguments, result and error flag, in order."""
+    results: dict[str, Any] = {}
+    requests = []
+    for message in messages:
+        if isinstance(message, ToolCallRequestEvent):
+            requests.extend(message.content)
+        elif isinstance(message, ToolCallExecutionEvent):
+            results.update({r.call_id: r for r in message.content})
+    out = []
+    for call in requests:
+        result = results.get(call.id)
+        out.append(
+            {
+                "name": call.name,
+                "arguments": call.arguments,
+                "result": result.content if result is not None else None,
+                "is_error": bool(result.is_error) if result is not None else True,
+            }
+        )
+    return out
+
+
+async def solve(client: ChatCompletionClient, question: str) -> dict[str, Any]:
+    """Run the assistant with a fresh calculator server on one question; its final reply and tool calls."""
+    async with McpWorkbench(calculator_server()) as calculator:
+        agent = AssistantAgent(
+            AGENT_NAME,
+            model_client=AglChatCompletionClient(client),
+            workbench=calculator,
+            system_message=SYSTEM_MESSAGE,
+            model_context=UnboundedChatCompletionContext(worked_example(TOOL_NAME, AGENT_NAME)),
+            reflect_on_tool_use=True,
+            max_tool_iterations=MAX_TOOL_ITERATIONS,
+        )
+        result = await agent.run(task=question)
+    final = result.messages[-1]
+    return {
+        "answer": final.content if isinstance(final.content, str) else str(final.content),
+        "tool_calls": tool_activity(result.messages),
+    }
+
+
+async def calc_agent(task: dict, ctx=None) -> dict[str, Any]:
+    """Solve ``task["question"]``; returns the final reply and the tool calls, for the reward plugin."""
+    client = model_client(ctx)
+    try:
+        return await solve(client, task["question"])
+    finally:
+        await client.close()

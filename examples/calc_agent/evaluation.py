@@ -1,0 +1,143 @@
+"""Scoring finished rollouts, and running the agent on a split outside training.
+
+:func:`summarize` turns ended rollouts (their outputs, and the gateway's records of
+their LLM calls, read from an agl store) into the figures the README reports: the
+success rate (the reward plugin's numeric match, recomputed from the stored output),
+the tool-call validity rate, tool calls per episode, and how often the calculator
+answered with an error.
+
+:func:`run_split` serves a model (the base, or the base with a LoRA adapter) with the
+transformers engine behind the agl gateway and runs the agent on every task once,
+greedily, the way the trainer's evaluation does.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from agl.schema import Rollout, RolloutStatus, Task
+from agl.store.base import Store
+
+from .rewards import final_reply, numeric_match
+from .tool_calls import tool_call_figures
+
+
+def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | None = None) -> dict[str, Any]:
+    """Success and tool use over ended rollouts; ``tasks`` maps task ids to task inputs.
+
+    A rollout that failed or timed out counts as a failure with no tool calls. With a
+    ``store``, the tool-call figures come from the gateway's records of the rollouts'
+    LLM calls (see :mod:`calc_agent.tool_calls`).
+    """
+    statuses: Counter[str] = Counter()
+    scores: list[float] = []
+    by_operations: dict[int, list[float]] = {}
+    executed = errors = 0
+    for r in rollouts:
+        task = tasks[r.task_id]
+        statuses[r.status.value] += 1
+        output = r.output if r.status == RolloutStatus.SUCCEEDED and isinstance(r.output, dict) else {}
+        score = numeric_match(final_reply(output), task["answer"])
+        scores.append(score)
+        by_operations.setdefault(task["operations"], []).append(score)
+        calls = output.get("tool_calls") or []
+        executed += len(calls)
+        errors += sum(bool(c.get("is_error")) for c in calls)
+    n = max(len(scores), 1)
+    summary: dict[str, Any] = {
+        "n": len(scores),
+        "success": sum(scores) / n,
+        "success_by_operations": {str(k): sum(v) / len(v) for k, v in sorted(by_operations.items())},
+        "tool_executions_per_episode": executed / n,
+        "tool_error_rate": errors / executed if executed else None,
+        "statuses": dict(statuses),
+    }
+    if store is not None:
+        ids = [r.rollout_id for r in rollouts]
+        summary.update(tool_call_figures(store.query_llm_calls(rollout_ids=ids), len(ids)))
+        summary["llm_calls_per_episode"] = len(list(store.query_spans(rollout_ids=ids, kind="llm"))) / n
+    return summary
+
+
+def run_split(
+    items: list[dict],
+    *,
+    model_path: str | Path,
+    workdir: Path,
+    adapter: str | Path | None = None,
+    split: str = "test",
+    concurrency: int = 16,
+    timeout_s: float = 600.0,
+    max_response_tokens: int | None = 64,
+) -> dict[str, Any]:
+    """Run the agent once on each task (temperature 0) and summarize; returns the summary.
+
+    Everything the run records (rollouts, spans, gateway calls) goes to a SQLite store in
+    ``workdir``.
+    """
+    from agl.capture import BufferedWriter
+    from agl.runner import Runner
+    from agl.schema import ModelVersion, short_id
+    from agl.store.base import open_store
+    from agl_trainer.gateway import Gateway
+    from agl_verl.engines.transformers_engine import TransformersEngine
+
+    from .agent import calc_agent
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    store = open_store(f"sqlite:///{workdir.resolve() / 'agl.db'}")
+    engine = TransformersEngine(model_path, seed=0)
+    gateway = runner = thread = writer = None
+    try:
+        engine_urls = engine.start()
+        version = "base"
+        if adapter is not None:
+            version = Path(adapter).name
+            engine.load_version(ModelVersion(version=version, path=str(Path(adapter).resolve())))
+        writer = BufferedWriter(store)
+        gateway = Gateway(store, engine_urls, model_version=version, writer=writer).start()
+        tasks = [Task(task_id=t["task_id"], input=t["input"], split=split) for t in items]
+        store.add_tasks(tasks)
+        runner = Runner(
+            calc_agent,
+            store,
+            gateway_url=gateway.url,
+            rollout_keys=gateway.keys,
+            resources={"temperature": 0.0},
+            concurrency=concurrency,
+            writer=writer,
+        )
+        thread = threading.Thread(target=runner.run_sync, name="calc-eval-runner", daemon=True)
+        thread.start()
+        run = "eval-" + short_id(8)
+        rollouts = [
+            Rollout(
+                rollout_id=f"{run}-{i}",
+                task_id=t.task_id,
+                mode="val",
+                model_version=version,
+                timeout_s=timeout_s,
+                max_response_tokens=max_response_tokens,
+                max_attempts=1,
+            )
+            for i, t in enumerate(tasks)
+        ]
+        store.enqueue(rollouts)
+        ended = store.wait([r.rollout_id for r in rollouts], poll_s=0.2)
+        gateway.flush()
+        return summarize(ended, {t.task_id: t.input for t in tasks}, store)
+    finally:
+        if runner is not None:
+            runner.stop()
+            if thread is not None:
+                thread.join(30)
+            runner.close()
+        if gateway is not None:
+            gateway.stop()
+        if writer is not None:
+            writer.close()
+        engine.stop()
+        store.close()
