@@ -48,6 +48,9 @@ MAX_TURNS = 4
 """LLM calls per episode at most: up to three searches and the answer."""
 MAX_TOKENS = 48
 """The agent's own response cap (``max_output_tokens``): a search call takes about 25 tokens, an answer fewer."""
+REQUEST_TIMEOUT_S = 3600.0
+"""The client's limit on one model call. The openai client's own default (600 s) failed whole rollouts on a
+shared 2-core machine where calls queued behind others; the runner's rollout timeout bounds an episode."""
 STOP = ["</tool_call>", "</tool_response>"]
 """Where an answer ends: after a call (the engine parses an unclosed last block), or where a made-up
 tool response ends (the base model often answers by writing one). Sent in ``extra_body``, the SDK's
@@ -94,6 +97,7 @@ async def rag_agent(task: dict, ctx=None) -> dict[str, Any]:
         base_url=getattr(ctx, "base_url", None) or os.environ.get("OPENAI_BASE_URL"),
         api_key=getattr(ctx, "api_key", None) or os.environ.get("OPENAI_API_KEY", "unused"),
         max_retries=0,
+        timeout=REQUEST_TIMEOUT_S,
     )
     agent = build_agent(
         temperature=resources.get("temperature", 1.0),

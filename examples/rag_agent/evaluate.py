@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="the evaluation store (default: runs/rag-agent/eval-*)")
     parser.add_argument("--out", type=Path, help="also write the summary here (JSON)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    parser.add_argument("--concurrency", type=int, default=8, help="questions at once")
+    parser.add_argument("--concurrency", type=int, default=6, help="questions at once")
     args = parser.parse_args(argv)
 
     import torch

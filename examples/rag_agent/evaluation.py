@@ -142,8 +142,8 @@ def run_split(
     workdir: Path,
     adapter: str | Path | None = None,
     split: str = "test",
-    concurrency: int = 8,
-    timeout_s: float = 900.0,
+    concurrency: int = 6,
+    timeout_s: float = 1800.0,
     max_response_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Run the agent once on each task (temperature 0) and summarize; returns the summary.
