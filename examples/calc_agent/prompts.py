@@ -2,7 +2,7 @@
 
 The assistant is told to put the whole problem into one calculator expression and,
 once the calculator has answered, to reply ``ANSWER: <number>``; one worked example
-(another kind of story) shows both, as chat history in the agent's model context. The engine renders
+(another kind of story) shows the call, as chat history in the agent's model context. The engine renders
 the calculator's definition into the system prompt (SmolLM2's chat template has no
 tool section; see ``agl_verl/engines/tools.py``).
 """
@@ -16,8 +16,6 @@ import re
 from autogen_core import FunctionCall
 from autogen_core.models import (
     AssistantMessage,
-    FunctionExecutionResult,
-    FunctionExecutionResultMessage,
     LLMMessage,
     UserMessage,
 )
@@ -31,24 +29,18 @@ EXAMPLE_QUESTION = (
     "A club has 1250 cards. It gets 340 more cards. It gives away 75 cards. How many cards does it have now?"
 )
 EXAMPLE_EXPRESSION = "1250 + 340 - 75"
-EXAMPLE_RESULT = "1515"
 
 
 def worked_example(tool_name: str, agent_name: str) -> list[LLMMessage]:
-    """One solved problem as chat history: the question, the tool call, its result and the answer.
+    """One worked example as chat history: a question and the assistant's calculator call for it.
 
     Given to the agent as the initial messages of its model context, so the model sees a
-    call in exactly the form the engine renders (and parses) for this model.
+    call in exactly the form the engine renders (and parses) for this model. The example
+    stops at the call: with the tool's result and an ``ANSWER:`` turn after it, SmolLM2
+    answered new questions by imitating the tool-result turn instead (see the README).
     """
     call = FunctionCall(id="call_example", name=tool_name, arguments=json.dumps({"expression": EXAMPLE_EXPRESSION}))
-    return [
-        UserMessage(content=EXAMPLE_QUESTION, source="user"),
-        AssistantMessage(content=[call], source=agent_name),
-        FunctionExecutionResultMessage(
-            content=[FunctionExecutionResult(call_id=call.id, name=tool_name, content=EXAMPLE_RESULT, is_error=False)]
-        ),
-        AssistantMessage(content=f"ANSWER: {EXAMPLE_RESULT}", source=agent_name),
-    ]
+    return [UserMessage(content=EXAMPLE_QUESTION, source="user"), AssistantMessage(content=[call], source=agent_name)]
 
 
 _ANSWER = re.compile(r"ANSWER\s*[:=]\s*\**\s*(-?[\d,]*\.?\d+(?:[eE][-+]?\d+)?)", re.IGNORECASE)
