@@ -5,6 +5,7 @@ Everything that serves or trains lives here, outside the agent's process:
 - :mod:`agl_trainer.store_server`: the store over HTTP (``agl store serve``);
 - :mod:`agl_trainer.gateway`: the OpenAI-compatible gateway that records token ids;
 - :mod:`agl_trainer.trainer`: the loop (rollouts → transitions → backend update);
+- :mod:`agl_trainer.evaluation`: an agent run once per task on a base model or a checkpoint;
 - :mod:`agl_trainer.cli`: the ``agl`` command.
 
 .. code-block:: python
@@ -15,8 +16,9 @@ Everything that serves or trains lives here, outside the agent's process:
 """
 
 from agl_trainer.config import TrainerConfig
+from agl_trainer.evaluation import evaluate
 from agl_trainer.trainer import Trainer, TrainResult
 
 __version__ = "0.1.0"
 
-__all__ = ["TrainResult", "Trainer", "TrainerConfig"]
+__all__ = ["TrainResult", "Trainer", "TrainerConfig", "evaluate"]
