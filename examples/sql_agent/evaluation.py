@@ -5,19 +5,20 @@ store) into the figures the README reports: success overall and per tier, rewrit
 rounds per question, the checker's acceptance rate and LLM calls per agent. Success
 is the reward plugin's execution match, recomputed from the stored output.
 
-:func:`run_split` serves a model (the base, or the base with a LoRA adapter merged)
-with the transformers engine behind the agl gateway and runs the agent on every task
-once, greedily, the way the trainer's evaluation does.
+:func:`run_split` serves a model (the base, or the base with a LoRA adapter) with an
+engine (the transformers engine unless the caller brings another, such as ``vllm``)
+behind the agl gateway and runs the agent on every task once, greedily, the
+way the trainer's evaluation does.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from agl.engine import Engine
 from agl.schema import Rollout, RolloutStatus, Task
 from agl.store.base import Store
 
@@ -67,10 +68,6 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
     return summary
 
 
-def _tasks(items: list[dict], split: str) -> list[Task]:
-    return [Task(task_id=t["task_id"], input=t["input"], split=split) for t in items]
-
-
 def run_split(
     items: list[dict],
     *,
@@ -82,74 +79,37 @@ def run_split(
     resources: dict[str, Any] | None = None,
     timeout_s: float = 1200.0,
     max_response_tokens: int | None = 64,
+    engine: Engine | None = None,
 ) -> dict[str, Any]:
     """Run the agent once on each task (temperature 0) and summarize; returns the summary.
 
-    Everything the run records (rollouts, spans, gateway calls) goes to a SQLite store in
-    ``workdir``.
+    ``engine`` serves ``model_path``; the caller that brings one starts and stops it
+    (default: a transformers engine made, started and stopped here). Everything the run
+    records (rollouts, spans, gateway calls) goes to a SQLite store in ``workdir``.
     """
-    from agl.capture import BufferedWriter
-    from agl.runner import Runner
-    from agl.schema import ModelVersion, short_id
     from agl.store.base import open_store
-    from agl_trainer.gateway import Gateway
-    from agl_verl.engines.transformers_engine import TransformersEngine
+    from agl_trainer.evaluation import evaluate
 
     from .agent import sql_agent
 
     workdir.mkdir(parents=True, exist_ok=True)
     store = open_store(f"sqlite:///{workdir.resolve() / 'agl.db'}")
-    engine = TransformersEngine(model_path, seed=0)
-    gateway = runner = thread = writer = None
     try:
-        engine_urls = engine.start()
-        version = "base"
-        if adapter is not None:
-            version = Path(adapter).name
-            engine.load_version(ModelVersion(version=version, path=str(Path(adapter).resolve())))
-        writer = BufferedWriter(store)
-        gateway = Gateway(store, engine_urls, model_version=version, writer=writer).start()
-        tasks = _tasks(items, split)
-        store.add_tasks(tasks)
-        runner = Runner(
+        tasks = [Task(task_id=t["task_id"], input=t["input"], split=split) for t in items]
+        ended = evaluate(
             sql_agent,
-            store,
-            gateway_url=gateway.url,
-            rollout_keys=gateway.keys,
-            resources={**(resources or {}), "temperature": 0.0},
+            tasks,
+            store=store,
+            model_path=model_path,
+            adapter=adapter,
+            engine=engine,
+            resources=resources,
             concurrency=concurrency,
-            writer=writer,
+            timeout_s=timeout_s,
+            max_response_tokens=max_response_tokens,
         )
-        thread = threading.Thread(target=runner.run_sync, name="sql-eval-runner", daemon=True)
-        thread.start()
-        run = "eval-" + short_id(8)
-        rollouts = [
-            Rollout(
-                rollout_id=f"{run}-{i}",
-                task_id=t.task_id,
-                mode="val",
-                model_version=version,
-                timeout_s=timeout_s,
-                max_response_tokens=max_response_tokens,
-                max_attempts=1,
-            )
-            for i, t in enumerate(tasks)
-        ]
-        store.enqueue(rollouts)
-        ended = store.wait([r.rollout_id for r in rollouts], poll_s=0.2)
-        gateway.flush()
         return summarize(ended, {t.task_id: t.input for t in tasks}, store)
     finally:
-        if runner is not None:
-            runner.stop()
-            if thread is not None:
-                thread.join(30)
-            runner.close()
-        if gateway is not None:
-            gateway.stop()
-        if writer is not None:
-            writer.close()
-        engine.stop()
         store.close()
 
 
