@@ -31,6 +31,7 @@ EXAMPLES = Path(__file__).parents[2] / "examples"
 def example(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLES))
     import calc_agent.agent
+    import calc_agent.config
     import calc_agent.evaluation
     import calc_agent.problems
     import calc_agent.prompts
@@ -110,7 +111,7 @@ async def test_the_calculator_server_evaluates_and_refuses(example):
 def test_the_agent_through_the_gateway_and_the_engine(example, tmp_path):
     """SmolLM2 behind the real gateway: spans captured, joined by response id, tools offered."""
     from agl.store.base import open_store
-    from agl.transitions import build_transitions
+    from agl.transitions import TransitionConfig, build_transitions
     from agl_verl.models import smollm2_dir
 
     items = example.problems.load_split("val")[:1]
@@ -137,7 +138,7 @@ def test_the_agent_through_the_gateway_and_the_engine(example, tmp_path):
         assert tool["function"]["name"] == "calculate"
         assert tool["function"]["parameters"]["properties"]["expression"]["type"] == "string"
         assert 0 < len(first.response_ids) <= 24 and len(first.prompt_ids) > 100
-        transitions, report = build_transitions(store, [rollout])
+        transitions, report = build_transitions(store, [rollout], TransitionConfig(missing_reward=0.0))
         assert report.joined_by_id == len(calls)
         assert {t.token_source for t in transitions} == {"engine"}
         assert {t.agent for t in transitions} == {"solver"}
@@ -178,3 +179,18 @@ def test_one_training_step_end_to_end(example, tmp_path):
     assert record["trained_transitions"]["solver"] >= 4
     assert record["step_s_mean"] is not None and record["step_s_mean"] > 0
     assert (tmp_path / "run" / "verl" / "versions" / "step-1" / "adapter_config.json").is_file()
+
+
+def test_train_yaml_is_the_run_train_py_makes(example, tmp_path):
+    from agl_trainer.config import load_config, parse_config
+
+    workdir = Path("runs/calc-agent/yaml-seed0")
+    from_yaml = load_config(EXAMPLES / "calc_agent" / "train.yaml").model_dump()
+    from_py = parse_config(example.config.trainer_config(seed=0, workdir=workdir, model_path="MODEL")).model_dump()
+    # --model fills the model paths; train.py registers the reward in code and gives its store an absolute path
+    for config in (from_yaml, from_py):
+        config["backend"]["config"].pop("model_path", None)
+        config["engine"]["config"].pop("model_path", None)
+        config.pop("store")
+    assert from_yaml.pop("plugins") == ["calc_agent.rewards"] and from_py.pop("plugins") == []
+    assert from_yaml == from_py
