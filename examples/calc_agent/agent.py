@@ -47,6 +47,10 @@ MODEL_INFO = {
     "structured_output": False,
 }
 """What AutoGen needs to know of a model it has no entry for (the policy under training)."""
+REQUEST_TIMEOUT_S = 1800.0
+"""The client's wait for one model call. The openai client's default, 600 s, was too short on this 2-core
+machine under a load of 20-25 (a batched call of 40 tokens took 512 s); the rollout's own timeout bounds
+the episode."""
 
 
 def calculator_server() -> StdioServerParams:
@@ -64,6 +68,7 @@ def model_client(ctx=None) -> OpenAIChatCompletionClient:
         api_key=getattr(ctx, "api_key", None) or os.environ.get("OPENAI_API_KEY", "unused"),
         model_info=MODEL_INFO,
         temperature=resources.get("temperature", 1.0),
+        timeout=resources.get("request_timeout_s", REQUEST_TIMEOUT_S),
         max_retries=0,
     )
 

@@ -59,7 +59,7 @@ def trainer_config(
         "engine": {"name": "transformers", "config": {"model_path": str(model_path), "seed": seed}},
         "rollout": {
             "concurrency": min(batch_size * n_rollouts, CONCURRENCY),
-            "timeout_s": 900,
+            "timeout_s": 1800,
             "max_attempts": 1,
             "max_response_tokens": max_response_tokens,
         },

@@ -70,7 +70,7 @@ def run_split(
     adapter: str | Path | None = None,
     split: str = "test",
     concurrency: int = 16,
-    timeout_s: float = 600.0,
+    timeout_s: float = 1800.0,
     max_response_tokens: int | None = 64,
 ) -> dict[str, Any]:
     """Run the agent once on each task (temperature 0) and summarize; returns the summary.
