@@ -48,8 +48,11 @@ def tiny_preset(workdir: Path, steps: int, seed: int) -> dict:
     model = warm_up(base, workdir / "base-model", messages, seed=seed)
     return {
         "steps": steps,
-        "batch_size": 16,
-        "n_rollouts": 8,
+        # 8 tasks x 16 rollouts rather than 16 x 8: the same rollouts per step, but while the
+        # policy is near chance a group holds a right answer (the only signal GRPO gets) 81% of
+        # the time instead of 57%. Seed 4 went from 0.35 to 0.67 held-out.
+        "batch_size": 8,
+        "n_rollouts": 16,
         "val_every": 10,
         "backend": {
             "name": "verl",
@@ -125,9 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         **build(workdir, args.steps or default_steps, args.seed),
     }
     started = time.monotonic()
-    # 150 steps x 16 tasks: every training task is new, and none is a held-out one. With 256
-    # tasks seen 9 times each, the model memorised some of them and held-out success ended
-    # anywhere from 0.25 to 0.62 by seed.
+    # Every training task is new for 300 steps of 8 (twice the default), and none is a held-out
+    # one. With 256 tasks seen 9 times each, the model memorised some of them and held-out
+    # success ended anywhere from 0.25 to 0.62 by seed.
     held_out = make_tasks(200, seed=2)
     result = Trainer(config).fit(
         first_digit_agent,
