@@ -68,7 +68,10 @@ def test_smollm2_episode_on_the_responses_path(example, tmp_path):
         assert len(llm) == len(calls) == summary["llm_calls"]
         assert {s.attributes["agl.api"] for s in llm} == {"responses"}
         assert {s.attributes["gen_ai.agent.name"] for s in llm} == {"researcher"}
-        assert sorted(s.attributes.get("gen_ai.response.id") for s in llm) == sorted(c.call_id for c in calls)
+        # a call cut at the cap raised in the SDK, so its span has no response id: it joins by order
+        ids = [s.attributes.get("gen_ai.response.id") for s in llm]
+        assert {i for i in ids if i} <= {c.call_id for c in calls}
+        assert ids.count(None) == summary["endings"].get("truncated", 0)
         assert [s.attributes["gen_ai.agent.name"] for s in agents] == ["researcher"]
         # the first call searched, and the search's result is what the model saw next
         first = min(calls, key=lambda c: c.seq)
@@ -92,7 +95,11 @@ def test_smollm2_episode_on_the_responses_path(example, tmp_path):
             transitions, report = build_transitions(store, [rollout])
         finally:
             agl.plugins.unregister(rewards)
-        assert report.joined_by_id == len(calls)
+        assert report.joined_by_id == len(calls) - ids.count(None)
+        # every gateway call is trained, the cut one too; its span (no response id) is not joined to it
+        # today (agl-openai-agents: the failed Responses call's span is reported unmatched), so the
+        # cut call's transition carries no agent name
+        assert len(transitions) == len(calls)
         assert {t.token_source for t in transitions} == {"engine"}
         assert {t.reward for t in transitions} == {summary["f1"]}
     finally:
