@@ -21,7 +21,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from sql_agent.evaluate import adapter_dir  # noqa: E402
 
 from calc_agent.config import MAX_RESPONSE_TOKENS  # noqa: E402
 from calc_agent.evaluation import run_split  # noqa: E402
@@ -45,10 +44,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from agl_verl.models import smollm2_dir
+    from agl.errors import ConfigError
+    from agl_verl.models import checkpoint_dir, smollm2_dir
 
     torch.set_num_threads(args.threads)
-    adapter = adapter_dir(args.checkpoint.resolve()) if args.checkpoint else None
+    try:
+        adapter = checkpoint_dir(args.checkpoint.resolve()) if args.checkpoint else None
+    except ConfigError as exc:
+        parser.error(str(exc))
     items = load_split(args.split)[: args.limit]
     label = f"{args.split}-{adapter.parent.parent.parent.name + '-' + adapter.name if adapter else 'base'}"
     workdir = args.workdir or Path("runs") / "calc-agent" / f"eval-{label}"

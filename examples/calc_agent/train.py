@@ -23,9 +23,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from sql_agent.train import TrainedTransitions  # noqa: E402
-
 import agl  # noqa: E402
+from agl_trainer.transition_counts import TransitionCounts  # noqa: E402
 from calc_agent import rewards  # noqa: E402
 from calc_agent.agent import calc_agent  # noqa: E402
 from calc_agent.config import BATCH_SIZE, MAX_RESPONSE_TOKENS, N_ROLLOUTS, STEPS, trainer_config  # noqa: E402
@@ -132,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
 
     register_reward()
-    counter = TrainedTransitions()
+    counter = TransitionCounts()
     agl.register_plugin(counter, name="calc-agent-transition-counts")
     train, test = load_split("train"), load_split("test")[: args.eval_limit]
     config = trainer_config(
@@ -175,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_response_tokens": args.max_response_tokens,
         "eval_split": "test",
         "eval_problems": len(test),
-        "trained_transitions": dict(sorted(counter.counts.items())),
+        "trained_transitions": dict(sorted(counter.by_agent.items())),
         **figures,
         "workdir": str(workdir),
     }

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -24,17 +23,6 @@ from sql_agent.config import MAX_RESPONSE_TOKENS  # noqa: E402
 from sql_agent.database import DB_ENV  # noqa: E402
 from sql_agent.evaluation import run_split, timed  # noqa: E402
 from sql_agent.questions import load_split  # noqa: E402
-
-
-def adapter_dir(path: Path) -> Path:
-    """The adapter to serve: ``path`` itself, or the highest ``verl/versions/step-N`` under a work directory."""
-    if (path / "adapter_config.json").is_file():
-        return path
-    versions = path / "verl" / "versions"
-    steps = sorted(versions.glob("step-*"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0))
-    if not steps:
-        raise SystemExit(f"--checkpoint: {path} is neither an adapter directory nor a work directory with versions")
-    return steps[-1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,10 +44,14 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[DB_ENV] = str(Path(args.db).resolve())
     import torch
 
-    from agl_verl.models import smollm2_dir
+    from agl.errors import ConfigError
+    from agl_verl.models import checkpoint_dir, smollm2_dir
 
     torch.set_num_threads(args.threads)
-    adapter = adapter_dir(args.checkpoint.resolve()) if args.checkpoint else None
+    try:
+        adapter = checkpoint_dir(args.checkpoint.resolve()) if args.checkpoint else None
+    except ConfigError as exc:
+        parser.error(str(exc))
     items = load_split(args.split)[: args.limit]
     label = f"{args.split}-{adapter.parent.parent.parent.name + '-' + adapter.name if adapter else 'base'}"
     workdir = args.workdir or Path("runs") / "sql-agent" / f"eval-{label}"

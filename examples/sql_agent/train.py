@@ -17,7 +17,6 @@ import json
 import os
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -25,6 +24,7 @@ sys.path.insert(0, str(HERE.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import agl  # noqa: E402
+from agl_trainer.transition_counts import TransitionCounts  # noqa: E402
 from sql_agent import rewards  # noqa: E402
 from sql_agent.agent import sql_agent  # noqa: E402
 from sql_agent.config import ARMS, BATCH_SIZE, MAX_RESPONSE_TOKENS, N_ROLLOUTS, STEPS, trainer_config  # noqa: E402
@@ -33,18 +33,6 @@ from sql_agent.evaluation import agent_calls, run_split, summarize, timed  # noq
 from sql_agent.questions import load_split  # noqa: E402
 
 REWARD_PLUGIN = "sql-execution-match"
-
-
-class TrainedTransitions:
-    """Counts the transitions handed to the backend, per agent (after the agent filter)."""
-
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-
-    @agl.hookimpl
-    def agl_transitions_built(self, step, transitions):
-        """Add this step's transitions to the per-agent counts."""
-        self.counts.update(t.agent or "(none)" for t in transitions)
 
 
 def register_reward() -> None:
@@ -147,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
 
     register_reward()
-    counter = TrainedTransitions()
+    counter = TransitionCounts()
     agl.register_plugin(counter, name="sql-agent-transition-counts")
     train, test = load_split("train"), load_split("test")[: args.eval_limit]
     config = trainer_config(
@@ -190,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_response_tokens": args.max_response_tokens,
         "eval_split": "test",
         "eval_questions": len(test),
-        "trained_transitions": dict(sorted(counter.counts.items())),
+        "trained_transitions": dict(sorted(counter.by_agent.items())),
         **figures,
         "workdir": str(workdir),
     }

