@@ -224,28 +224,53 @@ def _close(cm: Any, agent_token: contextvars.Token | None, error: BaseException 
 def tool_span(
     tool: Any, args: Any, call_id: str | None, start: float, result: Any, error: BaseException | None
 ) -> None:
-    """Record one tool execution."""
+    """Record one execution of an AutoGen ``BaseTool`` (``run_json``)."""
     try:
-        attrs: dict[str, Any] = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool.name}
+        text = tool.return_value_as_string(result) if error is None else None
+    except Exception as exc:
+        _guard.report("tool span", exc)
+        return
+    _emit_tool_span(tool.name, args, call_id, start, text, type(error).__name__ if error is not None else None)
+
+
+def workbench_tool_span(
+    name: str, args: Any, call_id: str | None, start: float, result: Any, error: BaseException | None
+) -> None:
+    """Record one tool call through a workbench that does not go through ``run_json`` (an MCP
+    server's tools): a ``ToolResult`` flagged ``is_error`` is recorded as an error, as a raise is."""
+    try:
+        text = result.to_text() if result is not None else None
+        failed = type(error).__name__ if error is not None else ("tool_error" if result.is_error else None)
+    except Exception as exc:
+        _guard.report("tool span", exc)
+        return
+    _emit_tool_span(name, args, call_id, start, text, failed)
+
+
+def _emit_tool_span(
+    name: str, args: Any, call_id: str | None, start: float, result: str | None, error_type: str | None
+) -> None:
+    try:
+        attrs: dict[str, Any] = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name}
         if call_id:
             attrs["gen_ai.tool.call.id"] = call_id
         try:
-            attrs["gen_ai.tool.call.arguments"] = json.dumps(dict(args), default=str)
+            attrs["gen_ai.tool.call.arguments"] = json.dumps(dict(args or {}), default=str)
         except Exception:
             attrs["gen_ai.tool.call.arguments"] = str(args)
         info = current_agent.get()
         if info is not None:
             attrs["gen_ai.agent.name"] = info.name
-        if error is not None:
-            attrs["error.type"] = type(error).__name__
-        else:
-            attrs["gen_ai.tool.call.result"] = tool.return_value_as_string(result)
+        if error_type is not None:
+            attrs["error.type"] = error_type
+        if result is not None:
+            attrs["gen_ai.tool.call.result"] = result
         span = Span(
-            name=f"execute_tool {tool.name}",
+            name=f"execute_tool {name}",
             kind="tool",
             start_time=start,
             end_time=now(),
-            status="error" if error is not None else "ok",
+            status="error" if error_type is not None else "ok",
             attributes=attrs,
         )
     except Exception as exc:

@@ -7,7 +7,8 @@
   invocation becomes an agl ``agent`` span and sets the current agent name; every
   team run (``BaseGroupChat.run_stream``, which ``run`` uses) becomes an ``agent``
   span naming the team type and its participants; ``BaseTool.run_json`` (every
-  ``FunctionTool`` call an agent makes) becomes a ``tool`` span; and a filter on
+  ``FunctionTool`` call an agent makes) and ``McpWorkbench.call_tool`` (an MCP
+  server's tools, which do not go through ``run_json``) become ``tool`` spans; and a filter on
   AutoGen's event logger reads response ids;
 - client hooks: ``create`` and ``create_stream`` of every ``ChatCompletionClient``
   class, those defined now and those defined later, record each call.
@@ -129,6 +130,33 @@ def _wrap_run_json(original: Callable[..., Any]) -> Callable[..., Any]:
     return run_json
 
 
+def _wrap_workbench_call_tool(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    async def call_tool(
+        self: Any, name: str, arguments: Any = None, cancellation_token: Any = None, call_id: str | None = None
+    ) -> Any:
+        start = now()
+        try:
+            result = await original(self, name, arguments, cancellation_token, call_id)
+        except BaseException as exc:
+            _record.workbench_tool_span(name, arguments, call_id, start, None, exc)
+            raise
+        _record.workbench_tool_span(name, arguments, call_id, start, result, None)
+        return result
+
+    setattr(call_tool, _MARK, original)
+    return call_tool
+
+
+def _install_mcp_hook() -> None:
+    """MCP servers' tools (``McpWorkbench``) skip ``BaseTool.run_json``: hook their ``call_tool``."""
+    try:
+        from autogen_ext.tools.mcp import McpWorkbench
+    except ImportError:  # autogen-ext without its mcp extra: no MCP tools to record
+        return
+    _patch(McpWorkbench, "call_tool", _wrap_workbench_call_tool(McpWorkbench.call_tool))
+
+
 def install_structure_hooks() -> None:
     """Install the agent, team and tool hooks and the event logger tap (idempotent)."""
     global _structure
@@ -146,6 +174,7 @@ def install_structure_hooks() -> None:
             group_chat = _base_group_chat.BaseGroupChat
             _patch(group_chat, "run_stream", _wrap_team_run_stream(group_chat.run_stream))
             _patch(BaseTool, "run_json", _wrap_run_json(BaseTool.run_json))
+            _install_mcp_hook()
             _response_ids.install_tap()
         except Exception as exc:
             if tested:
