@@ -14,14 +14,12 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from sql_agent.evaluate import adapter_dir  # noqa: E402
-from sql_agent.evaluation import timed  # noqa: E402
 
 from rag_agent.config import MAX_RESPONSE_TOKENS  # noqa: E402
 from rag_agent.evaluation import run_split  # noqa: E402
@@ -42,15 +40,19 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from agl_verl.models import smollm2_dir
+    from agl.errors import ConfigError
+    from agl_verl.models import checkpoint_dir, smollm2_dir
 
     torch.set_num_threads(args.threads)
-    adapter = adapter_dir(args.checkpoint.resolve()) if args.checkpoint else None
+    try:
+        adapter = checkpoint_dir(args.checkpoint.resolve()) if args.checkpoint else None
+    except ConfigError as exc:
+        parser.error(str(exc))
     items = load_split(args.split)[: args.limit]
     label = f"{args.split}-{adapter.parent.parent.parent.name + '-' + adapter.name if adapter else 'base'}"
     workdir = args.workdir or Path("runs") / "rag-agent" / f"eval-{label}"
-    summary, seconds = timed(
-        run_split,
+    started = time.monotonic()
+    summary = run_split(
         items,
         model_path=smollm2_dir(),
         adapter=adapter,
@@ -59,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         concurrency=args.concurrency,
         max_response_tokens=MAX_RESPONSE_TOKENS,
     )
+    seconds = time.monotonic() - started
     summary.update({"split": args.split, "checkpoint": str(adapter) if adapter else None, "wall_s": round(seconds, 1)})
     text = json.dumps(summary, indent=1)
     print(text)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -151,67 +150,25 @@ def run_split(
     Everything the run records (rollouts, spans, gateway calls) goes to a SQLite store in
     ``workdir``.
     """
-    from agl.capture import BufferedWriter
-    from agl.runner import Runner
-    from agl.schema import ModelVersion, short_id
     from agl.store.base import open_store
-    from agl_trainer.gateway import Gateway
-    from agl_verl.engines.transformers_engine import TransformersEngine
+    from agl_trainer.evaluation import evaluate
 
     from .agent import rag_agent
 
     workdir.mkdir(parents=True, exist_ok=True)
     store = open_store(f"sqlite:///{workdir.resolve() / 'agl.db'}")
-    engine = TransformersEngine(model_path, seed=0)
-    gateway = runner = thread = writer = None
     try:
-        engine_urls = engine.start()
-        version = "base"
-        if adapter is not None:
-            version = Path(adapter).name
-            engine.load_version(ModelVersion(version=version, path=str(Path(adapter).resolve())))
-        writer = BufferedWriter(store)
-        gateway = Gateway(store, engine_urls, model_version=version, writer=writer).start()
         tasks = [Task(task_id=t["task_id"], input=t["input"], split=split) for t in items]
-        store.add_tasks(tasks)
-        runner = Runner(
+        ended = evaluate(
             rag_agent,
-            store,
-            gateway_url=gateway.url,
-            rollout_keys=gateway.keys,
-            resources={"temperature": 0.0},
+            tasks,
+            store=store,
+            model_path=model_path,
+            adapter=adapter,
             concurrency=concurrency,
-            writer=writer,
+            timeout_s=timeout_s,
+            max_response_tokens=max_response_tokens,
         )
-        thread = threading.Thread(target=runner.run_sync, name="rag-eval-runner", daemon=True)
-        thread.start()
-        run = "eval-" + short_id(8)
-        rollouts = [
-            Rollout(
-                rollout_id=f"{run}-{i}",
-                task_id=t.task_id,
-                mode="val",
-                model_version=version,
-                timeout_s=timeout_s,
-                max_response_tokens=max_response_tokens,
-                max_attempts=1,
-            )
-            for i, t in enumerate(tasks)
-        ]
-        store.enqueue(rollouts)
-        ended = store.wait([r.rollout_id for r in rollouts], poll_s=0.2)
-        gateway.flush()
-        writer.flush()
         return summarize(ended, {t.task_id: t.input for t in tasks}, store)
     finally:
-        if runner is not None:
-            runner.stop()
-            if thread is not None:
-                thread.join(30)
-            runner.close()
-        if gateway is not None:
-            gateway.stop()
-        if writer is not None:
-            writer.close()
-        engine.stop()
         store.close()

@@ -98,6 +98,7 @@ def evaluate(
         store.enqueue(rollouts)
         ended = store.wait([r.rollout_id for r in rollouts], poll_s=0.2)
         gateway.flush()
+        writer.flush()
         return ended
     finally:
         if runner is not None:
