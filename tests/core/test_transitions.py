@@ -279,3 +279,28 @@ def test_normalize_messages_shapes():
     assert normalize_messages(
         [{"type": "human", "content": "x"}, {"role": "ai", "content": [{"type": "text", "text": "y"}]}]
     ) == [("user", "x"), ("assistant", "y")]
+
+
+def test_responses_tool_turns_read_as_the_integrations_record_them():
+    """Responses input items and the GenAI messages an integration records for them compare equal."""
+    items = [
+        {"role": "user", "content": "weather in Paris and Rome?"},
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": '{"city": "Paris"}'},
+        {"type": "function_call", "call_id": "c2", "name": "lookup", "arguments": '{"city": "Rome"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        {"type": "function_call_output", "call_id": "c2", "output": "rain"},
+    ]
+    recorded = [
+        {"role": "user", "parts": [{"type": "text", "content": "weather in Paris and Rome?"}]},
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "tool_call", "id": "c1", "name": "lookup", "arguments": '{"city": "Paris"}'},
+                {"type": "tool_call", "id": "c2", "name": "lookup", "arguments": '{"city": "Rome"}'},
+            ],
+        },
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": "sunny"}]},
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c2", "response": "rain"}]},
+    ]
+    assert normalize_messages(items) == normalize_messages(recorded)
+    assert [role for role, _ in normalize_messages(items)] == ["user", "assistant", "tool", "tool"]

@@ -96,10 +96,10 @@ def test_smollm2_episode_on_the_responses_path(example, tmp_path):
         finally:
             agl.plugins.unregister(rewards)
         assert report.joined_by_id == len(calls) - ids.count(None)
-        # every gateway call is trained, the cut one too; its span (no response id) is not joined to it
-        # today (agl-openai-agents: the failed Responses call's span is reported unmatched), so the
-        # cut call's transition carries no agent name
+        # every gateway call is trained, the cut one too: its span (no response id) joins it by its request
+        assert report.joined_by_order == ids.count(None) and report.unmatched_spans == 0
         assert len(transitions) == len(calls)
+        assert {t.agent for t in transitions} == {"researcher"}
         assert {t.token_source for t in transitions} == {"engine"}
         assert {t.reward for t in transitions} == {summary["f1"]}
     finally:

@@ -7,9 +7,12 @@ recorded the call, the SDK ends its span with an error and no response.
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
-from agents import Agent, RunConfig, Runner
+from agents import Agent, RunConfig, Runner, function_tool
+from agents.exceptions import ModelBehaviorError
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from agents.models.openai_provider import OpenAIProvider
 from openai import APITimeoutError, AsyncOpenAI
@@ -93,3 +96,46 @@ async def test_a_successful_call_without_sensitive_data_records_no_messages(gate
     assert result.final_output == "echo: hello"
     (llm,) = rig.spans("llm")
     assert llm.status == "ok" and "gen_ai.input.messages" not in llm.attributes
+
+
+@function_tool
+def lookup(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+class CutSecondCall(httpx.AsyncBaseTransport):
+    """Sends the second model request with ``max_output_tokens`` 2, so its answer is cut (``incomplete``)."""
+
+    def __init__(self):
+        self.inner = httpx.AsyncHTTPTransport()
+        self.sent = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent += 1
+        if self.sent == 2:
+            body = {**json.loads(request.content), "max_output_tokens": 2}
+            headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
+            request = httpx.Request(request.method, request.url, headers=headers, json=body)
+        return await self.inner.handle_async_request(request)
+
+
+async def test_a_call_cut_after_a_tool_turn_joins_by_its_request(gateway_rollout):
+    """The SDK raises on a Responses answer cut at the cap, leaving its span without a response id; its
+    request (a function call and its output in the input) still finds the gateway's record."""
+    rig = gateway_rollout
+    http = httpx.AsyncClient(transport=CutSecondCall())
+    client = AsyncOpenAI(base_url=rig.base_url, api_key=rig.key, max_retries=0, http_client=http)
+    agent = Agent(name="helper", instructions="Use the tool.", model="gpt-4o", tools=[lookup])
+    config = RunConfig(model_provider=OpenAIProvider(openai_client=client))
+    with pytest.raises(ModelBehaviorError):
+        await Runner.run(agent, "call lookup for Paris", run_config=config)
+    agl.emit_reward(0.0)
+    rig.writer.flush()
+    rig.gateway.flush()
+
+    first, cut = sorted(rig.calls(), key=lambda c: c.created_at)
+    assert cut.response["status"] == "incomplete"
+    ts, report = rig.transitions()
+    assert report.joined_by_id == 1 and report.joined_by_order == 1 and report.unmatched_spans == 0
+    assert [(t.call_id, t.agent) for t in ts] == [(first.call_id, "helper"), (cut.call_id, "helper")]

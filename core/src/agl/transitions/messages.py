@@ -55,19 +55,32 @@ def normalize_messages(messages: Any) -> list[tuple[str, str]]:
 
     Accepts OpenAI chat messages (``content`` a string or a list of parts), OpenTelemetry
     GenAI messages (``parts`` with ``content``), LangChain dumps (``type`` human/ai) and
-    Responses API input (a string, or items with ``role`` and ``content``). Items with
-    no role (tool outputs, reasoning items of the Responses API) keep their type as role.
+    Responses API input (a string, or items with ``role`` and ``content``). A Responses
+    ``function_call`` item is an assistant turn (consecutive ones are one turn, as a chat
+    model makes them and as the integrations record them) and a ``function_call_output``
+    a tool turn. Other items with no role (reasoning) keep their type as role.
     """
     if messages is None:
         return []
     if isinstance(messages, str):
         return [("user", messages.strip())]
     out = []
+    after_call = False  # the last item was a Responses function_call
     for m in messages:
         if isinstance(m, str):
             out.append(("user", m.strip()))
+            after_call = False
             continue
         if not isinstance(m, dict):
+            continue
+        if m.get("type") == "function_call" and "role" not in m:
+            if not after_call:
+                out.append(("assistant", ""))
+            after_call = True
+            continue
+        after_call = False
+        if m.get("type") == "function_call_output" and "role" not in m:
+            out.append(("tool", ""))
             continue
         role = m.get("role") or m.get("type") or ""
         role = _ROLE_ALIASES.get(role, role)
