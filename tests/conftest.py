@@ -21,3 +21,18 @@ def sqlite_store(tmp_path):
     store = SqliteStore(tmp_path / "agl.db")
     yield store
     store.close()
+
+
+@pytest.fixture(autouse=True)
+def _plugins_registered_by_a_test_end_with_it():
+    """Unregister every agl plugin a test registered (an example's ``train.main`` registers its reward
+    plugin for the process, as a user's script does): a reward plugin left behind would score the
+    rollouts of every later test."""
+    from agl.plugins import get_plugin_manager
+
+    before = {name for name, _ in get_plugin_manager().list_name_plugin()}
+    yield
+    pm = get_plugin_manager()
+    for name, plugin in pm.list_name_plugin():
+        if name not in before and plugin is not None:
+            pm.unregister(name=name)
