@@ -41,7 +41,9 @@ def test_a_client_hanging_up_mid_body_is_not_logged_as_a_server_error(tmp_path, 
             cut.body, cut.declared_length = body[:20], len(body)
             assert target.send(cut) in (None, 400), path
         assert httpx.get(f"{target.url}/healthz", timeout=10).status_code == 200
-    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # Only the server's own loggers: an OpenAI client an earlier test left unclosed may be
+    # collected while the server's loop runs here, and asyncio logs its failed close as an error.
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR and r.name.startswith(("agl", "uvicorn"))]
     assert not errors, [r.getMessage() for r in errors]
 
 
