@@ -32,6 +32,10 @@ from .prompts import NO_QUERY, accepted, checker_messages, extract_sql, rewriter
 MAX_ROUNDS = 3
 """Checks before the query is run anyway."""
 
+CHECKER_MAX_TOKENS = 24
+"""The verdict is one line ("YES", or "NO" and the mistake); at temperature 1 the base checker
+sometimes runs on without a newline, and every token it writes is decoded on the CPU."""
+
 NODES = ("write_query", "check_query", "rewrite_query", "execute_query")
 
 
@@ -89,11 +93,12 @@ _http_client = openai.DefaultHttpxClient()
 _http_async_client = openai.DefaultAsyncHttpxClient()
 
 
-def chat_model(ctx, *, stop: list[str]) -> ChatOpenAI:
+def chat_model(ctx, *, stop: list[str], max_tokens: int | None = None) -> ChatOpenAI:
     """The policy's endpoint: the rollout context's, else ``OPENAI_BASE_URL`` from the environment.
 
     ``stop`` ends an answer where its useful part ends (the SQL block, the verdict's
-    line); the response length is capped by the trainer (``rollout.max_response_tokens``).
+    line); the response length is capped by the trainer (``rollout.max_response_tokens``)
+    and, below that, by ``max_tokens``.
     """
     resources = getattr(ctx, "resources", None) or {}
     return ChatOpenAI(
@@ -102,6 +107,7 @@ def chat_model(ctx, *, stop: list[str]) -> ChatOpenAI:
         model=getattr(ctx, "model", None) or os.environ.get("OPENAI_MODEL", "agl-policy"),
         temperature=resources.get("temperature", 1.0),
         stop=stop,
+        max_tokens=max_tokens,
         max_retries=0,
         http_client=_http_client,
         http_async_client=_http_async_client,
@@ -111,7 +117,7 @@ def chat_model(ctx, *, stop: list[str]) -> ChatOpenAI:
 def sql_agent(task: dict, ctx=None) -> dict[str, Any]:
     """Answer ``task["question"]``; returns the final SQL and what the loop did, for the reward plugin."""
     writer = chat_model(ctx, stop=["\n```"])
-    checker = chat_model(ctx, stop=["\n"])
+    checker = chat_model(ctx, stop=["\n"], max_tokens=CHECKER_MAX_TOKENS)
     state = build_graph(writer, checker).invoke(
         {"question": task["question"]}, config={"callbacks": [AglCallbackHandler()]}
     )

@@ -2,7 +2,7 @@
 
     agl train examples/sql_agent/entry.py:sql_agent --config examples/sql_agent/train.yaml \
         --model "$(agl engine model-path smollm2)" \
-        --tasks examples/sql_agent/data/train.jsonl --val examples/sql_agent/data/test.jsonl
+        --tasks examples/sql_agent/data/train-easy.jsonl --val examples/sql_agent/data/test.jsonl
 
 The agent lives in the ``sql_agent`` package under ``examples/``, which this file puts on
 the path, so that ``plugins: [sql_agent.rewards]`` in train.yaml imports too.

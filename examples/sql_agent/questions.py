@@ -14,7 +14,8 @@ Tiers:
 
 A question is kept only when its gold query returns rows (and, for ordered ones with
 a ``LIMIT``, no tie at the cut). ``python -m sql_agent.questions --out DIR`` (from
-``examples/``) writes ``train.jsonl``, ``val.jsonl`` and ``test.jsonl``.
+``examples/``) writes ``train.jsonl``, ``val.jsonl`` and ``test.jsonl``, and
+``train-easy.jsonl``: the easy tier of train, which training uses by default.
 """
 
 from __future__ import annotations
@@ -421,6 +422,14 @@ def write_jsonl(splits: dict[str, list[dict]], out: Path) -> list[Path]:
     return paths
 
 
+def of_tiers(tasks: list[dict], tiers: tuple[str, ...]) -> list[dict]:
+    """The tasks whose tier is one of ``tiers``, in their order."""
+    unknown = set(tiers) - set(TIERS)
+    if unknown:
+        raise ValueError(f"tiers: {sorted(unknown)} not among {list(TIERS)}")
+    return [t for t in tasks if t["input"]["tier"] in tiers]
+
+
 def load_split(split: str, data_dir: Path | None = None) -> list[dict]:
     """The tasks of one split from ``data_dir`` (default: this example's ``data/``)."""
     path = (data_dir or Path(__file__).resolve().parent / "data") / f"{split}.jsonl"
@@ -435,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args(argv)
     splits = generate(args.db, args.seed)
+    # the training tasks train.py uses by default, as a file for `agl train --tasks`
+    splits["train-easy"] = of_tiers(splits["train"], ("easy",))
     for path in write_jsonl(splits, args.out):
         print(path)
     for split, tasks in splits.items():

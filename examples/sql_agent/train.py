@@ -27,10 +27,18 @@ import agl  # noqa: E402
 from agl_trainer.transition_counts import TransitionCounts  # noqa: E402
 from sql_agent import rewards  # noqa: E402
 from sql_agent.agent import sql_agent  # noqa: E402
-from sql_agent.config import ARMS, BATCH_SIZE, MAX_RESPONSE_TOKENS, N_ROLLOUTS, STEPS, trainer_config  # noqa: E402
+from sql_agent.config import (  # noqa: E402
+    ARMS,
+    BATCH_SIZE,
+    MAX_RESPONSE_TOKENS,
+    N_ROLLOUTS,
+    STEPS,
+    TRAIN_TIERS,
+    trainer_config,
+)
 from sql_agent.database import DB_ENV  # noqa: E402
 from sql_agent.evaluation import agent_calls, run_split, summarize, timed  # noqa: E402
-from sql_agent.questions import load_split  # noqa: E402
+from sql_agent.questions import TIERS, load_split, of_tiers  # noqa: E402
 
 REWARD_PLUGIN = "sql-execution-match"
 
@@ -100,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="tasks per step")
     parser.add_argument("--n-rollouts", type=int, default=N_ROLLOUTS, help="rollouts per task (the GRPO group)")
+    parser.add_argument(
+        "--tiers", nargs="+", choices=TIERS, default=list(TRAIN_TIERS), help="the train split's tiers to train on"
+    )
     parser.add_argument("--workdir", type=Path, help="default: runs/sql-agent/<arm>-seed<N>")
     parser.add_argument("--results", type=Path, default=HERE / "results", help="where <arm>-seed<N>.json goes")
     parser.add_argument("--db", help=f"Chinook.db (default: ${DB_ENV} or ../shared/data/chinook/Chinook.db)")
@@ -137,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     register_reward()
     counter = TransitionCounts()
     agl.register_plugin(counter, name="sql-agent-transition-counts")
-    train, test = load_split("train"), load_split("test")[: args.eval_limit]
+    train, test = of_tiers(load_split("train"), tuple(args.tiers)), load_split("test")[: args.eval_limit]
     config = trainer_config(
         args.arm,
         seed=args.seed,
@@ -172,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps": result.steps_completed,
         "batch_size": args.batch_size,
         "n_rollouts": args.n_rollouts,
+        "train_tiers": list(args.tiers),
         "transitions_config": config["transitions"],
         "wall_s": round(wall_s, 1),
         "step_s_mean": round(sum(step_times) / len(step_times), 1) if step_times else None,

@@ -137,6 +137,9 @@ def test_the_data_is_reproducible_and_committed(sql):
     for split, tasks in generated.items():
         committed = [json.loads(line) for line in (EXAMPLES / "sql_agent" / "data" / f"{split}.jsonl").open()]
         assert committed == json.loads(json.dumps(tasks)), split
+    easy = [json.loads(line) for line in (EXAMPLES / "sql_agent" / "data" / "train-easy.jsonl").open()]
+    assert easy == sql.questions.of_tiers(json.loads(json.dumps(generated["train"])), ("easy",))
+    assert len(easy) == sql.questions.SIZES["train"]
 
 
 def test_the_splits_have_tiers_and_hold_out_entities(sql):
