@@ -43,9 +43,9 @@ def pm(values: list[float | None], scale: float = 1.0, digits: int = 1) -> str:
     return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
-def tier_after(records: list[dict], tier: str) -> str:
-    """Test success after training on one tier."""
-    return pm([r["after"]["success_by_tier"].get(tier) for r in records], 100)
+def tier(records: list[dict], when: str, name: str) -> str:
+    """Test success on one tier, ``before`` or ``after`` training."""
+    return pm([r[when]["success_by_tier"].get(name) for r in records], 100)
 
 
 def per_agent(records: list[dict], key: str) -> str:
@@ -58,8 +58,8 @@ def main_table(arms: dict[str, list[dict]]) -> list[str]:
     """Test success before and after, overall and per tier, per arm."""
     lines = [
         "| arm | credit | trained agents | seeds | steps | test success before (%) | after (%) "
-        "| easy after | medium after | hard after | wall min/seed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| easy before | easy after | medium after | hard after | wall min/seed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, records in arms.items():
         cfg = records[0]["transitions_config"]
@@ -67,8 +67,9 @@ def main_table(arms: dict[str, list[dict]]) -> list[str]:
         lines.append(
             f"| {arm} | {cfg['credit']} | {agents} | {', '.join(str(r['seed']) for r in records)} "
             f"| {records[0]['steps']} | {pm([r['before']['success'] for r in records], 100)} "
-            f"| {pm([r['after']['success'] for r in records], 100)} | {tier_after(records, 'easy')} "
-            f"| {tier_after(records, 'medium')} | {tier_after(records, 'hard')} "
+            f"| {pm([r['after']['success'] for r in records], 100)} | {tier(records, 'before', 'easy')} "
+            f"| {tier(records, 'after', 'easy')} | {tier(records, 'after', 'medium')} "
+            f"| {tier(records, 'after', 'hard')} "
             f"| {pm([r['wall_s'] for r in records], 1 / 60)} |"
         )
     return lines
