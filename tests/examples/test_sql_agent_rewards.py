@@ -20,12 +20,14 @@ def sql():
         import sql_agent.database
         import sql_agent.prompts
         import sql_agent.questions
+        import sql_agent.report
         import sql_agent.rewards
 
         yield SimpleNamespace(
             database=sql_agent.database,
             prompts=sql_agent.prompts,
             questions=sql_agent.questions,
+            report=sql_agent.report,
             rewards=sql_agent.rewards,
         )
     finally:
@@ -159,3 +161,37 @@ def test_the_splits_have_tiers_and_hold_out_entities(sql):
     for tasks in splits.values():
         for task in tasks:
             assert sql.rewards.gold_rows(task["input"]["gold_sql"]), task
+
+
+def test_the_report_is_built_from_the_results_files(sql, tmp_path):
+    def record(arm, seed, after):
+        tiers = {"easy": after * 3, "medium": 0.0, "hard": 0.0}
+        figures = {"success_by_tier": tiers, "rewrites_per_question": 1.0, "checker_acceptance": 0.25}
+        return {
+            "arm": arm,
+            "seed": seed,
+            "steps": 6,
+            "wall_s": 1500.0 + 60 * seed,
+            "transitions_config": {"credit": "discounted", "agents": ["write_query", "rewrite_query"]},
+            "before": {**figures, "success": 0.0},
+            "after": {**figures, "success": after},
+            "train_agent_calls": {"write_query": 96, "check_query": 180},
+            "trained_transitions": {"write_query": 96},
+        }
+
+    results = tmp_path / "results"
+    (results / "base").mkdir(parents=True)
+    (results / "base" / "test.json").write_text("{}")  # the shared base figures are not a run
+    for seed, after in ((1, 0.1), (0, 0.2)):
+        (results / f"main-seed{seed}.json").write_text(json.dumps(record("main", seed, after)))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{sql.report.START}\nold\n{sql.report.END}\noutro\n")
+
+    assert sql.report.main(["--results", str(results), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text
+    row, behaviour = [line for line in text.splitlines() if line.startswith("| main |")]
+    assert "check_query 180, write_query 96" in behaviour
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3:7] == ["0, 1", "6", "0.0 ± 0.0", "15.0 ± 7.1"]  # seeds in order; after: mean ± sample std
+    assert cells[-1] == "25.5 ± 0.7"  # minutes
