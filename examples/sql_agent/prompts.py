@@ -1,8 +1,8 @@
-"""The prompts: a one-line schema and one worked example, kept short for a 135M model.
+"""The prompts: a one-line schema and three worked examples, kept short for a 135M model.
 
 SmolLM2-135M-Instruct writes prose when shown the full ``CREATE TABLE`` schema; a
-compact ``Table(col, ...)`` line and one example answer in a fenced block get SQL out
-of it (see the README). The example's question is of no template's kind.
+compact ``Table(col, ...)`` line and example answers in fenced blocks get SQL out of it
+(see the README). No example's question is of a template's kind.
 """
 
 from __future__ import annotations
@@ -20,6 +20,13 @@ WRITER_SYSTEM = f"Write an SQLite query for the question. Tables: {SCHEMA}"
 EXAMPLE_QUESTION = "Which tracks are longer than 900000 milliseconds?"
 EXAMPLE_SQL = "SELECT Name FROM Track WHERE Milliseconds > 900000"
 EXAMPLE_ANSWER = f"```sql\n{EXAMPLE_SQL}\n```"
+WRITER_EXAMPLES = (
+    (EXAMPLE_QUESTION, EXAMPLE_SQL),
+    ("How many tracks are longer than 900000 milliseconds?", "SELECT COUNT(*) FROM Track WHERE Milliseconds > 900000"),
+    ("What is the name of the genre with id 3?", "SELECT Name FROM Genre WHERE GenreId = 3"),
+)
+"""The writer's and the rewriter's worked examples: a filter, a count and a lookup by id, each of
+no template's kind (see the README for what they changed on validation)."""
 
 CHECKER_SYSTEM = "Does the SQL answer the question? Reply YES, or NO and the mistake."
 CHECK_USER = "Question: {question}\nSQL: {sql}"
@@ -33,14 +40,13 @@ CHECK_EXAMPLES = (
 REWRITE_USER = "{question}\nThis query is wrong: {sql}\nReviewer: {feedback}\nWrite the correct query."
 
 
+def _worked_examples() -> list[tuple[str, str]]:
+    return [m for question, sql in WRITER_EXAMPLES for m in (("human", question), ("ai", f"```sql\n{sql}\n```"))]
+
+
 def writer_messages(question: str) -> list[tuple[str, str]]:
     """The messages that ask for a first query."""
-    return [
-        ("system", WRITER_SYSTEM),
-        ("human", EXAMPLE_QUESTION),
-        ("ai", EXAMPLE_ANSWER),
-        ("human", question),
-    ]
+    return [("system", WRITER_SYSTEM), *_worked_examples(), ("human", question)]
 
 
 def checker_messages(question: str, sql: str) -> list[tuple[str, str]]:
@@ -51,12 +57,8 @@ def checker_messages(question: str, sql: str) -> list[tuple[str, str]]:
 
 def rewriter_messages(question: str, sql: str, feedback: str) -> list[tuple[str, str]]:
     """The messages that ask for a corrected query, with the checker's words."""
-    return [
-        ("system", WRITER_SYSTEM),
-        ("human", EXAMPLE_QUESTION),
-        ("ai", EXAMPLE_ANSWER),
-        ("human", REWRITE_USER.format(question=question, sql=sql, feedback=feedback.strip() or "NO")),
-    ]
+    user = REWRITE_USER.format(question=question, sql=sql, feedback=feedback.strip() or "NO")
+    return [("system", WRITER_SYSTEM), *_worked_examples(), ("human", user)]
 
 
 _FENCE = re.compile(r"```(?:sql|sqlite)?\s*(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE)
