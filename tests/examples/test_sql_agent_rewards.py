@@ -195,3 +195,18 @@ def test_the_report_is_built_from_the_results_files(sql, tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[3:7] == ["0, 1", "6", "0.0 ± 0.0", "15.0 ± 7.1"]  # seeds in order; after: mean ± sample std
     assert cells[-1] == "25.5 ± 0.7"  # minutes
+
+
+def test_writer_samples_shows_the_writer_its_messages_with_as_many_examples_as_asked(sql):
+    import sql_agent.writer_samples as samples
+
+    question = "How many customers are from Italy?"
+    for n in (1, len(sql.prompts.WRITER_EXAMPLES)):
+        messages = samples.chat(question, n)
+        assert [m["role"] for m in messages] == ["system", *["user", "assistant"] * n, "user"]
+        assert messages[-1]["content"] == question and messages[0]["content"] == sql.prompts.WRITER_SYSTEM
+    shown = [m["content"] for m in samples.chat(question, len(sql.prompts.WRITER_EXAMPLES))]
+    assert shown == [content for _role, content in sql.prompts.writer_messages(question)]
+    right = "SELECT COUNT(*) FROM Customer WHERE Country = 'Italy'"
+    assert samples.score(f"```sql\n{right}\n```\nmore", {"gold_sql": right, "ordered": False}) == 1.0
+    assert samples.score("```sql\nSELECT 2\n```", {"gold_sql": right, "ordered": False}) == 0.0
