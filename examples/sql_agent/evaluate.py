@@ -20,7 +20,7 @@ sys.path.insert(0, str(HERE.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from sql_agent.config import MAX_RESPONSE_TOKENS  # noqa: E402
-from sql_agent.database import DB_ENV  # noqa: E402
+from sql_agent.database import DB_ENV, db_path  # noqa: E402
 from sql_agent.evaluation import run_split, timed  # noqa: E402
 from sql_agent.questions import load_split  # noqa: E402
 
@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.db:
         os.environ[DB_ENV] = str(Path(args.db).resolve())
+    db_path()  # no database, no rewards: say so now, not as a run of zeros
     import torch
 
     from agl.errors import ConfigError

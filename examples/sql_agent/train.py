@@ -36,7 +36,7 @@ from sql_agent.config import (  # noqa: E402
     TRAIN_TIERS,
     trainer_config,
 )
-from sql_agent.database import DB_ENV  # noqa: E402
+from sql_agent.database import DB_ENV, db_path  # noqa: E402
 from sql_agent.evaluation import agent_calls, run_split, summarize, timed  # noqa: E402
 from sql_agent.questions import TIERS, load_split, of_tiers  # noqa: E402
 
@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     if args.db:
         os.environ[DB_ENV] = str(Path(args.db).resolve())
+    db_path()  # no database, no rewards: say so now, not as a run of zeros
     import torch
 
     from agl_trainer import Trainer

@@ -110,7 +110,14 @@ def test_the_database_path_can_be_overridden(sql, monkeypatch, tmp_path):
     with pytest.raises(FileNotFoundError, match="SQL_AGENT_DB"):
         sql.database.db_path()
     assert not sql.database.run_query("SELECT 1").ok
-    assert sql.rewards.execution_match("SELECT 40 + 2", "SELECT 42 -- never cached") == 0.0
+    # without a database no answer can be scored: an error that says why, not a reward of 0
+    with pytest.raises(sql.rewards.GoldQueryError, match="SQL_AGENT_DB"):
+        sql.rewards.execution_match("SELECT 40 + 2", "SELECT 42 -- never cached")
+
+
+def test_a_gold_query_that_does_not_run_is_an_error_not_a_zero(sql):
+    with pytest.raises(sql.rewards.GoldQueryError, match="no such table: Nope"):
+        sql.rewards.execution_match("SELECT 1", "SELECT * FROM Nope")
 
 
 @pytest.mark.parametrize(
