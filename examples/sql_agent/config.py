@@ -27,12 +27,13 @@ ARMS: dict[str, dict[str, Any]] = {
     "all-agents": {**MAIN_CREDIT, "agents": None},
 }
 
-STEPS = 5
+STEPS = 10
 BATCH_SIZE = 2
 N_ROLLOUTS = 8
-"""Two questions a step, eight rollouts each: a step takes about 2 to 4 minutes on 2 cores, so five
-steps and the test split fit one seed in the issue's 30 minutes, and a group of eight holds a success
-more often than one of four (57% against 34% if one rollout in ten succeeds)."""
+"""Two questions a step, eight rollouts each: a step takes 1 to 2 minutes on 2 cores (70 s without
+a success, 117 s with one and its update), so ten steps and the test split fit one seed in the issue's
+30 minutes, and a group of eight holds a success more often than one of four (57% against 34% if one
+rollout in ten succeeds)."""
 TRAIN_TIERS = ("easy",)
 """The training questions: the easy tier, the only one where the base model ever succeeds (10% on
 test, 0% on medium and hard); a group whose rollouts all score 0 carries no GRPO signal, so within
@@ -44,7 +45,7 @@ writer's first query was right in 21% of samples at 0.5 and 0% at 1.0, where Smo
 invented tables and prose (README)."""
 MAX_RESPONSE_TOKENS = 80
 LR = 1e-3
-"""High for LoRA, for five steps; not tuned (no run was made to pick it)."""
+"""High for LoRA, for ten steps; not tuned (no run was made to pick it)."""
 CONCURRENCY = 16
 """Rollouts at once. On 2 cores prompt prefill dominates, so more at once adds little throughput and makes
 every call wait longer (at 32, some base-model val rollouts ran past a 600 s timeout)."""
