@@ -3,13 +3,12 @@
 ::
 
     AssistantAgent("solver")  --calculate(expression)-->  mcp-server-calculator (stdio, McpWorkbench)
-          |  <-- result ------------------------------------'
-          '-- reflection (no tools): "ANSWER: <number>"
+          '-- its final message: "ANSWER: <result>" (tool_call_summary_format)
 
 Written the way an AutoGen user writes it: an ``OpenAIChatCompletionClient``, a
 ``McpWorkbench`` over ``StdioServerParams`` (``python -m mcp_server_calculator``, the
-``mcp-server-calculator`` package), ``reflect_on_tool_use=True`` so the model states
-the answer after seeing the tool's result. The only agl line is the
+``mcp-server-calculator`` package), and the calculator's result as the agent's answer
+(``reflect_on_tool_use=False`` with ``tool_call_summary_format="ANSWER: {result}"``). The only agl line is the
 ``AglChatCompletionClient`` wrapper, which records every model call with the agent's
 name and the gateway's response id. The endpoint comes from the rollout context (or
 ``OPENAI_BASE_URL``/``OPENAI_API_KEY`` under ``agl run``); the answer is scored
@@ -36,8 +35,13 @@ from .prompts import SYSTEM_MESSAGE, worked_example
 AGENT_NAME = "solver"
 TOOL_NAME = "calculate"
 """The one tool ``mcp-server-calculator`` serves: ``calculate(expression: str) -> str``."""
-MAX_TOOL_ITERATIONS = 2
-"""Model calls that may request tools before the agent must answer (then one reflection call)."""
+MAX_TOOL_ITERATIONS = 1
+"""Model calls that may request tools: one, whose calculator result is the answer."""
+ANSWER_FORMAT = "ANSWER: {result}"
+"""How the agent reports a calculator result as its final message (AutoGen's ``tool_call_summary_format``).
+
+SmolLM2-135M did not write an ``ANSWER:`` line after seeing the result (see the README), so the
+agent states the result itself: what the model has to get right is the expression."""
 
 MODEL_INFO = {
     "vision": False,
@@ -105,8 +109,9 @@ async def solve(client: ChatCompletionClient, question: str) -> dict[str, Any]:
             workbench=calculator,
             system_message=SYSTEM_MESSAGE,
             model_context=UnboundedChatCompletionContext(worked_example(TOOL_NAME, AGENT_NAME)),
-            reflect_on_tool_use=True,
+            reflect_on_tool_use=False,
             max_tool_iterations=MAX_TOOL_ITERATIONS,
+            tool_call_summary_format=ANSWER_FORMAT,
         )
         result = await agent.run(task=question)
     final = result.messages[-1]

@@ -1,9 +1,8 @@
 """The trainer config (``train.yaml`` holds the same for ``agl train``).
 
-One agent (``solver``) makes every call: the tool call and, after the calculator's
-result, the reflection that states the answer. Credit ``broadcast`` gives both the
-episode's reward, so a valid call that leads to the right answer is reinforced along
-with the answer itself.
+One agent (``solver``) makes one call an episode: the calculator call whose result the
+agent reports as its answer (or a text answer). Credit ``broadcast`` gives it the
+episode's reward.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ STEPS = 10
 BATCH_SIZE = 8
 N_ROLLOUTS = 4
 MAX_RESPONSE_TOKENS = 64
-"""A call to the calculator is about 45 tokens; the answer line fewer than 10."""
+"""A call to the calculator is about 45 tokens."""
 LR = 3e-4
 CONCURRENCY = 16
 LORA = {"r": 16, "alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}

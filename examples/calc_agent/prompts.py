@@ -1,7 +1,7 @@
 """The prompt and the answer format, kept short for a 135M model.
 
-The assistant is told to put the whole problem into one calculator expression and,
-once the calculator has answered, to reply ``ANSWER: <number>``; one worked example
+The assistant is told to put the whole problem into one calculator expression (whose
+result the agent reports as ``ANSWER: <result>``), or else to reply ``ANSWER: <number>``; one worked example
 (another kind of story) shows the call, as chat history in the agent's model context. The engine renders
 the calculator's definition into the system prompt (SmolLM2's chat template has no
 tool section; see ``agl_verl/engines/tools.py``).
@@ -22,7 +22,7 @@ from autogen_core.models import (
 
 SYSTEM_MESSAGE = (
     "Solve the problem with the calculate tool: pass it one expression for the whole problem. "
-    "After the result, reply ANSWER: <number>."
+    "Without the tool, reply ANSWER: <number>."
 )
 
 EXAMPLE_QUESTION = (

@@ -12,8 +12,8 @@ model wrote:
   text;
 - ``no_call``: a plain text answer.
 
-The validity rate is ``valid`` over all tool-offering calls. Calls without tools (the
-reflection call that states the answer) are not counted.
+The validity rate is ``valid`` over all tool-offering calls. Calls without tools are not
+counted (the agent makes none now: its one call is offered the calculator).
 """
 
 from __future__ import annotations
