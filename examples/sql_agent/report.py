@@ -48,6 +48,18 @@ def tier(records: list[dict], when: str, name: str) -> str:
     return pm([r[when]["success_by_tier"].get(name) for r in records], 100)
 
 
+def training_success(records: list[dict], half: int) -> str:
+    """Training rollouts' success over the first (``half=0``) or second half of the steps."""
+    values = []
+    for r in records:
+        by_step = r.get("train_success_by_step")
+        if by_step:
+            middle = len(by_step) // 2
+            part = by_step[:middle] if half == 0 else by_step[middle:]
+            values.append(statistics.fmean(part) if part else None)
+    return pm(values, 100)
+
+
 def per_agent(records: list[dict], key: str) -> str:
     """``agent count`` pairs of a per-agent count, averaged over the seeds."""
     agents = sorted({a for r in records for a in r.get(key, {})})
@@ -58,8 +70,9 @@ def main_table(arms: dict[str, list[dict]]) -> list[str]:
     """Test success before and after, overall and per tier, per arm."""
     lines = [
         "| arm | credit | trained agents | seeds | steps | test success before (%) | after (%) "
-        "| easy before | easy after | medium after | hard after | wall min/seed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| easy before | easy after | medium after | hard after "
+        "| training success, first half of the steps (%) | second half (%) | wall min/seed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, records in arms.items():
         cfg = records[0]["transitions_config"]
@@ -70,6 +83,7 @@ def main_table(arms: dict[str, list[dict]]) -> list[str]:
             f"| {pm([r['after']['success'] for r in records], 100)} | {tier(records, 'before', 'easy')} "
             f"| {tier(records, 'after', 'easy')} | {tier(records, 'after', 'medium')} "
             f"| {tier(records, 'after', 'hard')} "
+            f"| {training_success(records, 0)} | {training_success(records, 1)} "
             f"| {pm([r['wall_s'] for r in records], 1 / 60)} |"
         )
     return lines

@@ -74,6 +74,13 @@ def shared_base(path: Path, test: list[dict], max_response_tokens: int, workdir:
     return summary
 
 
+def train_success_by_step(workdir: Path) -> list[float]:
+    """The training rollouts' success rate of each step, from the run's ``metrics.jsonl``."""
+    lines = (workdir / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    return [round(r["success_rate"], 4) for r in records if r.get("kind") == "train"]
+
+
 def collect(workdir: Path, steps: int, tasks: dict[str, dict], n_val: int) -> dict:
     """Before/after summaries and training-call counts, read from the run's store."""
     from agl.store.base import open_store
@@ -192,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         "eval_split": "test",
         "eval_questions": len(test),
         "trained_transitions": dict(sorted(counter.by_agent.items())),
+        "train_success_by_step": train_success_by_step(workdir),
         **figures,
         "workdir": str(workdir),
     }

@@ -184,6 +184,7 @@ def test_the_report_is_built_from_the_results_files(sql, tmp_path):
             "after": {**figures, "success": after},
             "train_agent_calls": {"write_query": 96, "check_query": 180},
             "trained_transitions": {"write_query": 96},
+            "train_success_by_step": [0.0, 0.25, 0.5, 0.0, 0.0, 0.25 * seed],
         }
 
     results = tmp_path / "results"
@@ -201,6 +202,7 @@ def test_the_report_is_built_from_the_results_files(sql, tmp_path):
     assert "check_query 180, write_query 96" in behaviour
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[3:7] == ["0, 1", "6", "0.0 ± 0.0", "15.0 ± 7.1"]  # seeds in order; after: mean ± sample std
+    assert cells[-3:-1] == ["25.0 ± 0.0", "4.2 ± 5.9"]  # training success over steps 1-3, then 4-6
     assert cells[-1] == "25.5 ± 0.7"  # minutes
 
 
