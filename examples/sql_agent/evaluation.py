@@ -2,8 +2,9 @@
 
 :func:`summarize` turns ended rollouts (their outputs and LLM spans, read from an agl
 store) into the figures the README reports: success overall and per tier, rewrite
-rounds per question, the checker's acceptance rate and LLM calls per agent. Success
-is the reward plugin's execution match, recomputed from the stored output.
+rounds per question, the checker's acceptance rate, how often the final query runs at
+all, and LLM calls per agent. Success is the reward plugin's execution match,
+recomputed from the stored output.
 
 :func:`run_split` serves a model (the base, or the base with a LoRA adapter) with an
 engine (the transformers engine unless the caller brings another, such as ``vllm``)
@@ -22,6 +23,7 @@ from agl.engine import Engine
 from agl.schema import Rollout, RolloutStatus, Task
 from agl.store.base import Store
 
+from .database import run_query
 from .questions import TIERS
 from .rewards import execution_match, predicted_sql
 
@@ -41,13 +43,15 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
     as a failure; its rounds count as 0.
     """
     per_tier: dict[str, list[float]] = {t: [] for t in TIERS}
-    rounds = rewrites = accepted = 0
+    rounds = rewrites = accepted = runs = 0
     statuses: Counter[str] = Counter()
     for r in rollouts:
         task = tasks[r.task_id]
         statuses[r.status.value] += 1
         output = r.output if r.status == RolloutStatus.SUCCEEDED and isinstance(r.output, dict) else {}
-        score = execution_match(predicted_sql(output), task["gold_sql"], bool(task.get("ordered")))
+        sql = predicted_sql(output)
+        score = execution_match(sql, task["gold_sql"], bool(task.get("ordered")))
+        runs += isinstance(sql, str) and run_query(sql).ok  # an empty query does not run
         per_tier.setdefault(task.get("tier", "all"), []).append(score)
         rounds += int(output.get("rounds", 0))
         rewrites += int(output.get("rewrites", 0))
@@ -61,6 +65,7 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
         "rewrites_per_question": rewrites / n,
         "checks_per_question": rounds / n,
         "checker_acceptance": accepted / rounds if rounds else None,
+        "final_query_runs": runs / n,
         "statuses": dict(statuses),
     }
     if store is not None:

@@ -107,6 +107,36 @@ def collect(workdir: Path, steps: int, tasks: dict[str, dict], n_val: int) -> di
         store.close()
 
 
+def refresh(out: Path, test: list[dict], base_file: Path) -> dict:
+    """Recompute a finished run's figures from its workdir's store with the current :func:`summarize`.
+
+    For a results file written before a figure was added. The shared base figures in
+    ``base_file`` are recomputed from the store ``shared_base`` left beside the run.
+    """
+    from agl.store.base import open_store
+
+    record = json.loads(out.read_text())
+    workdir = Path(record["workdir"])
+    tasks = {t["task_id"]: t["input"] for t in test}
+    figures = collect(workdir, record["steps"], tasks, record["eval_questions"])
+    if record["before_source"] != "this run":
+        saved = json.loads(base_file.read_text())
+        store = open_store(f"sqlite:///{workdir.parent / 'base-test' / 'agl.db'}", create=False)
+        try:
+            rollouts = list(store.query_rollouts())
+            if sorted(r.task_id for r in rollouts) != sorted(tasks):
+                raise SystemExit(f"{workdir.parent / 'base-test'}: not one evaluation of these {len(tasks)} questions")
+            base = summarize(rollouts, tasks, store)
+        finally:
+            store.close()
+        saved["summary"] = {**base, "wall_s": saved["summary"]["wall_s"]}
+        base_file.write_text(json.dumps(saved, indent=1) + "\n")
+        figures["before"] = saved["summary"]
+    record.update(figures, train_success_by_step=train_success_by_step(workdir))
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
 def main(argv: list[str] | None = None) -> int:
     """Train one arm with one seed and write its results file."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -133,19 +163,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--fresh", action="store_true", help="start over instead of resuming the workdir")
+    parser.add_argument(
+        "--refresh",
+        action="store_true",
+        help="no training: recompute the figures of this arm and seed's results file from the store of its run",
+    )
     args = parser.parse_args(argv)
 
     started = time.monotonic()
     if args.db:
         os.environ[DB_ENV] = str(Path(args.db).resolve())
     db_path()  # no database, no rewards: say so now, not as a run of zeros
+    name = f"{args.arm}-seed{args.seed}"
+    if args.refresh:
+        test = load_split("test")[: args.eval_limit]
+        record = refresh(args.results / f"{name}.json", test, args.results / "base" / "test.json")
+        print(f"{name}: test success {record['before']['success']:.3f} -> {record['after']['success']:.3f}")
+        return 0
     import torch
 
     from agl_trainer import Trainer
     from agl_verl.models import smollm2_dir
 
     torch.set_num_threads(args.threads)
-    name = f"{args.arm}-seed{args.seed}"
     workdir = (args.workdir or Path("runs") / "sql-agent" / name).resolve()
     if args.fresh and workdir.exists():
         import shutil

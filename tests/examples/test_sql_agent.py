@@ -70,6 +70,10 @@ def test_one_training_step_end_to_end(example, tmp_path):
     # the checker keeps the base policy: only the writer's and the rewriter's calls are trained
     assert record["trained_transitions"] == {"rewrite_query": 8, "write_query": 4}
     assert (tmp_path / "run" / "verl" / "versions" / "step-1" / "adapter_config.json").is_file()
+    # --refresh rebuilds the same figures from the run's store, without training
+    refresh = ["--seed", "0", "--eval-limit", "2", "--results", str(tmp_path / "results"), "--refresh"]
+    assert example.train.main(refresh) == 0
+    assert json.loads((tmp_path / "results" / "main-seed0.json").read_text()) == record
 
     # evaluate.py's path: the trained adapter on the engine, the agent under a runner with rollout keys
     import sql_agent.evaluation

@@ -206,6 +206,31 @@ def test_the_report_is_built_from_the_results_files(sql, tmp_path):
     assert cells[-1] == "25.5 ± 0.7"  # minutes
 
 
+def test_a_summary_counts_successes_and_final_queries_that_run(sql):
+    from sql_agent.evaluation import summarize
+
+    from agl.schema import Rollout, RolloutStatus
+
+    tasks = {f"t{i}": {"gold_sql": GOLD, "tier": "easy"} for i in range(4)}
+    outputs = [
+        {"sql": GOLD, "rounds": 1, "accepted": True},
+        {"sql": "SELECT Name FROM Artist WHERE ArtistId = 2", "rounds": 2, "rewrites": 1},  # runs, wrong rows
+        {"sql": "SELECT Name FROM Artists", "rounds": 3, "rewrites": 2},  # no such table
+        None,  # the rollout failed
+    ]
+    rollouts = [
+        Rollout(task_id=f"t{i}", status=RolloutStatus.SUCCEEDED if out else RolloutStatus.FAILED, output=out)
+        for i, out in enumerate(outputs)
+    ]
+
+    summary = summarize(rollouts, tasks)
+
+    assert summary["success"] == 0.25 and summary["success_by_tier"]["easy"] == 0.25
+    assert summary["final_query_runs"] == 0.5
+    assert summary["rewrites_per_question"] == 0.75 and summary["checker_acceptance"] == 1 / 6
+    assert summary["statuses"] == {"succeeded": 3, "failed": 1}
+
+
 def test_writer_samples_shows_the_writer_its_messages_with_as_many_examples_as_asked(sql):
     import sql_agent.writer_samples as samples
 
