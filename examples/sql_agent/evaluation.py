@@ -3,8 +3,8 @@
 :func:`summarize` turns ended rollouts (their outputs and LLM spans, read from an agl
 store) into the figures the README reports: success overall and per tier, rewrite
 rounds per question, the checker's acceptance rate, how often the final query runs at
-all, and LLM calls per agent. Success is the reward plugin's execution match,
-recomputed from the stored output.
+all, how often the writer answers with a one-line query, and LLM calls per agent.
+Success is the reward plugin's execution match, recomputed from the stored output.
 
 :func:`run_split` serves a model (the base, or the base with a LoRA adapter) with an
 engine (the transformers engine unless the caller brings another, such as ``vllm``)
@@ -24,6 +24,7 @@ from agl.schema import Rollout, RolloutStatus, Task
 from agl.store.base import Store
 
 from .database import run_query
+from .prompts import extract_sql
 from .questions import TIERS
 from .rewards import execution_match, predicted_sql
 
@@ -34,6 +35,16 @@ def agent_calls(store: Store, rollout_ids: list[str]) -> dict[str, int]:
     for span in store.query_spans(rollout_ids=rollout_ids, kind="llm"):
         counts[span.attributes.get("gen_ai.agent.name") or "(none)"] += 1
     return dict(sorted(counts.items()))
+
+
+def writer_one_line(store: Store, rollout_ids: list[str]) -> float | None:
+    """The share of the writer's answers that are a query on one line, the worked examples' form."""
+    queries = []
+    for span in store.query_spans(rollout_ids=rollout_ids, kind="llm"):
+        if span.attributes.get("gen_ai.agent.name") == "write_query":
+            messages = span.attributes.get("gen_ai.output.messages") or [{}]
+            queries.append(extract_sql(messages[0].get("content") or ""))
+    return sum(bool(q) and "\n" not in q for q in queries) / len(queries) if queries else None
 
 
 def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | None = None) -> dict[str, Any]:
@@ -69,7 +80,9 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
         "statuses": dict(statuses),
     }
     if store is not None:
-        summary["agent_calls"] = agent_calls(store, [r.rollout_id for r in rollouts])
+        ids = [r.rollout_id for r in rollouts]
+        summary["agent_calls"] = agent_calls(store, ids)
+        summary["writer_one_line"] = writer_one_line(store, ids)
     return summary
 
 

@@ -93,9 +93,9 @@ def behaviour_table(arms: dict[str, list[dict]]) -> list[str]:
     """Rewrite rounds per question, checker acceptance and calls per agent, before and after."""
     lines = [
         "| arm | rewrites/question before | after | checker acceptance before (%) | after (%) "
-        "| final query runs before (%) | after (%) "
+        "| final query runs before (%) | after (%) | writer's query on one line before (%) | after (%) "
         "| training LLM calls per agent (mean/seed) | trained transitions per agent (mean/seed) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, records in arms.items():
         lines.append(
@@ -105,6 +105,8 @@ def behaviour_table(arms: dict[str, list[dict]]) -> list[str]:
             f"| {pm([r['after']['checker_acceptance'] for r in records], 100)} "
             f"| {pm([r['before'].get('final_query_runs') for r in records], 100)} "
             f"| {pm([r['after'].get('final_query_runs') for r in records], 100)} "
+            f"| {pm([r['before'].get('writer_one_line') for r in records], 100)} "
+            f"| {pm([r['after'].get('writer_one_line') for r in records], 100)} "
             f"| {per_agent(records, 'train_agent_calls')} | {per_agent(records, 'trained_transitions')} |"
         )
     return lines

@@ -231,6 +231,38 @@ def test_a_summary_counts_successes_and_final_queries_that_run(sql):
     assert summary["statuses"] == {"succeeded": 3, "failed": 1}
 
 
+def test_a_summary_with_the_store_counts_the_writers_one_line_queries(sql, tmp_path):
+    from sql_agent.evaluation import summarize
+
+    from agl.schema import Rollout, RolloutStatus, Span
+    from agl.store.base import open_store
+
+    answers = {
+        "write_query": ["```sql\nSELECT Name FROM Artist", "```sql\nSELECT Name\nFROM Artist", "Artists are bands."],
+        "rewrite_query": ["```sql\nSELECT Name FROM Artist"],  # not the writer's
+    }
+    store = open_store(f"sqlite:///{tmp_path / 'agl.db'}")
+    try:
+        store.add_spans(
+            Span(
+                rollout_id="ro-1",
+                name="ChatOpenAI",
+                kind="llm",
+                seq=i,
+                attributes={"gen_ai.agent.name": agent, "gen_ai.output.messages": [{"content": text}]},
+            )
+            for agent, texts in answers.items()
+            for i, text in enumerate(texts)
+        )
+        rollout = Rollout(rollout_id="ro-1", task_id="t", status=RolloutStatus.SUCCEEDED, output={"sql": GOLD})
+        summary = summarize([rollout], {"t": {"gold_sql": GOLD, "tier": "easy"}}, store)
+    finally:
+        store.close()
+
+    assert summary["agent_calls"] == {"rewrite_query": 1, "write_query": 3}
+    assert summary["writer_one_line"] == 1 / 3  # the multi-line query and the prose are not
+
+
 def test_writer_samples_shows_the_writer_its_messages_with_as_many_examples_as_asked(sql):
     import sql_agent.writer_samples as samples
 
