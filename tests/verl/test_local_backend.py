@@ -271,6 +271,24 @@ def test_recompute_old_log_probs_without_engine_logprobs(tiny_model, digit_ids, 
     assert metrics["engine_logprob_diff"] > 0  # the hand-written -2.3s are not the model's
 
 
+def test_at_a_temperature_other_than_1_old_log_probs_are_recomputed_at_it(tiny_model, digit_ids, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    # sampled at temperature 1 from the model itself, with the raw-logit logprobs an engine records
+    sampled = first_digit_transitions(model, digit_ids, random.Random(0), torch.Generator().manual_seed(0))
+    batch = [t.model_copy(update={"reward": float(i % 2)}) for i, t in enumerate(sampled)]  # every group has signal
+
+    at_one = make_backend(tiny_model, tmp_path).train_step(batch, step=0)
+    assert at_one["ppo_kl"] == pytest.approx(0.0, abs=1e-5)  # the engine's logprobs are the policy's at 1
+    # at 0.5 they are not (the policy's are log-softmax(logits / 0.5)): taken as old log-probs, the
+    # first update's ratio would be off 1 and clip; recomputed at 0.5 it is exactly 1
+    cold = make_backend(tiny_model, tmp_path / "cold", temperature=0.5).train_step(batch, step=0)
+    assert cold["ppo_kl"] == pytest.approx(0.0, abs=1e-6) and cold["pg_clipfrac"] == 0.0
+    with pytest.raises(ConfigError, match=r"old_log_probs 'engine' needs temperature 1, not 0.5"):
+        VerlBackend(model_path="m", temperature=0.5, old_log_probs="engine")
+
+
 def test_text_transitions_skipped_and_counted_or_rejected(tiny_model, digit_ids, tmp_path):
     text = Transition(
         rollout_id="x", task_id="t0", step=0, prompt_ids=[], response_ids=[], reward=1.0, token_source="text"

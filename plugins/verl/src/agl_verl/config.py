@@ -102,8 +102,11 @@ class VerlSettings(BaseModel):
     ppo_epochs: int = Field(default=1, ge=1)
     mini_batch_size: int | None = Field(default=None, ge=1, description="transitions per optimizer step; None: all")
     micro_batch_size: int = Field(default=8, ge=1, description="transitions per forward/backward")
-    old_log_probs: Literal["engine", "recompute"] = Field(
-        default="engine", description="engine: the logprobs the engine sampled with; recompute: a forward pass"
+    old_log_probs: Literal["auto", "engine", "recompute"] = Field(
+        default="auto",
+        description="engine: the logprobs the engine recorded; recompute: a forward pass at `temperature`; "
+        "auto: the engine's at temperature 1, a forward pass at any other (the engines record logprobs "
+        "before temperature, so at another they are not the probabilities the tokens were sampled with)",
     )
     text_transitions: Literal["skip", "error"] = "skip"
     lora: LoraSettings | None = None
@@ -152,12 +155,23 @@ class VerlSettings(BaseModel):
     def _mode_needs(self) -> VerlSettings:
         if self.model_path is None:
             raise ValueError("model_path is required: the weights (a local directory) to train")
+        if self.old_log_probs == "engine" and self.temperature != 1.0:
+            raise ValueError(
+                f"old_log_probs 'engine' needs temperature 1, not {self.temperature:g}: the engines record "
+                "logprobs before temperature, which are not the probabilities the tokens were sampled with "
+                "(use 'auto' or 'recompute')"
+            )
         if self.mode == "local" and self.device.startswith("cuda"):
             import torch
 
             if not torch.cuda.is_available():
                 raise ValueError("device is 'cuda' but torch sees no GPU; use device='cpu'")
         return self
+
+    @property
+    def recompute_old_log_probs(self) -> bool:
+        """Whether the PPO ratio's old log-probs come from a forward pass rather than the engine."""
+        return self.old_log_probs == "recompute" or (self.old_log_probs == "auto" and self.temperature != 1.0)
 
     @property
     def versions_dir(self) -> Path:

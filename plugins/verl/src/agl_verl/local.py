@@ -202,13 +202,14 @@ class LocalLearner:
         data.batch["advantages"] = adv * data.batch["weights"].unsqueeze(1)
         data.batch["has_signal"] = self._has_signal(data)
         metrics["transitions_with_signal"] = float(data.batch["has_signal"].sum().item())
-        if "old_log_probs" not in data.batch or s.old_log_probs == "recompute":
+        if "old_log_probs" not in data.batch or s.recompute_old_log_probs:
             data.batch["old_log_probs"] = self._log_probs_where_needed(data)
         if s.kl_coef > 0:
             data.batch["ref_log_prob"] = self.log_probs(data, reference=True)
-        if "rollout_log_probs" in data.batch and s.old_log_probs == "recompute":
+        if "rollout_log_probs" in data.batch and s.recompute_old_log_probs and s.temperature == 1.0:
+            # recomputed only where there is signal; at another temperature the two are not comparable
             diff = (data.batch["old_log_probs"] - data.batch["rollout_log_probs"]).abs()
-            metrics["engine_logprob_diff"] = masked_mean(diff, mask).item()
+            metrics["engine_logprob_diff"] = masked_mean(diff, mask * data.batch["has_signal"].unsqueeze(1)).item()
 
         totals: dict[str, list[float]] = {}
         config = actor_config(s, rollout_n=max(1, len(data) // n_groups))
