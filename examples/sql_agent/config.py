@@ -3,8 +3,9 @@
 Arms differ only in ``transitions``; every arm has the same step budget, batch, model,
 LoRA and learning rate.
 
-- ``main``: the writer and the rewriter are trained, the checker keeps the base
-  policy; credit ``discounted`` (gamma 0.9).
+- ``main``: the writer's and the rewriter's calls are trained, the checker's are not (it
+  is served the same weights, so it answers with the trained adapter too); credit
+  ``discounted`` (gamma 0.9).
 - ``broadcast``: as main, with credit ``broadcast`` (every call gets the final reward).
 - ``last`` / ``emitted``: as main, with those credit strategies (for picking the best
   non-broadcast one on validation; see the README for why ``discounted`` is main's).
