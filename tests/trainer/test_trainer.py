@@ -300,6 +300,26 @@ def test_sigkill_mid_step_then_resume_loses_nothing_and_counts_nothing_twice(tmp
             child.kill()
 
 
+@pytest.mark.parametrize(
+    ("told", "message"),
+    [
+        (0.7, r"rollout.resources.temperature: 0.7 tells the agents .* the backend's 0.5"),
+        ("warm", r"rollout.resources.temperature: must be a number, not 'warm'"),
+    ],
+)
+def test_agents_told_another_temperature_than_the_backend_assumes_are_refused(tmp_path, engine, told, message):
+    backend = TinyBackend(tmp_path / "calls.jsonl")
+    backend.sampling_temperature = 0.5
+    config = small_config(tmp_path, engine, **{"rollout.resources": {"temperature": told}})
+    with pytest.raises(ConfigError, match=message):
+        Trainer(config, backend=backend).fit(agent, _tasks(2))
+    assert backend.engine is None and not (tmp_path / "calls.jsonl").exists()  # refused before setup
+
+    backend.sampling_temperature = 0.7  # told what it assumes: the run goes on
+    config = small_config(tmp_path, engine, **{"rollout.resources": {"temperature": 0.7}})
+    assert Trainer(config, backend=backend).fit(agent, _tasks(2)).steps_completed == 1
+
+
 def test_config_files_load_in_every_format_and_errors_name_the_field(tmp_path):
     (tmp_path / "t.yaml").write_text("steps: 3\nrollout:\n  concurrency: 8\ntransitions:\n  credit: emitted\n")
     (tmp_path / "t.json").write_text(json.dumps({"trainer": {"steps": 3, "rollout": {"concurrency": 8}}}))

@@ -144,6 +144,22 @@ def test_config_errors_name_the_field(tmp_path):
         VerlBackend(model_path="m", lora={"r": 0})
 
 
+def test_a_trainer_refuses_agents_told_another_temperature_than_the_backends(tiny_model, tmp_path):
+    """The PPO ratio is only right when the rollouts were sampled at the backend's temperature."""
+    from agl_trainer import Trainer
+
+    config = {
+        "workdir": str(tmp_path / "run"),
+        "store": f"sqlite:///{tmp_path / 'agl.db'}",
+        "backend": {"name": "verl", "config": {"model_path": str(tiny_model)}},  # temperature 1, the default
+        "rollout": {"resources": {"temperature": 0.5}},
+        "progress": False,
+    }
+    with pytest.raises(ConfigError, match=r"rollout.resources.temperature: 0.5 .* the backend's 1\b"):
+        Trainer(config).fit(lambda task_input, ctx: None, [{"input": {}}])
+    assert VerlBackend(model_path="m", temperature=0.5).sampling_temperature == 0.5
+
+
 def test_use_before_setup_is_a_clear_error(tiny_model, digit_ids):
     backend = VerlBackend(model_path=str(tiny_model))
     with pytest.raises(AglError, match="call setup"):

@@ -23,6 +23,11 @@ from agl.schema import ModelVersion, Transition
 class Backend(abc.ABC):
     """Updates the policy from transitions."""
 
+    #: The temperature the backend takes the training rollouts to be sampled at (it scales
+    #: its logits by it), or None when it assumes none. The trainer refuses a run whose
+    #: ``rollout.resources["temperature"]``, what the agents are told to sample at, differs.
+    sampling_temperature: float | None = None
+
     @abc.abstractmethod
     def setup(self, engine: Engine | None) -> None:
         """Prepare the model and optimizer; remember the engine to publish to."""

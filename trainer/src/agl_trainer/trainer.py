@@ -315,6 +315,22 @@ class Trainer:
     def backend(self) -> Backend | None:
         return self._backend
 
+    def _check_temperature(self, backend: Backend) -> None:
+        """The agents must be told to sample at the temperature the backend's loss assumes."""
+        told = self.config.rollout.resources.get("temperature")
+        assumed = backend.sampling_temperature
+        if told is None or assumed is None:
+            return
+        if isinstance(told, bool) or not isinstance(told, (int, float)):
+            raise ConfigError(f"rollout.resources.temperature: must be a number, not {told!r}")
+        if float(told) == float(assumed):
+            return
+        raise ConfigError(
+            f"rollout.resources.temperature: {told:g} tells the agents to sample at another temperature than "
+            f"the backend's {assumed:g}, which its loss divides the logits by; set both to the same value "
+            "(for agl-verl, backend.config.temperature)"
+        )
+
     def _start(self, agent: Agent | None, state: dict[str, Any]) -> None:
         cfg = self.config
         from agl.plugins import resolve
@@ -329,6 +345,7 @@ class Trainer:
         if self._backend is None:
             log.warning("no backend configured: rollouts run and transitions are built, but nothing is trained")
         else:
+            self._check_temperature(self._backend)
             self._backend.setup(self._engine)
             if state["checkpoint"] and state["completed_step"] > 0:
                 self._backend.load_checkpoint(Path(state["checkpoint"]))

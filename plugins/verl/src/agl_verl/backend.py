@@ -45,6 +45,11 @@ class VerlBackend(Backend):
 
     # -- Backend --------------------------------------------------------------------------------
 
+    @property
+    def sampling_temperature(self) -> float:
+        """``temperature``: the backend divides its logits by it and recomputes old log-probs at it."""
+        return self.settings.temperature
+
     def setup(self, engine: Engine | None) -> None:
         """Load the model and optimizer (local mode); remember ``engine`` to publish to."""
         self.engine = engine
