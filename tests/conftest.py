@@ -23,6 +23,26 @@ def sqlite_store(tmp_path):
     store.close()
 
 
+@pytest.fixture
+async def openai_client():
+    """Makes ``AsyncOpenAI`` clients (no retries) and closes them when the test ends, on its own loop.
+
+    An unclosed client is closed by the garbage collector on whatever loop runs then, which
+    logs a "Task exception was never retrieved" (``Event loop is closed``) into a later test.
+    """
+    from openai import AsyncOpenAI
+
+    made: list[AsyncOpenAI] = []
+
+    def make(base_url: str, api_key: str, **options) -> AsyncOpenAI:
+        made.append(AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, **options))
+        return made[-1]
+
+    yield make
+    for client in made:
+        await client.close()
+
+
 @pytest.fixture(autouse=True)
 def _plugins_registered_by_a_test_end_with_it():
     """Unregister every agl plugin a test registered (an example's ``train.main`` registers its reward

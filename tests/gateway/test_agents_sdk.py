@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool
-from openai import AsyncOpenAI
 
 from agl_trainer.gateway import check_continuity
 from tests.gateway.conftest import calls_of, key_of
@@ -15,9 +14,8 @@ def get_weather(city: str) -> str:
     return f"sunny in {city}"
 
 
-def make_agent(gateway, rollout) -> Agent:
-    key = key_of(gateway, gateway.store, rollout)
-    client = AsyncOpenAI(base_url=gateway.rollout_base_url(rollout), api_key=key, max_retries=0)
+def make_agent(openai_client, gateway, rollout) -> Agent:
+    client = openai_client(gateway.rollout_base_url(rollout), key_of(gateway, gateway.store, rollout))
     return Agent(
         name="weather",
         instructions="Answer with the weather.",
@@ -26,9 +24,11 @@ def make_agent(gateway, rollout) -> Agent:
     )
 
 
-async def test_agent_with_a_tool_runs_and_every_call_is_recorded(gateway, store, rollout):
+async def test_agent_with_a_tool_runs_and_every_call_is_recorded(openai_client, gateway, store, rollout):
     result = await Runner.run(
-        make_agent(gateway, rollout), "call get_weather for Paris", run_config=RunConfig(tracing_disabled=True)
+        make_agent(openai_client, gateway, rollout),
+        "call get_weather for Paris",
+        run_config=RunConfig(tracing_disabled=True),
     )
     assert result.final_output == "result: sunny in call get_weather for Paris"
     calls = calls_of(gateway, store, rollout)
@@ -38,9 +38,11 @@ async def test_agent_with_a_tool_runs_and_every_call_is_recorded(gateway, store,
     assert [c.call_id for c in calls] == [r.response_id for r in result.raw_responses]
 
 
-async def test_streamed_agent_run(gateway, store, rollout):
+async def test_streamed_agent_run(openai_client, gateway, store, rollout):
     run = Runner.run_streamed(
-        make_agent(gateway, rollout), "call get_weather for Rome", run_config=RunConfig(tracing_disabled=True)
+        make_agent(openai_client, gateway, rollout),
+        "call get_weather for Rome",
+        run_config=RunConfig(tracing_disabled=True),
     )
     kinds = [event.type async for event in run.stream_events()]
     assert run.final_output == "result: sunny in call get_weather for Rome"

@@ -114,6 +114,8 @@ def test_the_agents_sdk_under_a_cap_fails_its_rollout_and_the_call_still_trains(
         except ModelBehaviorError as exc:
             seen.append(exc)
             raise
+        finally:
+            await client.close()
 
     runner = RolloutRunner(agent, store, gateway_url=gateway.url, rollout_keys=gateway.keys, concurrency=2)
     try:

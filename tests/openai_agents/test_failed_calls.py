@@ -21,7 +21,7 @@ import agl
 from agl.transitions import TransitionConfig, build_transitions
 
 
-def timing_out_client(base_url: str, key: str) -> AsyncOpenAI:
+def timing_out_client(openai_client, base_url: str, key: str) -> AsyncOpenAI:
     """A real client whose first response arrives too late: the call fails after the gateway recorded it."""
     seen: list[httpx.Response] = []
 
@@ -31,7 +31,7 @@ def timing_out_client(base_url: str, key: str) -> AsyncOpenAI:
             raise httpx.ReadTimeout("gave up waiting", request=response.request)
 
     http = httpx.AsyncClient(event_hooks={"response": [give_up_on_first]})
-    return AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, http_client=http)
+    return openai_client(base_url, key, http_client=http)
 
 
 def run_config(path: str, client: AsyncOpenAI) -> tuple[Agent, RunConfig]:
@@ -43,9 +43,9 @@ def run_config(path: str, client: AsyncOpenAI) -> tuple[Agent, RunConfig]:
 
 
 @pytest.mark.parametrize("path", ["responses", "chat_completions"])
-async def test_a_failed_call_keeps_its_agent_and_joins(gateway_rollout, path):
+async def test_a_failed_call_keeps_its_agent_and_joins(openai_client, gateway_rollout, path):
     rig = gateway_rollout
-    agent, config = run_config(path, timing_out_client(rig.base_url, rig.key))
+    agent, config = run_config(path, timing_out_client(openai_client, rig.base_url, rig.key))
     with pytest.raises(APITimeoutError):
         await Runner.run(agent, "where is my bag?", run_config=config)
     agl.emit_reward(0.0)
@@ -72,9 +72,9 @@ async def test_a_failed_call_keeps_its_agent_and_joins(gateway_rollout, path):
     assert [k.call_id for k in kept] == [call.call_id]
 
 
-async def test_a_failed_call_without_sensitive_data_keeps_its_agent_only(gateway_rollout):
+async def test_a_failed_call_without_sensitive_data_keeps_its_agent_only(openai_client, gateway_rollout):
     rig = gateway_rollout
-    agent, config = run_config("responses", timing_out_client(rig.base_url, rig.key))
+    agent, config = run_config("responses", timing_out_client(openai_client, rig.base_url, rig.key))
     config.trace_include_sensitive_data = False
     with pytest.raises(APITimeoutError):
         await Runner.run(agent, "where is my bag?", run_config=config)
@@ -87,9 +87,9 @@ async def test_a_failed_call_without_sensitive_data_keeps_its_agent_only(gateway
     assert "error.message" not in attrs
 
 
-async def test_a_successful_call_without_sensitive_data_records_no_messages(gateway_rollout):
+async def test_a_successful_call_without_sensitive_data_records_no_messages(openai_client, gateway_rollout):
     rig = gateway_rollout
-    client = AsyncOpenAI(base_url=rig.base_url, api_key=rig.key, max_retries=0)
+    client = openai_client(rig.base_url, rig.key)
     agent, config = run_config("responses", client)
     config.trace_include_sensitive_data = False
     result = await Runner.run(agent, "hello", run_config=config)
@@ -120,12 +120,12 @@ class CutSecondCall(httpx.AsyncBaseTransport):
         return await self.inner.handle_async_request(request)
 
 
-async def test_a_call_cut_after_a_tool_turn_joins_by_its_request(gateway_rollout):
+async def test_a_call_cut_after_a_tool_turn_joins_by_its_request(openai_client, gateway_rollout):
     """The SDK raises on a Responses answer cut at the cap, leaving its span without a response id; its
     request (a function call and its output in the input) still finds the gateway's record."""
     rig = gateway_rollout
     http = httpx.AsyncClient(transport=CutSecondCall())
-    client = AsyncOpenAI(base_url=rig.base_url, api_key=rig.key, max_retries=0, http_client=http)
+    client = openai_client(rig.base_url, rig.key, http_client=http)
     agent = Agent(name="helper", instructions="Use the tool.", model="gpt-4o", tools=[lookup])
     config = RunConfig(model_provider=OpenAIProvider(openai_client=client))
     with pytest.raises(ModelBehaviorError):

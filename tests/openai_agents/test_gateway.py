@@ -8,7 +8,6 @@ import pytest
 from agents import Agent, ModelSettings, RunConfig, Runner, function_tool
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from agents.models.openai_provider import OpenAIProvider
-from openai import AsyncOpenAI
 
 import agl
 import agl_openai_agents
@@ -34,9 +33,9 @@ def agents_for(model_for) -> Agent:
     return Agent(name="triage", instructions="Route the question.", handoffs=[specialist], model=model_for())
 
 
-async def test_chat_completions_tool_and_handoff(gateway_rollout, user_processor):
+async def test_chat_completions_tool_and_handoff(openai_client, gateway_rollout, user_processor):
     rig = gateway_rollout
-    client = AsyncOpenAI(base_url=rig.base_url, api_key=rig.key, max_retries=0)
+    client = openai_client(rig.base_url, rig.key)
     triage = agents_for(lambda: OpenAIChatCompletionsModel(model="gpt-4o", openai_client=client))
     seen_by_user_before = len(user_processor.ended)
 
@@ -84,9 +83,9 @@ async def test_chat_completions_tool_and_handoff(gateway_rollout, user_processor
     assert all(t.prompt_ids and t.response_ids for t in transitions)
 
 
-async def test_streamed_chat_completions_carry_response_ids(gateway_rollout):
+async def test_streamed_chat_completions_carry_response_ids(openai_client, gateway_rollout):
     rig = gateway_rollout
-    client = AsyncOpenAI(base_url=rig.base_url, api_key=rig.key, max_retries=0)
+    client = openai_client(rig.base_url, rig.key)
     agent = Agent(name="streamer", instructions="Be brief.", model=OpenAIChatCompletionsModel("gpt-4o", client))
     result = Runner.run_streamed(agent, "hello there")
     async for _ in result.stream_events():
@@ -98,9 +97,9 @@ async def test_streamed_chat_completions_carry_response_ids(gateway_rollout):
     assert llm.attributes["gen_ai.agent.name"] == "streamer"
 
 
-async def test_default_responses_path(gateway_rollout):
+async def test_default_responses_path(openai_client, gateway_rollout):
     rig = gateway_rollout
-    client = AsyncOpenAI(base_url=rig.base_url, api_key=rig.key, max_retries=0)
+    client = openai_client(rig.base_url, rig.key)
     triage = agents_for(lambda: "gpt-4o")  # a model name: the SDK's default provider path (Responses API)
     config = RunConfig(model_provider=OpenAIProvider(openai_client=client))
 
@@ -123,9 +122,9 @@ async def test_default_responses_path(gateway_rollout):
     assert {t.token_source for t in transitions} == {"engine"}
 
 
-async def test_tracing_disabled_still_reaches_the_gateway(gateway_rollout):
+async def test_tracing_disabled_still_reaches_the_gateway(openai_client, gateway_rollout):
     rig = gateway_rollout
-    client = AsyncOpenAI(base_url=rig.base_url, api_key=rig.key, max_retries=0)
+    client = openai_client(rig.base_url, rig.key)
     agent = Agent(name="dark", model=OpenAIChatCompletionsModel("gpt-4o", client))
     result = await Runner.run(agent, "hi", run_config=RunConfig(tracing_disabled=True))
     assert result.final_output == "echo: hi"
@@ -133,7 +132,7 @@ async def test_tracing_disabled_still_reaches_the_gateway(gateway_rollout):
     assert len(rig.calls()) == 1
 
 
-async def test_internal_failure_never_breaks_the_agent(gateway_rollout, monkeypatch):
+async def test_internal_failure_never_breaks_the_agent(openai_client, gateway_rollout, monkeypatch):
     rig = gateway_rollout
     agl_openai_agents.instrument()
 
@@ -142,7 +141,7 @@ async def test_internal_failure_never_breaks_the_agent(gateway_rollout, monkeypa
 
     monkeypatch.setattr(convert, "to_agl", broken)
     agl_openai_agents.errors.clear()
-    client = AsyncOpenAI(base_url=rig.base_url, api_key=rig.key, max_retries=0)
+    client = openai_client(rig.base_url, rig.key)
     agent = Agent(name="robust", model=OpenAIChatCompletionsModel("gpt-4o", client))
     result = await Runner.run(agent, "still works")
     assert result.final_output == "echo: still works"
