@@ -21,7 +21,8 @@ from agl.credentials import new_token
 from agl.schema import Span
 from agl.store.http import HttpStore
 from agl.store.sqlite import SqliteStore
-from agl_trainer.store_server import DEFAULT_MAX_LOCK_WAIT_S, ServerThread, inflate
+from agl_trainer.body_limits import inflate
+from agl_trainer.store_server import DEFAULT_MAX_LOCK_WAIT_S, ServerThread
 
 LIMIT = 64 * 1024
 

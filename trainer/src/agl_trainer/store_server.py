@@ -1,6 +1,8 @@
 """The store over HTTP: a JSON API that exposes every :class:`agl.store.Store` method.
 
-``agl store serve`` runs it; :class:`agl.store.http.HttpStore` is its client.
+``agl store serve`` runs it; :class:`agl.store.http.HttpStore` is its client. Its request
+bodies are in :mod:`agl_trainer.store_bodies`, its error answers in
+:mod:`agl_trainer.store_errors` and its limit on bodies in :mod:`agl_trainer.body_limits`.
 
 Every route except ``/healthz`` needs ``Authorization: Bearer <credential>`` (the
 scheme in any case): the admin token opens every route, a runner token what running
@@ -88,14 +90,13 @@ import json
 import logging
 import threading
 import time
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal
+from typing import Any
 
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import iterate_in_threadpool
 from starlette.middleware import Middleware
@@ -106,20 +107,42 @@ from starlette.routing import BaseRoute, Route
 from agl.credentials import RolloutKeys
 from agl.errors import InvalidTransition, NotFound, StoreUnavailable
 from agl.schema import (
-    INT64_MAX,
-    INT64_MIN,
-    JSON,
-    LLMCall,
     ModelVersion,
-    Reward,
     Rollout,
-    RolloutStatus,
-    Span,
-    Task,
-    short_id,
 )
 from agl.store.base import Store
+from agl_trainer.body_limits import BodyLimits
 from agl_trainer.store_auth import ADMIN, ROLLOUT, RUNNER, Caller, Refused, StoreAuth, redacted
+from agl_trainer.store_bodies import (
+    BatchBody,
+    Body,
+    CancelBody,
+    ClaimBody,
+    ExpireBody,
+    FinishBody,
+    FinishItem,
+    HeartbeatBody,
+    LLMCallQuery,
+    LLMCallsBody,
+    RewardQuery,
+    RewardsBody,
+    RolloutQuery,
+    RolloutsBody,
+    SpanQuery,
+    SpansBody,
+    StepRecordBody,
+    TaskQuery,
+    TasksBody,
+)
+from agl_trainer.store_errors import (
+    BadEncoding,
+    BodyTooLarge,
+    UnsupportedEncoding,
+    error_headers,
+    error_item,
+    error_payload,
+    error_response,
+)
 from agl_trainer.store_expiry import DEFAULT_HEARTBEAT_TIMEOUT_S, Expirer
 from agl_trainer.store_expiry import DEFAULT_INTERVAL_S as DEFAULT_EXPIRE_EVERY_S
 
@@ -132,8 +155,6 @@ DEFAULT_MAX_LOCK_WAIT_S = 10.0
 503, counted from the caller's arrival. A try under way when it runs out may add SQLite's own wait
 (5 s by default), and so may the one try of a group that queued behind it: 20 s at most, under
 the client's 30 s timeout."""
-INFLATE_CHUNK = 64 * 1024
-"""Inflated bytes made at a time from a compressed body."""
 STREAM_CHUNK = 256
 """Models serialised per thread hop while streaming a query."""
 IDEMPOTENCY_CACHE = 4096
@@ -143,200 +164,6 @@ INLINE_MAX_S = 0.005
 """A batch run on the event loop that takes longer than this sends the next ones to threads ..."""
 INLINE_PAUSE_S = 1.0
 """... for this long."""
-
-
-# -- request bodies ---------------------------------------------------------------
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-class TasksBody(_Body):
-    tasks: list[Task]
-
-
-class RolloutsBody(_Body):
-    rollouts: list[Rollout]
-
-
-class SpansBody(_Body):
-    spans: list[Span]
-
-
-class LLMCallsBody(_Body):
-    llm_calls: list[LLMCall]
-
-
-class RewardsBody(_Body):
-    rewards: list[Reward]
-
-
-class ClaimBody(_Body):
-    runner_id: str = Field(min_length=1)
-    limit: int = Field(default=1, ge=1, le=10_000)
-    claim_id: str | None = None
-
-
-class FinishBody(_Body):
-    status: RolloutStatus
-    error: str | None = None
-    output: JSON = None
-    attempt: int | None = Field(default=None, ge=1)
-
-
-class FinishItem(FinishBody):
-    rollout_id: str = Field(min_length=1)
-
-
-class HeartbeatBody(_Body):
-    runner_id: str = Field(min_length=1)
-    rollout_ids: list[str]
-
-
-class CancelBody(_Body):
-    rollout_ids: list[str]
-
-
-class ExpireBody(_Body):
-    heartbeat_timeout_s: float = Field(gt=0)
-    now: float | None = None
-
-
-class BatchBody(_Body):
-    spans: list[Span] = Field(default_factory=list)
-    llm_calls: list[LLMCall] = Field(default_factory=list)
-    rewards: list[Reward] = Field(default_factory=list)
-    claims: list[ClaimBody] = Field(default_factory=list)
-    finishes: list[FinishItem] = Field(default_factory=list)
-
-
-class StepRecordBody(_Body):
-    run_id: str = Field(min_length=1)
-    record: dict[str, JSON]
-
-
-class TaskQuery(_Body):
-    split: str | None = None
-
-
-class RolloutQuery(_Body):
-    task_id: str | None = None
-    status: list[RolloutStatus] | None = None
-    step: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
-    since: float | None = None
-    until: float | None = None
-    rollout_ids: list[str] | None = None
-
-
-class _ObservationQuery(_Body):
-    rollout_id: str | None = None
-    rollout_ids: list[str] | None = None
-    production: bool = False
-
-
-class SpanQuery(_ObservationQuery):
-    kind: Literal["llm", "tool", "agent", "reward", "custom"] | None = None
-    since: float | None = None
-    until: float | None = None
-
-
-class LLMCallQuery(_ObservationQuery):
-    call_ids: list[str] | None = None
-
-
-class RewardQuery(_ObservationQuery):
-    pass
-
-
-# -- errors -----------------------------------------------------------------------
-class BodyTooLarge(Exception):
-    """A request body over the server's limit."""
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        super().__init__(f"request body exceeds the limit of {limit} bytes")
-
-
-class UnsupportedEncoding(Exception):
-    """A ``Content-Encoding`` the server does not inflate."""
-
-    def __init__(self, encoding: str):
-        self.encoding = encoding
-        super().__init__(f"Content-Encoding {encoding!r} is not supported: send identity, gzip or deflate")
-
-
-class BadEncoding(Exception):
-    """A body that does not decompress by its ``Content-Encoding``."""
-
-
-def _dotted(loc: tuple) -> str:
-    return ".".join(str(part) for part in loc) or "body"
-
-
-def _internal(status: int, kind: str, reason: str, exc: BaseException) -> tuple[int, dict[str, Any]]:
-    """A 5xx: the details go to the log under a fresh request id, the client gets ``reason`` and the id."""
-    request_id = short_id(16)
-    log.error("store server: request %s answered %d: %s: %s", request_id, status, type(exc).__name__, exc, exc_info=exc)
-    return status, {"type": kind, "reason": f"{reason} (request id {request_id})", "request_id": request_id}
-
-
-def error_payload(exc: BaseException) -> tuple[int, dict[str, Any]]:
-    """The HTTP status and ``error`` object for an exception (500 for the unexpected).
-
-    A 5xx carries no detail of the server (paths, URLs, database text): those are logged
-    with the ``request_id`` the payload gives.
-    """
-    if isinstance(exc, Refused):
-        kind = "Forbidden" if exc.status == 403 else "Unauthorized"
-        return exc.status, {"type": kind, "field": "Authorization", "reason": exc.reason}
-    if isinstance(exc, ValidationError):
-        first = exc.errors(include_url=False)[0]
-        field = _dotted(first["loc"])
-        reason = first["msg"]
-        if first["type"] == "json_invalid":
-            field, reason = "body", f"invalid JSON: {first.get('ctx', {}).get('error', reason)}"
-        elif first["type"] == "json_value":  # a part of a JSON field (see agl.schema.JSON)
-            field, reason = field + first["ctx"]["path"], first["ctx"]["reason"]
-        return 422, {"type": "ValidationError", "field": field, "reason": reason}
-    if isinstance(exc, NotFound):
-        return 404, {"type": "NotFound", "kind": exc.kind, "ident": exc.ident, "reason": str(exc)}
-    if isinstance(exc, InvalidTransition):
-        return 409, {"type": "InvalidTransition", "reason": str(exc)}
-    if isinstance(exc, StoreUnavailable):
-        return _internal(503, "StoreUnavailable", "the store's database is unavailable; retry shortly", exc)
-    if isinstance(exc, BodyTooLarge):
-        return 413, {"type": "BodyTooLarge", "field": "body", "reason": str(exc), "limit": exc.limit}
-    if isinstance(exc, UnsupportedEncoding):
-        return 415, {"type": "UnsupportedEncoding", "field": "Content-Encoding", "reason": str(exc)}
-    if isinstance(exc, BadEncoding):
-        return 400, {"type": "BadEncoding", "field": "body", "reason": str(exc)}
-    if isinstance(exc, RecursionError):
-        return 422, {"type": "ValidationError", "field": "body", "reason": "nested too deeply"}
-    if isinstance(exc, ValueError):
-        message = str(exc)
-        field, sep, reason = message.partition(": ")
-        if not sep or " " in field:
-            field, reason = "body", message
-        return 422, {"type": "ValueError", "field": field, "reason": reason}
-    return _internal(500, "InternalError", "internal store server error", exc)
-
-
-def _error_headers(status: int, payload: dict[str, Any]) -> dict[str, str]:
-    headers = {}
-    if "request_id" in payload:
-        headers["X-Request-Id"] = payload["request_id"]
-    if status == 503:
-        headers["Retry-After"] = "1"
-    return headers
-
-
-def _error_item(exc: BaseException) -> bytes:
-    status, payload = error_payload(exc)
-    return json.dumps({"error": payload | {"status": status}}).encode()
-
-
-def _error_response(exc: BaseException) -> Response:
-    status, payload = error_payload(exc)
-    return JSONResponse({"error": payload}, status_code=status, headers=_error_headers(status, payload))
 
 
 # -- helpers ----------------------------------------------------------------------
@@ -361,7 +188,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _query_params(request: Request, model: type[_Body]) -> dict[str, Any]:
+def _query_params(request: Request, model: type[Body]) -> dict[str, Any]:
     """Query parameters as a dict for ``model``: list fields take repeated parameters."""
     data: dict[str, Any] = {}
     for key in request.query_params:
@@ -449,11 +276,11 @@ class _Api:
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
 
-    async def body(self, request: Request, model: type[_Body]) -> Any:
+    async def body(self, request: Request, model: type[Body]) -> Any:
         raw = await _read_body(request, self.max_body_bytes)
         return model.model_validate_json(raw or b"{}")
 
-    async def filters(self, request: Request, model: type[_Body]) -> dict[str, Any]:
+    async def filters(self, request: Request, model: type[Body]) -> dict[str, Any]:
         if request.method == "GET":
             parsed = model.model_validate(_query_params(request, model))
         else:
@@ -690,7 +517,7 @@ class _Api:
             except Exception as exc:
                 status, payload = error_payload(exc)
                 out = json.dumps({"error": payload}).encode()
-                extra = [(k.lower().encode(), v.encode()) for k, v in _error_headers(status, payload).items()]
+                extra = [(k.lower().encode(), v.encode()) for k, v in error_headers(status, payload).items()]
         await send(
             {
                 "type": "http.response.start",
@@ -728,11 +555,11 @@ class _Api:
             return (
                 b'{"claims":['
                 + b",".join(
-                    _error_item(got) if isinstance(got, BaseException) else self._claimed(got) for got in claimed
+                    error_item(got) if isinstance(got, BaseException) else self._claimed(got) for got in claimed
                 )
                 + b'],"finishes":['
                 + b",".join(
-                    _error_item(done)
+                    error_item(done)
                     if isinstance(done, BaseException)
                     else b'{"rollout":' + done.model_dump_json().encode() + b"}"
                     for done in finished
@@ -762,7 +589,7 @@ class _Api:
         try:
             got = self.store.claim(item.runner_id, limit=item.limit, claim_id=item.claim_id)
         except Exception as exc:
-            return _error_item(exc)
+            return error_item(exc)
         return self._claimed(got)
 
     def _finish_one(self, item: FinishItem) -> bytes:
@@ -771,7 +598,7 @@ class _Api:
                 item.rollout_id, item.status, error=item.error, output=item.output, attempt=item.attempt
             )
         except Exception as exc:
-            return _error_item(exc)
+            return error_item(exc)
         return b'{"rollout":' + done.model_dump_json().encode() + b"}"
 
     def routes(self) -> list[BaseRoute]:
@@ -865,144 +692,6 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def _inflater(encoding: bytes, head: bytes) -> Any:
-    if encoding in (b"gzip", b"x-gzip"):
-        return zlib.decompressobj(16 + zlib.MAX_WBITS)
-    # HTTP's deflate is the zlib format; some clients send a bare deflate stream.
-    zlib_header = len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] * 256 + head[1]) % 31 == 0
-    return zlib.decompressobj(zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS)
-
-
-def inflate(data: bytes, encoding: bytes, limit: int) -> Iterator[bytes]:
-    """The inflated body in pieces of at most ``INFLATE_CHUNK`` bytes, never holding more.
-
-    Raises :class:`BodyTooLarge` once more than ``limit`` bytes come out, and
-    :class:`BadEncoding` for a stream that is corrupt or cut short.
-    """
-    name = encoding.decode("latin-1")
-    total = 0
-    pending = data
-    try:
-        while pending:
-            inflater = _inflater(encoding, pending)
-            while not inflater.eof:
-                out = inflater.decompress(pending, INFLATE_CHUNK)
-                pending = inflater.unconsumed_tail
-                if not out and not pending:
-                    raise BadEncoding(f"the {name} body ends before its stream does")
-                total += len(out)
-                if total > limit:
-                    raise BodyTooLarge(limit)
-                if out:
-                    yield out
-            pending = inflater.unused_data  # a further gzip member, if any
-    except zlib.error as exc:
-        raise BadEncoding(f"the body is not valid {name}: {exc}") from None
-
-
-def _measure(data: bytes, encoding: bytes, limit: int) -> Exception | None:
-    """Inflate ``data`` only to see that it inflates within ``limit``: None, or why not.
-
-    The error is returned without its traceback, so no frame (and no copy of the body) outlives it.
-    """
-    try:
-        for _ in inflate(data, encoding, limit):
-            pass
-    except (BodyTooLarge, BadEncoding) as exc:
-        return exc.with_traceback(None)
-    return None
-
-
-class BodyLimits:
-    """ASGI middleware: no request body past ``max_bytes``, whichever route reads it.
-
-    A declared ``Content-Length`` past the limit is refused before anything is read; a
-    body sent in chunks is refused when it passes the limit. A ``gzip`` or ``deflate``
-    body is read whole (compressed, so within the limit), inflated once in a worker thread
-    only to measure it (a piece at a time, so a small "zip bomb" is refused having held
-    no more than its own size), then handed on inflated, a piece at a time, without its
-    ``Content-Encoding``.
-    """
-
-    def __init__(self, app: Any, max_bytes: int):
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        encoding, declared = b"", b""
-        for name, value in scope["headers"]:
-            if name == b"content-encoding":
-                encoding = value.strip().lower()
-            elif name == b"content-length":
-                declared = value
-        try:
-            if declared.isdigit() and int(declared) > self.max_bytes:
-                raise BodyTooLarge(self.max_bytes)
-            if encoding in (b"", b"identity"):
-                await self.app(scope, self._counted(receive), send)
-                return
-            if encoding not in (b"gzip", b"x-gzip", b"deflate"):
-                raise UnsupportedEncoding(encoding.decode("latin-1"))
-            compressed = await self._read(receive)
-        except (BodyTooLarge, UnsupportedEncoding, BadEncoding) as exc:
-            await _error_response(exc)(scope, receive, send)
-            return
-        problem = await anyio.to_thread.run_sync(_measure, compressed, encoding, self.max_bytes)
-        if problem is not None:
-            del compressed  # not kept while the answer goes out
-            await _error_response(problem)(scope, receive, send)
-            return
-        headers = [(n, v) for n, v in scope["headers"] if n not in (b"content-encoding", b"content-length")]
-        pieces = inflate(compressed, encoding, self.max_bytes)
-        await self.app(dict(scope, headers=headers), self._inflated(pieces, receive), send)
-
-    def _counted(self, receive: Callable[[], Any]) -> Callable[[], Any]:
-        size = 0
-
-        async def counted() -> dict:
-            nonlocal size
-            message = await receive()
-            size += len(message.get("body", b""))
-            if size > self.max_bytes:
-                raise BodyTooLarge(self.max_bytes)
-            return message
-
-        return counted
-
-    async def _read(self, receive: Callable[[], Any]) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                raise BadEncoding("the client went away before the end of its body")
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                raise BodyTooLarge(self.max_bytes)
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
-
-    @staticmethod
-    def _inflated(pieces: Iterator[bytes], receive: Callable[[], Any]) -> Callable[[], Any]:
-        ahead = next(pieces, None)
-        done = False
-
-        async def inflated() -> dict:
-            nonlocal ahead, done
-            if done:
-                return await receive()  # the body is over: what comes now is a disconnect
-            piece, ahead = ahead, next(pieces, None)
-            done = ahead is None
-            return {"type": "http.request", "body": piece or b"", "more_body": not done}
-
-        return inflated
-
-
 class _Unexpected:
     """ASGI middleware: an exception no handler took becomes a 500 without the server's
     details (see :func:`error_payload`), unless the answer had started."""
@@ -1025,7 +714,7 @@ class _Unexpected:
         except Exception as exc:
             if started or scope["type"] != "http":
                 raise
-            await _error_response(exc)(scope, receive, send)
+            await error_response(exc)(scope, receive, send)
 
 
 def _plugin_routes(store: Store) -> list[BaseRoute]:
@@ -1075,16 +764,16 @@ def create_app(
     api = _Api(store, max_body_bytes)
     api.auth = StoreAuth(store, token=token, runner_token=runner_token, keys=keys)
     handlers = {
-        Refused: lambda request, exc: _error_response(exc),
-        ValidationError: lambda request, exc: _error_response(exc),
-        NotFound: lambda request, exc: _error_response(exc),
-        InvalidTransition: lambda request, exc: _error_response(exc),
-        StoreUnavailable: lambda request, exc: _error_response(exc),
-        BodyTooLarge: lambda request, exc: _error_response(exc),
-        UnsupportedEncoding: lambda request, exc: _error_response(exc),
-        BadEncoding: lambda request, exc: _error_response(exc),
-        RecursionError: lambda request, exc: _error_response(exc),
-        ValueError: lambda request, exc: _error_response(exc),
+        Refused: lambda request, exc: error_response(exc),
+        ValidationError: lambda request, exc: error_response(exc),
+        NotFound: lambda request, exc: error_response(exc),
+        InvalidTransition: lambda request, exc: error_response(exc),
+        StoreUnavailable: lambda request, exc: error_response(exc),
+        BodyTooLarge: lambda request, exc: error_response(exc),
+        UnsupportedEncoding: lambda request, exc: error_response(exc),
+        BadEncoding: lambda request, exc: error_response(exc),
+        RecursionError: lambda request, exc: error_response(exc),
+        ValueError: lambda request, exc: error_response(exc),
     }
     app = Starlette(
         routes=[*api.routes(), *_plugin_routes(store)],
