@@ -62,6 +62,26 @@ def _measure(data: bytes, encoding: bytes, limit: int) -> Exception | None:
     return None
 
 
+async def read_whole(receive: Callable[[], Any], limit: int) -> bytes | None:
+    """The whole request body from an ASGI ``receive``, or None if the client went away first.
+
+    Raises :class:`BodyTooLarge` as soon as more than ``limit`` bytes have come.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(limit)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
 class BodyLimits:
     """ASGI middleware: no request body past ``max_bytes``, whichever route reads it.
 
@@ -122,19 +142,10 @@ class BodyLimits:
         return counted
 
     async def _read(self, receive: Callable[[], Any]) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                raise BadEncoding("the client went away before the end of its body")
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                raise BodyTooLarge(self.max_bytes)
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+        body = await read_whole(receive, self.max_bytes)
+        if body is None:
+            raise BadEncoding("the client went away before the end of its body")
+        return body
 
     @staticmethod
     def _inflated(pieces: Iterator[bytes], receive: Callable[[], Any]) -> Callable[[], Any]:

@@ -111,7 +111,7 @@ from agl.schema import (
     Rollout,
 )
 from agl.store.base import Store
-from agl_trainer.body_limits import BodyLimits
+from agl_trainer.body_limits import BodyLimits, read_whole
 from agl_trainer.store_auth import ADMIN, ROLLOUT, RUNNER, Caller, Refused, StoreAuth, redacted
 from agl_trainer.store_bodies import (
     BatchBody,
@@ -491,20 +491,10 @@ class _Api:
             try:
                 if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
                     raise BodyTooLarge(self.max_body_bytes)
-                chunks: list[bytes] = []
-                size = 0
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        return
-                    chunk = message.get("body", b"")
-                    size += len(chunk)
-                    if size > self.max_body_bytes:
-                        raise BodyTooLarge(self.max_body_bytes)
-                    chunks.append(chunk)
-                    if not message.get("more_body", False):
-                        break
-                body = BatchBody.model_validate_json(b"".join(chunks) or b"{}")
+                raw = await read_whole(receive, self.max_body_bytes)
+                if raw is None:
+                    return
+                body = BatchBody.model_validate_json(raw or b"{}")
                 caller = _caller(scope)
                 if caller.scope != ADMIN:
                     await self.call(self._check_batch, caller, body)
