@@ -51,10 +51,12 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
     """Success (overall and per tier) and behaviour of the agent over ended rollouts.
 
     ``tasks`` maps task ids to task inputs. A rollout that failed or timed out counts
-    as a failure; its rounds count as 0.
+    as a failure; its rounds count as 0. ``solved`` lists the task ids answered right, so
+    that two runs can be compared question by question.
     """
     per_tier: dict[str, list[float]] = {t: [] for t in TIERS}
     rounds = rewrites = accepted = runs = 0
+    solved: list[str] = []
     statuses: Counter[str] = Counter()
     for r in rollouts:
         task = tasks[r.task_id]
@@ -64,6 +66,8 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
         score = execution_match(sql, task["gold_sql"], bool(task.get("ordered")))
         runs += isinstance(sql, str) and run_query(sql).ok  # an empty query does not run
         per_tier.setdefault(task.get("tier", "all"), []).append(score)
+        if score:
+            solved.append(r.task_id)
         rounds += int(output.get("rounds", 0))
         rewrites += int(output.get("rewrites", 0))
         accepted += bool(output.get("accepted"))
@@ -78,6 +82,7 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
         "checker_acceptance": accepted / rounds if rounds else None,
         "final_query_runs": runs / n,
         "statuses": dict(statuses),
+        "solved": sorted(solved),
     }
     if store is not None:
         ids = [r.rollout_id for r in rollouts]

@@ -112,14 +112,37 @@ def behaviour_table(arms: dict[str, list[dict]]) -> list[str]:
     return lines
 
 
+def solved_table(arms: dict[str, list[dict]]) -> list[str]:
+    """Per seed, how many test questions each arm solved after training that the main arm did too."""
+    main = {r["seed"]: set(r["after"]["solved"]) for r in arms.get("main", []) if "solved" in r["after"]}
+    lines = [
+        "| arm | seed | solved by both | only by main | only by the arm |",
+        "|---|---|---|---|---|",
+    ]
+    for arm, records in arms.items():
+        for r in records:
+            if arm == "main" or r["seed"] not in main or "solved" not in r["after"]:
+                continue
+            arm_solved, main_solved = set(r["after"]["solved"]), main[r["seed"]]
+            both, only_main, only_arm = (
+                len(arm_solved & main_solved),
+                len(main_solved - arm_solved),
+                len(arm_solved - main_solved),
+            )
+            lines.append(f"| {arm} | {r['seed']} | {both} | {only_main} | {only_arm} |")
+    return lines if len(lines) > 2 else []
+
+
 def render(arms: dict[str, list[dict]]) -> str:
     """The block that goes between the markers."""
     if not arms:
         return "No results yet: run train.py (see above), then this script."
-    return "\n".join(
-        ["Test split (90 questions, greedy), before and after training:", "", *main_table(arms), ""]
-        + ["Behaviour on the test split, and who was called and trained:", "", *behaviour_table(arms)]
-    )
+    lines = ["Test split (90 questions, greedy), before and after training:", "", *main_table(arms), ""]
+    lines += ["Behaviour on the test split, and who was called and trained:", "", *behaviour_table(arms)]
+    solved = solved_table(arms)
+    if solved:
+        lines += ["", "The test questions solved after training, against the main arm's on the same seed:", "", *solved]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -206,6 +206,23 @@ def test_the_report_is_built_from_the_results_files(sql, tmp_path):
     assert cells[-1] == "25.5 ± 0.7"  # minutes
 
 
+def test_the_report_compares_the_questions_each_arm_solved_with_the_main_arms(sql):
+    def record(arm, seed, solved):
+        return {"arm": arm, "seed": seed, "after": {"solved": solved}}
+
+    arms = {
+        "main": [record("main", 0, ["q1", "q2", "q3"]), record("main", 1, ["q1"])],
+        "broadcast": [record("broadcast", 0, ["q1", "q2", "q3"]), record("broadcast", 2, ["q9"])],
+        "all-agents": [record("all-agents", 0, ["q2", "q4"]), record("all-agents", 1, ["q1"])],
+    }
+
+    rows = sql.report.solved_table(arms)[2:]
+
+    # (arm, seed, both, only main, only the arm); broadcast seed 2 has no main run to compare with
+    assert rows == ["| broadcast | 0 | 3 | 0 | 0 |", "| all-agents | 0 | 1 | 2 | 1 |", "| all-agents | 1 | 1 | 0 | 0 |"]
+    assert sql.report.solved_table({"main": arms["main"]}) == []
+
+
 def test_a_summary_counts_successes_and_final_queries_that_run(sql):
     from sql_agent.evaluation import summarize
 
@@ -226,6 +243,7 @@ def test_a_summary_counts_successes_and_final_queries_that_run(sql):
     summary = summarize(rollouts, tasks)
 
     assert summary["success"] == 0.25 and summary["success_by_tier"]["easy"] == 0.25
+    assert summary["solved"] == ["t0"]
     assert summary["final_query_runs"] == 0.5
     assert summary["rewrites_per_question"] == 0.75 and summary["checker_acceptance"] == 1 / 6
     assert summary["statuses"] == {"succeeded": 3, "failed": 1}
