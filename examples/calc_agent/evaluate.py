@@ -1,11 +1,14 @@
 """Evaluate the base model, or a trained LoRA adapter, on a split (greedy, one run per problem).
 
     python examples/calc_agent/evaluate.py [--checkpoint DIR] [--split test|val|train] [--limit N] [--out FILE]
+    python examples/calc_agent/evaluate.py --split val --operations 2 --temperature 1 --samples 4
 
 ``--checkpoint`` is an adapter directory (``<workdir>/verl/versions/step-N``) or a
 training work directory (its latest published version is used). Prints the success
 rate (overall and by number of operations), the tool-call validity rate and its
-breakdown, tool calls per episode and LLM calls per episode.
+breakdown, tool calls per episode and LLM calls per episode. ``--samples K`` at a
+``--temperature`` runs each problem K times and adds the fraction of problems with at
+least one success: what a GRPO group of K would learn from.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", type=Path, help="LoRA adapter or training workdir (default: the base model)")
     parser.add_argument("--split", choices=["train", "val", "test"], default="test")
     parser.add_argument("--limit", type=int, help="only the first N problems of the split")
+    parser.add_argument("--operations", type=int, nargs="+", help="only problems of these numbers of operations")
+    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: greedy)")
+    parser.add_argument("--samples", type=int, default=1, help="runs per problem")
     parser.add_argument(
         "--workdir", type=Path, help="where the evaluation's store goes (default: runs/calc-agent/eval-*)"
     )
@@ -52,7 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         adapter = checkpoint_dir(args.checkpoint.resolve()) if args.checkpoint else None
     except ConfigError as exc:
         parser.error(str(exc))
-    items = load_split(args.split)[: args.limit]
+    if args.samples < 1:
+        parser.error(f"--samples: must be at least 1, got {args.samples}")
+    if args.samples > 1 and args.temperature == 0:
+        parser.error("--samples: more than one sample needs a --temperature above 0 (greedy runs are all the same)")
+    items = [t for t in load_split(args.split) if not args.operations or t["input"]["operations"] in args.operations]
+    items = items[: args.limit]
     label = f"{args.split}-{adapter.parent.parent.parent.name + '-' + adapter.name if adapter else 'base'}"
     workdir = args.workdir or Path("runs") / "calc-agent" / f"eval-{label}"
     started = time.monotonic()
@@ -64,11 +75,16 @@ def main(argv: list[str] | None = None) -> int:
         split=args.split,
         concurrency=args.concurrency,
         max_response_tokens=args.max_response_tokens,
+        temperature=args.temperature,
+        samples=args.samples,
     )
     summary.update(
         {
             "split": args.split,
             "limit": args.limit,
+            "operations": args.operations,
+            "temperature": args.temperature,
+            "samples": args.samples,
             "checkpoint": str(adapter) if adapter else None,
             "max_response_tokens": args.max_response_tokens,
             "wall_s": round(time.monotonic() - started, 1),

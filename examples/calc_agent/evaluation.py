@@ -6,9 +6,10 @@ success rate (the reward plugin's numeric match, recomputed from the stored outp
 the tool-call validity rate, tool calls per episode, and how often the calculator
 answered with an error.
 
-:func:`run_split` runs the agent on every task once, greedily, on the base model or a
-LoRA adapter (:func:`agl_trainer.evaluate`: the transformers engine behind the agl
-gateway), the way the trainer's evaluation does.
+:func:`run_split` runs the agent on every task, on the base model or a LoRA adapter
+(:func:`agl_trainer.evaluate`: the transformers engine behind the agl gateway), the way
+the trainer's evaluation does: once and greedily by default, or ``samples`` times at a
+temperature, to see how many problems a GRPO group of that size would carry a signal on.
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ from agl.store.base import Store
 from .rewards import final_reply, numeric_match
 from .tool_calls import tool_call_figures
 
+SAMPLE_SEPARATOR = "#sample"
+
+
+def problem_id(task_id: str) -> str:
+    """The problem a (possibly sampled) task id stands for: ``calc-val-003#sample2`` -> ``calc-val-003``."""
+    return task_id.split(SAMPLE_SEPARATOR, 1)[0]
+
 
 def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | None = None) -> dict[str, Any]:
     """Success and tool use over ended rollouts; ``tasks`` maps task ids to task inputs.
@@ -34,6 +42,7 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
     statuses: Counter[str] = Counter()
     scores: list[float] = []
     by_operations: dict[int, list[float]] = {}
+    by_problem: dict[str, list[float]] = {}
     executed = errors = 0
     for r in rollouts:
         task = tasks[r.task_id]
@@ -42,6 +51,7 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
         score = numeric_match(final_reply(output), task["answer"])
         scores.append(score)
         by_operations.setdefault(task["operations"], []).append(score)
+        by_problem.setdefault(problem_id(r.task_id), []).append(score)
         calls = output.get("tool_calls") or []
         executed += len(calls)
         errors += sum(bool(c.get("is_error")) for c in calls)
@@ -54,6 +64,8 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
         "tool_error_rate": errors / executed if executed else None,
         "statuses": dict(statuses),
     }
+    if any(len(v) > 1 for v in by_problem.values()):
+        summary["problems_with_a_success"] = sum(max(v) > 0 for v in by_problem.values()) / len(by_problem)
     if store is not None:
         ids = [r.rollout_id for r in rollouts]
         summary.update(tool_call_figures(store.query_llm_calls(rollout_ids=ids), len(ids)))
@@ -71,8 +83,14 @@ def run_split(
     concurrency: int = 16,
     timeout_s: float = 600.0,
     max_response_tokens: int | None = 64,
+    temperature: float = 0.0,
+    samples: int = 1,
 ) -> dict[str, Any]:
-    """Run the agent once on each task (temperature 0) and summarize; returns the summary.
+    """Run the agent ``samples`` times on each task at ``temperature`` and summarize.
+
+    With ``samples`` above 1 the summary adds ``problems_with_a_success``: the fraction
+    of problems on which at least one sample succeeded (a GRPO group of that size
+    learns only from those).
 
     Everything the run records (rollouts, spans, gateway calls) goes to a SQLite store in
     ``workdir``.
@@ -85,7 +103,10 @@ def run_split(
     workdir.mkdir(parents=True, exist_ok=True)
     store = open_store(f"sqlite:///{workdir.resolve() / 'agl.db'}")
     try:
-        tasks = [Task(task_id=t["task_id"], input=t["input"], split=split) for t in items]
+        if samples < 1:
+            raise ValueError(f"samples: must be at least 1, got {samples}")
+        suffixes = [f"{SAMPLE_SEPARATOR}{k}" for k in range(samples)] if samples > 1 else [""]
+        tasks = [Task(task_id=t["task_id"] + s, input=t["input"], split=split) for t in items for s in suffixes]
         ended = evaluate(
             calc_agent,
             tasks,
@@ -95,6 +116,7 @@ def run_split(
             concurrency=concurrency,
             timeout_s=timeout_s,
             max_response_tokens=max_response_tokens,
+            temperature=temperature,
         )
         return summarize(ended, {t.task_id: t.input for t in tasks}, store)
     finally:

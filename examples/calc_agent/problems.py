@@ -158,6 +158,14 @@ def write_jsonl(splits: dict[str, list[dict]], out: Path) -> list[Path]:
     return paths
 
 
+def of_operations(tasks: list[dict], operations: tuple[int, ...]) -> list[dict]:
+    """The tasks of one of these numbers of operations, in their order."""
+    unknown = set(operations) - set(range(2, MAX_OPERATIONS + 1))
+    if unknown:
+        raise ValueError(f"operations: {sorted(unknown)} not among 2 to {MAX_OPERATIONS}")
+    return [t for t in tasks if t["input"]["operations"] in operations]
+
+
 def load_split(split: str, data_dir: Path | None = None) -> list[dict]:
     """The tasks of one split from ``data_dir`` (default: this example's ``data/``)."""
     path = (data_dir or DATA_DIR) / f"{split}.jsonl"
@@ -171,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args(argv)
     splits = generate(args.seed)
+    # the training tasks train.py uses by default, as a file for `agl train --tasks`
+    splits["train-2op"] = of_operations(splits["train"], (2,))
     for path in write_jsonl(splits, args.out):
         print(path)
     for split, tasks in splits.items():

@@ -27,9 +27,16 @@ import agl  # noqa: E402
 from agl_trainer.transition_counts import TransitionCounts  # noqa: E402
 from calc_agent import rewards  # noqa: E402
 from calc_agent.agent import calc_agent  # noqa: E402
-from calc_agent.config import BATCH_SIZE, MAX_RESPONSE_TOKENS, N_ROLLOUTS, STEPS, trainer_config  # noqa: E402
+from calc_agent.config import (  # noqa: E402
+    BATCH_SIZE,
+    MAX_RESPONSE_TOKENS,
+    N_ROLLOUTS,
+    STEPS,
+    TRAIN_OPERATIONS,
+    trainer_config,
+)
 from calc_agent.evaluation import run_split, summarize  # noqa: E402
-from calc_agent.problems import load_split  # noqa: E402
+from calc_agent.problems import load_split, of_operations  # noqa: E402
 from calc_agent.tool_calls import tool_call_figures  # noqa: E402
 
 NAME = "calc_agent"
@@ -100,6 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="tasks per step")
     parser.add_argument("--n-rollouts", type=int, default=N_ROLLOUTS, help="rollouts per task (the GRPO group)")
+    parser.add_argument(
+        "--operations",
+        type=int,
+        nargs="+",
+        default=list(TRAIN_OPERATIONS),
+        help="train on the train split's problems of these numbers of operations",
+    )
     parser.add_argument("--workdir", type=Path, help="default: runs/calc-agent/seed<N>")
     parser.add_argument("--results", type=Path, default=HERE / "results", help=f"where {NAME}-seed<N>.json goes")
     parser.add_argument("--model", type=Path, help="model directory (default: the bundled SmolLM2-135M-Instruct)")
@@ -133,7 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     register_reward()
     counter = TransitionCounts()
     agl.register_plugin(counter, name="calc-agent-transition-counts")
-    train, test = load_split("train"), load_split("test")[: args.eval_limit]
+    try:
+        train = of_operations(load_split("train"), tuple(args.operations))
+    except ValueError as exc:
+        parser.error(f"--{exc}")
+    test = load_split("test")[: args.eval_limit]
     config = trainer_config(
         seed=args.seed,
         workdir=workdir,
@@ -167,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         "steps": result.steps_completed,
         "batch_size": args.batch_size,
         "n_rollouts": args.n_rollouts,
+        "train_operations": list(args.operations),
+        "temperature": config["rollout"]["resources"]["temperature"],
+        "lr": config["backend"]["config"]["lr"],
         "transitions_config": config["transitions"],
         "wall_s": round(wall_s, 1),
         "step_s": [round(s, 1) for s in step_times],

@@ -43,6 +43,11 @@ def test_the_data_is_reproducible_and_committed(calc):
     for split, tasks in generated.items():
         committed = calc.problems.load_split(split)
         assert committed == json.loads(json.dumps(tasks)), split
+    two_operations = calc.problems.of_operations(generated["train"], (2,))
+    assert calc.problems.load_split("train-2op") == json.loads(json.dumps(two_operations))
+    assert {t["input"]["operations"] for t in two_operations} == {2} and len(two_operations) > 100
+    with pytest.raises(ValueError, match="operations: \\[5\\]"):
+        calc.problems.of_operations(generated["train"], (2, 5))
     assert calc.problems.generate() == generated
     assert calc.problems.generate(seed=calc.problems.SEED + 1)["test"] != generated["test"]
 
@@ -195,3 +200,29 @@ def test_tool_calls_are_classified_from_the_gateway_records(calc):
 def test_tool_call_figures_of_nothing(calc):
     figures = calc.tool_calls.tool_call_figures([], episodes=0)
     assert figures["tool_call_validity"] is None and figures["tool_calls_per_episode"] is None
+
+
+# -- sampled evaluation ---------------------------------------------------------------------
+
+
+def test_a_sampled_summary_counts_the_problems_a_grpo_group_would_learn_from(calc):
+    from calc_agent.evaluation import problem_id, summarize
+
+    from agl.schema import Rollout, RolloutStatus
+
+    problems = {"calc-val-000": 100, "calc-val-001": 200}
+    tasks = {
+        f"{pid}#sample{k}": {"answer": answer, "operations": 2} for pid, answer in problems.items() for k in range(3)
+    }
+    answers = {"calc-val-000#sample1": "ANSWER: 100"}  # one success, on the first problem only
+    rollouts = [
+        Rollout(task_id=tid, status=RolloutStatus.SUCCEEDED, output={"answer": answers.get(tid, "ANSWER: 7")})
+        for tid in tasks
+    ]
+
+    summary = summarize(rollouts, tasks)
+
+    assert problem_id("calc-val-000#sample1") == "calc-val-000" and problem_id("calc-val-000") == "calc-val-000"
+    assert summary["success"] == 1 / 6
+    assert summary["problems_with_a_success"] == 0.5
+    assert "problems_with_a_success" not in summarize(rollouts[:1] + rollouts[3:4], tasks)  # one run per problem
