@@ -178,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     if shared:
         figures["before"] = before
     figures["before_source"] = "results/base/test.json" if shared else "this run"
-    step_times = [r["time_step_s"] for r in result.history if r.get("kind") == "train" and "time_step_s" in r]
+    train_steps = [r for r in result.history if r.get("kind") == "train"]
+    step_times = [r["time_step_s"] for r in train_steps if "time_step_s" in r]
     record = {
         "name": NAME,
         "seed": args.seed,
@@ -192,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": round(wall_s, 1),
         "step_s": [round(s, 1) for s in step_times],
         "step_s_mean": round(sum(step_times) / len(step_times), 1) if step_times else None,
+        "train_success_by_step": [round(r.get("success_rate", 0.0), 4) for r in train_steps],
         "max_response_tokens": args.max_response_tokens,
         "eval_split": "test",
         "eval_problems": len(test),

@@ -178,6 +178,7 @@ def test_one_training_step_end_to_end(example, tmp_path):
     assert set(record["trained_transitions"]) == {"solver"}
     assert record["trained_transitions"]["solver"] >= 4
     assert record["step_s_mean"] is not None and record["step_s_mean"] > 0
+    assert len(record["train_success_by_step"]) == 1 and 0 <= record["train_success_by_step"][0] <= 1
     assert (tmp_path / "run" / "verl" / "versions" / "step-1" / "adapter_config.json").is_file()
 
 
