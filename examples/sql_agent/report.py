@@ -17,7 +17,10 @@ from collections import defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-START, END = "<!-- results:start -->", "<!-- results:end -->"
+sys.path.insert(0, str(HERE.parent))
+
+from reporting import half_mean, pm, write_block  # noqa: E402
+
 ARM_ORDER = ["main", "broadcast", "last", "emitted", "all-agents"]
 
 
@@ -32,17 +35,6 @@ def load(results: Path) -> dict[str, list[dict]]:
     return dict(sorted(arms.items(), key=lambda kv: (ARM_ORDER + [kv[0]]).index(kv[0])))
 
 
-def pm(values: list[float | None], scale: float = 1.0, digits: int = 1) -> str:
-    """``mean ± std`` of the values that are there (``n/a`` if none; no ± for one)."""
-    values = [v * scale for v in values if v is not None]
-    if not values:
-        return "n/a"
-    mean = statistics.fmean(values)
-    if len(values) == 1:
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f}"
-
-
 def tier(records: list[dict], when: str, name: str) -> str:
     """Test success on one tier, ``before`` or ``after`` training."""
     return pm([r[when]["success_by_tier"].get(name) for r in records], 100)
@@ -50,14 +42,7 @@ def tier(records: list[dict], when: str, name: str) -> str:
 
 def training_success(records: list[dict], half: int) -> str:
     """Training rollouts' success over the first (``half=0``) or second half of the steps."""
-    values = []
-    for r in records:
-        by_step = r.get("train_success_by_step")
-        if by_step:
-            middle = len(by_step) // 2
-            part = by_step[:middle] if half == 0 else by_step[middle:]
-            values.append(statistics.fmean(part) if part else None)
-    return pm(values, 100)
+    return pm([half_mean(r.get("train_success_by_step"), half) for r in records], 100)
 
 
 def per_agent(records: list[dict], key: str) -> str:
@@ -156,13 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     print(block)
     if args.check:
         return 0
-    text = args.readme.read_text()
-    if START not in text or END not in text:
-        print(f"{args.readme}: no {START} ... {END} markers", file=sys.stderr)
+    try:
+        write_block(args.readme, block)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
         return 1
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    args.readme.write_text(f"{head}{START}\n{block}\n{END}{tail}")
     return 0
 
 

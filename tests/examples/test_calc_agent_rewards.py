@@ -226,3 +226,53 @@ def test_a_sampled_summary_counts_the_problems_a_grpo_group_would_learn_from(cal
     assert summary["success"] == 1 / 6
     assert summary["problems_with_a_success"] == 0.5
     assert "problems_with_a_success" not in summarize(rollouts[:1] + rollouts[3:4], tasks)  # one run per problem
+
+
+# -- the README's results table -------------------------------------------------------------
+
+
+def test_the_report_is_built_from_the_results_files(calc, tmp_path):
+    import calc_agent.report
+    from reporting import END, START
+
+    def figures(success, two, validity):
+        return {
+            "success": success,
+            "success_by_operations": {"2": two, "3": 0.0, "4": 0.0},
+            "tool_call_validity": validity,
+            "tool_calls_per_episode": validity,
+        }
+
+    def record(seed, after):
+        return {
+            "seed": seed,
+            "steps": 10,
+            "batch_size": 3,
+            "n_rollouts": 8,
+            "eval_problems": 60,
+            "wall_s": 1200.0 + 120 * seed,
+            "before": figures(0.0, 0.0, 0.98),
+            "after": figures(after, 4 * after, 1.0),
+            "train_success_by_step": [0.0, 0.1, 0.2, 0.3],
+            "train_tool_calls": {"tool_call_validity": 0.9},
+        }
+
+    results = tmp_path / "results"
+    (results / "base").mkdir(parents=True)
+    (results / "base" / "test.json").write_text("{}")  # the shared base figures are not a run
+    for seed, after in ((1, 0.1), (0, 0.05)):
+        (results / f"calc_agent-seed{seed}.json").write_text(json.dumps(record(seed, after)))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{START}\nold\n{END}\noutro\n")
+
+    assert calc_agent.report.main(["--results", str(results), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
+    seed0, seed1, mean = rows[1:]
+    assert (seed0[0], seed0[2], seed0[4]) == ("0", "5.0", "20.0")  # seeds in order; after, and on 2 operations
+    assert mean[0] == "**mean ± std**" and mean[2] == "7.5 ± 3.5" and mean[4] == "30.0 ± 14.1"
+    assert mean[11:] == ["5.0 ± 0.0", "25.0 ± 0.0", "90.0 ± 0.0", "21.0 ± 1.4"]  # training halves, validity, minutes
+    (tmp_path / "unmarked.md").write_text("no markers\n")
+    assert calc_agent.report.main(["--results", str(results), "--readme", str(tmp_path / "unmarked.md")]) == 1
+    assert (tmp_path / "unmarked.md").read_text() == "no markers\n"

@@ -193,7 +193,9 @@ def test_the_report_is_built_from_the_results_files(sql, tmp_path):
     for seed, after in ((1, 0.1), (0, 0.2)):
         (results / f"main-seed{seed}.json").write_text(json.dumps(record("main", seed, after)))
     readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{sql.report.START}\nold\n{sql.report.END}\noutro\n")
+    from reporting import END, START
+
+    readme.write_text(f"intro\n{START}\nold\n{END}\noutro\n")
 
     assert sql.report.main(["--results", str(results), "--readme", str(readme)]) == 0
     text = readme.read_text()

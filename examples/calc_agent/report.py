@@ -1,0 +1,112 @@
+"""Build the README's results table from ``results/calc_agent-seed*.json`` (written by train.py).
+
+    python examples/calc_agent/report.py [--results DIR] [--readme FILE] [--check]
+
+Rewrites what lies between ``<!-- results:start -->`` and ``<!-- results:end -->`` in
+README.md; ``--check`` only prints the table. One row per seed, then mean ± sample
+standard deviation over the seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from reporting import half_mean, pm, write_block  # noqa: E402
+
+COLUMNS = (
+    "test success before (%)",
+    "after (%)",
+    "2 operations before (%)",
+    "after (%)",
+    "3 after (%)",
+    "4 after (%)",
+    "tool-call validity before (%)",
+    "after (%)",
+    "tool calls/episode before",
+    "after",
+    "training success, first half of the steps (%)",
+    "second half (%)",
+    "validity in training (%)",
+    "wall min",
+)
+
+
+def load(results: Path) -> list[dict]:
+    """The result records, in seed order."""
+    records = [json.loads(p.read_text()) for p in sorted(results.glob("calc_agent-seed*.json"))]
+    return sorted(records, key=lambda r: r["seed"])
+
+
+def cells(records: list[dict]) -> list[str]:
+    """The row's figures over ``records`` (one seed's, or all of them for the mean ± std row)."""
+
+    def column(when: str, key: str, scale: float = 100, digits: int = 1) -> str:
+        return pm([r[when].get(key) for r in records], scale, digits)
+
+    def operations(when: str, n: int) -> str:
+        return pm([r[when]["success_by_operations"].get(str(n)) for r in records], 100)
+
+    return [
+        column("before", "success"),
+        column("after", "success"),
+        operations("before", 2),
+        operations("after", 2),
+        operations("after", 3),
+        operations("after", 4),
+        column("before", "tool_call_validity"),
+        column("after", "tool_call_validity"),
+        column("before", "tool_calls_per_episode", 1, 2),
+        column("after", "tool_calls_per_episode", 1, 2),
+        pm([half_mean(r.get("train_success_by_step"), 0) for r in records], 100),
+        pm([half_mean(r.get("train_success_by_step"), 1) for r in records], 100),
+        pm([r["train_tool_calls"].get("tool_call_validity") for r in records], 100),
+        pm([r["wall_s"] for r in records], 1 / 60),
+    ]
+
+
+def render(records: list[dict]) -> str:
+    """The block that goes between the markers."""
+    if not records:
+        return "No trained seed yet: run train.py (see above), then this script."
+    first = records[0]
+    lines = [
+        f"Test split ({first['eval_problems']} problems, greedy), before and after "
+        f"{first['steps']} steps of {first['batch_size']} problems x {first['n_rollouts']} rollouts:",
+        "",
+        "| seed | " + " | ".join(COLUMNS) + " |",
+        "|---" * (len(COLUMNS) + 1) + "|",
+    ]
+    for r in records:
+        lines.append(f"| {r['seed']} | " + " | ".join(cells([r])) + " |")
+    if len(records) > 1:
+        lines.append("| **mean ± std** | " + " | ".join(cells(records)) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table and write it into the README."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, default=HERE / "results")
+    parser.add_argument("--readme", type=Path, default=HERE / "README.md")
+    parser.add_argument("--check", action="store_true", help="print only; leave the README alone")
+    args = parser.parse_args(argv)
+    block = render(load(args.results))
+    print(block)
+    if args.check:
+        return 0
+    try:
+        write_block(args.readme, block)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""What the examples' ``report.py`` scripts share: ``mean ± std`` cells and the README's results block.
+
+Each example's report builds its own tables from its ``results/*.json`` and writes them
+between ``<!-- results:start -->`` and ``<!-- results:end -->`` in its README.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def pm(values: list[float | None], scale: float = 1.0, digits: int = 1) -> str:
+    """``mean ± std`` (sample std) of the values that are there (``n/a`` if none; no ± for one)."""
+    values = [v * scale for v in values if v is not None]
+    if not values:
+        return "n/a"
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def half_mean(by_step: list[float] | None, half: int) -> float | None:
+    """The mean of the first (``half=0``) or second half of a per-step series; None without one."""
+    if not by_step:
+        return None
+    middle = len(by_step) // 2
+    part = by_step[:middle] if half == 0 else by_step[middle:]
+    return statistics.fmean(part) if part else None
+
+
+def write_block(readme: Path, block: str) -> None:
+    """Replace what lies between the results markers in ``readme`` with ``block``.
+
+    Raises ``ValueError`` naming the file when either marker is missing.
+    """
+    text = readme.read_text()
+    if START not in text or END not in text:
+        raise ValueError(f"{readme}: no {START} ... {END} markers")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(f"{head}{START}\n{block}\n{END}{tail}")
