@@ -6,7 +6,10 @@ between ``<!-- results:start -->`` and ``<!-- results:end -->`` in its README.
 
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -43,3 +46,26 @@ def write_block(readme: Path, block: str) -> None:
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
     readme.write_text(f"{head}{START}\n{block}\n{END}{tail}")
+
+
+def report_main(argv: list[str] | None, description: str, here: Path, build: Callable[[Path], str]) -> int:
+    """A report script's command line: print ``build(results_dir)`` and write it into the README.
+
+    ``here`` is the example's folder (``results/`` and ``README.md`` by default); ``--check``
+    only prints. Returns the exit status (1 when the README has no results markers).
+    """
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, default=here / "results")
+    parser.add_argument("--readme", type=Path, default=here / "README.md")
+    parser.add_argument("--check", action="store_true", help="print only; leave the README alone")
+    args = parser.parse_args(argv)
+    block = build(args.results)
+    print(block)
+    if args.check:
+        return 0
+    try:
+        write_block(args.readme, block)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return 0

@@ -9,7 +9,6 @@ deviation over the seeds of an arm.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -19,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from reporting import half_mean, pm, write_block  # noqa: E402
+from reporting import half_mean, pm, report_main  # noqa: E402
 
 ARM_ORDER = ["main", "broadcast", "last", "emitted", "all-agents"]
 
@@ -132,21 +131,7 @@ def render(arms: dict[str, list[dict]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the tables and write them into the README."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--results", type=Path, default=HERE / "results")
-    parser.add_argument("--readme", type=Path, default=HERE / "README.md")
-    parser.add_argument("--check", action="store_true", help="print only; leave the README alone")
-    args = parser.parse_args(argv)
-    block = render(load(args.results))
-    print(block)
-    if args.check:
-        return 0
-    try:
-        write_block(args.readme, block)
-    except ValueError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    return 0
+    return report_main(argv, __doc__, HERE, lambda results: render(load(results)))
 
 
 if __name__ == "__main__":
