@@ -43,6 +43,7 @@ def trainer_config(
     batch_size: int = BATCH_SIZE,
     n_rollouts: int = N_ROLLOUTS,
     max_response_tokens: int = MAX_RESPONSE_TOKENS,
+    lr: float = LR,
 ) -> dict[str, Any]:
     """The :class:`agl_trainer.TrainerConfig` dict of one run."""
     return {
@@ -59,7 +60,7 @@ def trainer_config(
             "name": "verl",
             "config": {
                 "model_path": str(model_path),
-                "lr": LR,
+                "lr": lr,
                 "adv_estimator": "grpo",
                 "policy_loss": "vanilla",
                 "micro_batch_size": 16,

@@ -36,10 +36,13 @@ COLUMNS = (
 )
 
 
-def load(results: Path) -> list[dict]:
-    """The result records, in seed order."""
-    records = [json.loads(p.read_text()) for p in sorted(results.glob("calc_agent-seed*.json"))]
-    return sorted(records, key=lambda r: r["seed"])
+def load(results: Path) -> dict[float, list[dict]]:
+    """The result records (``calc_agent[-lr<LR>]-seed<N>.json``) by learning rate, each in seed order."""
+    runs: dict[float, list[dict]] = {}
+    for path in sorted(results.glob("calc_agent*-seed*.json")):
+        record = json.loads(path.read_text())
+        runs.setdefault(record["lr"], []).append(record)
+    return {lr: sorted(records, key=lambda r: r["seed"]) for lr, records in sorted(runs.items(), reverse=True)}
 
 
 def cells(records: list[dict]) -> list[str]:
@@ -69,22 +72,23 @@ def cells(records: list[dict]) -> list[str]:
     ]
 
 
-def render(records: list[dict]) -> str:
-    """The block that goes between the markers."""
-    if not records:
+def render(runs: dict[float, list[dict]]) -> str:
+    """The block that goes between the markers: a row per seed, and mean ± std per learning rate."""
+    if not runs:
         return "No trained seed yet: run train.py (see above), then this script."
-    first = records[0]
+    first = next(iter(runs.values()))[0]
     lines = [
         f"Test split ({first['eval_problems']} problems, greedy), before and after "
         f"{first['steps']} steps of {first['batch_size']} problems x {first['n_rollouts']} rollouts:",
         "",
-        "| seed | " + " | ".join(COLUMNS) + " |",
-        "|---" * (len(COLUMNS) + 1) + "|",
+        "| lr | seed | " + " | ".join(COLUMNS) + " |",
+        "|---" * (len(COLUMNS) + 2) + "|",
     ]
-    for r in records:
-        lines.append(f"| {r['seed']} | " + " | ".join(cells([r])) + " |")
-    if len(records) > 1:
-        lines.append("| **mean ± std** | " + " | ".join(cells(records)) + " |")
+    for lr, records in runs.items():
+        for r in records:
+            lines.append(f"| {lr:g} | {r['seed']} | " + " | ".join(cells([r])) + " |")
+        if len(records) > 1:
+            lines.append(f"| {lr:g} | **mean ± std** | " + " | ".join(cells(records)) + " |")
     return "\n".join(lines)
 
 

@@ -29,6 +29,7 @@ from calc_agent import rewards  # noqa: E402
 from calc_agent.agent import calc_agent  # noqa: E402
 from calc_agent.config import (  # noqa: E402
     BATCH_SIZE,
+    LR,
     MAX_RESPONSE_TOKENS,
     N_ROLLOUTS,
     STEPS,
@@ -114,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         default=list(TRAIN_OPERATIONS),
         help="train on the train split's problems of these numbers of operations",
     )
+    parser.add_argument(
+        "--lr", type=float, default=LR, help=f"LoRA learning rate (not {LR:g}: named in the results file)"
+    )
     parser.add_argument("--workdir", type=Path, help="default: runs/calc-agent/seed<N>")
     parser.add_argument("--results", type=Path, default=HERE / "results", help=f"where {NAME}-seed<N>.json goes")
     parser.add_argument("--model", type=Path, help="model directory (default: the bundled SmolLM2-135M-Instruct)")
@@ -160,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=args.batch_size,
         n_rollouts=args.n_rollouts,
         max_response_tokens=args.max_response_tokens,
+        lr=args.lr,
     )
     config["progress"] = sys.stderr.isatty()
     shared = args.before == "shared" and args.model is None and args.eval_limit is None
@@ -181,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     train_steps = [r for r in result.history if r.get("kind") == "train"]
     step_times = [r["time_step_s"] for r in train_steps if "time_step_s" in r]
     record = {
-        "name": NAME,
+        "name": NAME if args.lr == LR else f"{NAME}-lr{args.lr:g}",
         "seed": args.seed,
         "steps": result.steps_completed,
         "batch_size": args.batch_size,
@@ -202,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         "workdir": str(workdir),
     }
     args.results.mkdir(parents=True, exist_ok=True)
-    out = args.results / f"{NAME}-seed{args.seed}.json"
+    out = args.results / f"{record['name']}-seed{args.seed}.json"
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(result.summary())
     b, a = record["before"], record["after"]

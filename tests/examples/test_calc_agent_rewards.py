@@ -243,9 +243,10 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
             "tool_calls_per_episode": validity,
         }
 
-    def record(seed, after):
+    def record(seed, after, lr=1e-3):
         return {
             "seed": seed,
+            "lr": lr,
             "steps": 10,
             "batch_size": 3,
             "n_rollouts": 8,
@@ -262,6 +263,7 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
     (results / "base" / "test.json").write_text("{}")  # the shared base figures are not a run
     for seed, after in ((1, 0.1), (0, 0.05)):
         (results / f"calc_agent-seed{seed}.json").write_text(json.dumps(record(seed, after)))
+    (results / "calc_agent-lr0.0003-seed0.json").write_text(json.dumps(record(0, 0.2, lr=3e-4)))
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{START}\nold\n{END}\noutro\n")
 
@@ -269,10 +271,11 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
-    seed0, seed1, mean = rows[1:]
-    assert (seed0[0], seed0[2], seed0[4]) == ("0", "5.0", "20.0")  # seeds in order; after, and on 2 operations
-    assert mean[0] == "**mean ± std**" and mean[2] == "7.5 ± 3.5" and mean[4] == "30.0 ± 14.1"
-    assert mean[11:] == ["5.0 ± 0.0", "25.0 ± 0.0", "90.0 ± 0.0", "21.0 ± 1.4"]  # training halves, validity, minutes
+    seed0, seed1, mean, other_lr = rows[1:]
+    assert seed0[:3] == ["0.001", "0", "0.0"] and (seed0[3], seed0[5]) == ("5.0", "20.0")  # after; on 2 operations
+    assert seed1[1] == "1" and other_lr[:2] == ["0.0003", "0"] and other_lr[3] == "20.0"  # a row per seed, by lr
+    assert mean[1] == "**mean ± std**" and mean[3] == "7.5 ± 3.5" and mean[5] == "30.0 ± 14.1"
+    assert mean[12:] == ["5.0 ± 0.0", "25.0 ± 0.0", "90.0 ± 0.0", "21.0 ± 1.4"]  # training halves, validity, minutes
     (tmp_path / "unmarked.md").write_text("no markers\n")
     assert calc_agent.report.main(["--results", str(results), "--readme", str(tmp_path / "unmarked.md")]) == 1
     assert (tmp_path / "unmarked.md").read_text() == "no markers\n"
