@@ -27,7 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from calc_agent.config import MAX_RESPONSE_TOKENS  # noqa: E402
 from calc_agent.evaluation import run_split  # noqa: E402
-from calc_agent.problems import load_split  # noqa: E402
+from calc_agent.problems import load_split, of_operations  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +62,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--samples: must be at least 1, got {args.samples}")
     if args.samples > 1 and args.temperature == 0:
         parser.error("--samples: more than one sample needs a --temperature above 0 (greedy runs are all the same)")
-    items = [t for t in load_split(args.split) if not args.operations or t["input"]["operations"] in args.operations]
+    items = load_split(args.split)
+    if args.operations:
+        try:
+            items = of_operations(items, tuple(args.operations))
+        except ValueError as exc:
+            parser.error(f"--{exc}")
     items = items[: args.limit]
     label = f"{args.split}-{adapter.parent.parent.parent.name + '-' + adapter.name if adapter else 'base'}"
     workdir = args.workdir or Path("runs") / "calc-agent" / f"eval-{label}"
