@@ -133,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--fresh", action="store_true", help="start over instead of resuming the workdir")
     args = parser.parse_args(argv)
+    try:  # before anything is deleted, loaded or registered
+        train = of_operations(load_split("train"), tuple(args.operations))
+    except ValueError as exc:
+        parser.error(f"--{exc}")
 
     started = time.monotonic()
     import torch
@@ -151,10 +155,6 @@ def main(argv: list[str] | None = None) -> int:
     register_reward()
     counter = TransitionCounts()
     agl.register_plugin(counter, name="calc-agent-transition-counts")
-    try:
-        train = of_operations(load_split("train"), tuple(args.operations))
-    except ValueError as exc:
-        parser.error(f"--{exc}")
     test = load_split("test")[: args.eval_limit]
     config = trainer_config(
         seed=args.seed,
