@@ -25,6 +25,8 @@ sys.path.insert(0, str(HERE.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+from sampling import add_sampling_arguments, check_sampling_arguments  # noqa: E402
+
 from calc_agent.config import MAX_RESPONSE_TOKENS  # noqa: E402
 from calc_agent.evaluation import run_split  # noqa: E402
 from calc_agent.problems import load_split, of_operations  # noqa: E402
@@ -37,8 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", choices=["train", "val", "test"], default="test")
     parser.add_argument("--limit", type=int, help="only the first N problems of the split")
     parser.add_argument("--operations", type=int, nargs="+", help="only problems of these numbers of operations")
-    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: greedy)")
-    parser.add_argument("--samples", type=int, default=1, help="runs per problem")
+    add_sampling_arguments(parser)
     parser.add_argument(
         "--workdir", type=Path, help="where the evaluation's store goes (default: runs/calc-agent/eval-*)"
     )
@@ -58,10 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         adapter = checkpoint_dir(args.checkpoint.resolve()) if args.checkpoint else None
     except ConfigError as exc:
         parser.error(str(exc))
-    if args.samples < 1:
-        parser.error(f"--samples: must be at least 1, got {args.samples}")
-    if args.samples > 1 and args.temperature == 0:
-        parser.error("--samples: more than one sample needs a --temperature above 0 (greedy runs are all the same)")
+    check_sampling_arguments(parser, args)
     items = load_split(args.split)
     if args.operations:
         try:

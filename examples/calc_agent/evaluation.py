@@ -18,18 +18,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agl.schema import Rollout, RolloutStatus, Task
+from sampling import group_by_item, sampled_tasks
+
+from agl.schema import Rollout, RolloutStatus
 from agl.store.base import Store
 
 from .rewards import final_reply, numeric_match
 from .tool_calls import tool_call_figures
-
-SAMPLE_SEPARATOR = "#sample"
-
-
-def problem_id(task_id: str) -> str:
-    """The problem a (possibly sampled) task id stands for: ``calc-val-003#sample2`` -> ``calc-val-003``."""
-    return task_id.split(SAMPLE_SEPARATOR, 1)[0]
 
 
 def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | None = None) -> dict[str, Any]:
@@ -42,7 +37,7 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
     statuses: Counter[str] = Counter()
     scores: list[float] = []
     by_operations: dict[int, list[float]] = {}
-    by_problem: dict[str, list[float]] = {}
+    by_task: dict[str, float] = {}
     executed = errors = 0
     for r in rollouts:
         task = tasks[r.task_id]
@@ -51,7 +46,7 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
         score = numeric_match(final_reply(output), task["answer"])
         scores.append(score)
         by_operations.setdefault(task["operations"], []).append(score)
-        by_problem.setdefault(problem_id(r.task_id), []).append(score)
+        by_task[r.task_id] = score
         calls = output.get("tool_calls") or []
         executed += len(calls)
         errors += sum(bool(c.get("is_error")) for c in calls)
@@ -64,6 +59,7 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
         "tool_error_rate": errors / executed if executed else None,
         "statuses": dict(statuses),
     }
+    by_problem = group_by_item(by_task)
     if any(len(v) > 1 for v in by_problem.values()):
         summary["problems_with_a_success"] = sum(max(v) > 0 for v in by_problem.values()) / len(by_problem)
     if store is not None:
@@ -103,10 +99,7 @@ def run_split(
     workdir.mkdir(parents=True, exist_ok=True)
     store = open_store(f"sqlite:///{workdir.resolve() / 'agl.db'}")
     try:
-        if samples < 1:
-            raise ValueError(f"samples: must be at least 1, got {samples}")
-        suffixes = [f"{SAMPLE_SEPARATOR}{k}" for k in range(samples)] if samples > 1 else [""]
-        tasks = [Task(task_id=t["task_id"] + s, input=t["input"], split=split) for t in items for s in suffixes]
+        tasks = sampled_tasks(items, samples=samples, split=split)
         ended = evaluate(
             calc_agent,
             tasks,

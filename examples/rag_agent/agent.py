@@ -101,6 +101,7 @@ async def rag_agent(task: dict, ctx=None) -> dict[str, Any]:
     )
     agent = build_agent(
         temperature=resources.get("temperature", 1.0),
+        max_tokens=resources.get("max_tokens", MAX_TOKENS),
         model=getattr(ctx, "model", None) or os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
     )
     config = RunConfig(model_provider=OpenAIProvider(openai_client=client), workflow_name="rag_agent")

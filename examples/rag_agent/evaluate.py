@@ -1,11 +1,14 @@
 """Evaluate the base model, or a trained LoRA adapter, on a split (greedy, one run per question).
 
     python examples/rag_agent/evaluate.py [--checkpoint DIR] [--split test|val|train] [--limit N] [--out FILE]
+    python examples/rag_agent/evaluate.py --split val --temperature 1 --samples 4
 
 ``--checkpoint`` is an adapter directory (``<workdir>/verl/versions/step-N``) or a
 training work directory (its latest published version is used). Prints token F1 and
 exact match (overall and by hops), how episodes ended, tool calls per episode and the
-tool-call validity rate.
+tool-call validity rate. ``--samples K`` at a ``--temperature`` runs each question K
+times and adds the fraction of questions whose samples' F1 differ: those a GRPO group of
+K would learn from.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from sampling import add_sampling_arguments, check_sampling_arguments  # noqa: E402
+
 from rag_agent.config import MAX_RESPONSE_TOKENS  # noqa: E402
 from rag_agent.evaluation import run_split  # noqa: E402
 from rag_agent.questions import load_split  # noqa: E402
@@ -35,8 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="the evaluation store (default: runs/rag-agent/eval-*)")
     parser.add_argument("--out", type=Path, help="also write the summary here (JSON)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    parser.add_argument("--concurrency", type=int, default=6, help="questions at once")
+    parser.add_argument("--concurrency", type=int, default=16, help="questions at once")
+    parser.add_argument("--max-response-tokens", type=int, default=MAX_RESPONSE_TOKENS)
+    add_sampling_arguments(parser)
     args = parser.parse_args(argv)
+    check_sampling_arguments(parser, args)
 
     import torch
 
@@ -59,10 +67,21 @@ def main(argv: list[str] | None = None) -> int:
         workdir=workdir,
         split=args.split,
         concurrency=args.concurrency,
-        max_response_tokens=MAX_RESPONSE_TOKENS,
+        max_response_tokens=args.max_response_tokens,
+        temperature=args.temperature,
+        samples=args.samples,
     )
-    seconds = time.monotonic() - started
-    summary.update({"split": args.split, "checkpoint": str(adapter) if adapter else None, "wall_s": round(seconds, 1)})
+    summary.update(
+        {
+            "split": args.split,
+            "limit": args.limit,
+            "temperature": args.temperature,
+            "samples": args.samples,
+            "checkpoint": str(adapter) if adapter else None,
+            "max_response_tokens": args.max_response_tokens,
+            "wall_s": round(time.monotonic() - started, 1),
+        }
+    )
     text = json.dumps(summary, indent=1)
     print(text)
     if args.out:

@@ -19,7 +19,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agl.schema import LLMCall, Rollout, RolloutStatus, Task
+from sampling import group_by_item, sampled_tasks
+
+from agl.schema import LLMCall, Rollout, RolloutStatus
 from agl.store.base import Store
 
 from .rewards import exact_match, predicted_answer, token_f1
@@ -105,18 +107,23 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
     """F1 and exact match (overall and by hops) and how the episodes ended; tool-call figures given ``store``.
 
     ``tasks`` maps task ids to task inputs. A rollout that failed or timed out scores 0.
+    When questions were sampled more than once, the summary adds the fraction of them on
+    which some sample scored (``questions_with_a_hit``) and on which the samples' F1 differ
+    (``questions_with_signal``: the ones a GRPO group of that size learns from).
     """
     f1: dict[int, list[float]] = {1: [], 2: []}
     em: dict[int, list[float]] = {1: [], 2: []}
     statuses: Counter[str] = Counter()
     stopped: Counter[str] = Counter()
+    by_task: dict[str, float] = {}
     for r in rollouts:
         task = tasks[r.task_id]
         statuses[r.status.value] += 1
         output = r.output if r.status == RolloutStatus.SUCCEEDED and isinstance(r.output, dict) else {}
         stopped[output.get("stopped") or ("answered" if output else "no output")] += 1
         answer = predicted_answer(output)
-        f1.setdefault(task["hops"], []).append(token_f1(answer, task["answer"]))
+        by_task[r.task_id] = token_f1(answer, task["answer"])
+        f1.setdefault(task["hops"], []).append(by_task[r.task_id])
         em.setdefault(task["hops"], []).append(exact_match(answer, task["answer"]))
     every_f1 = [v for values in f1.values() for v in values]
     every_em = [v for values in em.values() for v in values]
@@ -129,6 +136,10 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
         "endings": dict(sorted(stopped.items())),
         "statuses": dict(statuses),
     }
+    groups = group_by_item(by_task)
+    if any(len(v) > 1 for v in groups.values()):
+        summary["questions_with_a_hit"] = sum(max(v) > 0 for v in groups.values()) / len(groups)
+        summary["questions_with_signal"] = sum(max(v) > min(v) for v in groups.values()) / len(groups)
     if store is not None:
         summary.update(tool_call_figures(store, [r.rollout_id for r in rollouts]))
     return summary
@@ -144,8 +155,13 @@ def run_split(
     concurrency: int = 6,
     timeout_s: float = 1800.0,
     max_response_tokens: int | None = None,
+    temperature: float = 0.0,
+    samples: int = 1,
 ) -> dict[str, Any]:
-    """Run the agent once on each task (temperature 0) and summarize; returns the summary.
+    """Run the agent ``samples`` times on each task at ``temperature`` and summarize; returns the summary.
+
+    ``max_response_tokens`` caps every response at the gateway and is the agent's own cap
+    (``resources["max_tokens"]``) too.
 
     Everything the run records (rollouts, spans, gateway calls) goes to a SQLite store in
     ``workdir``.
@@ -158,7 +174,7 @@ def run_split(
     workdir.mkdir(parents=True, exist_ok=True)
     store = open_store(f"sqlite:///{workdir.resolve() / 'agl.db'}")
     try:
-        tasks = [Task(task_id=t["task_id"], input=t["input"], split=split) for t in items]
+        tasks = sampled_tasks(items, samples=samples, split=split)
         ended = evaluate(
             rag_agent,
             tasks,
@@ -168,6 +184,8 @@ def run_split(
             concurrency=concurrency,
             timeout_s=timeout_s,
             max_response_tokens=max_response_tokens,
+            temperature=temperature,
+            resources={"max_tokens": max_response_tokens} if max_response_tokens else None,
         )
         return summarize(ended, {t.task_id: t.input for t in tasks}, store)
     finally:

@@ -16,6 +16,7 @@ EXAMPLES = Path(__file__).parents[2] / "examples"
 def calc():
     sys.path.insert(0, str(EXAMPLES))
     try:
+        import calc_agent.evaluation
         import calc_agent.problems
         import calc_agent.prompts
         import calc_agent.rewards
@@ -206,7 +207,8 @@ def test_tool_call_figures_of_nothing(calc):
 
 
 def test_a_sampled_summary_counts_the_problems_a_grpo_group_would_learn_from(calc):
-    from calc_agent.evaluation import problem_id, summarize
+    from calc_agent.evaluation import summarize
+    from sampling import item_id
 
     from agl.schema import Rollout, RolloutStatus
 
@@ -222,7 +224,7 @@ def test_a_sampled_summary_counts_the_problems_a_grpo_group_would_learn_from(cal
 
     summary = summarize(rollouts, tasks)
 
-    assert problem_id("calc-val-000#sample1") == "calc-val-000" and problem_id("calc-val-000") == "calc-val-000"
+    assert item_id("calc-val-000#sample1") == "calc-val-000" and item_id("calc-val-000") == "calc-val-000"
     assert summary["success"] == 1 / 6
     assert summary["problems_with_a_success"] == 0.5
     assert "problems_with_a_success" not in summarize(rollouts[:1] + rollouts[3:4], tasks)  # one run per problem

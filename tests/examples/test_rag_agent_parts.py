@@ -244,3 +244,30 @@ def test_wrong_argument_types_reach_the_agent_as_the_sdks_tool_error(rag):
         assert isinstance(result, str) and result.startswith("An error occurred while running the tool"), (bad, result)
     good = asyncio.run(invoke('{"query": "Kora Labs"}'))
     assert "makes" in good or good == "No results."
+
+
+# -- sampled evaluation ---------------------------------------------------------------------
+
+
+def test_a_sampled_summary_counts_the_questions_a_grpo_group_would_learn_from(rag):
+    from agl.schema import Rollout, RolloutStatus
+
+    gold = {"rag-val-000": "Vistund", "rag-val-001": "Karl Kreitrousk", "rag-val-002": "tea"}
+    tasks = {f"{qid}#sample{k}": {"answer": a, "hops": 1} for qid, a in gold.items() for k in range(2)}
+    answers = {
+        "rag-val-000#sample0": "Vistund",  # a hit and a miss: signal
+        "rag-val-001#sample0": "Karl",  # two equal partial hits: a hit, no signal
+        "rag-val-001#sample1": "Karl",
+    }
+    rollouts = [
+        Rollout(task_id=tid, status=RolloutStatus.SUCCEEDED, output={"answer": answers.get(tid, "Zimar")})
+        for tid in tasks
+    ]
+
+    summary = rag.evaluation.summarize(rollouts, tasks)
+
+    assert summary["n"] == 6
+    assert summary["f1"] == pytest.approx((1 + 2 / 3 + 2 / 3) / 6)
+    assert summary["questions_with_a_hit"] == pytest.approx(2 / 3)
+    assert summary["questions_with_signal"] == pytest.approx(1 / 3)
+    assert "questions_with_signal" not in rag.evaluation.summarize(rollouts[::2], tasks)  # one run per question
