@@ -46,8 +46,9 @@ from .retrieval import default_index, format_hits
 AGENT_NAME = "researcher"
 MAX_TURNS = 4
 """LLM calls per episode at most: up to three searches and the answer."""
-MAX_TOKENS = 48
-"""The agent's own response cap (``max_output_tokens``): a search call takes about 25 tokens, an answer fewer."""
+MAX_TOKENS = 96
+"""The agent's own response cap (``max_output_tokens``) unless ``resources["max_tokens"]`` gives one:
+a search call takes about 25 tokens; the base model's answers often restate a passage."""
 REQUEST_TIMEOUT_S = 3600.0
 """The client's limit on one model call. The openai client's own default (600 s) failed whole rollouts on a
 shared 2-core machine where calls queued behind others; the runner's rollout timeout bounds an episode."""

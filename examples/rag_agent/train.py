@@ -113,14 +113,18 @@ def main(argv: list[str] | None = None) -> int:
     wall_s = time.monotonic() - started
 
     figures = collect(workdir, args.steps, {t["task_id"]: t["input"] for t in test}, len(test))
-    step_times = [r["time_step_s"] for r in result.history if r.get("kind") == "train" and "time_step_s" in r]
+    train_steps = [r for r in result.history if r.get("kind") == "train"]
+    step_times = [r["time_step_s"] for r in train_steps if "time_step_s" in r]
     record = {
         "seed": args.seed,
         "steps": result.steps_completed,
         "batch_size": args.batch_size,
         "n_rollouts": args.n_rollouts,
+        "temperature": config["rollout"]["resources"]["temperature"],
+        "lr": config["backend"]["config"]["lr"],
         "wall_s": round(wall_s, 1),
         "step_s": [round(s, 1) for s in step_times],
+        "train_f1_by_step": [round(r.get("reward_mean", 0.0), 4) for r in train_steps],
         "max_response_tokens": args.max_response_tokens,
         "eval_split": "test",
         "eval_questions": len(test),

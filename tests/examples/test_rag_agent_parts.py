@@ -19,6 +19,7 @@ def rag():
     try:
         import rag_agent.agent
         import rag_agent.collection
+        import rag_agent.config
         import rag_agent.evaluation
         import rag_agent.questions
         import rag_agent.retrieval
@@ -27,6 +28,7 @@ def rag():
         yield SimpleNamespace(
             agent=rag_agent.agent,
             collection=rag_agent.collection,
+            config=rag_agent.config,
             evaluation=rag_agent.evaluation,
             questions=rag_agent.questions,
             retrieval=rag_agent.retrieval,
@@ -271,3 +273,18 @@ def test_a_sampled_summary_counts_the_questions_a_grpo_group_would_learn_from(ra
     assert summary["questions_with_a_hit"] == pytest.approx(2 / 3)
     assert summary["questions_with_signal"] == pytest.approx(1 / 3)
     assert "questions_with_signal" not in rag.evaluation.summarize(rollouts[::2], tasks)  # one run per question
+
+
+def test_train_yaml_is_the_run_train_py_makes(rag):
+    from agl_trainer.config import load_config, parse_config
+
+    workdir = Path("runs/rag-agent/yaml-seed0")
+    from_yaml = load_config(EXAMPLES / "rag_agent" / "train.yaml").model_dump()
+    from_py = parse_config(rag.config.trainer_config(seed=0, workdir=workdir, model_path="MODEL")).model_dump()
+    # --model fills the model paths; train.py registers the reward in code and gives its store an absolute path
+    for config in (from_yaml, from_py):
+        config["backend"]["config"].pop("model_path", None)
+        config["engine"]["config"].pop("model_path", None)
+        config.pop("store")
+    assert from_yaml.pop("plugins") == ["rag_agent.rewards"] and from_py.pop("plugins") == []
+    assert from_yaml == from_py
