@@ -288,3 +288,53 @@ def test_train_yaml_is_the_run_train_py_makes(rag):
         config.pop("store")
     assert from_yaml.pop("plugins") == ["rag_agent.rewards"] and from_py.pop("plugins") == []
     assert from_yaml == from_py
+
+
+def test_the_report_is_built_from_the_results_files(rag, tmp_path):
+    import rag_agent.report
+    from reporting import END, START
+
+    def figures(f1, validity, cut):
+        return {
+            "f1": f1,
+            "exact_match": f1 / 2,
+            "f1_by_hops": {"1": 2 * f1, "2": 0.0},
+            "tool_call_validity": validity,
+            "tool_calls_per_episode": 1.0,
+            "endings": {"answered": 20 - cut, "truncated": cut} if cut else {"answered": 20},
+        }
+
+    def record(seed, after):
+        return {
+            "seed": seed,
+            "steps": 10,
+            "batch_size": 2,
+            "n_rollouts": 8,
+            "temperature": 0.5,
+            "lr": 3e-4,
+            "eval_questions": 20,
+            "wall_s": 1500.0 + 60 * seed,
+            "before": figures(0.02, 0.25, 4),
+            "after": figures(after, 0.5, 0),
+            "train_f1_by_step": [0.0, 0.1, 0.2, 0.4],
+        }
+
+    results = tmp_path / "results"
+    (results / "val-samples").mkdir(parents=True)
+    (results / "val-samples" / "T0.5.json").write_text("{}")  # the validation probes are not runs
+    for seed, after in ((1, 0.3), (0, 0.1)):
+        (results / f"rag_agent-seed{seed}.json").write_text(json.dumps(record(seed, after)))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{START}\nold\n{END}\noutro\n")
+
+    assert rag_agent.report.main(["--results", str(results), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text
+    assert "10 steps of 2 questions x 8 rollouts at temperature 0.5, lr 0.0003" in text
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
+    seed0, seed1, mean = rows[1:]
+    assert seed0[:5] == ["0", "0.020", "0.100", "0.200", "0.000"] and seed1[0] == "1"
+    assert mean[0] == "**mean ± std**" and mean[2] == "0.200 ± 0.141" and mean[6] == "10.0 ± 7.1"  # F1, EM after
+    assert mean[11:] == ["4.0 ± 0.0", "0.0 ± 0.0", "0.050 ± 0.000", "0.300 ± 0.000", "25.5 ± 0.7"]
+    (tmp_path / "unmarked.md").write_text("no markers\n")
+    assert rag_agent.report.main(["--results", str(results), "--readme", str(tmp_path / "unmarked.md")]) == 1

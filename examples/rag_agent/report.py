@@ -1,0 +1,102 @@
+"""Build the README's results table from ``results/rag_agent-seed*.json`` (written by train.py).
+
+    python examples/rag_agent/report.py [--results DIR] [--readme FILE] [--check]
+
+Rewrites what lies between ``<!-- results:start -->`` and ``<!-- results:end -->`` in
+README.md; ``--check`` only prints the table. One row per seed, then mean ± sample
+standard deviation over the seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from reporting import half_mean, pm, report_main  # noqa: E402
+
+COLUMNS = (
+    "test F1 before",
+    "after",
+    "one-hop after",
+    "two-hop after",
+    "exact match before (%)",
+    "after (%)",
+    "tool-call validity before (%)",
+    "after (%)",
+    "searches/episode before",
+    "after",
+    "episodes cut at the cap before",
+    "after",
+    "training F1, first half of the steps",
+    "second half",
+    "wall min",
+)
+
+
+def load(results: Path) -> list[dict]:
+    """The result records (``rag_agent-seed<N>.json``) in seed order."""
+    records = [json.loads(p.read_text()) for p in results.glob("rag_agent-seed*.json")]
+    return sorted(records, key=lambda r: r["seed"])
+
+
+def cells(records: list[dict]) -> list[str]:
+    """The row's figures over ``records`` (one seed's, or all of them for the mean ± std row)."""
+
+    def column(when: str, key: str, scale: float = 1, digits: int = 3) -> str:
+        return pm([r[when].get(key) for r in records], scale, digits)
+
+    def hops(n: int) -> str:
+        return pm([r["after"]["f1_by_hops"].get(str(n)) for r in records], 1, 3)
+
+    def cut(when: str) -> str:
+        return pm([r[when]["endings"].get("truncated", 0) for r in records], 1, 1)
+
+    return [
+        column("before", "f1"),
+        column("after", "f1"),
+        hops(1),
+        hops(2),
+        column("before", "exact_match", 100, 1),
+        column("after", "exact_match", 100, 1),
+        column("before", "tool_call_validity", 100, 1),
+        column("after", "tool_call_validity", 100, 1),
+        column("before", "tool_calls_per_episode", 1, 2),
+        column("after", "tool_calls_per_episode", 1, 2),
+        cut("before"),
+        cut("after"),
+        pm([half_mean(r.get("train_f1_by_step"), 0) for r in records], 1, 3),
+        pm([half_mean(r.get("train_f1_by_step"), 1) for r in records], 1, 3),
+        pm([r["wall_s"] for r in records], 1 / 60),
+    ]
+
+
+def render(records: list[dict]) -> str:
+    """The block that goes between the markers: a row per seed, and mean ± std."""
+    if not records:
+        return "No trained seed yet: run train.py (see above), then this script."
+    first = records[0]
+    lines = [
+        f"Test split ({first['eval_questions']} questions, greedy), before and after "
+        f"{first['steps']} steps of {first['batch_size']} questions x {first['n_rollouts']} rollouts "
+        f"at temperature {first['temperature']:g}, lr {first['lr']:g}:",
+        "",
+        "| seed | " + " | ".join(COLUMNS) + " |",
+        "|---" * (len(COLUMNS) + 1) + "|",
+    ]
+    lines += [f"| {r['seed']} | " + " | ".join(cells([r])) + " |" for r in records]
+    if len(records) > 1:
+        lines.append("| **mean ± std** | " + " | ".join(cells(records)) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table and write it into the README."""
+    return report_main(argv, __doc__, HERE, lambda results: render(load(results)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
