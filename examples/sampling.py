@@ -1,4 +1,5 @@
-"""Sampling a split several times: what a GRPO group of that size would see on it.
+"""Sampling a split several times (what a GRPO group of that size would see on it), and the
+evaluation scripts' options for it.
 
 An evaluation with ``samples`` above 1 runs every item of a split that many times, each
 as its own task (``<task id>#sample<k>``), at a temperature above 0. Grouping the scores
@@ -9,6 +10,9 @@ advantage is zero in a group whose rewards are all equal.
 from __future__ import annotations
 
 import argparse
+import time
+from pathlib import Path
+from typing import Any
 
 from agl.schema import Task
 
@@ -48,3 +52,16 @@ def check_sampling_arguments(parser: argparse.ArgumentParser, args: argparse.Nam
         parser.error(f"--samples: must be at least 1, got {args.samples}")
     if args.samples > 1 and args.temperature == 0:
         parser.error("--samples: more than one sample needs a --temperature above 0 (greedy runs are all the same)")
+
+
+def evaluation_facts(args: argparse.Namespace, checkpoint: Path | None, started: float) -> dict[str, Any]:
+    """What an evaluation script records beside its summary: its options and wall seconds since ``started``."""
+    return {
+        "split": args.split,
+        "limit": args.limit,
+        "temperature": args.temperature,
+        "samples": args.samples,
+        "checkpoint": str(checkpoint) if checkpoint else None,
+        "max_response_tokens": args.max_response_tokens,
+        "wall_s": round(time.monotonic() - started, 1),
+    }

@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-from sampling import add_sampling_arguments, check_sampling_arguments  # noqa: E402
+from sampling import add_sampling_arguments, check_sampling_arguments, evaluation_facts  # noqa: E402
 
 from calc_agent.config import MAX_RESPONSE_TOKENS  # noqa: E402
 from calc_agent.evaluation import run_split  # noqa: E402
@@ -81,18 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         temperature=args.temperature,
         samples=args.samples,
     )
-    summary.update(
-        {
-            "split": args.split,
-            "limit": args.limit,
-            "operations": args.operations,
-            "temperature": args.temperature,
-            "samples": args.samples,
-            "checkpoint": str(adapter) if adapter else None,
-            "max_response_tokens": args.max_response_tokens,
-            "wall_s": round(time.monotonic() - started, 1),
-        }
-    )
+    summary.update(evaluation_facts(args, adapter, started), operations=args.operations)
     text = json.dumps(summary, indent=1)
     print(text)
     if args.out:

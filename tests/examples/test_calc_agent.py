@@ -23,6 +23,7 @@ import pytest
 
 import agl
 from agl.capture import BufferedWriter, RolloutContext
+from tests.examples.train_yaml import assert_yaml_is_the_config
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -182,16 +183,6 @@ def test_one_training_step_end_to_end(example, tmp_path):
     assert (tmp_path / "run" / "verl" / "versions" / "step-1" / "adapter_config.json").is_file()
 
 
-def test_train_yaml_is_the_run_train_py_makes(example, tmp_path):
-    from agl_trainer.config import load_config, parse_config
-
-    workdir = Path("runs/calc-agent/yaml-seed0")
-    from_yaml = load_config(EXAMPLES / "calc_agent" / "train.yaml").model_dump()
-    from_py = parse_config(example.config.trainer_config(seed=0, workdir=workdir, model_path="MODEL")).model_dump()
-    # --model fills the model paths; train.py registers the reward in code and gives its store an absolute path
-    for config in (from_yaml, from_py):
-        config["backend"]["config"].pop("model_path", None)
-        config["engine"]["config"].pop("model_path", None)
-        config.pop("store")
-    assert from_yaml.pop("plugins") == ["calc_agent.rewards"] and from_py.pop("plugins") == []
-    assert from_yaml == from_py
+def test_train_yaml_is_the_run_train_py_makes(example):
+    made = example.config.trainer_config(seed=0, workdir=Path("runs/calc-agent/yaml-seed0"), model_path="MODEL")
+    assert_yaml_is_the_config(EXAMPLES / "calc_agent" / "train.yaml", made, "calc_agent.rewards")

@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.examples.train_yaml import assert_yaml_is_the_config
+
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
@@ -276,18 +278,8 @@ def test_a_sampled_summary_counts_the_questions_a_grpo_group_would_learn_from(ra
 
 
 def test_train_yaml_is_the_run_train_py_makes(rag):
-    from agl_trainer.config import load_config, parse_config
-
-    workdir = Path("runs/rag-agent/yaml-seed0")
-    from_yaml = load_config(EXAMPLES / "rag_agent" / "train.yaml").model_dump()
-    from_py = parse_config(rag.config.trainer_config(seed=0, workdir=workdir, model_path="MODEL")).model_dump()
-    # --model fills the model paths; train.py registers the reward in code and gives its store an absolute path
-    for config in (from_yaml, from_py):
-        config["backend"]["config"].pop("model_path", None)
-        config["engine"]["config"].pop("model_path", None)
-        config.pop("store")
-    assert from_yaml.pop("plugins") == ["rag_agent.rewards"] and from_py.pop("plugins") == []
-    assert from_yaml == from_py
+    made = rag.config.trainer_config(seed=0, workdir=Path("runs/rag-agent/yaml-seed0"), model_path="MODEL")
+    assert_yaml_is_the_config(EXAMPLES / "rag_agent" / "train.yaml", made, "rag_agent.rewards")
 
 
 def test_the_report_is_built_from_the_results_files(rag, tmp_path):

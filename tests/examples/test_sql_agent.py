@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.examples.train_yaml import assert_yaml_is_the_config
+
 EXAMPLES = Path(__file__).parents[2] / "examples"
 pytestmark = pytest.mark.slow
 
@@ -91,19 +93,9 @@ def test_one_training_step_end_to_end(example, tmp_path):
 
 
 def test_train_yaml_is_the_main_arm_train_py_makes(example):
-    from agl_trainer.config import load_config, parse_config
-
     workdir = Path("runs/sql-agent/yaml-main-seed0")
-    from_yaml = load_config(EXAMPLES / "sql_agent" / "train.yaml").model_dump()
     made = example.config.trainer_config("main", seed=0, workdir=workdir, model_path="MODEL")
-    from_py = parse_config(made).model_dump()
-    # --model fills the model paths; train.py registers the reward in code and gives its store an absolute path
-    for config in (from_yaml, from_py):
-        config["backend"]["config"].pop("model_path", None)
-        config["engine"]["config"].pop("model_path", None)
-        config.pop("store")
-    assert from_yaml.pop("plugins") == ["sql_agent.rewards"] and from_py.pop("plugins") == []
-    assert from_yaml == from_py
+    assert_yaml_is_the_config(EXAMPLES / "sql_agent" / "train.yaml", made, "sql_agent.rewards")
     # and the tasks it names are the ones train.py trains on
     easy = example.questions.of_tiers(example.questions.load_split("train"), example.config.TRAIN_TIERS)
     assert example.questions.load_split("train-easy") == easy
