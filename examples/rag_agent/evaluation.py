@@ -7,8 +7,9 @@ gateway's record of every LLM call (the token truth: a response cut at the cap i
 there too, whatever the SDK made of it).
 
 :func:`run_split` serves a model (the base, or the base with a LoRA adapter) with the
-transformers engine behind the agl gateway and runs the agent once on every task,
-greedily, the way the trainer's evaluation does.
+transformers engine behind the agl gateway and runs the agent on every task, the way the
+trainer's evaluation does: once and greedily by default, or ``samples`` times at a
+temperature, to see how many questions a GRPO group of that size would learn from.
 """
 
 from __future__ import annotations
