@@ -1,7 +1,7 @@
 """Evaluate the base model, or a trained LoRA adapter, on a split (greedy, one run per question).
 
     python examples/rag_agent/evaluate.py [--checkpoint DIR] [--split test|val|train] [--limit N] [--out FILE]
-    python examples/rag_agent/evaluate.py --split val --temperature 1 --samples 4
+    python examples/rag_agent/evaluate.py --split val --temperature 1 --samples 4 [--hops 1]
 
 ``--checkpoint`` is an adapter directory (``<workdir>/verl/versions/step-N``) or a
 training work directory (its latest published version is used). Prints token F1 and
@@ -28,7 +28,7 @@ from sampling import add_sampling_arguments, check_sampling_arguments, evaluatio
 
 from rag_agent.config import MAX_RESPONSE_TOKENS  # noqa: E402
 from rag_agent.evaluation import run_split  # noqa: E402
-from rag_agent.questions import load_split  # noqa: E402
+from rag_agent.questions import load_split, of_hops  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", type=Path, help="LoRA adapter or training workdir (default: the base model)")
     parser.add_argument("--split", choices=["train", "val", "test"], default="test")
     parser.add_argument("--limit", type=int, help="only the first N questions of the split")
+    parser.add_argument("--hops", type=int, nargs="+", help="only questions of these numbers of hops (1, 2)")
     parser.add_argument("--workdir", type=Path, help="the evaluation store (default: runs/rag-agent/eval-*)")
     parser.add_argument("--out", type=Path, help="also write the summary here (JSON)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
@@ -56,7 +57,13 @@ def main(argv: list[str] | None = None) -> int:
         adapter = checkpoint_dir(args.checkpoint.resolve()) if args.checkpoint else None
     except ConfigError as exc:
         parser.error(str(exc))
-    items = load_split(args.split)[: args.limit]
+    items = load_split(args.split)
+    if args.hops:
+        try:
+            items = of_hops(items, tuple(args.hops))
+        except ValueError as exc:
+            parser.error(f"--{exc}")
+    items = items[: args.limit]
     label = f"{args.split}-{adapter.parent.parent.parent.name + '-' + adapter.name if adapter else 'base'}"
     workdir = args.workdir or Path("runs") / "rag-agent" / f"eval-{label}"
     started = time.monotonic()
@@ -71,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         temperature=args.temperature,
         samples=args.samples,
     )
-    summary.update(evaluation_facts(args, adapter, started))
+    summary.update(evaluation_facts(args, adapter, started), hops=args.hops)
     text = json.dumps(summary, indent=1)
     print(text)
     if args.out:

@@ -161,6 +161,14 @@ def load_split(split: str, data: Path = DATA) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
+def of_hops(tasks: list[dict], hops: tuple[int, ...]) -> list[dict]:
+    """The tasks whose questions take one of these numbers of hops, in their order."""
+    unknown = set(hops) - {1, 2}
+    if unknown:
+        raise ValueError(f"hops: {sorted(unknown)} not among 1 and 2")
+    return [t for t in tasks if t["input"]["hops"] in hops]
+
+
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
     with path.open("w") as f:
         for row in rows:

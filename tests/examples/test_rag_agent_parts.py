@@ -330,3 +330,14 @@ def test_the_report_is_built_from_the_results_files(rag, tmp_path):
     assert mean[11:] == ["4.0 ± 0.0", "0.0 ± 0.0", "0.050 ± 0.000", "0.300 ± 0.000", "25.5 ± 0.7"]
     (tmp_path / "unmarked.md").write_text("no markers\n")
     assert rag_agent.report.main(["--results", str(results), "--readme", str(tmp_path / "unmarked.md")]) == 1
+
+
+def test_questions_are_chosen_by_hops_and_unknown_hops_are_refused(rag):
+    val = rag.questions.load_split("val")
+
+    one_hop = rag.questions.of_hops(val, (1,))
+
+    assert len(one_hop) == 8 and {t["input"]["hops"] for t in one_hop} == {1}
+    assert rag.questions.of_hops(val, (1, 2)) == val
+    with pytest.raises(ValueError, match=r"hops: \[3\] not among 1 and 2"):
+        rag.questions.of_hops(val, (3,))
