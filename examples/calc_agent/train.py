@@ -23,6 +23,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from baseline import shared_base  # noqa: E402
+
 import agl  # noqa: E402
 from agl_trainer.transition_counts import TransitionCounts  # noqa: E402
 from calc_agent import rewards  # noqa: E402
@@ -50,29 +52,6 @@ def register_reward() -> None:
 
     if get_plugin_manager().get_plugin(REWARD_PLUGIN) is None:
         agl.register_plugin(rewards, name=REWARD_PLUGIN)
-
-
-def shared_base(path: Path, test: list[dict], max_response_tokens: int, workdir: Path) -> dict:
-    """The base model's test figures, evaluated once and kept in ``path`` for every seed.
-
-    Every seed starts from the same base model, evaluated greedily on the same problems
-    with the same response cap, so its "before" is one evaluation (``evaluate.py --out
-    results/base/test.json`` writes the same file). The file is used only if it was made
-    for these problems and this cap.
-    """
-    from agl_verl.models import smollm2_dir
-
-    if path.exists():
-        saved = json.loads(path.read_text())
-        if saved.get("n") == len(test) and saved.get("max_response_tokens") == max_response_tokens:
-            return saved
-    started = time.monotonic()
-    summary = run_split(test, model_path=smollm2_dir(), workdir=workdir, max_response_tokens=max_response_tokens)
-    summary.update({"split": "test", "max_response_tokens": max_response_tokens})
-    summary["wall_s"] = round(time.monotonic() - started, 1)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(summary, indent=1) + "\n")
-    return summary
 
 
 def collect(workdir: Path, steps: int, tasks: dict[str, dict], n_val: int) -> dict:
@@ -171,7 +150,16 @@ def main(argv: list[str] | None = None) -> int:
     before = None
     if shared:
         base_file = args.results / "base" / "test.json"
-        before = shared_base(base_file, test, args.max_response_tokens, workdir.parent / "base-test")
+        cap = args.max_response_tokens
+        before = shared_base(
+            base_file,
+            lambda: run_split(
+                test, model_path=smollm2_dir(), workdir=workdir.parent / "base-test", max_response_tokens=cap
+            ),
+            n=len(test),
+            split="test",
+            max_response_tokens=cap,
+        )
         config["val_before"] = False
     try:
         result = Trainer(config).fit(calc_agent, train_tasks=train, val_tasks=test)

@@ -24,6 +24,8 @@ from pathlib import Path
 from .collection import Company, World, build_world, passages
 
 SPLITS = ("train", "val", "test")
+TRAIN_ONE_HOP = "train-1hop"
+"""The training split's one-hop questions, as a file of their own for ``agl train --tasks``."""
 SEED = 13
 POOL_FRACTIONS = {"train": 0.6, "val": 0.2, "test": 0.2}
 PER_TEMPLATE = {"train": {2: 48, 1: 24}, "val": {2: 4, 1: 2}, "test": {2: 4, 1: 2}}
@@ -154,9 +156,9 @@ def generate(seed: int = SEED) -> dict[str, list[dict]]:
 
 
 def load_split(split: str, data: Path = DATA) -> list[dict]:
-    """The committed tasks of ``split``."""
-    if split not in SPLITS:
-        raise ValueError(f"split: one of {', '.join(SPLITS)}, not {split!r}")
+    """The committed tasks of ``split`` (or of :data:`TRAIN_ONE_HOP`)."""
+    if split not in (*SPLITS, TRAIN_ONE_HOP):
+        raise ValueError(f"split: one of {', '.join((*SPLITS, TRAIN_ONE_HOP))}, not {split!r}")
     with (data / f"{split}.jsonl").open() as f:
         return [json.loads(line) for line in f]
 
@@ -182,7 +184,9 @@ def write(out: Path = DATA) -> dict[str, int]:
     docs = passages(build_world())
     _write_jsonl(out / "passages.jsonl", docs)
     counts["passages"] = len(docs)
-    for split, tasks in generate().items():
+    splits = generate()
+    splits[TRAIN_ONE_HOP] = of_hops(splits["train"], (1,))
+    for split, tasks in splits.items():
         _write_jsonl(out / f"{split}.jsonl", tasks)
         counts[split] = len(tasks)
     return counts

@@ -1,10 +1,10 @@
-"""Build the README's results table from ``results/rag_agent-seed*.json`` (written by train.py).
+"""Build the README's results table from ``results/rag_agent*-seed*.json`` (written by train.py).
 
     python examples/rag_agent/report.py [--results DIR] [--readme FILE] [--check]
 
 Rewrites what lies between ``<!-- results:start -->`` and ``<!-- results:end -->`` in
 README.md; ``--check`` only prints the table. One row per seed, then mean ± sample
-standard deviation over the seeds.
+standard deviation over the seeds, for each arm (what the run trained on).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from reporting import half_mean, pm, report_main  # noqa: E402
 COLUMNS = (
     "test F1 before",
     "after",
+    "one-hop before",
     "one-hop after",
     "two-hop after",
     "exact match before (%)",
@@ -37,10 +38,21 @@ COLUMNS = (
 )
 
 
-def load(results: Path) -> list[dict]:
-    """The result records (``rag_agent-seed<N>.json``) in seed order."""
-    records = [json.loads(p.read_text()) for p in results.glob("rag_agent-seed*.json")]
-    return sorted(records, key=lambda r: r["seed"])
+def load(results: Path) -> dict[str, list[dict]]:
+    """The result records (``<arm>-seed<N>.json``) by arm, the config's (``rag_agent``) first, each in seed order."""
+    runs: dict[str, list[dict]] = {}
+    for path in sorted(results.glob("rag_agent*-seed*.json")):
+        record = json.loads(path.read_text())
+        runs.setdefault(record["name"], []).append(record)
+    order = sorted(runs, key=lambda name: (name != "rag_agent", name))
+    return {name: sorted(runs[name], key=lambda r: r["seed"]) for name in order}
+
+
+def trained_on(record: dict) -> str:
+    """What an arm trained on, in words: ``one-hop, 1 question x 8`` and the like."""
+    hops = {(1,): "one-hop", (2,): "two-hop", (1, 2): "all hops"}[tuple(record["train_hops"])]
+    questions = "question" if record["batch_size"] == 1 else "questions"
+    return f"{hops}, {record['batch_size']} {questions} x {record['n_rollouts']}"
 
 
 def cells(records: list[dict]) -> list[str]:
@@ -49,8 +61,8 @@ def cells(records: list[dict]) -> list[str]:
     def column(when: str, key: str, scale: float = 1, digits: int = 3) -> str:
         return pm([r[when].get(key) for r in records], scale, digits)
 
-    def hops(n: int) -> str:
-        return pm([r["after"]["f1_by_hops"].get(str(n)) for r in records], 1, 3)
+    def hops(when: str, n: int) -> str:
+        return pm([r[when]["f1_by_hops"].get(str(n)) for r in records], 1, 3)
 
     def cut(when: str) -> str:
         return pm([r[when]["endings"].get("truncated", 0) for r in records], 1, 1)
@@ -58,8 +70,9 @@ def cells(records: list[dict]) -> list[str]:
     return [
         column("before", "f1"),
         column("after", "f1"),
-        hops(1),
-        hops(2),
+        hops("before", 1),
+        hops("after", 1),
+        hops("after", 2),
         column("before", "exact_match", 100, 1),
         column("after", "exact_match", 100, 1),
         column("before", "tool_call_validity", 100, 1),
@@ -74,22 +87,25 @@ def cells(records: list[dict]) -> list[str]:
     ]
 
 
-def render(records: list[dict]) -> str:
-    """The block that goes between the markers: a row per seed, and mean ± std."""
-    if not records:
+def render(runs: dict[str, list[dict]]) -> str:
+    """The block that goes between the markers: a row per seed, and mean ± std per arm."""
+    if not runs:
         return "No trained seed yet: run train.py (see above), then this script."
-    first = records[0]
+    first = next(iter(runs.values()))[0]
     lines = [
-        f"Test split ({first['eval_questions']} questions, greedy), before and after "
-        f"{first['steps']} steps of {first['batch_size']} questions x {first['n_rollouts']} rollouts "
-        f"at temperature {first['temperature']:g}, lr {first['lr']:g}:",
+        f"Test split ({first['eval_questions']} questions of both hops, greedy), before and after "
+        f"{first['steps']} steps at temperature {first['temperature']:g}, lr {first['lr']:g}. "
+        "The first column says what an arm trained on: which training questions, and questions a step x "
+        "rollouts of each.",
         "",
-        "| seed | " + " | ".join(COLUMNS) + " |",
-        "|---" * (len(COLUMNS) + 1) + "|",
+        "| trained on | seed | " + " | ".join(COLUMNS) + " |",
+        "|---" * (len(COLUMNS) + 2) + "|",
     ]
-    lines += [f"| {r['seed']} | " + " | ".join(cells([r])) + " |" for r in records]
-    if len(records) > 1:
-        lines.append("| **mean ± std** | " + " | ".join(cells(records)) + " |")
+    for records in runs.values():
+        arm = trained_on(records[0])
+        lines += [f"| {arm} | {r['seed']} | " + " | ".join(cells([r])) + " |" for r in records]
+        if len(records) > 1:
+            lines.append(f"| {arm} | **mean ± std** | " + " | ".join(cells(records)) + " |")
     return "\n".join(lines)
 
 

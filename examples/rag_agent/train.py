@@ -2,11 +2,14 @@
 
 SmolLM2-135M-Instruct with a LoRA adapter, the transformers engine behind the agl
 gateway, verl's GRPO advantages and PPO loss in the local backend, all in this
-process. The trainer evaluates the test split greedily before the first step and after
-the last one (``val_every: 0``: nothing is evaluated, selected or tuned on it in
-between). The figures go to ``results/rag_agent-seed<N>.json``.
+process. It trains on the one-hop questions (``--hops``). The test split, both hops, is
+evaluated greedily after the last step; the base model's figures are evaluated once and
+shared by every seed (``results/base/test.json``). Nothing is evaluated, selected or
+tuned on test in between (``val_every: 0``). The figures go to
+``results/<arm>-seed<N>.json``: the arm is ``rag_agent`` with the config's hops and
+batch size, and names the others (``rag_agent-hops1-2-batch2``).
 
-    python examples/rag_agent/train.py --seed 0 [--steps N] [--batch-size N] [--n-rollouts N]
+    python examples/rag_agent/train.py --seed 0 [--hops 1 2] [--steps N] [--batch-size N] [--n-rollouts N]
 """
 
 from __future__ import annotations
@@ -22,12 +25,21 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from baseline import shared_base  # noqa: E402
+
 import agl  # noqa: E402
 from rag_agent import rewards  # noqa: E402
 from rag_agent.agent import rag_agent  # noqa: E402
-from rag_agent.config import BATCH_SIZE, MAX_RESPONSE_TOKENS, N_ROLLOUTS, STEPS, trainer_config  # noqa: E402
-from rag_agent.evaluation import summarize  # noqa: E402
-from rag_agent.questions import load_split  # noqa: E402
+from rag_agent.config import (  # noqa: E402
+    BATCH_SIZE,
+    MAX_RESPONSE_TOKENS,
+    N_ROLLOUTS,
+    STEPS,
+    TRAIN_HOPS,
+    trainer_config,
+)
+from rag_agent.evaluation import run_split, summarize  # noqa: E402
+from rag_agent.questions import load_split, of_hops  # noqa: E402
 
 REWARD_PLUGIN = "rag-token-f1"
 NAME = "rag_agent"
@@ -39,6 +51,16 @@ def register_reward() -> None:
 
     if get_plugin_manager().get_plugin(REWARD_PLUGIN) is None:
         agl.register_plugin(rewards, name=REWARD_PLUGIN)
+
+
+def arm(hops: tuple[int, ...], batch_size: int) -> str:
+    """The run's name in its results file: ``rag_agent``, plus what differs from the config."""
+    parts = [NAME]
+    if tuple(hops) != TRAIN_HOPS:
+        parts.append("hops" + "-".join(str(n) for n in sorted(hops)))
+    if batch_size != BATCH_SIZE:
+        parts.append(f"batch{batch_size}")
+    return "-".join(parts)
 
 
 def collect(workdir: Path, steps: int, tasks: dict[str, dict], n_val: int) -> dict:
@@ -60,7 +82,7 @@ def collect(workdir: Path, steps: int, tasks: dict[str, dict], n_val: int) -> di
         return {
             "run_id": run,
             "before": summarize(before, tasks, store) if before else None,
-            "after": summarize(after, tasks, store) if after else None,
+            "after": summarize(after, tasks, store),
             "train": summarize(train, train_tasks, store) if train else None,
         }
     finally:
@@ -74,14 +96,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="tasks per step")
     parser.add_argument("--n-rollouts", type=int, default=N_ROLLOUTS, help="rollouts per task (the GRPO group)")
-    parser.add_argument("--workdir", type=Path, help="default: runs/rag-agent/seed<N>")
-    parser.add_argument("--results", type=Path, default=HERE / "results", help="where rag_agent-seed<N>.json goes")
+    parser.add_argument(
+        "--hops",
+        type=int,
+        nargs="+",
+        default=list(TRAIN_HOPS),
+        help="train on the train split's questions of these numbers of hops (1, 2)",
+    )
+    parser.add_argument("--workdir", type=Path, help="default: runs/rag-agent/<arm>-seed<N>")
+    parser.add_argument("--results", type=Path, default=HERE / "results", help="where <arm>-seed<N>.json goes")
     parser.add_argument("--model", type=Path, help="model directory (default: the bundled SmolLM2-135M-Instruct)")
     parser.add_argument("--max-response-tokens", type=int, default=MAX_RESPONSE_TOKENS)
     parser.add_argument("--eval-limit", type=int, help="evaluate on the first N test questions only (smoke runs)")
+    parser.add_argument(
+        "--before",
+        choices=["shared", "run"],
+        default="shared",
+        help="shared: the base model's test figures from results/base/test.json (evaluated once, then reused "
+        "by every seed); run: evaluate the base in this run (always with --model or --eval-limit)",
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--fresh", action="store_true", help="start over instead of resuming the workdir")
     args = parser.parse_args(argv)
+    try:  # before anything is deleted, loaded or registered
+        train = of_hops(load_split("train"), tuple(args.hops))
+    except ValueError as exc:
+        parser.error(f"--{exc}")
+    name = arm(tuple(args.hops), args.batch_size)
 
     started = time.monotonic()
     import torch
@@ -90,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     from agl_verl.models import smollm2_dir
 
     torch.set_num_threads(args.threads)
-    workdir = (args.workdir or Path("runs") / "rag-agent" / f"seed{args.seed}").resolve()
+    workdir = (args.workdir or Path("runs") / "rag-agent" / f"{name}-seed{args.seed}").resolve()
     if args.fresh and workdir.exists():
         import shutil
 
@@ -98,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
 
     register_reward()
-    train, test = load_split("train"), load_split("test")[: args.eval_limit]
+    test = load_split("test")[: args.eval_limit]
     config = trainer_config(
         seed=args.seed,
         workdir=workdir,
@@ -109,17 +150,37 @@ def main(argv: list[str] | None = None) -> int:
         max_response_tokens=args.max_response_tokens,
     )
     config["progress"] = sys.stderr.isatty()
+    shared = args.before == "shared" and args.model is None and args.eval_limit is None
+    before = None
+    if shared:
+        cap = args.max_response_tokens
+        before = shared_base(
+            args.results / "base" / "test.json",
+            lambda: run_split(
+                test, model_path=smollm2_dir(), workdir=workdir.parent / "base-test", max_response_tokens=cap
+            ),
+            n=len(test),
+            split="test",
+            max_response_tokens=cap,
+        )
+        config["val_before"] = False
     result = Trainer(config).fit(rag_agent, train_tasks=train, val_tasks=test)
     wall_s = time.monotonic() - started
 
     figures = collect(workdir, args.steps, {t["task_id"]: t["input"] for t in test}, len(test))
+    if shared:
+        figures["before"] = before
+    figures["before_source"] = "results/base/test.json" if shared else "this run"
     train_steps = [r for r in result.history if r.get("kind") == "train"]
     step_times = [r["time_step_s"] for r in train_steps if "time_step_s" in r]
     record = {
+        "name": name,
         "seed": args.seed,
         "steps": result.steps_completed,
         "batch_size": args.batch_size,
         "n_rollouts": args.n_rollouts,
+        "train_hops": sorted(args.hops),
+        "train_questions": len(train),
         "temperature": config["rollout"]["resources"]["temperature"],
         "lr": config["backend"]["config"]["lr"],
         "wall_s": round(wall_s, 1),
@@ -132,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         "workdir": str(workdir),
     }
     args.results.mkdir(parents=True, exist_ok=True)
-    out = args.results / f"{NAME}-seed{args.seed}.json"
+    out = args.results / f"{name}-seed{args.seed}.json"
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(result.summary())
     b, a = record["before"], record["after"]

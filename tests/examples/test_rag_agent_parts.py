@@ -57,6 +57,9 @@ def test_the_collection_and_questions_are_reproducible_and_committed(rag):
     assert generated == rag.questions.generate()
     for split, tasks in generated.items():
         assert tasks == committed(split), split
+    one_hop = committed(rag.questions.TRAIN_ONE_HOP)
+    assert one_hop == rag.questions.of_hops(generated["train"], (1,)) == rag.questions.load_split("train-1hop")
+    assert len(one_hop) == 96 and {t["input"]["hops"] for t in one_hop} == {1}
     # another seed gives another world: the figures above are not constants
     assert rag.collection.passages(rag.collection.build_world(seed=99)) != docs
 
@@ -296,12 +299,14 @@ def test_the_report_is_built_from_the_results_files(rag, tmp_path):
             "endings": {"answered": 20 - cut, "truncated": cut} if cut else {"answered": 20},
         }
 
-    def record(seed, after):
+    def record(seed, after, name="rag_agent", hops=(1,), batch_size=1):
         return {
+            "name": name,
             "seed": seed,
             "steps": 10,
-            "batch_size": 2,
+            "batch_size": batch_size,
             "n_rollouts": 8,
+            "train_hops": list(hops),
             "temperature": 0.5,
             "lr": 3e-4,
             "eval_questions": 20,
@@ -316,18 +321,23 @@ def test_the_report_is_built_from_the_results_files(rag, tmp_path):
     (results / "val-samples" / "T0.5.json").write_text("{}")  # the validation probes are not runs
     for seed, after in ((1, 0.3), (0, 0.1)):
         (results / f"rag_agent-seed{seed}.json").write_text(json.dumps(record(seed, after)))
+    old_arm = record(0, 0.05, name="rag_agent-hops1-2-batch2", hops=(1, 2), batch_size=2)
+    (results / "rag_agent-hops1-2-batch2-seed0.json").write_text(json.dumps(old_arm))
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{START}\nold\n{END}\noutro\n")
 
     assert rag_agent.report.main(["--results", str(results), "--readme", str(readme)]) == 0
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text
-    assert "10 steps of 2 questions x 8 rollouts at temperature 0.5, lr 0.0003" in text
+    assert "before and after 10 steps at temperature 0.5, lr 0.0003" in text
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
-    seed0, seed1, mean = rows[1:]
-    assert seed0[:5] == ["0", "0.020", "0.100", "0.200", "0.000"] and seed1[0] == "1"
-    assert mean[0] == "**mean ± std**" and mean[2] == "0.200 ± 0.141" and mean[6] == "10.0 ± 7.1"  # F1, EM after
-    assert mean[11:] == ["4.0 ± 0.0", "0.0 ± 0.0", "0.050 ± 0.000", "0.300 ± 0.000", "25.5 ± 0.7"]
+    seed0, seed1, mean, other_arm = rows[1:]  # the config's arm first, then the others; one seed: no mean row
+    assert seed0[:7] == ["one-hop, 1 question x 8", "0", "0.020", "0.100", "0.040", "0.200", "0.000"]
+    assert seed1[:2] == ["one-hop, 1 question x 8", "1"]
+    assert mean[1] == "**mean ± std**" and mean[3] == "0.200 ± 0.141" and mean[5] == "0.400 ± 0.283"
+    assert mean[8] == "10.0 ± 7.1"  # exact match after, in %
+    assert mean[13:] == ["4.0 ± 0.0", "0.0 ± 0.0", "0.050 ± 0.000", "0.300 ± 0.000", "25.5 ± 0.7"]
+    assert other_arm[:4] == ["all hops, 2 questions x 8", "0", "0.020", "0.050"]
     (tmp_path / "unmarked.md").write_text("no markers\n")
     assert rag_agent.report.main(["--results", str(results), "--readme", str(tmp_path / "unmarked.md")]) == 1
 
@@ -341,3 +351,15 @@ def test_questions_are_chosen_by_hops_and_unknown_hops_are_refused(rag):
     assert rag.questions.of_hops(val, (1, 2)) == val
     with pytest.raises(ValueError, match=r"hops: \[3\] not among 1 and 2"):
         rag.questions.of_hops(val, (3,))
+
+
+def test_train_py_names_its_arm_and_refuses_unknown_hops_before_it_loads_anything(rag, tmp_path, capsys):
+    import rag_agent.train
+
+    assert rag_agent.train.arm((1,), 1) == "rag_agent"  # the config's
+    assert rag_agent.train.arm((2, 1), 2) == "rag_agent-hops1-2-batch2"
+    assert rag_agent.train.arm((2,), 1) == "rag_agent-hops2"
+    with pytest.raises(SystemExit) as exit_:
+        rag_agent.train.main(["--hops", "3", "--fresh", "--workdir", str(tmp_path / "run")])
+    assert exit_.value.code == 2 and "--hops: [3] not among 1 and 2" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
