@@ -7,6 +7,7 @@ with the same response cap, so its "before" is one evaluation, kept in
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from collections.abc import Callable
@@ -31,3 +32,47 @@ def shared_base(path: Path, evaluate: Callable[[], dict[str, Any]], **facts: Any
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+BASE_FILE = "results/base/test.json"
+
+
+def add_before_argument(parser: argparse.ArgumentParser) -> None:
+    """A ``train.py``'s ``--before`` option: the shared base figures, or an evaluation in the run."""
+    parser.add_argument(
+        "--before",
+        choices=["shared", "run"],
+        default="shared",
+        help=f"shared: the base model's test figures from {BASE_FILE} (evaluated once, then reused by every "
+        "seed); run: evaluate the base in this run (always with --model or --eval-limit)",
+    )
+
+
+def shared_before(
+    args: argparse.Namespace,
+    config: dict[str, Any],
+    test: list[dict],
+    run_split: Callable[..., dict[str, Any]],
+    workdir: Path,
+) -> dict[str, Any] | None:
+    """The base figures a ``train.py`` run shares, or None when it evaluates its own.
+
+    Shared with ``--before shared`` on the bundled model and the whole test split:
+    ``run_split`` (the example's) evaluates them once, in ``workdir``, into
+    ``<args.results>/base/test.json``, and the trainer's evaluation before the first
+    step is switched off in ``config``.
+    """
+    if args.before != "shared" or args.model is not None or args.eval_limit is not None:
+        return None
+    from agl_verl.models import smollm2_dir
+
+    cap = args.max_response_tokens
+    before = shared_base(
+        args.results / "base" / "test.json",
+        lambda: run_split(test, model_path=smollm2_dir(), workdir=workdir, max_response_tokens=cap),
+        n=len(test),
+        split="test",
+        max_response_tokens=cap,
+    )
+    config["val_before"] = False
+    return before

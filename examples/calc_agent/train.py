@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from baseline import shared_base  # noqa: E402
+from baseline import BASE_FILE, add_before_argument, shared_before  # noqa: E402
 
 import agl  # noqa: E402
 from agl_trainer.transition_counts import TransitionCounts  # noqa: E402
@@ -102,13 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, help="model directory (default: the bundled SmolLM2-135M-Instruct)")
     parser.add_argument("--max-response-tokens", type=int, default=MAX_RESPONSE_TOKENS)
     parser.add_argument("--eval-limit", type=int, help="evaluate on the first N test problems only (smoke runs)")
-    parser.add_argument(
-        "--before",
-        choices=["shared", "run"],
-        default="shared",
-        help="shared: the base model's test figures from results/base/test.json (evaluated once, then reused "
-        "by every seed); run: evaluate the base in this run (always with --model or --eval-limit)",
-    )
+    add_before_argument(parser)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--fresh", action="store_true", help="start over instead of resuming the workdir")
     args = parser.parse_args(argv)
@@ -146,21 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         lr=args.lr,
     )
     config["progress"] = sys.stderr.isatty()
-    shared = args.before == "shared" and args.model is None and args.eval_limit is None
-    before = None
-    if shared:
-        base_file = args.results / "base" / "test.json"
-        cap = args.max_response_tokens
-        before = shared_base(
-            base_file,
-            lambda: run_split(
-                test, model_path=smollm2_dir(), workdir=workdir.parent / "base-test", max_response_tokens=cap
-            ),
-            n=len(test),
-            split="test",
-            max_response_tokens=cap,
-        )
-        config["val_before"] = False
+    before = shared_before(args, config, test, run_split, workdir.parent / "base-test")
     try:
         result = Trainer(config).fit(calc_agent, train_tasks=train, val_tasks=test)
     finally:
@@ -168,9 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     wall_s = time.monotonic() - started
 
     figures = collect(workdir, args.steps, {t["task_id"]: t["input"] for t in test}, len(test))
-    if shared:
+    if before is not None:
         figures["before"] = before
-    figures["before_source"] = "results/base/test.json" if shared else "this run"
+    figures["before_source"] = BASE_FILE if before is not None else "this run"
     train_steps = [r for r in result.history if r.get("kind") == "train"]
     step_times = [r["time_step_s"] for r in train_steps if "time_step_s" in r]
     record = {

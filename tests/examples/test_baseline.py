@@ -29,3 +29,36 @@ def test_the_base_is_evaluated_once_and_evaluated_again_for_another_cap(monkeypa
     other_cap = shared_base(path, evaluate, n=20, split="test", max_response_tokens=48)
     assert len(runs) == 2 and other_cap["f1"] == 0.5 and json.loads(path.read_text())["max_response_tokens"] == 48
     sys.modules.pop("baseline", None)
+
+
+def test_a_run_shares_the_base_only_on_the_bundled_model_and_the_whole_test_split(monkeypatch, tmp_path):
+    import argparse
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    from baseline import add_before_argument, shared_before
+
+    parser = argparse.ArgumentParser()
+    add_before_argument(parser)
+    test = [{"task_id": "t0"}, {"task_id": "t1"}]
+    calls = []
+
+    def run_split(items, *, model_path, workdir, max_response_tokens):
+        calls.append((len(items), workdir, max_response_tokens))
+        return {"n": len(items), "f1": 0.5}
+
+    def run(*argv, **options):
+        args = parser.parse_args(argv)
+        defaults = {"results": tmp_path / "results", "model": None, "eval_limit": None, "max_response_tokens": 96}
+        vars(args).update({**defaults, **options})
+        config = {}
+        return shared_before(args, config, test, run_split, tmp_path / "base-test"), config
+
+    assert run("--before", "run") == (None, {})
+    assert run(model=tmp_path / "other-model") == (None, {})
+    assert run(eval_limit=1) == (None, {})
+    assert calls == []
+    before, config = run()
+    again, _ = run()
+    assert before == again and (before["n"], before["f1"], before["max_response_tokens"]) == (2, 0.5, 96)
+    assert config == {"val_before": False} and calls == [(2, tmp_path / "base-test", 96)]
+    sys.modules.pop("baseline", None)
