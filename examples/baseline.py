@@ -14,6 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+BASE_FILE = "results/base/test.json"
+"""Where an example keeps its shared base figures, relative to the example's folder."""
+
 
 def shared_base(path: Path, evaluate: Callable[[], dict[str, Any]], **facts: Any) -> dict[str, Any]:
     """The summary saved in ``path`` if it records every one of ``facts``; else ``evaluate()``'s, saved there.
@@ -32,9 +35,6 @@ def shared_base(path: Path, evaluate: Callable[[], dict[str, Any]], **facts: Any
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary, indent=1) + "\n")
     return summary
-
-
-BASE_FILE = "results/base/test.json"
 
 
 def add_before_argument(parser: argparse.ArgumentParser) -> None:

@@ -16,8 +16,9 @@ BATCH_SIZE = 1
 N_ROLLOUTS = 8
 """One question a step, eight rollouts of it: a group learns only if its rollouts' F1 differ. One
 question, not two, because nearly every one-hop group has such a difference (below), and an update
-of one group (about 16 transitions) keeps a seed inside 30 minutes where two would not: with two
-questions a step of all hops, updates of 16 to 34 transitions took 64 to 231 s."""
+of one group (16 transitions) keeps a seed inside 30 minutes: the three seeds took 16 to 18. Two
+one-hop questions a step would mostly both have signal, and updates of about 32 transitions (the
+first arm's took up to 231 s) would put a seed near or past 30 minutes."""
 TRAIN_HOPS = (1,)
 """The training questions: the one-hop ones (``data/train-1hop.jsonl``; the test split keeps both).
 Chosen on validation: at 0.5 and a 96-token cap, 7 of the 8 one-hop validation questions had samples
