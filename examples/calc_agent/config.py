@@ -44,8 +44,26 @@ def trainer_config(
     n_rollouts: int = N_ROLLOUTS,
     max_response_tokens: int = MAX_RESPONSE_TOKENS,
     lr: float = LR,
+    steps_without_signal: str = "step",
 ) -> dict[str, Any]:
-    """The :class:`agl_trainer.TrainerConfig` dict of one run."""
+    """The :class:`agl_trainer.TrainerConfig` dict of one run.
+
+    ``steps_without_signal="skip"``: no optimizer step on a step where no group has signal
+    (the backend's default, as verl's, is an AdamW step on zero gradients).
+    """
+    backend = {
+        "model_path": str(model_path),
+        "lr": lr,
+        "adv_estimator": "grpo",
+        "policy_loss": "vanilla",
+        "micro_batch_size": 16,
+        "seed": seed,
+        "workdir": str(workdir / "verl"),
+        "lora": dict(LORA),
+        "temperature": TEMPERATURE,
+    }
+    if steps_without_signal != "step":
+        backend["steps_without_signal"] = steps_without_signal
     return {
         "workdir": str(workdir),
         "store": f"sqlite:///{Path(workdir).resolve() / 'agl.db'}",
@@ -56,20 +74,7 @@ def trainer_config(
         "val_every": 0,
         "val_temperature": 0.0,
         "transitions": dict(TRANSITIONS),
-        "backend": {
-            "name": "verl",
-            "config": {
-                "model_path": str(model_path),
-                "lr": lr,
-                "adv_estimator": "grpo",
-                "policy_loss": "vanilla",
-                "micro_batch_size": 16,
-                "seed": seed,
-                "workdir": str(workdir / "verl"),
-                "lora": dict(LORA),
-                "temperature": TEMPERATURE,
-            },
-        },
+        "backend": {"name": "verl", "config": backend},
         "engine": {"name": "transformers", "config": {"model_path": str(model_path), "seed": seed}},
         "rollout": {
             "concurrency": min(batch_size * n_rollouts, CONCURRENCY),

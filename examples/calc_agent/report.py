@@ -36,13 +36,23 @@ COLUMNS = (
 )
 
 
-def load(results: Path) -> dict[float, list[dict]]:
-    """The result records (``calc_agent[-lr<LR>]-seed<N>.json``) by learning rate, each in seed order."""
-    runs: dict[float, list[dict]] = {}
+def arm_label(record: dict) -> str:
+    """The first column: the run's lr, and ``skip`` when it took no optimizer step without signal."""
+    skip = record.get("steps_without_signal", "step") == "skip"
+    return f"{record['lr']:g}, skip" if skip else f"{record['lr']:g}"
+
+
+def load(results: Path) -> dict[str, list[dict]]:
+    """The result records (``<arm>-seed<N>.json``) by arm, highest lr first, each in seed order."""
+    runs: dict[tuple, list[dict]] = {}
     for path in sorted(results.glob("calc_agent*-seed*.json")):
         record = json.loads(path.read_text())
-        runs.setdefault(record["lr"], []).append(record)
-    return {lr: sorted(records, key=lambda r: r["seed"]) for lr, records in sorted(runs.items(), reverse=True)}
+        key = (-record["lr"], record.get("steps_without_signal", "step") == "skip")
+        runs.setdefault(key, []).append(record)
+    return {
+        arm_label(records[0]): sorted(records, key=lambda r: r["seed"])
+        for _, records in sorted(runs.items(), key=lambda item: item[0])
+    }
 
 
 def cells(records: list[dict]) -> list[str]:
@@ -72,8 +82,8 @@ def cells(records: list[dict]) -> list[str]:
     ]
 
 
-def render(runs: dict[float, list[dict]]) -> str:
-    """The block that goes between the markers: a row per seed, and mean ± std per learning rate."""
+def render(runs: dict[str, list[dict]]) -> str:
+    """The block that goes between the markers: a row per seed, and mean ± std per arm."""
     if not runs:
         return "No trained seed yet: run train.py (see above), then this script."
     first = next(iter(runs.values()))[0]
@@ -81,14 +91,14 @@ def render(runs: dict[float, list[dict]]) -> str:
         f"Test split ({first['eval_problems']} problems, greedy), before and after "
         f"{first['steps']} steps of {first['batch_size']} problems x {first['n_rollouts']} rollouts:",
         "",
-        "| lr | seed | " + " | ".join(COLUMNS) + " |",
+        "| lr (skip: no optimizer step without signal) | seed | " + " | ".join(COLUMNS) + " |",
         "|---" * (len(COLUMNS) + 2) + "|",
     ]
-    for lr, records in runs.items():
+    for label, records in runs.items():
         for r in records:
-            lines.append(f"| {lr:g} | {r['seed']} | " + " | ".join(cells([r])) + " |")
+            lines.append(f"| {label} | {r['seed']} | " + " | ".join(cells([r])) + " |")
         if len(records) > 1:
-            lines.append(f"| {lr:g} | **mean ± std** | " + " | ".join(cells(records)) + " |")
+            lines.append(f"| {label} | **mean ± std** | " + " | ".join(cells(records)) + " |")
     return "\n".join(lines)
 
 

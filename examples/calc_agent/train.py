@@ -5,9 +5,10 @@ gateway, verl's GRPO advantages and PPO loss in the local backend, all in this
 process. The test split is evaluated greedily before the first step and after the
 last one (``val_every: 0``: nothing is evaluated, selected or tuned on it in between).
 The figures, tool-call validity and tool calls per episode included, go to
-``results/calc_agent-seed<N>.json``.
+``results/<arm>-seed<N>.json``: the arm is ``calc_agent`` with the config's lr and
+optimizer steps, and names what differs (``calc_agent-lr0.0003``, ``calc_agent-skip``).
 
-    python examples/calc_agent/train.py --seed 0 [--steps N] [--batch-size N] [--n-rollouts N]
+    python examples/calc_agent/train.py --seed 0 [--lr LR] [--steps-without-signal skip] [--steps N]
 """
 
 from __future__ import annotations
@@ -54,6 +55,12 @@ def register_reward() -> None:
         agl.register_plugin(rewards, name=REWARD_PLUGIN)
 
 
+def arm(lr: float, steps_without_signal: str) -> str:
+    """The run's name in its results file: ``calc_agent``, plus what differs from the config."""
+    name = NAME if lr == LR else f"{NAME}-lr{lr:g}"
+    return name if steps_without_signal == "step" else f"{name}-{steps_without_signal}"
+
+
 def collect(workdir: Path, steps: int, tasks: dict[str, dict], n_val: int) -> dict:
     """Before/after summaries and the training rollouts' tool-call figures, read from the run's store."""
     from agl.store.base import open_store
@@ -97,8 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lr", type=float, default=LR, help=f"LoRA learning rate (not {LR:g}: named in the results file)"
     )
-    parser.add_argument("--workdir", type=Path, help="default: runs/calc-agent/seed<N>")
-    parser.add_argument("--results", type=Path, default=HERE / "results", help=f"where {NAME}-seed<N>.json goes")
+    parser.add_argument(
+        "--steps-without-signal",
+        choices=["step", "skip"],
+        default="step",
+        help="on a step where no group has signal: step (AdamW on zero gradients, as verl) or skip "
+        "(no optimizer step); skip is named in the results file",
+    )
+    parser.add_argument("--workdir", type=Path, help="default: runs/calc-agent/<arm>-seed<N>")
+    parser.add_argument("--results", type=Path, default=HERE / "results", help="where <arm>-seed<N>.json goes")
     parser.add_argument("--model", type=Path, help="model directory (default: the bundled SmolLM2-135M-Instruct)")
     parser.add_argument("--max-response-tokens", type=int, default=MAX_RESPONSE_TOKENS)
     parser.add_argument("--eval-limit", type=int, help="evaluate on the first N test problems only (smoke runs)")
@@ -118,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     from agl_verl.models import smollm2_dir
 
     torch.set_num_threads(args.threads)
-    workdir = (args.workdir or Path("runs") / "calc-agent" / f"seed{args.seed}").resolve()
+    name = arm(args.lr, args.steps_without_signal)
+    workdir = (args.workdir or Path("runs") / "calc-agent" / f"{name}-seed{args.seed}").resolve()
     if args.fresh and workdir.exists():
         import shutil
 
@@ -138,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         n_rollouts=args.n_rollouts,
         max_response_tokens=args.max_response_tokens,
         lr=args.lr,
+        steps_without_signal=args.steps_without_signal,
     )
     config["progress"] = sys.stderr.isatty()
     before = shared_before(args, config, test, run_split, workdir.parent / "base-test")
@@ -154,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     train_steps = [r for r in result.history if r.get("kind") == "train"]
     step_times = [r["time_step_s"] for r in train_steps if "time_step_s" in r]
     record = {
-        "name": NAME if args.lr == LR else f"{NAME}-lr{args.lr:g}",
+        "name": name,
         "seed": args.seed,
         "steps": result.steps_completed,
         "batch_size": args.batch_size,
@@ -162,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         "train_operations": list(args.operations),
         "temperature": config["rollout"]["resources"]["temperature"],
         "lr": config["backend"]["config"]["lr"],
+        "steps_without_signal": args.steps_without_signal,
         "transitions_config": config["transitions"],
         "wall_s": round(wall_s, 1),
         "step_s": [round(s, 1) for s in step_times],

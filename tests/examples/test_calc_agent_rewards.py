@@ -16,6 +16,7 @@ EXAMPLES = Path(__file__).parents[2] / "examples"
 def calc():
     sys.path.insert(0, str(EXAMPLES))
     try:
+        import calc_agent.config
         import calc_agent.evaluation
         import calc_agent.problems
         import calc_agent.prompts
@@ -23,6 +24,7 @@ def calc():
         import calc_agent.tool_calls
 
         yield SimpleNamespace(
+            config=calc_agent.config,
             problems=calc_agent.problems,
             prompts=calc_agent.prompts,
             rewards=calc_agent.rewards,
@@ -245,10 +247,11 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
             "tool_calls_per_episode": validity,
         }
 
-    def record(seed, after, lr=1e-3):
+    def record(seed, after, lr=1e-3, steps_without_signal="step"):
         return {
             "seed": seed,
             "lr": lr,
+            "steps_without_signal": steps_without_signal,
             "steps": 10,
             "batch_size": 3,
             "n_rollouts": 8,
@@ -266,6 +269,8 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
     for seed, after in ((1, 0.1), (0, 0.05)):
         (results / f"calc_agent-seed{seed}.json").write_text(json.dumps(record(seed, after)))
     (results / "calc_agent-lr0.0003-seed0.json").write_text(json.dumps(record(0, 0.2, lr=3e-4)))
+    skipping = record(0, 0.15, steps_without_signal="skip")
+    (results / "calc_agent-skip-seed0.json").write_text(json.dumps(skipping))
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{START}\nold\n{END}\noutro\n")
 
@@ -273,11 +278,24 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
-    seed0, seed1, mean, other_lr = rows[1:]
+    seed0, seed1, mean, skip, other_lr = rows[1:]  # by lr, highest first; at one lr, skipping after
     assert seed0[:3] == ["0.001", "0", "0.0"] and (seed0[3], seed0[5]) == ("5.0", "20.0")  # after; on 2 operations
-    assert seed1[1] == "1" and other_lr[:2] == ["0.0003", "0"] and other_lr[3] == "20.0"  # a row per seed, by lr
+    assert seed1[1] == "1" and other_lr[:2] == ["0.0003", "0"] and other_lr[3] == "20.0"  # a row per seed, by arm
+    assert skip[:2] == ["0.001, skip", "0"] and skip[3] == "15.0"
     assert mean[1] == "**mean ± std**" and mean[3] == "7.5 ± 3.5" and mean[5] == "30.0 ± 14.1"
     assert mean[12:] == ["5.0 ± 0.0", "25.0 ± 0.0", "90.0 ± 0.0", "21.0 ± 1.4"]  # training halves, validity, minutes
     (tmp_path / "unmarked.md").write_text("no markers\n")
     assert calc_agent.report.main(["--results", str(results), "--readme", str(tmp_path / "unmarked.md")]) == 1
     assert (tmp_path / "unmarked.md").read_text() == "no markers\n"
+
+
+def test_train_py_names_its_arm_by_what_differs_from_the_config(calc):
+    import calc_agent.train
+
+    lr = calc.config.LR
+    assert calc_agent.train.arm(lr, "step") == "calc_agent"
+    assert calc_agent.train.arm(3e-4, "step") == "calc_agent-lr0.0003"
+    assert calc_agent.train.arm(lr, "skip") == "calc_agent-skip"
+    config = calc.config.trainer_config(seed=0, workdir=Path("w"), model_path="m", steps_without_signal="skip")
+    assert config["backend"]["config"]["steps_without_signal"] == "skip"
+    assert "steps_without_signal" not in calc.config.trainer_config(seed=0, workdir=Path("w"), model_path="m")

@@ -276,6 +276,23 @@ def test_a_batch_without_signal_still_steps_the_optimizer(tiny_model, digit_ids,
     assert any(moved)  # Adam's first moment from step 0 still moves the weights
 
 
+def test_a_batch_without_signal_can_skip_the_optimizer_step(tiny_model, digit_ids, tmp_path):
+    """With ``steps_without_signal="skip"`` the same signal-less batch moves nothing: no weight, no moment."""
+    backend = make_backend(tiny_model, tmp_path, steps_without_signal="skip")
+    first = backend.train_step(static_batch(digit_ids), step=0)
+    assert first["optimizer_step"] == 1.0
+    weights = [p.detach().clone() for p in backend.learner.trainable]
+    moments = [backend.learner.optimizer.state[p]["exp_avg"].clone() for p in backend.learner.trainable]
+    metrics = backend.train_step(grouped_batch(digit_ids, [[1, 1, 1, 1], [0, 0, 0, 0]]), step=1)
+    assert metrics["transitions_with_signal"] == 0 and metrics["optimizer_step"] == 0.0
+    for p, w, m in zip(backend.learner.trainable, weights, moments, strict=True):
+        assert torch.equal(p, w) and torch.equal(backend.learner.optimizer.state[p]["exp_avg"], m)
+    # a batch with signal steps as before
+    assert backend.train_step(static_batch(digit_ids), step=2)["optimizer_step"] == 1.0
+    with pytest.raises(ConfigError, match="steps_without_signal 'skip' is the local learner's"):
+        VerlBackend(model_path="m", mode="distributed", steps_without_signal="skip")
+
+
 def test_recompute_old_log_probs_without_engine_logprobs(tiny_model, digit_ids, tmp_path):
     backend = make_backend(tiny_model, tmp_path)
     metrics = backend.train_step(static_batch(digit_ids, with_logprobs=False), step=0)

@@ -102,6 +102,12 @@ class VerlSettings(BaseModel):
     ppo_epochs: int = Field(default=1, ge=1)
     mini_batch_size: int | None = Field(default=None, ge=1, description="transitions per optimizer step; None: all")
     micro_batch_size: int = Field(default=8, ge=1, description="transitions per forward/backward")
+    steps_without_signal: Literal["step", "skip"] = Field(
+        default="step",
+        description="a mini-batch in which no transition has signal (every advantage 0): step: AdamW still "
+        "steps, on zero gradients, as verl does (its momentum keeps moving the weights); skip: no optimizer "
+        "step, so weights and optimizer state stay as they were (local mode only)",
+    )
     old_log_probs: Literal["auto", "engine", "recompute"] = Field(
         default="auto",
         description="engine: the logprobs the engine recorded; recompute: a forward pass at `temperature`; "
@@ -160,6 +166,10 @@ class VerlSettings(BaseModel):
                 f"old_log_probs 'engine' needs temperature 1, not {self.temperature:g}: the engines record "
                 "logprobs before temperature, which are not the probabilities the tokens were sampled with "
                 "(use 'auto' or 'recompute')"
+            )
+        if self.mode == "distributed" and self.steps_without_signal == "skip":
+            raise ValueError(
+                "steps_without_signal 'skip' is the local learner's: verl's trainer in distributed mode always steps"
             )
         if self.mode == "local" and self.device.startswith("cuda"):
             import torch

@@ -258,7 +258,8 @@ class LocalLearner:
         Transitions without signal (see :meth:`_has_signal`) count in the loss's
         normalization but get no forward pass: the gradient is the same as with them. A
         mini-batch with none left still takes its optimizer step, on zero gradients, so
-        AdamW's moments and weight decay move as they would have.
+        AdamW's moments and weight decay move as they would have; with
+        ``steps_without_signal="skip"`` it takes none, and nothing moves.
         """
         s = self.settings
         mask_all = mini.batch["response_mask"]
@@ -270,8 +271,10 @@ class LocalLearner:
             global_batch_size=int((mask_all.sum(-1) > 0).sum().item()),
         )
         self.optimizer.zero_grad(set_to_none=True)
-        sums: dict[str, float] = {"loss": 0.0, "pg_loss": 0.0}
+        sums: dict[str, float] = {"loss": 0.0, "pg_loss": 0.0, "optimizer_step": 1.0}
         active = mini.select_idxs(mini.batch["has_signal"].nonzero().flatten())
+        if len(active) == 0 and s.steps_without_signal == "skip":
+            return {**sums, "optimizer_step": 0.0, "grad_norm": 0.0, "kl": 0.0}
         if len(active) == 0:
             for p in self.trainable:
                 p.grad = torch.zeros_like(p)
