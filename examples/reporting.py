@@ -1,4 +1,4 @@
-"""What the examples' ``report.py`` scripts share: ``mean ± std`` cells and the README's results block.
+"""What the examples' ``report.py`` scripts share: results by arm, ``mean ± std`` cells and the README's results block.
 
 Each example's report builds its own tables from its ``results/*.json`` and writes them
 between ``<!-- results:start -->`` and ``<!-- results:end -->`` in its README.
@@ -7,10 +7,12 @@ between ``<!-- results:start -->`` and ``<!-- results:end -->`` in its README.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
@@ -24,6 +26,29 @@ def pm(values: list[float | None], scale: float = 1.0, digits: int = 1) -> str:
     if len(values) == 1:
         return f"{mean:.{digits}f}"
     return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def load_arms(
+    results: Path, pattern: str, arm: Callable[[dict], str], order: Callable[[dict], Any]
+) -> dict[str, list[dict]]:
+    """The result records in ``results`` matching ``pattern``, by ``arm(record)``, each arm in seed order.
+
+    The arms are sorted by ``order`` of their first record.
+    """
+    runs: dict[str, list[dict]] = {}
+    for path in sorted(results.glob(pattern)):
+        record = json.loads(path.read_text())
+        runs.setdefault(arm(record), []).append(record)
+    ordered = sorted(runs.items(), key=lambda item: order(item[1][0]))
+    return {name: sorted(records, key=lambda r: r["seed"]) for name, records in ordered}
+
+
+def seed_rows(label: str, records: list[dict], cells: Callable[[list[dict]], list[str]]) -> list[str]:
+    """An arm's table rows: one per seed, then ``mean ± std`` over them when there are several."""
+    rows = [f"| {label} | {r['seed']} | " + " | ".join(cells([r])) + " |" for r in records]
+    if len(records) > 1:
+        rows.append(f"| {label} | **mean ± std** | " + " | ".join(cells(records)) + " |")
+    return rows
 
 
 def half_mean(by_step: list[float] | None, half: int) -> float | None:

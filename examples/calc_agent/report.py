@@ -9,14 +9,13 @@ standard deviation over the seeds.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from reporting import half_mean, pm, report_main  # noqa: E402
+from reporting import half_mean, load_arms, pm, report_main, seed_rows  # noqa: E402
 
 COLUMNS = (
     "test success before (%)",
@@ -36,23 +35,19 @@ COLUMNS = (
 )
 
 
+def skips(record: dict) -> bool:
+    """Whether the run took no optimizer step on steps without signal."""
+    return record.get("steps_without_signal", "step") == "skip"
+
+
 def arm_label(record: dict) -> str:
-    """The first column: the run's lr, and ``skip`` when it took no optimizer step without signal."""
-    skip = record.get("steps_without_signal", "step") == "skip"
-    return f"{record['lr']:g}, skip" if skip else f"{record['lr']:g}"
+    """The first column: the run's lr, and ``skip`` when it :func:`skips`."""
+    return f"{record['lr']:g}, skip" if skips(record) else f"{record['lr']:g}"
 
 
 def load(results: Path) -> dict[str, list[dict]]:
     """The result records (``<arm>-seed<N>.json``) by arm, highest lr first, each in seed order."""
-    runs: dict[tuple, list[dict]] = {}
-    for path in sorted(results.glob("calc_agent*-seed*.json")):
-        record = json.loads(path.read_text())
-        key = (-record["lr"], record.get("steps_without_signal", "step") == "skip")
-        runs.setdefault(key, []).append(record)
-    return {
-        arm_label(records[0]): sorted(records, key=lambda r: r["seed"])
-        for _, records in sorted(runs.items(), key=lambda item: item[0])
-    }
+    return load_arms(results, "calc_agent*-seed*.json", arm_label, lambda r: (-r["lr"], skips(r)))
 
 
 def cells(records: list[dict]) -> list[str]:
@@ -95,10 +90,7 @@ def render(runs: dict[str, list[dict]]) -> str:
         "|---" * (len(COLUMNS) + 2) + "|",
     ]
     for label, records in runs.items():
-        for r in records:
-            lines.append(f"| {label} | {r['seed']} | " + " | ".join(cells([r])) + " |")
-        if len(records) > 1:
-            lines.append(f"| {label} | **mean ± std** | " + " | ".join(cells(records)) + " |")
+        lines += seed_rows(label, records, cells)
     return "\n".join(lines)
 
 

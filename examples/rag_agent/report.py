@@ -9,14 +9,13 @@ standard deviation over the seeds, for each arm (what the run trained on).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from reporting import half_mean, pm, report_main  # noqa: E402
+from reporting import half_mean, load_arms, pm, report_main, seed_rows  # noqa: E402
 
 COLUMNS = (
     "test F1 before",
@@ -40,12 +39,9 @@ COLUMNS = (
 
 def load(results: Path) -> dict[str, list[dict]]:
     """The result records (``<arm>-seed<N>.json``) by arm, the config's (``rag_agent``) first, each in seed order."""
-    runs: dict[str, list[dict]] = {}
-    for path in sorted(results.glob("rag_agent*-seed*.json")):
-        record = json.loads(path.read_text())
-        runs.setdefault(record["name"], []).append(record)
-    order = sorted(runs, key=lambda name: (name != "rag_agent", name))
-    return {name: sorted(runs[name], key=lambda r: r["seed"]) for name in order}
+    return load_arms(
+        results, "rag_agent*-seed*.json", lambda r: r["name"], lambda r: (r["name"] != "rag_agent", r["name"])
+    )
 
 
 def trained_on(record: dict) -> str:
@@ -102,10 +98,7 @@ def render(runs: dict[str, list[dict]]) -> str:
         "|---" * (len(COLUMNS) + 2) + "|",
     ]
     for records in runs.values():
-        arm = trained_on(records[0])
-        lines += [f"| {arm} | {r['seed']} | " + " | ".join(cells([r])) + " |" for r in records]
-        if len(records) > 1:
-            lines.append(f"| {arm} | **mean ± std** | " + " | ".join(cells(records)) + " |")
+        lines += seed_rows(trained_on(records[0]), records, cells)
     return "\n".join(lines)
 
 
