@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from verl import DataProto
 from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
@@ -33,6 +34,27 @@ ZERO_FREE_LOSSES = frozenset({"vanilla", "gspo", "gpg"})
 """Policy losses whose every token term is 0 when its advantage is 0, with no statistic taken
 across the batch: with these (and no KL or entropy term), a transition whose advantages are
 all 0 adds nothing to the gradient, so :meth:`LocalLearner.update` skips its forward pass."""
+
+
+def columns_in_use(attention_mask: torch.Tensor, response_width: int) -> tuple[int, int]:
+    """The span of a batch's columns that some row uses: (first column, response width in use).
+
+    Prompts are left-padded and responses right-padded to the batch's longest, so a
+    micro-batch of shorter rows shares columns of padding on both sides; the model need
+    not see them. At least one response column is kept.
+    """
+    used = attention_mask.bool().any(dim=0)
+    prompt_width = attention_mask.shape[1] - response_width
+    in_prompt = used[:prompt_width].nonzero()
+    in_response = used[prompt_width:].nonzero()
+    start = int(in_prompt[0]) if len(in_prompt) else prompt_width
+    width = int(in_response[-1]) + 1 if len(in_response) else 1
+    return start, width
+
+
+def by_length(data: DataProto) -> torch.Tensor:
+    """Row order from fewest tokens to most (stable), so that consecutive micro-batches pad little."""
+    return torch.argsort(data.batch["attention_mask"].sum(dim=-1), stable=True)
 
 
 def seed_everything(seed: int) -> None:
@@ -140,14 +162,21 @@ class LocalLearner:
     # -- log-probs ---------------------------------------------------------------------------
 
     def _forward(self, data: DataProto, *, with_entropy: bool, reference: bool = False):
-        """Per-token log-probs (and entropies) of the responses under the policy or the reference."""
+        """Per-token log-probs (and entropies) of the responses under the policy or the reference.
+
+        The model sees only the columns some row of ``data`` uses (see :func:`columns_in_use`);
+        the results are padded back to the batch's response width with zeros, which every
+        caller masks out, as it masked the padding's values before.
+        """
         batch = data.batch
-        responses = batch["responses"].to(self.device)
-        r_len = responses.shape[1]
+        r_len = batch["responses"].shape[1]
+        start, width = columns_in_use(batch["attention_mask"], r_len)
+        end = batch["input_ids"].shape[1] - r_len + width
+        responses = batch["responses"][:, :width].to(self.device)
         kwargs = dict(
-            input_ids=batch["input_ids"].to(self.device),
-            attention_mask=batch["attention_mask"].to(self.device),
-            position_ids=batch["position_ids"].to(self.device),
+            input_ids=batch["input_ids"][:, start:end].to(self.device),
+            attention_mask=batch["attention_mask"][:, start:end].to(self.device),
+            position_ids=batch["position_ids"][..., start:end].to(self.device),
             use_cache=False,
         )
         if reference and self.reference is None:
@@ -157,23 +186,25 @@ class LocalLearner:
         else:
             model = self.reference if reference else self.model
             logits = model(**kwargs).logits
-        logits = logits[:, -r_len - 1 : -1, :].float() / self.settings.temperature
+        logits = logits[:, -width - 1 : -1, :].float() / self.settings.temperature
         log_probs = logprobs_from_logits(logits, responses)
         entropy = None
         if with_entropy:
             # Entropy is a metric unless it is part of the loss: no graph for it then.
             with torch.set_grad_enabled(torch.is_grad_enabled() and self.settings.entropy_coeff > 0):
                 entropy = entropy_from_logits(logits)
-        return log_probs, entropy
+        pad = (0, r_len - width)
+        return F.pad(log_probs, pad), (F.pad(entropy, pad) if entropy is not None else None)
 
     @torch.no_grad()
     def log_probs(self, data: DataProto, *, reference: bool = False) -> torch.Tensor:
         """Log-probs of each response token, micro-batched, without gradients."""
+        order = by_length(data)
         chunks = []
-        for micro in data.split(self.settings.micro_batch_size):
+        for micro in data.select_idxs(order).split(self.settings.micro_batch_size):
             lp, _ = self._forward(micro, with_entropy=False, reference=reference)
             chunks.append(lp.cpu())
-        return torch.cat(chunks, dim=0)
+        return torch.cat(chunks, dim=0)[torch.argsort(order)]
 
     # -- one update --------------------------------------------------------------------------
 
@@ -273,6 +304,7 @@ class LocalLearner:
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {"loss": 0.0, "pg_loss": 0.0, "optimizer_step": 1.0}
         active = mini.select_idxs(mini.batch["has_signal"].nonzero().flatten())
+        active = active.select_idxs(by_length(active))  # micro-batches of like lengths carry little padding
         if len(active) == 0 and s.steps_without_signal == "skip":
             return {**sums, "optimizer_step": 0.0, "grad_norm": 0.0, "kl": 0.0}
         if len(active) == 0:
