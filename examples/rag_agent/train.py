@@ -53,13 +53,15 @@ def register_reward() -> None:
         agl.register_plugin(rewards, name=REWARD_PLUGIN)
 
 
-def arm(hops: tuple[int, ...], batch_size: int) -> str:
+def arm(hops: tuple[int, ...], batch_size: int, steps: int = STEPS) -> str:
     """The run's name in its results file: ``rag_agent``, plus what differs from the config."""
     parts = [NAME]
     if tuple(hops) != TRAIN_HOPS:
         parts.append("hops" + "-".join(str(n) for n in sorted(hops)))
     if batch_size != BATCH_SIZE:
         parts.append(f"batch{batch_size}")
+    if steps != STEPS:
+        parts.append(f"steps{steps}")
     return "-".join(parts)
 
 
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         train = of_hops(load_split("train"), tuple(args.hops))
     except ValueError as exc:
         parser.error(f"--{exc}")
-    name = arm(tuple(args.hops), args.batch_size)
+    name = arm(tuple(args.hops), args.batch_size, args.steps)
 
     started = time.monotonic()
     import torch

@@ -122,9 +122,14 @@ def test_one_training_step_end_to_end(example, tmp_path):
     assert example.train.main([*argv, "--results", str(tmp_path / "results")]) == 0
     elapsed = time.monotonic() - started
     # two questions a step is not the config's one: the arm says so
-    record = json.loads((tmp_path / "results" / "rag_agent-batch2-seed0.json").read_text())
+    record = json.loads((tmp_path / "results" / "rag_agent-batch2-steps1-seed0.json").read_text())
 
-    assert (record["name"], record["seed"], record["steps"], record["eval_questions"]) == ("rag_agent-batch2", 0, 1, 2)
+    assert (record["name"], record["seed"], record["steps"], record["eval_questions"]) == (
+        "rag_agent-batch2-steps1",
+        0,
+        1,
+        2,
+    )
     assert (record["train_hops"], record["train_questions"], record["before_source"]) == ([1], 96, "this run")
     # about 60 s on an idle machine; the bound leaves room for a busy one
     assert record["wall_s"] > 0 and elapsed < 180, elapsed

@@ -359,6 +359,7 @@ def test_train_py_names_its_arm_and_refuses_unknown_hops_before_it_loads_anythin
     assert rag_agent.train.arm((1,), 1) == "rag_agent"  # the config's
     assert rag_agent.train.arm((2, 1), 2) == "rag_agent-hops1-2-batch2"
     assert rag_agent.train.arm((2,), 1) == "rag_agent-hops2"
+    assert rag_agent.train.arm((1,), 1, 15) == "rag_agent-steps15"
     with pytest.raises(SystemExit) as exit_:
         rag_agent.train.main(["--hops", "3", "--fresh", "--workdir", str(tmp_path / "run")])
     assert exit_.value.code == 2 and "--hops: [3] not among 1 and 2" in capsys.readouterr().err
