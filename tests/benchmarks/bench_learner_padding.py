@@ -1,16 +1,16 @@
-"""The local learner's update on a retrieval agent's batch: micro-batches cut to their rows, against the
-whole batch's padding (the learner before it trimmed), same run, same batch, same model.
+"""The local learner's update on a retrieval agent's batch: micro-batches cut to their rows and logits
+for the response alone, against the learner before (the whole batch's padding, the LM head over every
+position), same run, same batch, same model.
 
-The batch has the shape of a retrieval-agent step (``examples/rag_agent``): 8 rollouts of two calls
-each, with the lengths of the calls the base model made on that example's test split (first calls:
-prompts of 250-261 tokens, responses of 15-50; second calls: prompts of 304-410, responses of
-28-77). Padded to the batch's longest, 26% of this one is padding.
+The batch has the lengths of a real retrieval-agent step (``examples/rag_agent``, seed 0, step 2):
+8 rollouts of two calls each, prompts of 251 and 304-361 tokens, responses of 15-96. Padded to the
+batch's longest, 27% of it is padding.
 
 The model is the bundled SmolLM2-135M-Instruct with the examples' LoRA adapter, at the examples'
 temperature, so old log-probs are recomputed as in their runs. Each configuration trains a fresh
 learner for ``--steps`` timed steps after one untimed warm-up step.
 
-    .venv/bin/python -m tests.benchmarks.bench_learner_padding [--steps 2] [--micro 16 8 4]
+    .venv/bin/python -m tests.benchmarks.bench_learner_padding [--steps 1] [--runs padded-16 trimmed-8 current-8 current-16]
 """
 
 from __future__ import annotations
@@ -23,27 +23,35 @@ import tempfile
 import time
 from pathlib import Path
 
-FIRST_CALLS = ((250, 261), (15, 50))
-SECOND_CALLS = ((304, 410), (28, 77))
-ROLLOUTS = 8
+STEP_LENGTHS = [
+    ((251, 31), (342, 35)),
+    ((251, 44), (311, 15)),
+    ((251, 52), (318, 15)),
+    ((251, 37), (304, 15)),
+    ((251, 50), (342, 52)),
+    ((251, 58), (325, 15)),
+    ((251, 96), (361, 85)),
+    ((251, 50), (361, 42)),
+]
+"""(prompt, response) lengths of each rollout's two calls in a real step: seed 0's second step of
+``examples/rag_agent/train.py --steps 15``."""
 
 
 def rag_batch(vocab: list[int], seed: int = 0):
-    """16 transitions in one group: each rollout's two calls, with rewards that give signal."""
+    """16 transitions in one group, of the step's lengths, with rewards that give signal."""
     from agl.schema import Transition
 
     rng = random.Random(seed)
     out = []
-    for i in range(ROLLOUTS):
+    for i, calls in enumerate(STEP_LENGTHS):
         reward = rng.random()
-        for step, ((p_lo, p_hi), (r_lo, r_hi)) in enumerate((FIRST_CALLS, SECOND_CALLS)):
-            r_len = rng.randint(r_lo, r_hi)
+        for step, (p_len, r_len) in enumerate(calls):
             out.append(
                 Transition(
                     rollout_id=f"r{i}",
                     task_id="q0",
                     step=step,
-                    prompt_ids=rng.choices(vocab, k=rng.randint(p_lo, p_hi)),
+                    prompt_ids=rng.choices(vocab, k=p_len),
                     response_ids=rng.choices(vocab, k=r_len),
                     response_logprobs=[-2.0] * r_len,
                     reward=reward,
@@ -75,8 +83,9 @@ def whole_batch_padding():
         local.columns_in_use, local.by_length = saved
 
 
-def time_updates(model_dir: Path, batch, micro: int, steps: int, workdir: Path) -> float:
-    """Seconds per train step (after a warm-up step) of a fresh LoRA learner."""
+def time_updates(model_dir: Path, batch, micro: int, steps: int, workdir: Path, *, all_logits: bool) -> float:
+    """Seconds per train step (after a warm-up step) of a fresh LoRA learner; ``all_logits``: the LM
+    head over every position, as before the learner asked the model for the response's alone."""
     from agl_verl.backend import VerlBackend
 
     backend = VerlBackend(
@@ -89,6 +98,8 @@ def time_updates(model_dir: Path, batch, micro: int, steps: int, workdir: Path) 
         lora={"r": 16, "alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
     )
     backend.setup(None)
+    if all_logits:
+        backend.learner.keeps_logits = False
     backend.train_step(batch, 0)
     started = time.perf_counter()
     for step in range(steps):
@@ -98,8 +109,13 @@ def time_updates(model_dir: Path, batch, micro: int, steps: int, workdir: Path) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--micro", type=int, nargs="+", default=[16, 8, 4], help="micro-batch sizes to time")
+    parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        default=["padded-16", "current-8"],
+        help="what to time, in order: padded-<micro> (the baseline), trimmed-<micro> or current-<micro>",
+    )
     args = parser.parse_args()
 
     import torch
@@ -119,12 +135,19 @@ def main() -> None:
         f"{args.steps} timed steps each, CPU, {torch.get_num_threads()} threads"
     )
     work = Path(tempfile.mkdtemp(prefix="agl-bench-padding-"))
-    with whole_batch_padding():
-        baseline = time_updates(model_dir, batch, 16, args.steps, work / "baseline")
-    print(f"{'whole-batch padding, micro 16 (baseline)':<44}{baseline:>8.1f} s/step")
-    for micro in args.micro:
-        seconds = time_updates(model_dir, batch, micro, args.steps, work / f"trimmed-{micro}")
-        print(f"{f'trimmed, sorted by length, micro {micro}':<44}{seconds:>8.1f} s/step  {baseline / seconds:.2f}x")
+    labels = {
+        "padded": "the learner before: whole-batch padding, all logits",
+        "trimmed": "trimmed, sorted by length, all logits",
+        "current": "trimmed, sorted, the response's logits alone",
+    }
+    for i, run in enumerate(args.runs):
+        kind, _, micro = run.partition("-")
+        padding = whole_batch_padding() if kind == "padded" else contextlib.nullcontext()
+        with padding:
+            seconds = time_updates(
+                model_dir, batch, int(micro), args.steps, work / f"{i}-{run}", all_logits=kind != "current"
+            )
+        print(f"{labels[kind]}, micro {micro:<4}{seconds:>8.1f} s/step", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ model, the optimizer and the bookkeeping around them.
 from __future__ import annotations
 
 import copy
+import inspect
 import random
 import time
 from pathlib import Path
@@ -142,6 +143,8 @@ class LocalLearner:
         self.model = model.to(self.device)
         self.model.train()
         self.pad_token_id = self._pad_token_id()
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self.keeps_logits = "logits_to_keep" in inspect.signature(base.forward).parameters
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.trainable, lr=settings.lr, betas=settings.betas, weight_decay=settings.weight_decay
@@ -164,7 +167,8 @@ class LocalLearner:
     def _forward(self, data: DataProto, *, with_entropy: bool, reference: bool = False):
         """Per-token log-probs (and entropies) of the responses under the policy or the reference.
 
-        The model sees only the columns some row of ``data`` uses (see :func:`columns_in_use`);
+        The model sees only the columns some row of ``data`` uses (see :func:`columns_in_use`)
+        and, where it takes ``logits_to_keep``, computes logits for the response positions alone;
         the results are padded back to the batch's response width with zeros, which every
         caller masks out, as it masked the padding's values before.
         """
@@ -179,6 +183,8 @@ class LocalLearner:
             position_ids=batch["position_ids"][..., start:end].to(self.device),
             use_cache=False,
         )
+        if self.keeps_logits:
+            kwargs["logits_to_keep"] = width + 1  # the LM head over the prompt would be thrown away
         if reference and self.reference is None:
             # LoRA: the reference is the base model, the adapter switched off.
             with self.model.disable_adapter():
