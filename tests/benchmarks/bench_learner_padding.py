@@ -10,7 +10,7 @@ The model is the bundled SmolLM2-135M-Instruct with the examples' LoRA adapter, 
 temperature, so old log-probs are recomputed as in their runs. Each configuration trains a fresh
 learner for ``--steps`` timed steps after one untimed warm-up step.
 
-    .venv/bin/python -m tests.benchmarks.bench_learner_padding [--steps 1] [--runs padded-16 trimmed-8 current-8 current-16]
+    .venv/bin/python -m tests.benchmarks.bench_learner_padding [--steps 1] [--runs padded-16 trimmed-8 current-8]
 """
 
 from __future__ import annotations
