@@ -133,8 +133,9 @@ def test_a_client_that_goes_away_mid_stream_frees_vllms_request(vllm_engine, tmp
     recorded as aborted.
 
     The client goes once vLLM's own token counter shows the request generating, not once a
-    chunk has reached it: on one CI run the counter stood still from the client's first chunk
-    on, so the request was over before the client could hang up on it.
+    chunk has reached it. On a loaded machine the whole request can still be over before the
+    client could go (on one CI run the counter stood still from the client's first chunk on);
+    such a try tests nothing, so it is made again, as a new rollout, at most three times.
     """
     from agl.schema import Rollout, Task
     from agl.store.sqlite import SqliteStore
@@ -142,23 +143,32 @@ def test_a_client_that_goes_away_mid_stream_frees_vllms_request(vllm_engine, tmp
 
     store = SqliteStore(tmp_path / "agl.db")
     store.add_tasks([Task(task_id="t", input={})])
-    store.enqueue([Rollout(rollout_id="ro", task_id="t")])
-    [claimed] = store.claim("runner")
     gw = Gateway(store, vllm_engine.urls, token="gw", upstream_api_key="vllm-secret").start()
     max_tokens = 1500  # a minute of vLLM's time on this machine
+    body = {"model": "smollm2", "messages": MESSAGES, "max_tokens": max_tokens, "ignore_eos": True, "stream": True}
     try:
-        auth = {"Authorization": f"Bearer {gw.rollout_key('ro', claimed.attempt)}"}  # the agent's only credential
-        body = {"model": "smollm2", "messages": MESSAGES, "max_tokens": max_tokens, "ignore_eos": True, "stream": True}
-        before = _generated(vllm_engine)
-        with httpx.Client(timeout=120) as client:
-            with client.stream("POST", f"{gw.url}/rollouts/ro/v1/chat/completions", json=body, headers=auth) as resp:
-                assert resp.status_code == 200
-                sent = time.monotonic()
-                while _generated(vllm_engine) - before < 2 and time.monotonic() - sent < 60:
-                    time.sleep(0.05)
-                live = _generated(vllm_engine) - before
-                assert 2 <= live < max_tokens, f"vLLM had generated {live:.0f} tokens when the client meant to go"
-            gone = time.monotonic()  # the stream is closed: the client went away
+        finished_early = []
+        for attempt in range(3):
+            rollout_id = f"ro{attempt}"
+            store.enqueue([Rollout(rollout_id=rollout_id, task_id="t")])
+            [claimed] = store.claim("runner")
+            auth = {"Authorization": f"Bearer {gw.rollout_key(rollout_id, claimed.attempt)}"}  # its only credential
+            before = _generated(vllm_engine)
+            with httpx.Client(timeout=120) as client:
+                url = f"{gw.url}/rollouts/{rollout_id}/v1/chat/completions"
+                with client.stream("POST", url, json=body, headers=auth) as resp:
+                    assert resp.status_code == 200
+                    sent = time.monotonic()
+                    while _generated(vllm_engine) - before < 2 and time.monotonic() - sent < 60:
+                        time.sleep(0.05)
+                    live = _generated(vllm_engine) - before
+                    assert live >= 2, f"vLLM had generated {live:.0f} tokens 60 s after the request"
+                gone = time.monotonic()  # the stream is closed: the client went away
+            if live < max_tokens:
+                break
+            finished_early.append(attempt)
+        else:
+            pytest.fail(f"vLLM finished every one of {len(finished_early)} requests before the client could go")
         # vLLM has stopped once its token count holds still.
         last, last_change = _generated(vllm_engine), time.monotonic()
         while time.monotonic() - last_change < 2 and time.monotonic() - gone < 10:
@@ -171,7 +181,7 @@ def test_a_client_that_goes_away_mid_stream_frees_vllms_request(vllm_engine, tmp
         assert last - before < max_tokens, "vLLM ran the request to its end"
         assert _metric(vllm_engine, "vllm:num_requests_running") == 0
         gw.flush()
-        [call] = store.query_llm_calls(rollout_id="ro")
+        [call] = store.query_llm_calls(rollout_id=rollout_id)
         assert call.aborted and len(call.response_ids) == 0
     finally:
         gw.stop()
