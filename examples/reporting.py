@@ -1,7 +1,9 @@
-"""What the examples' ``report.py`` scripts share: results by arm, ``mean ± std`` cells and the README's results block.
+"""What the examples' ``report.py`` scripts share: results by arm, ``mean ± std`` cells and the README's blocks.
 
-Each example's report builds its own tables from its ``results/*.json`` and writes them
-between ``<!-- results:start -->`` and ``<!-- results:end -->`` in its README.
+Each example's report builds its own tables from its ``results/*.json`` and writes each
+between the markers of its block in its README: ``<!-- results:start -->`` and
+``<!-- results:end -->`` for the results table, ``<!-- NAME:start -->`` and
+``<!-- NAME:end -->`` for another block named NAME.
 """
 
 from __future__ import annotations
@@ -14,7 +16,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-START, END = "<!-- results:start -->", "<!-- results:end -->"
+RESULTS = "results"
+"""The name of the block that holds an example's results table."""
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The start and end markers of the README block called ``name``."""
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+START, END = markers(RESULTS)
 
 
 def pm(values: list[float | None], scale: float = 1.0, digits: int = 1) -> str:
@@ -60,37 +71,43 @@ def half_mean(by_step: list[float] | None, half: int) -> float | None:
     return statistics.fmean(part) if part else None
 
 
-def write_block(readme: Path, block: str) -> None:
-    """Replace what lies between the results markers in ``readme`` with ``block``.
+def write_block(readme: Path, block: str, name: str = RESULTS) -> None:
+    """Replace what lies between the markers of the block ``name`` in ``readme`` with ``block``.
 
-    Raises ``ValueError`` naming the file when either marker is missing.
+    Raises ``ValueError`` naming the file and the markers when either marker is missing.
     """
+    start, end = markers(name)
     text = readme.read_text()
-    if START not in text or END not in text:
-        raise ValueError(f"{readme}: no {START} ... {END} markers")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    readme.write_text(f"{head}{START}\n{block}\n{END}{tail}")
+    if start not in text or end not in text:
+        raise ValueError(f"{readme}: no {start} ... {end} markers")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    readme.write_text(f"{head}{start}\n{block}\n{end}{tail}")
 
 
-def report_main(argv: list[str] | None, description: str, here: Path, build: Callable[[Path], str]) -> int:
-    """A report script's command line: print ``build(results_dir)`` and write it into the README.
+def report_main(argv: list[str] | None, description: str, here: Path, build: Callable[[Path], dict[str, str]]) -> int:
+    """A report script's command line: print the blocks ``build(results_dir)`` makes and write them into the README.
 
+    ``build`` returns the README's blocks by name (:data:`RESULTS` for the results table).
     ``here`` is the example's folder (``results/`` and ``README.md`` by default); ``--check``
-    only prints. Returns the exit status (1 when the README has no results markers).
+    only prints. Returns the exit status (1, with the README left as it was, when it lacks
+    the markers of a block).
     """
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=here / "results")
     parser.add_argument("--readme", type=Path, default=here / "README.md")
     parser.add_argument("--check", action="store_true", help="print only; leave the README alone")
     args = parser.parse_args(argv)
-    block = build(args.results)
-    print(block)
+    blocks = build(args.results)
+    print("\n\n".join(blocks.values()))
     if args.check:
         return 0
+    text = args.readme.read_text()
     try:
-        write_block(args.readme, block)
+        for name, block in blocks.items():
+            write_block(args.readme, block, name)
     except ValueError as exc:
+        args.readme.write_text(text)
         print(exc, file=sys.stderr)
         return 1
     return 0

@@ -1,21 +1,24 @@
-"""Build the README's results table from ``results/calc_agent-seed*.json`` (written by train.py).
+"""Build the README's tables: test results from ``results/calc_agent*-seed*.json`` (written by train.py),
+and the learning rate's choice on validation from ``results/lr-choice/``.
 
     python examples/calc_agent/report.py [--results DIR] [--readme FILE] [--check]
 
 Rewrites what lies between ``<!-- results:start -->`` and ``<!-- results:end -->`` in
-README.md; ``--check`` only prints the table. One row per seed, then mean ± sample
-standard deviation over the seeds.
+README.md, and between ``<!-- lr-choice:start -->`` and ``<!-- lr-choice:end -->``;
+``--check`` only prints the tables. One row per seed, then mean ± sample standard
+deviation over the seeds.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from reporting import half_mean, load_arms, pm, report_main, seed_rows  # noqa: E402
+from reporting import RESULTS, half_mean, load_arms, pm, report_main, seed_rows  # noqa: E402
 
 COLUMNS = (
     "test success before (%)",
@@ -94,9 +97,64 @@ def render(runs: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
+LR_CHOICE = "lr-choice"
+"""The folder under ``results/`` and the README block of the learning rate's choice on validation."""
+VAL_COLUMNS = ("val success (%)", "2 operations (%)", "tool-call validity (%)")
+
+
+def val_cells(summaries: list[dict]) -> list[str]:
+    """A row of the validation table over ``summaries`` (``evaluate.py --split val`` outputs)."""
+    return [
+        pm([s["success"] for s in summaries], 100),
+        pm([s["success_by_operations"].get("2") for s in summaries], 100),
+        pm([s["tool_call_validity"] for s in summaries], 100),
+    ]
+
+
+def render_lr_choice(folder: Path) -> str:
+    """The validation table: the base model, then each lr's seeds and their mean ± std.
+
+    ``folder`` holds the runs' records (``<arm>-seed<N>.json``, from ``train.py --results``)
+    and, beside each, ``val-<arm>-seed<N>.json``, its adapter evaluated greedily on val;
+    ``val-base.json`` is the base model on val.
+    """
+    runs = load_arms(folder, "calc_agent*-seed*.json", arm_label, lambda r: (-r["lr"], skips(r)))
+    if not runs:
+        return "No validation run yet (see above)."
+
+    def val_file(record: dict) -> Path:
+        return folder / f"val-{record['name']}-seed{record['seed']}.json"
+
+    lines = ["| lr | seed | " + " | ".join(VAL_COLUMNS) + " |", "|---" * (len(VAL_COLUMNS) + 2) + "|"]
+    base = folder / "val-base.json"
+    if base.exists():
+        lines.append("| base model | | " + " | ".join(val_cells([json.loads(base.read_text())])) + " |")
+    evaluated = {
+        (r["name"], r["seed"]): json.loads(val_file(r).read_text())
+        for records in runs.values()
+        for r in records
+        if val_file(r).exists()
+    }
+
+    def cells(records: list[dict]) -> list[str]:
+        return val_cells([evaluated[r["name"], r["seed"]] for r in records])
+
+    for label, records in runs.items():
+        lines += seed_rows(label, [r for r in records if (r["name"], r["seed"]) in evaluated], cells)
+    pending = [val_file(r).name for rs in runs.values() for r in rs if (r["name"], r["seed"]) not in evaluated]
+    if pending:
+        lines += ["", "Trained, not yet evaluated on val (no " + ", ".join(pending) + ")."]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Print the table and write it into the README."""
-    return report_main(argv, __doc__, HERE, lambda results: render(load(results)))
+    """Print the tables and write them into the README."""
+    return report_main(
+        argv,
+        __doc__,
+        HERE,
+        lambda results: {RESULTS: render(load(results)), LR_CHOICE: render_lr_choice(results / LR_CHOICE)},
+    )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from reporting import half_mean, load_arms, pm, report_main, seed_rows  # noqa: E402
+from reporting import RESULTS, half_mean, load_arms, pm, report_main, seed_rows  # noqa: E402
 
 COLUMNS = (
     "test F1 before",
@@ -104,7 +104,7 @@ def render(runs: dict[str, list[dict]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the table and write it into the README."""
-    return report_main(argv, __doc__, HERE, lambda results: render(load(results)))
+    return report_main(argv, __doc__, HERE, lambda results: {RESULTS: render(load(results))})
 
 
 if __name__ == "__main__":

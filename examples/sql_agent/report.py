@@ -18,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from reporting import half_mean, pm, report_main  # noqa: E402
+from reporting import RESULTS, half_mean, pm, report_main  # noqa: E402
 
 ARM_ORDER = ["main", "broadcast", "last", "emitted", "all-agents"]
 
@@ -131,7 +131,7 @@ def render(arms: dict[str, list[dict]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the tables and write them into the README."""
-    return report_main(argv, __doc__, HERE, lambda results: render(load(results)))
+    return report_main(argv, __doc__, HERE, lambda results: {RESULTS: render(load(results))})
 
 
 if __name__ == "__main__":

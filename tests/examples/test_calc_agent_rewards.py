@@ -237,7 +237,8 @@ def test_a_sampled_summary_counts_the_problems_a_grpo_group_would_learn_from(cal
 
 def test_the_report_is_built_from_the_results_files(calc, tmp_path):
     import calc_agent.report
-    from reporting import END, START
+    import calc_agent.train
+    from reporting import END, START, markers
 
     def figures(success, two, validity):
         return {
@@ -249,6 +250,7 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
 
     def record(seed, after, lr=1e-3, steps_without_signal="step"):
         return {
+            "name": calc_agent.train.arm(lr, steps_without_signal),
             "seed": seed,
             "lr": lr,
             "steps_without_signal": steps_without_signal,
@@ -271,22 +273,47 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
     (results / "calc_agent-lr0.0003-seed0.json").write_text(json.dumps(record(0, 0.2, lr=3e-4)))
     skipping = record(0, 0.15, steps_without_signal="skip")
     (results / "calc_agent-skip-seed0.json").write_text(json.dumps(skipping))
+    # The lr's choice on validation: the runs' records, each adapter's val summary beside it.
+    choice = results / "lr-choice"
+    choice.mkdir()
+    for seed, lr, val_success in ((0, 1e-3, 0.05), (1, 1e-3, 0.0), (0, 3e-4, 0.1), (1, 3e-4, 0.05), (2, 3e-4, None)):
+        run = record(seed, 0.1, lr=lr)
+        (choice / f"{run['name']}-seed{seed}.json").write_text(json.dumps(run))
+        if val_success is not None:  # seed 2 at 3e-4 is trained, not yet evaluated on val
+            val = figures(val_success, 4 * val_success, 1.0)
+            (choice / f"val-{run['name']}-seed{seed}.json").write_text(json.dumps(val))
+    (choice / "val-base.json").write_text(json.dumps(figures(0.0, 0.0, 0.95)))
+    lr_start, lr_end = markers("lr-choice")
     readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{START}\nold\n{END}\noutro\n")
+    readme.write_text(f"intro\n{START}\nold\n{END}\nmiddle\n{lr_start}\nold\n{lr_end}\noutro\n")
 
     assert calc_agent.report.main(["--results", str(results), "--readme", str(readme)]) == 0
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
+    results_block, lr_block = text.split("middle")
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lr_block.splitlines() if line.startswith("| ")]
+    base, *runs = rows[1:]
+    assert base[:3] == ["base model", "", "0.0"] and base[4] == "95.0"
+    assert [r[:3] for r in runs] == [
+        ["0.001", "0", "5.0"],
+        ["0.001", "1", "0.0"],
+        ["0.001", "**mean ± std**", "2.5 ± 3.5"],
+        ["0.0003", "0", "10.0"],
+        ["0.0003", "1", "5.0"],
+        ["0.0003", "**mean ± std**", "7.5 ± 3.5"],  # over the evaluated seeds, named below the table
+    ]
+    assert "not yet evaluated on val (no val-calc_agent-lr0.0003-seed2.json)" in lr_block
+    rows = [[c.strip() for c in r.strip("|").split("|")] for r in results_block.splitlines() if r.startswith("| ")]
     seed0, seed1, mean, skip, other_lr = rows[1:]  # by lr, highest first; at one lr, skipping after
     assert seed0[:3] == ["0.001", "0", "0.0"] and (seed0[3], seed0[5]) == ("5.0", "20.0")  # after; on 2 operations
     assert seed1[1] == "1" and other_lr[:2] == ["0.0003", "0"] and other_lr[3] == "20.0"  # a row per seed, by arm
     assert skip[:2] == ["0.001, skip", "0"] and skip[3] == "15.0"
     assert mean[1] == "**mean ± std**" and mean[3] == "7.5 ± 3.5" and mean[5] == "30.0 ± 14.1"
     assert mean[12:] == ["5.0 ± 0.0", "25.0 ± 0.0", "90.0 ± 0.0", "21.0 ± 1.4"]  # training halves, validity, minutes
-    (tmp_path / "unmarked.md").write_text("no markers\n")
-    assert calc_agent.report.main(["--results", str(results), "--readme", str(tmp_path / "unmarked.md")]) == 1
-    assert (tmp_path / "unmarked.md").read_text() == "no markers\n"
+    for unmarked in ("no markers\n", f"{START}\nold\n{END}\n"):  # the second lacks the lr-choice block
+        (tmp_path / "unmarked.md").write_text(unmarked)
+        assert calc_agent.report.main(["--results", str(results), "--readme", str(tmp_path / "unmarked.md")]) == 1
+        assert (tmp_path / "unmarked.md").read_text() == unmarked
 
 
 def test_train_py_names_its_arm_by_what_differs_from_the_config(calc):
