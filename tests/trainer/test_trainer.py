@@ -61,7 +61,10 @@ class TinyBackend(Backend):
             )
         self.weights["trained"].append(step)
         self.weights["reward_mass"] += sum(t.reward * t.weight for t in transitions)
-        return {"loss": 1.0 / step, "kl": 0.01 * step, "entropy": 0.5}
+        metrics = {"loss": 1.0 / step, "kl": 0.01 * step, "entropy": 0.5}
+        if step == 3:  # a step on which it ran no forward pass, as a learner says of one without signal
+            metrics["tokens_per_s"] = 0.0
+        return metrics
 
     def publish(self, step):
         return ModelVersion(version=f"v{step}", step=step)
@@ -198,6 +201,8 @@ def test_a_short_loop_end_to_end(tmp_path, engine):
         ("val", 4),
     ]
     step2 = records[2]
+    # the trainer's tokens/s (every transition's tokens over the update's time), unless the backend gave its own
+    assert step2["tokens_per_s"] > 0 and records[3]["tokens_per_s"] == 0.0
     for key in (
         "reward_mean",
         "reward_std",

@@ -272,6 +272,7 @@ def test_a_batch_without_signal_still_steps_the_optimizer(tiny_model, digit_ids,
     before = [p.detach().clone() for p in backend.learner.trainable]
     metrics = backend.train_step(grouped_batch(digit_ids, [[1, 1, 1, 1], [0, 0, 0, 0]]), step=1)
     assert metrics["transitions_with_signal"] == 0 and metrics["grad_norm"] == 0.0
+    assert metrics["tokens_per_s"] == 0.0 and metrics["tokens"] > 0  # no token got a forward pass
     moved = [not torch.equal(a, b) for a, b in zip(before, backend.learner.trainable, strict=True)]
     assert any(moved)  # Adam's first moment from step 0 still moves the weights
 

@@ -540,7 +540,10 @@ class Trainer:
             log.warning("step %d: no transitions with engine token ids; the backend is not called", step)
         t3 = time.perf_counter()
         record.update(update_metrics)
-        record.update(transition_metrics(transitions, self._steps_of(transitions), step - 1, t3 - t2))
+        sizes = transition_metrics(transitions, self._steps_of(transitions), step - 1, t3 - t2)
+        if "tokens_per_s" in update_metrics:  # the backend's own: tokens of the forward passes it ran
+            del sizes["tokens_per_s"]
+        record.update(sizes)
         if self.backend is not None and transitions:
             new = self._publish(step)
             state["model_version"] = new.version

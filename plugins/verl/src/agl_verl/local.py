@@ -261,10 +261,12 @@ class LocalLearner:
         metrics.update({key: float(np.mean(values)) for key, values in totals.items()})
 
         elapsed = time.perf_counter() - started
-        tokens = int(data.batch["attention_mask"].sum().item())
+        attention = data.batch["attention_mask"]
         metrics["response_length/mean"] = float(data.batch["response_mask"].sum(-1).float().mean().item())
-        metrics["tokens"] = float(tokens)
-        metrics["tokens_per_s"] = tokens * s.ppo_epochs / elapsed if elapsed > 0 else 0.0
+        metrics["tokens"] = float(attention.sum().item())
+        # The rate of the forward passes: only transitions with signal get one (0 when none has).
+        trained = float(attention[data.batch["has_signal"]].sum().item())
+        metrics["tokens_per_s"] = trained * s.ppo_epochs / elapsed if elapsed > 0 else 0.0
         metrics["update_s"] = elapsed
         return metrics
 
