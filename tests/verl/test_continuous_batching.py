@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 
 import httpx
@@ -49,22 +50,51 @@ def wait_for(condition, timeout: float) -> None:
         time.sleep(0.005)
 
 
+class GatedForward:
+    """The served model, paused after its ``pause_after``-th one-row decode step until released.
+
+    It records the rows of every forward pass, so a test reads the batch's history from the
+    model's point of view rather than from the clock.
+    """
+
+    def __init__(self, model, pause_after: int) -> None:
+        self.model, self.pause_after = model, pause_after
+        self.passes: list[tuple[int, int]] = []  # (rows, tokens fed per row)
+        self.paused, self.release = threading.Event(), threading.Event()
+
+    def __call__(self, **kwargs):
+        rows, width = kwargs["input_ids"].shape
+        self.passes.append((rows, width))
+        if sum(1 for p in self.passes if p == (1, 1)) == self.pause_after:
+            self.paused.set()
+            assert self.release.wait(timeout=30), "the test never released the model"
+        return self.model(**kwargs)
+
+
 def test_short_request_joins_and_leaves_a_running_long_one(engine, tiny_model_dir):
     url, batcher = engine.urls[0], engine.batchers[0]
     long_prompt = "the weather in paris is sunny today , said the assistant ."
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        long_started = time.monotonic()
-        long = pool.submit(ask, url, long_prompt, 200)
-        wait_for(lambda: batcher.running_rows == 1, timeout=5)
-        time.sleep(0.2)  # the long row is well into decoding, its cache wider than the new prompt
-        started = time.monotonic()
-        short = ask(url, "hi", 5)
-        short_s = time.monotonic() - started
-        assert not long.done(), "the short request waited for the long one"
-        long_out = long.result(timeout=60)
-        long_s = time.monotonic() - long_started
-    # with waves the short request would wait for the whole long one
-    assert short_s < long_s / 2
+    wait_for(lambda: batcher.running_rows == 0, timeout=5)
+    model, version = batcher.slot.get()
+    gate = GatedForward(model, pause_after=20)
+    batcher.slot.set(gate, version)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            long = pool.submit(ask, url, long_prompt, 200)
+            assert gate.paused.wait(timeout=30), "the long request never started decoding"
+            short = pool.submit(ask, url, "hi", 5)
+            wait_for(lambda: batcher.queued_rows == 1, timeout=10)
+            gate.release.set()
+            short, long_out = short.result(timeout=60), long.result(timeout=60)
+    finally:
+        gate.release.set()
+        batcher.slot.set(model, version)
+    decode_rows = [rows for rows, width in gate.passes if width == 1]
+    prefills = [i for i, (_, width) in enumerate(gate.passes) if width > 1]
+    # the long row decoded alone, the short one was prefilled into it after 20 steps, the two
+    # decoded together for the short one's 4 further tokens, and the long one went on alone
+    assert len(prefills) == 2
+    assert decode_rows == [1] * 20 + [2] * 4 + [1] * (199 - 24)
     # both rows decode exactly as alone, and their logprobs are a training forward pass's
     assert tokens_and_logprobs(short)[0] == tokens_and_logprobs(ask(url, "hi", 5))[0]
     assert tokens_and_logprobs(long_out)[0] == tokens_and_logprobs(ask(url, long_prompt, 200))[0]

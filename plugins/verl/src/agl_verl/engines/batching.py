@@ -218,6 +218,11 @@ class Batcher:
         """How many rows are in the running batch now."""
         return self._running_count
 
+    @property
+    def queued_rows(self) -> int:
+        """How many submitted rows wait to join the running batch."""
+        return self._queue.qsize() + len(self._pending)
+
     # -- worker ---------------------------------------------------------------------------
 
     def _run(self) -> None:
