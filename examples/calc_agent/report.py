@@ -20,6 +20,8 @@ sys.path.insert(0, str(HERE.parent))
 
 from reporting import RESULTS, half_mean, load_arms, pm, report_main, seed_rows  # noqa: E402
 
+from calc_agent.config import LR  # noqa: E402
+
 COLUMNS = (
     "test success before (%)",
     "after (%)",
@@ -48,9 +50,14 @@ def arm_label(record: dict) -> str:
     return f"{record['lr']:g}, skip" if skips(record) else f"{record['lr']:g}"
 
 
+def arm_order(record: dict) -> tuple:
+    """The config's lr first, then the others from the highest; at one lr, ``skip`` after."""
+    return record["lr"] != LR, -record["lr"], skips(record)
+
+
 def load(results: Path) -> dict[str, list[dict]]:
-    """The result records (``<arm>-seed<N>.json``) by arm, highest lr first, each in seed order."""
-    return load_arms(results, "calc_agent*-seed*.json", arm_label, lambda r: (-r["lr"], skips(r)))
+    """The result records (``<arm>-seed<N>.json``) by arm, in :func:`arm_order`, each in seed order."""
+    return load_arms(results, "calc_agent*-seed*.json", arm_label, arm_order)
 
 
 def cells(records: list[dict]) -> list[str]:
@@ -118,7 +125,7 @@ def render_lr_choice(folder: Path) -> str:
     and, beside each, ``val-<arm>-seed<N>.json``, its adapter evaluated greedily on val;
     ``val-base.json`` is the base model on val.
     """
-    runs = load_arms(folder, "calc_agent*-seed*.json", arm_label, lambda r: (-r["lr"], skips(r)))
+    runs = load_arms(folder, "calc_agent*-seed*.json", arm_label, arm_order)
     if not runs:
         return "No validation run yet (see above)."
 

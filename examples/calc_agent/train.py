@@ -6,7 +6,7 @@ process. The test split is evaluated greedily before the first step and after th
 last one (``val_every: 0``: nothing is evaluated, selected or tuned on it in between).
 The figures, tool-call validity and tool calls per episode included, go to
 ``results/<arm>-seed<N>.json``: the arm is ``calc_agent`` with the config's lr and
-optimizer steps, and names what differs (``calc_agent-lr0.0003``, ``calc_agent-skip``).
+optimizer steps, and names what differs (``calc_agent-lr0.001``, ``calc_agent-skip``).
 
     python examples/calc_agent/train.py --seed 0 [--lr LR] [--steps-without-signal skip] [--steps N]
 """

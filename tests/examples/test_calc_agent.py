@@ -171,7 +171,8 @@ def test_one_training_step_end_to_end(example, tmp_path):
     assert step["optimizer_step"] == (1.0 if step["transitions_with_signal"] else 0.0)
 
     assert (record["seed"], record["steps"], record["eval_problems"]) == (0, 1, 2)
-    assert record["wall_s"] > 0 and elapsed < 180, elapsed
+    # the bound for one step end to end; about 9 s on 2 idle cores (2026-11-26)
+    assert record["wall_s"] > 0 and elapsed < 90, elapsed
     for when in ("before", "after"):
         figures = record[when]
         assert figures["n"] == 2 and figures["statuses"] == {"succeeded": 2}

@@ -268,17 +268,20 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
     results = tmp_path / "results"
     (results / "base").mkdir(parents=True)
     (results / "base" / "test.json").write_text("{}")  # the shared base figures are not a run
+
+    def save(folder, run):  # as train.py names its results file
+        (folder / f"{run['name']}-seed{run['seed']}.json").write_text(json.dumps(run))
+
     for seed, after in ((1, 0.1), (0, 0.05)):
-        (results / f"calc_agent-seed{seed}.json").write_text(json.dumps(record(seed, after)))
-    (results / "calc_agent-lr0.0003-seed0.json").write_text(json.dumps(record(0, 0.2, lr=3e-4)))
-    skipping = record(0, 0.15, steps_without_signal="skip")
-    (results / "calc_agent-skip-seed0.json").write_text(json.dumps(skipping))
+        save(results, record(seed, after))
+    save(results, record(0, 0.2, lr=3e-4))
+    save(results, record(0, 0.15, steps_without_signal="skip"))
     # The lr's choice on validation: the runs' records, each adapter's val summary beside it.
     choice = results / "lr-choice"
     choice.mkdir()
     for seed, lr, val_success in ((0, 1e-3, 0.05), (1, 1e-3, 0.0), (0, 3e-4, 0.1), (1, 3e-4, 0.05), (2, 3e-4, None)):
         run = record(seed, 0.1, lr=lr)
-        (choice / f"{run['name']}-seed{seed}.json").write_text(json.dumps(run))
+        save(choice, run)
         if val_success is not None:  # seed 2 at 3e-4 is trained, not yet evaluated on val
             val = figures(val_success, 4 * val_success, 1.0)
             (choice / f"val-{run['name']}-seed{seed}.json").write_text(json.dumps(val))
@@ -295,16 +298,16 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
     base, *runs = rows[1:]
     assert base[:3] == ["base model", "", "0.0"] and base[4] == "95.0"
     assert [r[:3] for r in runs] == [
-        ["0.001", "0", "5.0"],
-        ["0.001", "1", "0.0"],
-        ["0.001", "**mean ± std**", "2.5 ± 3.5"],
         ["0.0003", "0", "10.0"],
         ["0.0003", "1", "5.0"],
         ["0.0003", "**mean ± std**", "7.5 ± 3.5"],  # over the evaluated seeds, named below the table
+        ["0.001", "0", "5.0"],
+        ["0.001", "1", "0.0"],
+        ["0.001", "**mean ± std**", "2.5 ± 3.5"],
     ]
-    assert "not yet evaluated on val (no val-calc_agent-lr0.0003-seed2.json)" in lr_block
+    assert f"not yet evaluated on val (no val-{calc_agent.train.arm(3e-4, 'step')}-seed2.json)" in lr_block
     rows = [[c.strip() for c in r.strip("|").split("|")] for r in results_block.splitlines() if r.startswith("| ")]
-    seed0, seed1, mean, skip, other_lr = rows[1:]  # by lr, highest first; at one lr, skipping after
+    other_lr, seed0, seed1, mean, skip = rows[1:]  # the config's lr (3e-4) first; at one lr, skipping after
     assert seed0[:3] == ["0.001", "0", "0.0"] and (seed0[3], seed0[5]) == ("5.0", "20.0")  # after; on 2 operations
     assert seed1[1] == "1" and other_lr[:2] == ["0.0003", "0"] and other_lr[3] == "20.0"  # a row per seed, by arm
     assert skip[:2] == ["0.001, skip", "0"] and skip[3] == "15.0"
@@ -321,7 +324,7 @@ def test_train_py_names_its_arm_by_what_differs_from_the_config(calc):
 
     lr = calc.config.LR
     assert calc_agent.train.arm(lr, "step") == "calc_agent"
-    assert calc_agent.train.arm(3e-4, "step") == "calc_agent-lr0.0003"
+    assert calc_agent.train.arm(1e-3, "step") == "calc_agent-lr0.001"
     assert calc_agent.train.arm(lr, "skip") == "calc_agent-skip"
     config = calc.config.trainer_config(seed=0, workdir=Path("w"), model_path="m", steps_without_signal="skip")
     assert config["backend"]["config"]["steps_without_signal"] == "skip"
