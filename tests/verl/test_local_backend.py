@@ -362,6 +362,32 @@ def test_the_update_is_the_same_in_one_micro_batch_or_many(tiny_model, digit_ids
         torch.testing.assert_close(a, b, rtol=0, atol=3e-5)
 
 
+@pytest.mark.parametrize("lora", [None, {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}])
+def test_gradient_checkpointing_recomputes_each_layer_for_the_same_update(tiny_model, digit_ids, tmp_path, lora):
+    """With checkpointing each decoder layer runs twice per micro-batch (forward, then again in the
+    backward) and the weights come out as without it."""
+    batch = ragged_batch(digit_ids)
+    runs = {}
+    for checkpointing in (False, True):
+        work = tmp_path / str(checkpointing)
+        backend = make_backend(tiny_model, work, micro_batch_size=4, lora=lora, gradient_checkpointing=checkpointing)
+        layer = next(m for m in backend.learner.model.modules() if type(m).__name__.endswith("DecoderLayer"))
+        calls: list[None] = []
+        # a pre-hook: the backward's recomputation stops once it has what it needs, before a forward hook
+        layer.register_forward_pre_hook(lambda *_, calls=calls: calls.append(None))
+        metrics = backend.train_step(batch, step=0)
+        runs[checkpointing] = metrics, calls, [p.detach().clone() for p in backend.learner.trainable]
+    (plain, plain_calls, plain_weights), (checkpointed, checkpointed_calls, checkpointed_weights) = runs.values()
+    micro_batches = -(-len(batch) // 4)
+    assert len(plain_calls) == micro_batches
+    assert len(checkpointed_calls) == 2 * micro_batches
+    assert checkpointed["loss"] == plain["loss"] and checkpointed["grad_norm"] == plain["grad_norm"]
+    for a, b in zip(plain_weights, checkpointed_weights, strict=True):
+        assert torch.equal(a, b)
+    with pytest.raises(ConfigError, match="gradient_checkpointing is the local learner's"):
+        VerlBackend(model_path="m", mode="distributed", gradient_checkpointing=True)
+
+
 def test_recompute_old_log_probs_without_engine_logprobs(tiny_model, digit_ids, tmp_path):
     backend = make_backend(tiny_model, tmp_path)
     metrics = backend.train_step(static_batch(digit_ids, with_logprobs=False), step=0)

@@ -102,6 +102,11 @@ class VerlSettings(BaseModel):
     ppo_epochs: int = Field(default=1, ge=1)
     mini_batch_size: int | None = Field(default=None, ge=1, description="transitions per optimizer step; None: all")
     micro_batch_size: int = Field(default=8, ge=1, description="transitions per forward/backward")
+    gradient_checkpointing: bool = Field(
+        default=False,
+        description="keep only each layer's input in the forward pass and recompute the rest in the backward: "
+        "the same gradients in a fraction of the memory, for one more forward pass (local mode only)",
+    )
     steps_without_signal: Literal["step", "skip"] = Field(
         default="step",
         description="a mini-batch in which no transition has signal (every advantage 0): step: AdamW still "
@@ -170,6 +175,12 @@ class VerlSettings(BaseModel):
         if self.mode == "distributed" and self.steps_without_signal == "skip":
             raise ValueError(
                 "steps_without_signal 'skip' is the local learner's: verl's trainer in distributed mode always steps"
+            )
+        if self.mode == "distributed" and self.gradient_checkpointing:
+            raise ValueError(
+                "gradient_checkpointing is the local learner's: in distributed mode verl's own "
+                "actor_rollout_ref.model.enable_gradient_checkpointing applies (on by default; set it in "
+                "distributed.overrides)"
             )
         if self.mode == "local" and self.device.startswith("cuda"):
             import torch

@@ -123,6 +123,8 @@ class LocalLearner:
         seed_everything(settings.seed)
         dtype = _DTYPES[settings.dtype]
         model = AutoModelForCausalLM.from_pretrained(settings.model_path, dtype=dtype)
+        if settings.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.reference: torch.nn.Module | None = None
         if settings.lora is not None:
             from peft import LoraConfig, get_peft_model
