@@ -17,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from learner import backend_config
+
 TRAINED_AGENTS = ["write_query", "rewrite_query"]
 MAIN_CREDIT = {"credit": "discounted", "credit_options": {"gamma": 0.9}}
 
@@ -50,18 +52,6 @@ LR = 1e-3
 CONCURRENCY = 16
 """Rollouts at once. On 2 cores prompt prefill dominates, so more at once adds little throughput and makes
 every call wait longer (at 32, some base-model val rollouts ran past a 600 s timeout)."""
-LORA = {"r": 16, "alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
-MICRO_BATCH_SIZE = 8
-"""Transitions per forward/backward pass. The learner sorts a batch's transitions by length, cuts each
-micro-batch to its own rows and computes logits for the responses alone; the update is the same sum.
-On a retrieval-agent step's batch (16 transitions) an update took 46.9 s at 8 against 74.2 s for the
-learner before (``python -m tests.benchmarks.bench_learner_padding``, one run alone)."""
-GRADIENT_CHECKPOINTING = True
-"""The learner recomputes each layer's activations in the backward pass: the same update, bit for
-bit, in less memory. The calculator agent's seed 0 with it gave its committed figures exactly, in
-18 min, with the training process's peak resident memory at 6.9 GB; without it, 10.6 GB over the
-same seed's first two steps and 11.2 GB over an earlier whole run (one run each; the update alone:
-``python -m tests.benchmarks.bench_learner_memory``)."""
 
 
 def trainer_config(
@@ -90,18 +80,7 @@ def trainer_config(
         "transitions": dict(ARMS[arm]),
         "backend": {
             "name": "verl",
-            "config": {
-                "model_path": str(model_path),
-                "lr": LR,
-                "adv_estimator": "grpo",
-                "policy_loss": "vanilla",
-                "micro_batch_size": MICRO_BATCH_SIZE,
-                "gradient_checkpointing": GRADIENT_CHECKPOINTING,
-                "seed": seed,
-                "workdir": str(workdir / "verl"),
-                "lora": dict(LORA),
-                "temperature": TEMPERATURE,
-            },
+            "config": backend_config(model_path=model_path, lr=LR, seed=seed, workdir=workdir, temperature=TEMPERATURE),
         },
         "engine": {"name": "transformers", "config": {"model_path": str(model_path), "seed": seed}},
         "rollout": {
