@@ -1,7 +1,7 @@
 """The local learner's peak memory in an update, with and without gradient checkpointing, same run.
 
 The batch has the lengths of a real calculator-agent step (``examples/calc_agent``, seed 0,
-step 1, the one group with signal): 8 rollouts of one call, a 342-token prompt and
+step 1, its first group): 8 rollouts of one call, a 342-token prompt and
 responses of 37 to 64 tokens; one micro-batch of 8, as in the example's config. The model
 is the bundled SmolLM2-135M-Instruct with the examples' LoRA adapter, at their temperature,
 so old log-probs are recomputed first, as in their runs.
