@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.benchmarks.smollm2_learner import lora_backend, smollm2_vocab
+
 PROMPT = 342
 RESPONSES = [64, 41, 41, 41, 41, 41, 37, 41]
 """The step's lengths: ``examples/calc_agent/train.py --seed 0``, step 1, group 0."""
@@ -63,27 +65,14 @@ def rss_mib() -> float:
 def child(checkpointing: bool, steps: int) -> None:
     """Set up a learner, run ``steps`` updates, print one JSON line of figures."""
     import torch
-    from transformers import AutoTokenizer
 
-    from agl_verl.backend import VerlBackend
     from agl_verl.models import smollm2_dir
 
     torch.set_num_threads(os.cpu_count() or 1)
     model_dir = smollm2_dir()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    vocab = sorted(set(tokenizer.get_vocab().values()) - set(tokenizer.all_special_ids))
-    backend = VerlBackend(
-        model_path=str(model_dir),
-        lr=3e-4,
-        micro_batch_size=8,
-        seed=0,
-        workdir=tempfile.mkdtemp(prefix="agl-bench-memory-"),
-        temperature=0.5,
-        lora={"r": 16, "alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
-        gradient_checkpointing=checkpointing,
-    )
-    backend.setup(None)
-    batch = calc_batch(vocab)
+    workdir = tempfile.mkdtemp(prefix="agl-bench-memory-")
+    backend = lora_backend(model_dir, workdir, 8, gradient_checkpointing=checkpointing)
+    batch = calc_batch(smollm2_vocab(model_dir))
     set_up = rss_mib()
     backend.train_step(batch, 0)
     started = time.perf_counter()

@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.benchmarks.smollm2_learner import lora_backend, smollm2_vocab
+
 STEP_LENGTHS = [
     ((251, 31), (342, 35)),
     ((251, 44), (311, 15)),
@@ -86,18 +88,7 @@ def whole_batch_padding():
 def time_updates(model_dir: Path, batch, micro: int, steps: int, workdir: Path, *, all_logits: bool) -> float:
     """Seconds per train step (after a warm-up step) of a fresh LoRA learner; ``all_logits``: the LM
     head over every position, as before the learner asked the model for the response's alone."""
-    from agl_verl.backend import VerlBackend
-
-    backend = VerlBackend(
-        model_path=str(model_dir),
-        lr=3e-4,
-        micro_batch_size=micro,
-        seed=0,
-        workdir=str(workdir),
-        temperature=0.5,
-        lora={"r": 16, "alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
-    )
-    backend.setup(None)
+    backend = lora_backend(model_dir, workdir, micro)
     if all_logits:
         backend.learner.keeps_logits = False
     backend.train_step(batch, 0)
@@ -119,15 +110,12 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from transformers import AutoTokenizer
 
     from agl_verl.models import smollm2_dir
 
     torch.set_num_threads(os.cpu_count() or 1)
     model_dir = smollm2_dir()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    vocab = sorted(set(tokenizer.get_vocab().values()) - set(tokenizer.all_special_ids))
-    batch = rag_batch(vocab)
+    batch = rag_batch(smollm2_vocab(model_dir))
     tokens = sum(len(t.prompt_ids) + len(t.response_ids) for t in batch)
     print(
         f"SmolLM2-135M + LoRA, {len(batch)} transitions, {tokens} tokens, "

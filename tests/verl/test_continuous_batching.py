@@ -60,12 +60,14 @@ class GatedForward:
     def __init__(self, model, pause_after: int) -> None:
         self.model, self.pause_after = model, pause_after
         self.passes: list[tuple[int, int]] = []  # (rows, tokens fed per row)
+        self.lone_decodes = 0
         self.paused, self.release = threading.Event(), threading.Event()
 
     def __call__(self, **kwargs):
         rows, width = kwargs["input_ids"].shape
         self.passes.append((rows, width))
-        if sum(1 for p in self.passes if p == (1, 1)) == self.pause_after:
+        self.lone_decodes += (rows, width) == (1, 1)
+        if self.lone_decodes == self.pause_after:
             self.paused.set()
             assert self.release.wait(timeout=30), "the test never released the model"
         return self.model(**kwargs)
@@ -90,7 +92,7 @@ def test_short_request_joins_and_leaves_a_running_long_one(engine, tiny_model_di
         gate.release.set()
         batcher.slot.set(model, version)
     decode_rows = [rows for rows, width in gate.passes if width == 1]
-    prefills = [i for i, (_, width) in enumerate(gate.passes) if width > 1]
+    prefills = [rows for rows, width in gate.passes if width > 1]
     # the long row decoded alone, the short one was prefilled into it after 20 steps, the two
     # decoded together for the short one's 4 further tokens, and the long one went on alone
     assert len(prefills) == 2
