@@ -19,9 +19,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agl.engine import Engine
 from agl.schema import Rollout, RolloutStatus, Task
 from agl.store.base import Store
+from agl_trainer.engine import Engine
 
 from .database import run_query
 from .prompts import extract_sql

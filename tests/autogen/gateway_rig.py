@@ -38,7 +38,7 @@ class GatewayRollout:
         return list(self.store.query_llm_calls(rollout_id=self.rollout_id))
 
     def transitions(self):
-        from agl.transitions import build_transitions
+        from agl_trainer.transitions import build_transitions
 
         self.writer.flush()
         self.gateway.flush()

@@ -23,12 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import agl.transitions as tm
-from agl.credit import RolloutRewards
+import agl_trainer.transitions as tm
 from agl.hookspecs import hookimpl
 from agl.plugins import register, resolve
 from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task, Transition
 from agl.store.sqlite import SqliteStore
+from agl_trainer.credit import RolloutRewards
 
 AGENTS = ["planner", "coder", "critic"]
 

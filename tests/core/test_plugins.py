@@ -21,7 +21,7 @@ from agl.plugins import RewardAnswer, register, unregister
 from agl.schema import LLMCall, Rollout, RolloutStatus, Span, Task
 from agl.store.base import open_store
 from agl.store.sqlite import SqliteStore
-from agl.transitions import build_transitions
+from agl_trainer.transitions import build_transitions
 
 
 @pytest.fixture
@@ -255,7 +255,7 @@ def _loaded_plugins(env_value: str | None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "AGL_LOAD_PLUGINS"}
     if env_value is not None:
         env["AGL_LOAD_PLUGINS"] = env_value
-    code = "import json, agl.plugins as p; print(json.dumps(sorted(r['name'] for r in p.list_plugins())))"
+    code = "import json, agl_trainer, agl.plugins as p; print(json.dumps(sorted(r['name'] for r in p.list_plugins())))"
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -265,10 +265,10 @@ def test_agl_load_plugins_limits_the_installed_plugins_loaded():
     installed = sorted(ep.name for ep in entry_points(group="agl"))
     assert len(installed) >= 2, installed  # the workspace installs agl-verl and agl-otel
     everything = _loaded_plugins(None)
-    assert json.loads(everything.stdout) == sorted(["agl.credit", *installed]), everything.stderr
-    assert json.loads(_loaded_plugins("").stdout) == ["agl.credit"]
+    assert json.loads(everything.stdout) == sorted(["agl_trainer.credit", *installed]), everything.stderr
+    assert json.loads(_loaded_plugins("").stdout) == ["agl_trainer.credit"]
     one = installed[0]
-    assert json.loads(_loaded_plugins(f" {one} ,").stdout) == sorted(["agl.credit", one])
+    assert json.loads(_loaded_plugins(f" {one} ,").stdout) == sorted(["agl_trainer.credit", one])
     missing = _loaded_plugins(f"{one},no-such-plugin")
     assert missing.returncode != 0
     assert "AGL_LOAD_PLUGINS: no installed plugin named 'no-such-plugin'" in missing.stderr

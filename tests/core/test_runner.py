@@ -22,7 +22,7 @@ import pytest
 import agl
 from agl.runner import RolloutResult, Runner, read_result
 from agl.schema import Rollout, RolloutStatus, Task
-from agl.transitions import build_transitions
+from agl_trainer.transitions import build_transitions
 from tests.fake_engine import FakeEngine
 
 AGL = [sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))"]

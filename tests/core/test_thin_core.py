@@ -9,6 +9,7 @@ the other way round.
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import subprocess
 import sys
 import tomllib
@@ -52,6 +53,21 @@ def _dependency_names(pyproject: Path) -> set[str]:
 def test_core_dependencies_are_light():
     names = _dependency_names(ROOT / "core" / "pyproject.toml")
     assert names <= CORE_DEPENDENCIES, names - CORE_DEPENDENCIES
+
+
+def _stated_dependencies(readme: Path) -> set[str]:
+    """The packages the sentence "... depends on A, B and C only" of ``readme`` names."""
+    text = " ".join(readme.read_text().split())
+    match = re.search(r"depends on ([\w\-, ]+?) only", text)
+    assert match, f"{readme} does not state agl-core's dependencies"
+    return {name.strip() for name in re.split(r",| and ", match.group(1)) if name.strip()}
+
+
+def test_the_readmes_state_the_dependencies_core_declares():
+    declared = _dependency_names(ROOT / "core" / "pyproject.toml")
+    assert declared == CORE_DEPENDENCIES
+    assert _stated_dependencies(ROOT / "README.md") == declared
+    assert _stated_dependencies(ROOT / "core" / "README.md") == declared
 
 
 def test_trainer_depends_on_core_in_lockstep():

@@ -18,7 +18,7 @@ import json
 
 import pytest
 
-from agl.transitions import TransitionConfig, build_transitions
+from agl_trainer.transitions import TransitionConfig, build_transitions
 
 pytestmark = pytest.mark.slow
 

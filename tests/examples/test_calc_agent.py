@@ -112,7 +112,7 @@ async def test_the_calculator_server_evaluates_and_refuses(example):
 def test_the_agent_through_the_gateway_and_the_engine(example, tmp_path):
     """SmolLM2 behind the real gateway: spans captured, joined by response id, tools offered."""
     from agl.store.base import open_store
-    from agl.transitions import TransitionConfig, build_transitions
+    from agl_trainer.transitions import TransitionConfig, build_transitions
     from agl_verl.models import smollm2_dir
 
     items = example.problems.load_split("val")[:1]

@@ -43,7 +43,7 @@ def stored(workdir: Path):
 
 
 def test_smollm2_episode_on_the_responses_path(example, tmp_path):
-    from agl.transitions import build_transitions
+    from agl_trainer.transitions import build_transitions
     from agl_verl.models import smollm2_dir
 
     items = example.questions.load_split("test")[:1]

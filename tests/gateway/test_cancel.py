@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from agl.schema import RolloutStatus
-from agl.transitions import TransitionConfig, build_transitions
+from agl_trainer.transitions import TransitionConfig, build_transitions
 from tests.gateway.conftest import calls_of
 
 LONG = [{"role": "user", "content": "x" * 400}]  # a 100-chunk answer from the fake engine

@@ -13,8 +13,8 @@ from agents import Agent, ModelBehaviorError, OpenAIResponsesModel, RunConfig, R
 
 from agl.runner import Runner as RolloutRunner
 from agl.schema import Rollout, RolloutStatus
-from agl.transitions import TransitionConfig, build_transitions
 from agl_trainer.gateway import Gateway
+from agl_trainer.transitions import TransitionConfig, build_transitions
 from tests.fake_engine import FakeEngine
 from tests.gateway.conftest import TOKEN, calls_of, key_of
 

@@ -19,9 +19,9 @@ from langgraph.graph import END, START, StateGraph
 import agl
 from agl.capture import BufferedWriter
 from agl.schema import Rollout, RolloutStatus, Task
-from agl.transitions import build_transitions
 from agl_langchain import AglCallbackHandler
 from agl_trainer.gateway import Gateway
+from agl_trainer.transitions import build_transitions
 from tests.fake_engine import FakeEngine
 
 TOKEN = "gw-token"

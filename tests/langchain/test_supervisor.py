@@ -17,8 +17,8 @@ from langgraph_supervisor import create_supervisor
 
 import agl
 from agl.schema import Rollout, RolloutStatus, Task
-from agl.transitions import TransitionConfig, build_transitions
 from agl_langchain import AglCallbackHandler
+from agl_trainer.transitions import TransitionConfig, build_transitions
 from tests.langchain.fakes import ToolCallingFakeModel, fake_model, tool_call
 
 

@@ -18,7 +18,7 @@ from agents.models.openai_provider import OpenAIProvider
 from openai import APITimeoutError, AsyncOpenAI
 
 import agl
-from agl.transitions import TransitionConfig, build_transitions
+from agl_trainer.transitions import TransitionConfig, build_transitions
 
 
 def timing_out_client(openai_client, base_url: str, key: str) -> AsyncOpenAI:

@@ -10,8 +10,8 @@ import pytest
 
 from agl.errors import ConfigError
 from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task
-from agl.transitions import TransitionConfig
 from agl_trainer.export import COLUMNS, drop_notes, export_transitions
+from agl_trainer.transitions import TransitionConfig
 
 AGL = [sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))"]
 

@@ -1,7 +1,7 @@
 """The trainer loop on real parts: SqliteStore, the gateway, the in-process runner, a subprocess killed with SIGKILL.
 
 The model behind the gateway is tests/fake_engine.py (a test double for a model). The
-backend is TinyBackend below: a real, cheap implementation of agl.backend.Backend, since
+backend is TinyBackend below: a real, cheap implementation of agl_trainer.backend.Backend, since
 what is under test is the seam (what the trainer hands the backend, when, and how it
 resumes), not learning.
 """
@@ -21,11 +21,11 @@ import httpx
 import pytest
 
 import agl
-from agl.backend import Backend
 from agl.errors import ConfigError
 from agl.plugins import register, unregister
 from agl.schema import ModelVersion, RolloutStatus
 from agl.store.sqlite import SqliteStore
+from agl_trainer.backend import Backend
 from agl_trainer.config import load_config
 from agl_trainer.trainer import Trainer
 from tests.fake_engine import FakeEngine

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from agl.engine import Engine
 from agl.errors import AglError, ConfigError
 from agl.schema import ModelVersion, Transition
+from agl_trainer.engine import Engine
 from agl_verl.backend import VerlBackend
 from agl_verl.dataproto import TextTransitionError
 from agl_verl.models import build_tiny_model

@@ -28,11 +28,11 @@ if TYPE_CHECKING:
 
     from starlette.routing import BaseRoute
 
-    from agl.backend import Backend
-    from agl.credit import Strategy
-    from agl.engine import Engine
     from agl.schema import LLMCall, Reward, Rollout, Span, Transition
     from agl.store.base import Store
+    from agl_trainer.backend import Backend
+    from agl_trainer.credit import Strategy
+    from agl_trainer.engine import Engine
 
 hookspec = pluggy.HookspecMarker("agl")
 hookimpl = pluggy.HookimplMarker("agl")
@@ -75,7 +75,7 @@ def agl_credit_assignment(name: str) -> Strategy | None:
 
     A strategy is a callable ``(n_calls: int, rewards: RolloutRewards, **options: float)
     -> list[float]``: given how many LLM calls the rollout made and its rewards
-    (:class:`agl.credit.RolloutRewards`: the ``final`` reward and the ``emitted``
+    (:class:`agl_trainer.credit.RolloutRewards`: the ``final`` reward and the ``emitted``
     intermediate ones as ``(call index, value)``), it returns exactly ``n_calls``
     rewards, one per call in order. ``options`` are ``TransitionConfig.credit_options``.
 

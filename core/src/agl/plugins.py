@@ -1,6 +1,7 @@
 """The plugin registry: one pluggy manager for the process, loaded on first use.
 
-Built-in plugins (``agl.credit``) always load. Installed plugins come from the
+Built-in plugins (agl's own packages add theirs with :func:`add_builtin`: agl-trainer's
+credit strategies) always load. Installed plugins come from the
 ``agl`` entry-point group; ``AGL_LOAD_PLUGINS`` limits which: a comma-separated
 list of entry-point names loads only those, an empty string loads none, and
 unset loads all. Every plugin is checked when it is registered: an ``agl_*``
@@ -30,7 +31,8 @@ LOAD_PLUGINS_ENV = "AGL_LOAD_PLUGINS"
 _manager: pluggy.PluginManager | None = None
 _lock = threading.Lock()
 
-_BUILTINS = ("agl.credit",)
+_BUILTINS: list[str] = []
+"""Modules of agl's own packages that are always registered, whatever ``AGL_LOAD_PLUGINS`` says."""
 _HOOKS = frozenset(name for name in dir(hookspecs) if name.startswith("agl_"))
 
 
@@ -190,6 +192,21 @@ def get_plugin_manager() -> pluggy.PluginManager:
         return _manager
 
 
+def add_builtin(module_name: str) -> None:
+    """Make the module ``module_name`` a built-in plugin: registered now if the registry exists, else when it is made.
+
+    For agl's own packages (agl-trainer adds its credit strategies when it is imported);
+    a user's plugin is registered with :func:`register` or by entry point instead.
+    """
+    with _lock:
+        if module_name in _BUILTINS:
+            return
+        _BUILTINS.append(module_name)
+        pm = _manager
+    if pm is not None and not pm.has_plugin(module_name):
+        register(__import__(module_name, fromlist=["_"]), name=module_name)
+
+
 def register(plugin: Any, name: str | None = None) -> str:
     """Register a plugin object or module in code; returns its name.
 
@@ -259,7 +276,7 @@ def list_plugins() -> list[dict[str, Any]]:
 def _distribution(name: str, dist: Any) -> str:
     if dist is not None:
         return f"{dist.project_name} {dist.version}"
-    return "agl-core (built in)" if name in _BUILTINS else "(registered in code)"
+    return "built in" if name in _BUILTINS else "(registered in code)"
 
 
 def _provides(pm: pluggy.PluginManager, plugin: object) -> dict[str, list[str]]:

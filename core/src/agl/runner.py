@@ -15,7 +15,7 @@ like this:
   reward plugin to score.
 
 A returned reward is stored as a :class:`~agl.schema.Reward` with source
-``return``, which outranks plugin and emitted rewards (see :mod:`agl.transitions`).
+``return``, which outranks plugin and emitted rewards (see :mod:`agl_trainer.transitions`).
 
 Many rollouts run at once per process: async agents as asyncio tasks, sync agents
 in a thread pool with the context variables copied. Each runs inside
@@ -71,9 +71,8 @@ from pydantic import BaseModel, ConfigDict
 from agl.capture import BufferedWriter, RolloutContext, use_rollout
 from agl.errors import AglError, InvalidTransition, NotFound, StoreUnavailable
 from agl.imports import import_attribute, import_module
-from agl.schema import JSON, Reward, Rollout, RolloutStatus, short_id
+from agl.schema import JSON, RETURN_SOURCE, Reward, Rollout, RolloutStatus, short_id
 from agl.store.base import Store
-from agl.transitions import RETURN_SOURCE
 
 log = logging.getLogger(__name__)
 

@@ -323,6 +323,10 @@ class LLMCall(_Model):
     _check_logprobs = field_validator("response_logprobs")(_logprobs_match_ids)
 
 
+RETURN_SOURCE = "return"
+"""The ``source`` of a reward the agent function returned (written by the runner); it outranks every other."""
+
+
 class Reward(_Model):
     """A reward attached to a rollout, or to one span of it."""
 

@@ -15,10 +15,14 @@ Everything that serves or trains lives here, outside the agent's process:
     Trainer({"steps": 20, "backend": {"name": "verl", "config": {...}}}).fit(agent, train_tasks, val_tasks)
 """
 
+import agl.plugins
 from agl_trainer.config import TrainerConfig
 from agl_trainer.evaluation import evaluate
 from agl_trainer.trainer import Trainer, TrainResult
 
 __version__ = "0.1.0"
+
+# agl-trainer's credit strategies are built in wherever the training side is imported.
+agl.plugins.add_builtin("agl_trainer.credit")
 
 __all__ = ["TrainResult", "Trainer", "TrainerConfig", "evaluate"]

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agl.errors import ConfigError
 from agl.store.base import default_store_url, sqlite_path, sqlite_url
-from agl.transitions import TransitionConfig
+from agl_trainer.transitions import TransitionConfig
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig

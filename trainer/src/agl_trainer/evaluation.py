@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agl.engine import Engine
 from agl.runner import Agent
 from agl.schema import ModelVersion, Rollout, Task, short_id
 from agl.store.base import Store
+from agl_trainer.engine import Engine
 
 
 def evaluate(

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from agl.errors import ConfigError
 from agl.schema import TERMINAL_STATUSES, Rollout, Transition
 from agl.store.base import Store
-from agl.transitions import BuildReport, TransitionBuilder, TransitionConfig
+from agl_trainer.transitions import BuildReport, TransitionBuilder, TransitionConfig
 
 Format = Literal["jsonl", "parquet"]
 

@@ -13,7 +13,7 @@ Each step ``s`` (1-based):
 2. run them (an in-process :class:`~agl.runner.Runner` by default, or external
    ``agl runner`` processes) and wait until every one has ended, taking back the
    rollouts of silent runners with :meth:`Store.expire`;
-3. build transitions (:mod:`agl.transitions`), keep those with engine token ids,
+3. build transitions (:mod:`agl_trainer.transitions`), keep those with engine token ids,
    and call ``agl_rollout_ended`` / ``agl_transitions_built``;
 4. ``backend.train_step``; then publish: pause the gateway, ``backend.publish``,
    register the version in the store, point the gateway at it, resume;
@@ -48,16 +48,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agl.backend import Backend
 from agl.capture import BufferedWriter
 from agl.credentials import RolloutKeys
-from agl.engine import Engine
 from agl.errors import ConfigError, InvalidTransition
 from agl.runner import Agent, Runner
 from agl.schema import ModelVersion, Rollout, RolloutStatus, Task, Transition, short_id
 from agl.store.base import Store, open_store
-from agl.transitions import TransitionBuilder
+from agl_trainer.backend import Backend
 from agl_trainer.config import TrainerConfig, parse_config
+from agl_trainer.engine import Engine
 from agl_trainer.loggers import Logger, RunInfo, build_loggers, redacted
 from agl_trainer.metrics import (
     MetricsLog,
@@ -69,6 +68,7 @@ from agl_trainer.metrics import (
     reward_metrics,
     transition_metrics,
 )
+from agl_trainer.transitions import TransitionBuilder
 
 log = logging.getLogger(__name__)
 

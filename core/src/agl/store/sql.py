@@ -192,7 +192,7 @@ def _added_columns(d: Dialect) -> list[tuple[str, str, str]]:
 
 def _final_reward_sql(d: Dialect) -> str:
     """SQL for a rollout's (``rollouts`` row's) final reward: its returned ``reward``, else its
-    last stored ``reward`` (:func:`agl.transitions.rewards.final_reward` without plugins)."""
+    last stored ``reward`` (:func:`agl_trainer.transitions.rewards.final_reward` without plugins)."""
     f = d.json_field
     return (
         f"(SELECT {f('w.body', ['value'], d.real)} FROM rewards w WHERE w.rollout_id = rollouts.rollout_id "
@@ -1185,7 +1185,7 @@ class SqlStore(Store):
             yield Reward.model_validate_json(body)
 
     # -- bulk reads for building transitions ----------------------------------------
-    # What agl.transitions reads of ended rollouts, column by column: no record is decoded
+    # What agl_trainer.transitions reads of ended rollouts, column by column: no record is decoded
     # whole. A store that offers these four methods gets the builder's fast path; any
     # other store is read through the queries above.
     _BULK = 500  # ids per statement

@@ -1,4 +1,4 @@
-"""``VerlBackend``: agl's :class:`~agl.backend.Backend` on verl's algorithms.
+"""``VerlBackend``: agl's :class:`~agl_trainer.backend.Backend` on verl's algorithms.
 
 ``mode="local"`` (the default) trains a transformers model in this process, on
 the CPU or one GPU (:mod:`agl_verl.local`). ``mode="distributed"`` hands the
@@ -15,10 +15,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from agl.backend import Backend
-from agl.engine import Engine
 from agl.errors import AglError
 from agl.schema import ModelVersion, Transition
+from agl_trainer.backend import Backend
+from agl_trainer.engine import Engine
 from agl_verl.config import VerlSettings, parse_settings
 from agl_verl.quiet import import_verl_quietly
 

@@ -231,7 +231,7 @@ TransitionBuilder = Callable[[Any, list[Rollout]], list[Transition]]
 
 
 def _default_builder(transition_config: dict[str, Any]) -> TransitionBuilder:
-    from agl.transitions import TransitionConfig, build_transitions
+    from agl_trainer.transitions import TransitionConfig, build_transitions
 
     config = TransitionConfig(**{**transition_config, "text_only": False})
 

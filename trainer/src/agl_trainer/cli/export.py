@@ -33,8 +33,8 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """``agl export transitions``: write the file, then say on stderr what was left out and why."""
     from agl.store import open_store
-    from agl.transitions import TransitionConfig
     from agl_trainer.export import drop_notes, export_transitions, format_for
+    from agl_trainer.transitions import TransitionConfig
 
     fmt = format_for(args.output, args.format)
     config = TransitionConfig(

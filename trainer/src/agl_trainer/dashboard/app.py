@@ -26,10 +26,10 @@ from agl.credentials import bearer, same_token
 from agl.errors import NotFound
 from agl.schema import Reward, RolloutStatus
 from agl.store.sql import SqlStore
-from agl.transitions import TransitionConfig
 from agl_trainer.dashboard import charts, queries
 from agl_trainer.dashboard.html import attr, csp, e, number, page, path_id, seconds, url, when
 from agl_trainer.dashboard.rollout import rollout_page
+from agl_trainer.transitions import TransitionConfig
 
 COOKIE = "agl_dashboard"
 REFRESH_MS = 5000
@@ -385,7 +385,7 @@ def dashboard_app(store: SqlStore, *, token: str, prefix: str = "/ui", config: T
     """The dashboard as an ASGI app whose routes live under ``prefix``.
 
     ``config`` is the transition config credit assignment and the agent filter follow
-    on the rollout page (the default: :class:`~agl.transitions.TransitionConfig`'s).
+    on the rollout page (the default: :class:`~agl_trainer.transitions.TransitionConfig`'s).
     """
     if not isinstance(store, SqlStore):
         raise ValueError(f"store: the dashboard reads a SQLite or PostgreSQL store, not {type(store).__name__}")

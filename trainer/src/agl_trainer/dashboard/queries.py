@@ -4,7 +4,7 @@ Every list is one indexed statement with ``LIMIT``/``OFFSET`` (and one ``COUNT``
 page costs the same with a hundred rollouts or a hundred thousand. A rollout's reward
 is the store's ``rollouts.reward`` column, which the store keeps at its returned ``reward``
 if it has one, else its last ``reward`` (the precedence of
-:func:`agl.transitions.rewards.final_reward`, reward plugins aside); its agent is the
+:func:`agl_trainer.transitions.rewards.final_reward`, reward plugins aside); its agent is the
 first agent name its spans carry.
 """
 

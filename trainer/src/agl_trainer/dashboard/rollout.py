@@ -2,7 +2,7 @@
 
 Each LLM call shows its messages, response, tool calls and token counts; token ids shaded
 by logprob where the gateway recorded them; and the reward it got after credit assignment
-and whether it was trained, as :class:`agl.transitions.TransitionBuilder` (what ``agl export
+and whether it was trained, as :class:`agl_trainer.transitions.TransitionBuilder` (what ``agl export
 transitions`` and the trainer use) gives them under the dashboard's transition config.
 """
 
@@ -15,9 +15,9 @@ from typing import Any
 
 from agl.schema import LLMCall, Reward, Rollout, Span, Task
 from agl.store.base import Store
-from agl.transitions import TransitionBuilder, TransitionConfig
-from agl.transitions.messages import request_messages, response_text
 from agl_trainer.dashboard.html import attr, e, number, path_id, pretty_json, seconds, when
+from agl_trainer.transitions import TransitionBuilder, TransitionConfig
+from agl_trainer.transitions.messages import request_messages, response_text
 
 MAX_TOKENS_SHOWN = 2048
 

@@ -3,7 +3,7 @@
 Agents under training reach the model through the gateway (``/v1/chat/completions``,
 ``/v1/completions``, ``/v1/responses``, ``/v1/models``), routed per rollout at
 ``/rollouts/{rollout_id}/v1``. The gateway asks the engine replicas for token ids and
-logprobs (vLLM's dialect, see :mod:`agl.engine`) and records one
+logprobs (vLLM's dialect, see :mod:`agl_trainer.engine`) and records one
 :class:`~agl.schema.LLMCall` per call, keyed by the response id it returns.
 
     from agl_trainer.gateway import Gateway

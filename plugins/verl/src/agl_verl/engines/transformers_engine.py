@@ -17,8 +17,8 @@ import os
 import threading
 from pathlib import Path
 
-from agl.engine import Engine
 from agl.schema import ModelVersion
+from agl_trainer.engine import Engine
 from agl_verl.engines.batching import Batcher, WeightSlot
 from agl_verl.engines.server import ServerThread, create_app
 from agl_verl.engines.serving import Replica

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import httpx
 
-from agl.engine import Engine
 from agl.schema import ModelVersion
+from agl_trainer.engine import Engine
 
 
 class VllmEngine(Engine):

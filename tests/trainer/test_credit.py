@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from agl.credit import RolloutRewards, broadcast, discounted, emitted, last
 from agl.errors import ConfigError
 from agl.hookspecs import hookimpl
 from agl.plugins import register, resolve, unregister
 from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task
-from agl.transitions import TransitionConfig, build_transitions
+from agl_trainer.credit import RolloutRewards, broadcast, discounted, emitted, last
+from agl_trainer.transitions import TransitionConfig, build_transitions
 
 
 def test_broadcast_gives_every_call_the_final_reward():

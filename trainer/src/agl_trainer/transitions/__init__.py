@@ -49,25 +49,26 @@ it streams: one chunk of rollouts at a time.
 
 The package, one concern a module:
 
-- :mod:`~agl.transitions.config`: :class:`TransitionConfig` and :class:`BuildReport`;
-- :mod:`~agl.transitions.records`: the call, span, step and reward records the join works on;
-- :mod:`~agl.transitions.readers`: reading a chunk of rollouts' records from a store;
-- :mod:`~agl.transitions.messages`: message normalisation, :func:`request_messages`, :func:`response_text`;
-- :mod:`~agl.transitions.rewards`: reward plugins, :func:`final_reward`'s precedence, :data:`RETURN_SOURCE`;
-- :mod:`~agl.transitions.builder`: :class:`TransitionBuilder` (the join, rewards, credit) and :func:`build_transitions`.
+- :mod:`~agl_trainer.transitions.config`: :class:`TransitionConfig` and :class:`BuildReport`;
+- :mod:`~agl_trainer.transitions.records`: the call, span, step and reward records the join works on;
+- :mod:`~agl_trainer.transitions.readers`: reading a chunk of rollouts' records from a store;
+- :mod:`~agl_trainer.transitions.messages`: message normalisation, :func:`request_messages`, :func:`response_text`;
+- :mod:`~agl_trainer.transitions.rewards`: reward plugins, :func:`final_reward`'s precedence, :data:`RETURN_SOURCE`;
+- :mod:`~agl_trainer.transitions.builder`: :class:`TransitionBuilder` (the join, rewards, credit)
+  and :func:`build_transitions`.
 """
 
-from agl.transitions.builder import CHUNK as CHUNK
-from agl.transitions.builder import TransitionBuilder, build_transitions
-from agl.transitions.config import BuildReport, TransitionConfig
-from agl.transitions.messages import normalize_messages, request_messages, response_text
+from agl.schema import RETURN_SOURCE as RETURN_SOURCE
+from agl_trainer.transitions.builder import CHUNK as CHUNK
+from agl_trainer.transitions.builder import TransitionBuilder, build_transitions
+from agl_trainer.transitions.config import BuildReport, TransitionConfig
+from agl_trainer.transitions.messages import normalize_messages, request_messages, response_text
 
 # The reader choice, replaceable here (the tests and the benchmark force the generic reader).
-from agl.transitions.readers import _GenericReader as _GenericReader
-from agl.transitions.readers import _reader_for as _reader_for
-from agl.transitions.readers import _SqlReader as _SqlReader
-from agl.transitions.rewards import RETURN_SOURCE as RETURN_SOURCE
-from agl.transitions.rewards import final_reward
+from agl_trainer.transitions.readers import _GenericReader as _GenericReader
+from agl_trainer.transitions.readers import _reader_for as _reader_for
+from agl_trainer.transitions.readers import _SqlReader as _SqlReader
+from agl_trainer.transitions.rewards import final_reward
 
 __all__ = [
     "BuildReport",

@@ -16,8 +16,8 @@ from __future__ import annotations
 import abc
 from pathlib import Path
 
-from agl.engine import Engine
 from agl.schema import ModelVersion, Transition
+from agl_trainer.engine import Engine
 
 
 class Backend(abc.ABC):

@@ -8,29 +8,35 @@ from collections.abc import Iterable, Iterator
 from operator import attrgetter
 from typing import Any
 
-from agl.credit import RolloutRewards
-from agl.schema import Reward, Rollout, RolloutStatus, Task, Transition
+from agl.schema import RETURN_SOURCE, Reward, Rollout, RolloutStatus, Task, Transition
 from agl.store.base import Store
-from agl.transitions.config import BuildReport, TransitionConfig
-from agl.transitions.messages import _messages_list, _output_text, normalize_messages, request_messages, response_text
-from agl.transitions.readers import _GenericReader, _SqlReader
-from agl.transitions.records import _Call, _Chunk, _LlmSpan, _Step, _step
-from agl.transitions.rewards import RETURN_SOURCE, _index_before, _plugin_rewards, _with_task, final_reward
+from agl_trainer.credit import RolloutRewards
+from agl_trainer.transitions.config import BuildReport, TransitionConfig
+from agl_trainer.transitions.messages import (
+    _messages_list,
+    _output_text,
+    normalize_messages,
+    request_messages,
+    response_text,
+)
+from agl_trainer.transitions.readers import _GenericReader, _SqlReader
+from agl_trainer.transitions.records import _Call, _Chunk, _LlmSpan, _Step, _step
+from agl_trainer.transitions.rewards import _index_before, _plugin_rewards, _with_task, final_reward
 
-log = logging.getLogger("agl.transitions")
+log = logging.getLogger("agl_trainer.transitions")
 
 CHUNK = 200
 """Rollouts read from the store per round trip."""
 
 
 def _pick_reader(store: Store, need_text: bool) -> _GenericReader | _SqlReader:
-    """The reader for ``store``: :func:`agl.transitions.readers._reader_for`, looked up on the package.
+    """The reader for ``store``: :func:`agl_trainer.transitions.readers._reader_for`, looked up on the package.
 
     Looked up when a builder is made rather than imported, so that replacing
-    ``agl.transitions._reader_for`` takes effect: the tests and the benchmark force
+    ``agl_trainer.transitions._reader_for`` takes effect: the tests and the benchmark force
     the generic reader that way.
     """
-    from agl import transitions
+    from agl_trainer import transitions
 
     return transitions._reader_for(store, need_text)
 
@@ -65,7 +71,7 @@ _copy_template = _TEMPLATE.model_copy
 
 
 class TransitionBuilder:
-    """Turns ended rollouts into transitions (see :mod:`agl.transitions` for the rules)."""
+    """Turns ended rollouts into transitions (see :mod:`agl_trainer.transitions` for the rules)."""
 
     def __init__(self, store: Store, config: TransitionConfig | None = None):
         from agl.plugins import get_plugin_manager, resolve

@@ -13,7 +13,7 @@ class TransitionConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    credit: str = Field(default="broadcast", description="credit-assignment strategy (see agl.credit)")
+    credit: str = Field(default="broadcast", description="credit-assignment strategy (see agl_trainer.credit)")
     credit_options: dict[str, float] = Field(default_factory=dict, description="e.g. {'gamma': 0.9}")
     normalize: Literal["rollout", "none"] = Field(
         default="rollout", description="'rollout': weight = 1/calls kept per rollout; 'none': weight 1"

@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-import agl.transitions as transitions_mod
+import agl_trainer.transitions as transitions_mod
 from agl.hookspecs import hookimpl
 from agl.plugins import register, unregister
 from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task
-from agl.transitions import TransitionBuilder, TransitionConfig, build_transitions, normalize_messages
+from agl_trainer.transitions import TransitionBuilder, TransitionConfig, build_transitions, normalize_messages
 
 
 @pytest.fixture(params=["sqlite-fast", "generic"])
@@ -119,7 +119,7 @@ def test_unmatched_span_is_reported_not_guessed(store, caplog):
     store.add_llm_calls([_call("ro-1", "c1", 0, _msgs("what the gateway saw"), 10.0)])
     store.add_spans([_span("ro-1", "s1", 0, 10.0, agent="a", messages=_msgs("something else"))])
     store.add_rewards([_reward("ro-1", 1.0, 13.0)])
-    with caplog.at_level(logging.WARNING, logger="agl.transitions"):
+    with caplog.at_level(logging.WARNING, logger="agl_trainer.transitions"):
         ts, report = build_transitions(store, [r])
     assert report.unmatched_spans == 1 and report.unmatched == [("ro-1", "s1")]
     assert "could not be matched" in caplog.text and "ro-1/s1" in caplog.text

@@ -16,8 +16,8 @@ from typing import Any
 
 from agl.schema import Task
 from agl.store.base import Store
-from agl.transitions.messages import _json_attr, _opt_str
-from agl.transitions.records import _Call, _Chunk, _LlmSpan, _Reward
+from agl_trainer.transitions.messages import _json_attr, _opt_str
+from agl_trainer.transitions.records import _Call, _Chunk, _LlmSpan, _Reward
 
 _SWAP = sys.byteorder != "little"
 

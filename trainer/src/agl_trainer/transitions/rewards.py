@@ -7,14 +7,11 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from typing import Any, TypeVar
 
 from agl.plugins import RewardAnswer
-from agl.schema import Reward, Rollout, Task, now
+from agl.schema import RETURN_SOURCE, Reward, Rollout, Task, now
 from agl.store.base import Store
-from agl.transitions.config import BuildReport
+from agl_trainer.transitions.config import BuildReport
 
-log = logging.getLogger("agl.transitions")
-
-RETURN_SOURCE = "return"
-"""The source of a reward the agent function returned (written by the runner)."""
+log = logging.getLogger("agl_trainer.transitions")
 
 T = TypeVar("T")
 
