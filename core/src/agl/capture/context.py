@@ -47,6 +47,14 @@ class RolloutContext:
     def put(self, item: Span | Reward) -> None:
         (self.writer or production_writer()).put(item)
 
+    def record(self, span: Span) -> Span:
+        """Put ``span`` in this rollout: its rollout id, trace id and next seq filled in, then queued."""
+        span.rollout_id = self.rollout_id
+        span.trace_id = self.trace_id
+        span.seq = self.next_seq()
+        self.put(span)
+        return span
+
 
 _current: contextvars.ContextVar[RolloutContext | None] = contextvars.ContextVar("agl_rollout", default=None)
 _current_span: contextvars.ContextVar[str | None] = contextvars.ContextVar("agl_span", default=None)
@@ -153,14 +161,9 @@ def emit_reward(value: float, name: str | None = None, *, span_id: str | None = 
 
 def emit_span(span: Span) -> Span:
     """Record a finished span in the current rollout, filling in rollout, trace and seq."""
-    ctx = capture_context()
-    span.rollout_id = ctx.rollout_id
     if span.parent_id is None:
         span.parent_id = current_span_id()
-    span.trace_id = ctx.trace_id
-    span.seq = ctx.next_seq()
-    ctx.put(span)
-    return span
+    return capture_context().record(span)
 
 
 @contextlib.contextmanager

@@ -9,6 +9,11 @@ changes what the agent does. One guard per integration, shared by its modules::
     except Exception as exc:
         guard.report("create", exc)
 
+or, the same in one line::
+
+    with guard.catching("create"):
+        ...capture work...
+
 or, for the methods of an object that owns a guard (a callback handler)::
 
     class Handler:
@@ -65,6 +70,20 @@ class ErrorGuard:
         """Internal errors of every place together."""
         return sum(self.errors.values())
 
+    def catching(self, where: str) -> _Catching:
+        """A context manager that reports an exception raised inside it at ``where`` instead of raising it."""
+        return _Catching(self, where)
+
+    def instrument_if_on(self, name: str, instrument: Callable[[], object]) -> bool:
+        """Call ``instrument()`` if the environment variable ``name`` is on (see :meth:`env_flag`); whether it did.
+
+        What an integration's zero-line ``autoload`` does at interpreter start.
+        """
+        if not self.env_flag(name):
+            return False
+        instrument()
+        return True
+
     def env_flag(self, name: str) -> bool:
         """:func:`agl.capture.env_flag`, never raising: a value it refuses is reported (once) and read as off."""
         try:
@@ -79,6 +98,25 @@ class ErrorGuard:
             emit_span(span)
         except Exception as exc:
             self.report("emit_span", exc)
+
+
+class _Catching:
+    """What :meth:`ErrorGuard.catching` returns (a class, not a generator: it sits on the capture path)."""
+
+    __slots__ = ("_guard", "_where")
+
+    def __init__(self, guard: ErrorGuard, where: str):
+        self._guard = guard
+        self._where = where
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+        if exc is None or not isinstance(exc, Exception):
+            return False
+        self._guard.report(self._where, exc)
+        return True
 
 
 _guards: dict[str, ErrorGuard] = {}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 from autogen_core import CancellationToken
 from autogen_core.models import (
@@ -22,6 +22,16 @@ from agl.capture.versions import UnsupportedVersionError
 from agl_autogen import _record
 
 _guard = error_guard("agl_autogen")
+
+
+class CreateOptions(TypedDict, total=False):
+    """The keyword arguments of ``ChatCompletionClient.create`` and ``create_stream``, passed on as given."""
+
+    tools: Sequence[Tool | ToolSchema]
+    tool_choice: Tool | Literal["auto", "required", "none"]
+    json_output: bool | type[BaseModel] | None
+    extra_create_args: Mapping[str, Any]
+    cancellation_token: CancellationToken | None
 
 
 class AglChatCompletionClient(ChatCompletionClient):
@@ -49,26 +59,10 @@ class AglChatCompletionClient(ChatCompletionClient):
         except Exception as exc:
             _guard.report("install structure hooks", exc)
 
-    async def create(
-        self,
-        messages: Sequence[LLMMessage],
-        *,
-        tools: Sequence[Tool | ToolSchema] = [],
-        tool_choice: Tool | Literal["auto", "required", "none"] = "auto",
-        json_output: bool | type[BaseModel] | None = None,
-        extra_create_args: Mapping[str, Any] = {},
-        cancellation_token: CancellationToken | None = None,
-    ) -> CreateResult:
-        opened = _record.begin_call(self.inner, messages, tools, stream=False)
+    async def create(self, messages: Sequence[LLMMessage], **options: Unpack[CreateOptions]) -> CreateResult:
+        opened = _record.begin_call(self.inner, messages, options.get("tools", []), stream=False)
         try:
-            result = await self.inner.create(
-                messages,
-                tools=tools,
-                tool_choice=tool_choice,
-                json_output=json_output,
-                extra_create_args=extra_create_args,
-                cancellation_token=cancellation_token,
-            )
+            result = await self.inner.create(messages, **options)
         except BaseException as exc:
             _record.end_call(opened, None, exc)
             raise
@@ -76,24 +70,10 @@ class AglChatCompletionClient(ChatCompletionClient):
         return result
 
     async def create_stream(
-        self,
-        messages: Sequence[LLMMessage],
-        *,
-        tools: Sequence[Tool | ToolSchema] = [],
-        tool_choice: Tool | Literal["auto", "required", "none"] = "auto",
-        json_output: bool | type[BaseModel] | None = None,
-        extra_create_args: Mapping[str, Any] = {},
-        cancellation_token: CancellationToken | None = None,
+        self, messages: Sequence[LLMMessage], **options: Unpack[CreateOptions]
     ) -> AsyncGenerator[str | CreateResult, None]:
-        stream = self.inner.create_stream(
-            messages,
-            tools=tools,
-            tool_choice=tool_choice,
-            json_output=json_output,
-            extra_create_args=extra_create_args,
-            cancellation_token=cancellation_token,
-        )
-        async for item in capture_stream(self.inner, stream, messages, tools):
+        stream = self.inner.create_stream(messages, **options)
+        async for item in capture_stream(self.inner, stream, messages, options.get("tools", [])):
             yield item
 
     async def close(self) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from agl.capture import error_guard
@@ -117,17 +117,25 @@ def _wrap_team_run_stream(original: Callable[..., Any]) -> Callable[..., Any]:
 def _wrap_run_json(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     async def run_json(self: Any, args: Any, cancellation_token: Any, call_id: str | None = None) -> Any:
-        start = now()
-        try:
-            result = await original(self, args, cancellation_token, call_id=call_id)
-        except BaseException as exc:
-            _record.tool_span(self, args, call_id, start, None, exc)
-            raise
-        _record.tool_span(self, args, call_id, start, result, None)
-        return result
+        def record(start: float, result: Any, exc: BaseException | None) -> None:
+            _record.tool_span(self, args, call_id, start, result, exc)
+
+        return await _recorded(original(self, args, cancellation_token, call_id=call_id), record)
 
     setattr(run_json, _MARK, original)
     return run_json
+
+
+async def _recorded(call: Awaitable[Any], record: Callable[[float, Any, BaseException | None], None]) -> Any:
+    """Await ``call``; then ``record(start, result, None)``, or ``record(start, None, error)`` and re-raise."""
+    start = now()
+    try:
+        result = await call
+    except BaseException as exc:
+        record(start, None, exc)
+        raise
+    record(start, result, None)
+    return result
 
 
 def _wrap_workbench_call_tool(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -135,14 +143,10 @@ def _wrap_workbench_call_tool(original: Callable[..., Any]) -> Callable[..., Any
     async def call_tool(
         self: Any, name: str, arguments: Any = None, cancellation_token: Any = None, call_id: str | None = None
     ) -> Any:
-        start = now()
-        try:
-            result = await original(self, name, arguments, cancellation_token, call_id)
-        except BaseException as exc:
-            _record.workbench_tool_span(name, arguments, call_id, start, None, exc)
-            raise
-        _record.workbench_tool_span(name, arguments, call_id, start, result, None)
-        return result
+        def record(start: float, result: Any, exc: BaseException | None) -> None:
+            _record.workbench_tool_span(name, arguments, call_id, start, result, exc)
+
+        return await _recorded(original(self, name, arguments, cancellation_token, call_id), record)
 
     setattr(call_tool, _MARK, original)
     return call_tool
@@ -278,7 +282,4 @@ def autoload() -> bool:
     Returns whether it instrumented. A value :func:`agl.capture.env_flag` refuses is
     reported (a warning on the ``agl_autogen`` logger) and leaves capture off.
     """
-    if not _guard.env_flag(ENV_VAR):
-        return False
-    instrument()
-    return True
+    return _guard.instrument_if_on(ENV_VAR, instrument)

@@ -299,17 +299,9 @@ class AglCallbackHandler(BaseCallbackHandler):
     # -- chat models and LLMs ----------------------------------------------------
     @guarded
     def on_chat_model_start(
-        self,
-        serialized: dict[str, Any] | None,
-        messages: list[list[BaseMessage]],
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
+        self, serialized: dict[str, Any] | None, messages: list[list[BaseMessage]], *, run_id: UUID, **kwargs: Any
     ) -> None:
-        run = self._start_llm(serialized, run_id, parent_run_id, tags, metadata, kwargs)
+        run = self._start_llm(serialized, run_id, kwargs)
         if messages:
             run.prompt = messages[0]
             if len(messages) > 1:
@@ -317,32 +309,17 @@ class AglCallbackHandler(BaseCallbackHandler):
 
     @guarded
     def on_llm_start(
-        self,
-        serialized: dict[str, Any] | None,
-        prompts: list[str],
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
+        self, serialized: dict[str, Any] | None, prompts: list[str], *, run_id: UUID, **kwargs: Any
     ) -> None:
-        run = self._start_llm(serialized, run_id, parent_run_id, tags, metadata, kwargs)
+        run = self._start_llm(serialized, run_id, kwargs)
         if prompts:
             run.attrs["gen_ai.input.messages"] = [{"role": "user", "content": prompts[0]}]
             run.attrs["gen_ai.operation.name"] = "text_completion"
             if len(prompts) > 1:
                 run.attrs["agl.input.prompts"] = list(prompts)
 
-    def _start_llm(
-        self,
-        serialized: dict[str, Any] | None,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        tags: list[str] | None,
-        metadata: dict[str, Any] | None,
-        kwargs: dict[str, Any],
-    ) -> _Run:
+    def _start_llm(self, serialized: dict[str, Any] | None, run_id: UUID, kwargs: dict[str, Any]) -> _Run:
+        parent_run_id, metadata = kwargs.get("parent_run_id"), kwargs.get("metadata")
         params: dict[str, Any] = kwargs.get("invocation_params") or {}
         attrs: dict[str, Any] = {"gen_ai.operation.name": "chat"}
         model = params.get("model") or params.get("model_name") or (metadata or {}).get("ls_model_name")
@@ -364,7 +341,7 @@ class AglCallbackHandler(BaseCallbackHandler):
             if max_tokens is not None:
                 attrs["gen_ai.request.max_tokens"] = max_tokens
         name = kwargs.get("name") or (serialized or {}).get("name") or "llm"
-        return self._open(run_id, parent_run_id, "llm", name, attrs, tags)
+        return self._open(run_id, parent_run_id, "llm", name, attrs, kwargs.get("tags"))
 
     @guarded
     def on_llm_end(self, response: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
@@ -422,29 +399,31 @@ class AglCallbackHandler(BaseCallbackHandler):
 
     # -- tools and retrievers ----------------------------------------------------
     @guarded
-    def on_tool_start(
-        self,
-        serialized: dict[str, Any] | None,
-        input_str: str,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        inputs: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        name = kwargs.get("name") or (serialized or {}).get("name") or "tool"
+    def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *, run_id: UUID, **kwargs: Any) -> None:
+        inputs = kwargs.get("inputs")
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": name,
             "gen_ai.tool.call.arguments": to_json(inputs) if inputs is not None else input_str,
         }
         call_id = kwargs.get("tool_call_id")
         if call_id:
             attrs["gen_ai.tool.call.id"] = call_id
-        _agent_attrs(attrs, metadata, self._graph(parent_run_id))
-        self._open(run_id, parent_run_id, "tool", name, attrs, tags)
+        self._start_tool(serialized, run_id, kwargs, "tool", attrs)
+
+    def _start_tool(
+        self,
+        serialized: dict[str, Any] | None,
+        run_id: UUID,
+        kwargs: dict[str, Any],
+        default: str,
+        attrs: dict[str, Any],
+    ) -> None:
+        """Open a ``tool`` span for a tool or retriever run, named by LangChain or else ``default``."""
+        name = kwargs.get("name") or (serialized or {}).get("name") or default
+        attrs["gen_ai.tool.name"] = name
+        parent_run_id = kwargs.get("parent_run_id")
+        _agent_attrs(attrs, kwargs.get("metadata"), self._graph(parent_run_id))
+        self._open(run_id, parent_run_id, "tool", name, attrs, kwargs.get("tags"))
 
     @guarded
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -464,25 +443,9 @@ class AglCallbackHandler(BaseCallbackHandler):
         self._close(run_id, "error", _error_attrs(error))
 
     @guarded
-    def on_retriever_start(
-        self,
-        serialized: dict[str, Any] | None,
-        query: str,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        name = kwargs.get("name") or (serialized or {}).get("name") or "retriever"
-        attrs: dict[str, Any] = {
-            "gen_ai.operation.name": "retrieve",
-            "gen_ai.tool.name": name,
-            "agl.retriever.query": query,
-        }
-        _agent_attrs(attrs, metadata, self._graph(parent_run_id))
-        self._open(run_id, parent_run_id, "tool", name, attrs, tags)
+    def on_retriever_start(self, serialized: dict[str, Any] | None, query: str, *, run_id: UUID, **kwargs: Any) -> None:
+        attrs: dict[str, Any] = {"gen_ai.operation.name": "retrieve", "agl.retriever.query": query}
+        self._start_tool(serialized, run_id, kwargs, "retriever", attrs)
 
     @guarded
     def on_retriever_end(self, documents: Sequence[Any], *, run_id: UUID, **kwargs: Any) -> None:
@@ -495,17 +458,8 @@ class AglCallbackHandler(BaseCallbackHandler):
 
     # -- chains and LangGraph nodes ----------------------------------------------
     @guarded
-    def on_chain_start(
-        self,
-        serialized: dict[str, Any] | None,
-        inputs: Any,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        parent_run_id, tags, metadata = kwargs.get("parent_run_id"), kwargs.get("tags"), kwargs.get("metadata")
         name = kwargs.get("name") or (serialized or {}).get("name") or "chain"
         attrs: dict[str, Any] = {}
         graph = self._graph(parent_run_id)

@@ -18,9 +18,9 @@ from typing import Any
 
 from agl.capture import error_guard
 from agl_openai_agents._notes import SpanNotes
+from agl_openai_agents._patch import MethodPatch
 
 _guard = error_guard("agl_openai_agents")
-_installed: tuple[Any, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,15 +64,13 @@ def _note_call(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Non
     )
 
 
-def install() -> None:
-    """Wrap ``OpenAIResponsesModel._fetch_response`` (idempotent)."""
-    global _installed
-    if _installed is not None:
-        return
+def _responses_model() -> type:
     from agents.models.openai_responses import OpenAIResponsesModel
 
-    original = OpenAIResponsesModel._fetch_response
+    return OpenAIResponsesModel
 
+
+def _noting_requests(original: Any) -> Any:
     @functools.wraps(original)
     async def _fetch_response(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -81,15 +79,9 @@ def install() -> None:
             _guard.report("responses request", exc)
         return await original(self, *args, **kwargs)
 
-    OpenAIResponsesModel._fetch_response = _fetch_response  # type: ignore[method-assign]
-    _installed = (OpenAIResponsesModel, original)
+    return _fetch_response
 
 
-def uninstall() -> None:
-    """Undo :func:`install`."""
-    global _installed
-    if _installed is None:
-        return
-    cls, original = _installed
-    cls._fetch_response = original
-    _installed = None
+_patch = MethodPatch(_responses_model, "_fetch_response", _noting_requests)
+install = _patch.install  # wrap OpenAIResponsesModel._fetch_response (idempotent)
+uninstall = _patch.uninstall

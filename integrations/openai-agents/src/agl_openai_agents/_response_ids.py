@@ -14,9 +14,9 @@ from typing import Any
 
 from agl.capture import error_guard
 from agl_openai_agents._notes import SpanNotes
+from agl_openai_agents._patch import MethodPatch
 
 _guard = error_guard("agl_openai_agents")
-_installed: tuple[Any, Any] | None = None
 
 _ids: SpanNotes[str] = SpanNotes()
 note = _ids.note  # keep a response id for its generation span's id
@@ -45,15 +45,13 @@ class _IdTap:
         return getattr(self._stream, name)
 
 
-def install() -> None:
-    """Wrap ``OpenAIChatCompletionsModel._fetch_response`` (idempotent)."""
-    global _installed
-    if _installed is not None:
-        return
+def _chat_completions_model() -> type:
     from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 
-    original = OpenAIChatCompletionsModel._fetch_response
+    return OpenAIChatCompletionsModel
 
+
+def _noting_ids(original: Any) -> Any:
     @functools.wraps(original)
     async def _fetch_response(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = await original(self, *args, **kwargs)
@@ -70,15 +68,9 @@ def install() -> None:
             _guard.report("chat completions response id", exc)
         return result
 
-    OpenAIChatCompletionsModel._fetch_response = _fetch_response  # type: ignore[method-assign]
-    _installed = (OpenAIChatCompletionsModel, original)
+    return _fetch_response
 
 
-def uninstall() -> None:
-    """Undo :func:`install`."""
-    global _installed
-    if _installed is None:
-        return
-    cls, original = _installed
-    cls._fetch_response = original
-    _installed = None
+_patch = MethodPatch(_chat_completions_model, "_fetch_response", _noting_ids)
+install = _patch.install  # wrap OpenAIChatCompletionsModel._fetch_response (idempotent)
+uninstall = _patch.uninstall

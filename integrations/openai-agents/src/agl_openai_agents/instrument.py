@@ -84,7 +84,4 @@ def autoload() -> bool:
     Returns whether it instrumented. A value :func:`agl.capture.env_flag` refuses is
     reported (a warning on the ``agl_openai_agents`` logger) and leaves capture off.
     """
-    if not _guard.env_flag(ENV_VAR):
-        return False
-    instrument()
-    return True
+    return _guard.instrument_if_on(ENV_VAR, instrument)

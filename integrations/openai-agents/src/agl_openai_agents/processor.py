@@ -46,24 +46,18 @@ class AglTracingProcessor(TracingProcessor):
         """Set to False to make the processor ignore everything (the SDK cannot remove one)."""
         self._open: dict[str, _Open] = {}
         self._traces: dict[str, tuple[RolloutContext, str | None]] = {}
-        try:
+        with _guard.catching("install the chat completions response id hook"):
             _response_ids.install()
-        except Exception as exc:
-            _guard.report("install the chat completions response id hook", exc)
-        try:
+        with _guard.catching("install the responses request hook"):
             _requests.install()
-        except Exception as exc:
-            _guard.report("install the responses request hook", exc)
 
     # -- TracingProcessor -----------------------------------------------------------
 
     def on_trace_start(self, trace: Trace) -> None:
         if not self.enabled:
             return
-        try:
+        with _guard.catching("on_trace_start"):
             self._traces[trace.trace_id] = (capture_context(), current_span_id())
-        except Exception as exc:
-            _guard.report("on_trace_start", exc)
 
     def on_trace_end(self, trace: Trace) -> None:
         self._traces.pop(trace.trace_id, None)
@@ -71,7 +65,7 @@ class AglTracingProcessor(TracingProcessor):
     def on_span_start(self, span: SdkSpan[Any]) -> None:
         if not self.enabled:
             return
-        try:
+        with _guard.catching("on_span_start"):
             data = span.span_data
             parent = self._open.get(span.parent_id) if span.parent_id else None
             if isinstance(data, AgentSpanData):
@@ -86,27 +80,18 @@ class AglTracingProcessor(TracingProcessor):
             else:
                 ctx, parent_id = self._traces.get(span.trace_id) or (capture_context(), current_span_id())
             self._open[span.span_id] = _Open(now(), parent_id, agent, ctx, isinstance(data, convert.KEPT))
-        except Exception as exc:
-            _guard.report("on_span_start", exc)
 
     def on_span_end(self, span: SdkSpan[Any]) -> None:
         opened = self._open.pop(span.span_id, None)
-        try:
+        with _guard.catching("on_span_end"):
             if opened is None:
                 return
             data = span.span_data
             response_id = _response_ids.pop(span.span_id) if isinstance(data, GenerationSpanData) else None
             request = _requests.pop(span.span_id) if isinstance(data, ResponseSpanData) else None
             record = convert.to_agl(span, opened.start, opened.parent_id, opened.agent, response_id, request)
-            if record is None:
-                return
-            ctx = opened.ctx
-            record.rollout_id = ctx.rollout_id
-            record.trace_id = ctx.trace_id
-            record.seq = ctx.next_seq()
-            ctx.put(record)
-        except Exception as exc:
-            _guard.report("on_span_end", exc)
+            if record is not None:
+                opened.ctx.record(record)
 
     def shutdown(self) -> None:
         self._open.clear()

@@ -63,6 +63,15 @@ def _genai(name: str, attributes: Mapping[str, Any], agent: str | None) -> tuple
     return "custom", attrs
 
 
+_OI_RENAMES = {
+    "llm.model_name": "gen_ai.request.model",
+    "llm.token_count.prompt": "gen_ai.usage.input_tokens",
+    "llm.token_count.completion": "gen_ai.usage.output_tokens",
+    "tool.name": "gen_ai.tool.name",
+}
+"""OpenInference attributes with a GenAI convention of their own, renamed as they are."""
+
+
 def _openinference(attributes: Mapping[str, Any], agent: str | None) -> tuple[str, dict[str, Any]]:
     kind = _OI_KIND.get(str(attributes.get("openinference.span.kind", "")).upper(), "custom")
     attrs: dict[str, Any] = {"agl.openinference.span_kind": attributes.get("openinference.span.kind")}
@@ -79,16 +88,11 @@ def _openinference(attributes: Mapping[str, Any], agent: str | None) -> tuple[st
             elif field.startswith("tool_calls."):
                 _oi_tool_call(msg, field, value)
             continue
-        if key == "llm.model_name":
-            attrs["gen_ai.request.model"] = value
-        elif key == "llm.token_count.prompt":
-            attrs["gen_ai.usage.input_tokens"] = value
-        elif key == "llm.token_count.completion":
-            attrs["gen_ai.usage.output_tokens"] = value
+        renamed = _OI_RENAMES.get(key)
+        if renamed is not None:
+            attrs[renamed] = value
         elif key == "llm.provider" or key == "llm.system":
             attrs.setdefault("gen_ai.provider.name", value)
-        elif key == "tool.name":
-            attrs["gen_ai.tool.name"] = value
         elif key == "input.value":
             attrs["agl.input"] = value
             if kind == "tool":

@@ -37,7 +37,7 @@ class AglSpanProcessor(SpanProcessor):
     def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
         if not self.enabled:
             return
-        try:
+        with _guard.catching("on_start"):
             ctx = span.get_span_context()
             parent = span.parent
             inherited = self._open.get(parent.span_id) if parent is not None else None
@@ -52,13 +52,11 @@ class AglSpanProcessor(SpanProcessor):
             else:
                 rollout, outer = capture_context(), current_span_id()
             self._open[ctx.span_id] = (agent, rollout, outer)
-        except Exception as exc:
-            _guard.report("on_start", exc)
 
     def on_end(self, span: ReadableSpan) -> None:
         if not self.enabled:
             return
-        try:
+        with _guard.catching("on_end"):
             ctx = span.get_span_context()
             agent, rollout, outer = self._open.pop(ctx.span_id, None) or (None, capture_context(), current_span_id())
             attrs = span.attributes or {}
@@ -75,14 +73,8 @@ class AglSpanProcessor(SpanProcessor):
                 status=_STATUS.get(span.status.status_code, "unset"),
                 agent=agent,
             )
-            if record is None:
-                return
-            record.rollout_id = rollout.rollout_id
-            record.trace_id = rollout.trace_id
-            record.seq = rollout.next_seq()
-            rollout.put(record)
-        except Exception as exc:
-            _guard.report("on_end", exc)
+            if record is not None:
+                rollout.record(record)
 
     def shutdown(self) -> None:
         self._open.clear()
