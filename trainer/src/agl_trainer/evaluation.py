@@ -82,19 +82,7 @@ def evaluate(
         )
         thread = threading.Thread(target=runner.run_sync, name="agl-evaluation-runner", daemon=True)
         thread.start()
-        run = "eval-" + short_id(8)
-        rollouts = [
-            Rollout(
-                rollout_id=f"{run}-{i}",
-                task_id=task.task_id,
-                mode="val",
-                model_version=version,
-                timeout_s=timeout_s,
-                max_response_tokens=max_response_tokens,
-                max_attempts=1,
-            )
-            for i, task in enumerate(tasks)
-        ]
+        rollouts = _val_rollouts(tasks, version, timeout_s, max_response_tokens)
         store.enqueue(rollouts)
         ended = store.wait([r.rollout_id for r in rollouts], poll_s=0.2)
         gateway.flush()
@@ -112,3 +100,22 @@ def evaluate(
             writer.close()
         if owned:
             engine.stop()
+
+
+def _val_rollouts(
+    tasks: Sequence[Task], version: str, timeout_s: float, max_response_tokens: int | None
+) -> list[Rollout]:
+    """One validation rollout a task, single attempt, under a new evaluation run's ids."""
+    run = "eval-" + short_id(8)
+    return [
+        Rollout(
+            rollout_id=f"{run}-{i}",
+            task_id=task.task_id,
+            mode="val",
+            model_version=version,
+            timeout_s=timeout_s,
+            max_response_tokens=max_response_tokens,
+            max_attempts=1,
+        )
+        for i, task in enumerate(tasks)
+    ]

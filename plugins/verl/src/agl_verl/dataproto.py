@@ -80,6 +80,22 @@ def transitions_to_dataproto(
     longer than ``max_response_length`` are cut (the reward then lands on the last
     kept token); ``meta_info["truncated"]`` counts the rows affected.
     """
+    _check_trainable(transitions)
+    rows = _cut_rows(transitions, max_prompt_length, max_response_length)
+    tensors = _padded_tensors(transitions, rows, pad_token_id)
+    non_tensors = {
+        "uid": np.array([t.task_id for t in transitions], dtype=object),
+        "rollout_id": np.array([t.rollout_id for t in transitions], dtype=object),
+        "agent": np.array([t.agent for t in transitions], dtype=object),
+        "model_version": np.array([t.model_version for t in transitions], dtype=object),
+    }
+    return DataProto.from_dict(
+        tensors=tensors, non_tensors=non_tensors, meta_info={"truncated": rows.truncated, "pad_token_id": pad_token_id}
+    )
+
+
+def _check_trainable(transitions: Sequence[Transition]) -> None:
+    """Refuse an empty batch, a text-only transition and an empty response, naming the transition."""
     if not transitions:
         raise ValueError("transitions: empty; a batch needs at least one transition")
     for t in transitions:
@@ -91,41 +107,54 @@ def transitions_to_dataproto(
         if len(t.response_ids) == 0:
             raise ValueError(f"transition {t.rollout_id}#{t.step}: response_ids is empty")
 
-    truncated = 0
-    prompts: list[np.ndarray] = []
-    responses: list[np.ndarray] = []
-    logprobs: list[np.ndarray] | None = []
+
+@dataclass
+class _Rows:
+    """Each transition's prompt, response and (when every one has them) log-probs, cut to the length limits."""
+
+    prompts: list[np.ndarray]
+    responses: list[np.ndarray]
+    logprobs: list[np.ndarray] | None
+    truncated: int
+
+
+def _cut_rows(transitions: Sequence[Transition], max_prompt: int | None, max_response: int | None) -> _Rows:
+    rows = _Rows([], [], [], 0)
     for t in transitions:
         p = np.frombuffer(t.prompt_ids, dtype=np.int32)
         r = np.frombuffer(t.response_ids, dtype=np.int32)
         cut = False
-        if max_prompt_length is not None and len(p) > max_prompt_length:
-            p, cut = p[len(p) - max_prompt_length :], True
-        if max_response_length is not None and len(r) > max_response_length:
-            r, cut = r[:max_response_length], True
-        truncated += cut
-        prompts.append(p)
-        responses.append(r)
-        if logprobs is not None:
+        if max_prompt is not None and len(p) > max_prompt:
+            p, cut = p[len(p) - max_prompt :], True
+        if max_response is not None and len(r) > max_response:
+            r, cut = r[:max_response], True
+        rows.truncated += cut
+        rows.prompts.append(p)
+        rows.responses.append(r)
+        if rows.logprobs is not None:
             if t.response_logprobs is None:
-                logprobs = None
+                rows.logprobs = None
             elif len(t.response_logprobs) != len(t.response_ids):
                 raise ValueError(
                     f"transition {t.rollout_id}#{t.step}: {len(t.response_logprobs)} response_logprobs "
                     f"for {len(t.response_ids)} response_ids"
                 )
             else:
-                logprobs.append(np.frombuffer(t.response_logprobs, dtype=np.float32)[: len(r)])
+                rows.logprobs.append(np.frombuffer(t.response_logprobs, dtype=np.float32)[: len(r)])
+    return rows
 
+
+def _padded_tensors(transitions: Sequence[Transition], rows: _Rows, pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Prompts left-padded, responses right-padded, the reward on each response's last token."""
     batch = len(transitions)
-    p_len = max(len(p) for p in prompts)
-    r_len = max(len(r) for r in responses)
+    p_len = max(len(p) for p in rows.prompts)
+    r_len = max(len(r) for r in rows.responses)
     prompt_arr = np.full((batch, p_len), pad_token_id, dtype=np.int64)
     prompt_mask = np.zeros((batch, p_len), dtype=np.int64)
     response_arr = np.full((batch, r_len), pad_token_id, dtype=np.int64)
     response_mask = np.zeros((batch, r_len), dtype=np.int64)
     rewards = np.zeros((batch, r_len), dtype=np.float32)
-    for i, (p, r, t) in enumerate(zip(prompts, responses, transitions, strict=False)):
+    for i, (p, r, t) in enumerate(zip(rows.prompts, rows.responses, transitions, strict=False)):
         if len(p):
             prompt_arr[i, p_len - len(p) :] = p
             prompt_mask[i, p_len - len(p) :] = 1
@@ -149,19 +178,10 @@ def transitions_to_dataproto(
         "token_level_rewards": rewards_t.clone(),
         "weights": torch.tensor([t.weight for t in transitions], dtype=torch.float32),
     }
-    if logprobs is not None:
+    if rows.logprobs is not None:
         lp = np.zeros((batch, r_len), dtype=np.float32)
-        for i, row in enumerate(logprobs):
+        for i, row in enumerate(rows.logprobs):
             lp[i, : len(row)] = row
         tensors["rollout_log_probs"] = torch.from_numpy(lp)
         tensors["old_log_probs"] = tensors["rollout_log_probs"].clone()
-
-    non_tensors = {
-        "uid": np.array([t.task_id for t in transitions], dtype=object),
-        "rollout_id": np.array([t.rollout_id for t in transitions], dtype=object),
-        "agent": np.array([t.agent for t in transitions], dtype=object),
-        "model_version": np.array([t.model_version for t in transitions], dtype=object),
-    }
-    return DataProto.from_dict(
-        tensors=tensors, non_tensors=non_tensors, meta_info={"truncated": truncated, "pad_token_id": pad_token_id}
-    )
+    return tensors
