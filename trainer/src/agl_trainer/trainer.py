@@ -501,21 +501,31 @@ class Trainer:
             out.append(tasks[order[index]])
         return out
 
+    def _rollout(self, rollout_id: str, task: Task, step: int, **fields: Any) -> Rollout:
+        """A rollout of ``task`` for ``step`` under the config's rollout settings (timeout, length cap, attempts)."""
+        settings = self.config.rollout
+        return Rollout(
+            rollout_id=rollout_id,
+            task_id=task.task_id,
+            step=step,
+            timeout_s=settings.timeout_s,
+            max_response_tokens=settings.max_response_tokens,
+            max_attempts=settings.max_attempts,
+            **fields,
+        )
+
     def _step(self, step: int, train: list[Task], val: list[Task], state: dict[str, Any]) -> dict[str, Any]:
         cfg = self.config
         version = state["model_version"]
         batch = self._batch(step, train)
         rollouts = [
-            Rollout(
-                rollout_id=f"{state['run_id']}-s{step}-b{b}-r{k}",
-                task_id=task.task_id,
-                step=step,
+            self._rollout(
+                f"{state['run_id']}-s{step}-b{b}-r{k}",
+                task,
+                step,
                 mode="train",
                 seed=rollout_seed(cfg.seed, "train", step, task.task_id, k),
                 model_version=version,
-                timeout_s=cfg.rollout.timeout_s,
-                max_response_tokens=cfg.rollout.max_response_tokens,
-                max_attempts=cfg.rollout.max_attempts,
             )
             for b, task in enumerate(batch)
             for k in range(cfg.n_rollouts)
@@ -585,16 +595,13 @@ class Trainer:
     ) -> dict[str, float]:
         cfg = self.config
         rollouts = [
-            Rollout(
-                rollout_id=f"{state['run_id']}-val{step}-{i}",
-                task_id=task.task_id,
-                step=step,
+            self._rollout(
+                f"{state['run_id']}-val{step}-{i}",
+                task,
+                step,
                 mode="val",
                 seed=rollout_seed(cfg.seed, "val", task.task_id),  # the same before and after training
                 model_version=state["model_version"],
-                timeout_s=cfg.rollout.timeout_s,
-                max_response_tokens=cfg.rollout.max_response_tokens,
-                max_attempts=cfg.rollout.max_attempts,
             )
             for i, task in enumerate(val)
         ]

@@ -182,25 +182,36 @@ _COLUMNS = (
 )
 
 
-def list_rollouts(store: SqlStore, flt: RolloutFilter) -> tuple[list[RolloutRow], int]:
-    """One page of rollouts and how many match the filter in all."""
+_COMPARISONS = (
+    ("task", "r.task_id = ?"),
+    ("mode", "r.mode = ?"),
+    ("model", "r.model_version = ?"),
+    ("step", "r.step = ?"),
+    ("duration_min", "r.ended_at - r.started_at >= ?"),
+    ("duration_max", "r.ended_at - r.started_at <= ?"),
+    ("reward_min", "r.reward >= ?"),
+    ("reward_max", "r.reward <= ?"),
+)
+"""The filters that compare one column with one value: the filter's field and its condition."""
+
+
+def _conditions(flt: RolloutFilter) -> tuple[list[str], list[Any], int | None]:
+    """The filter's WHERE conditions, their parameters, and the index of the agent condition (None: no agent)."""
     where: list[str] = []
     params: list[Any] = []
-    if flt.task is not None:
-        where.append("r.task_id = ?")
-        params.append(flt.task)
+    for name, condition in _COMPARISONS:
+        value = getattr(flt, name)
+        if value is not None:
+            where.append(condition)
+            params.append(value)
     if flt.status:
         where.append(f"r.status IN ({', '.join('?' for _ in flt.status)})")
         params.extend(flt.status)
-    if flt.mode is not None:
-        where.append("r.mode = ?")
-        params.append(flt.mode)
-    if flt.model is not None:
-        where.append("r.model_version = ?")
-        params.append(flt.model)
-    if flt.step is not None:
-        where.append("r.step = ?")
-        params.append(flt.step)
+    if flt.error == "*":
+        where.append("r.error IS NOT NULL")
+    elif flt.error is not None:
+        where.append("r.error LIKE ?")
+        params.append("%" + flt.error.replace("%", "").replace("_", "") + "%")
     agent_at = None
     if flt.agent is not None:
         # The page probes each rollout it walks past (EXISTS: it stops after a page's worth);
@@ -209,23 +220,12 @@ def list_rollouts(store: SqlStore, flt: RolloutFilter) -> tuple[list[RolloutRow]
         agent_at = len(where)
         where.append("EXISTS (SELECT 1 FROM spans a WHERE a.agent = ? AND a.rollout_id = r.rollout_id)")
         params.append(flt.agent)
-    if flt.duration_min is not None:
-        where.append("r.ended_at - r.started_at >= ?")
-        params.append(flt.duration_min)
-    if flt.duration_max is not None:
-        where.append("r.ended_at - r.started_at <= ?")
-        params.append(flt.duration_max)
-    if flt.error == "*":
-        where.append("r.error IS NOT NULL")
-    elif flt.error is not None:
-        where.append("r.error LIKE ?")
-        params.append("%" + flt.error.replace("%", "").replace("_", "") + "%")
-    if flt.reward_min is not None:
-        where.append("r.reward >= ?")
-        params.append(flt.reward_min)
-    if flt.reward_max is not None:
-        where.append("r.reward <= ?")
-        params.append(flt.reward_max)
+    return where, params, agent_at
+
+
+def list_rollouts(store: SqlStore, flt: RolloutFilter) -> tuple[list[RolloutRow], int]:
+    """One page of rollouts and how many match the filter in all."""
+    where, params, agent_at = _conditions(flt)
     inner_where = f"WHERE {' AND '.join(where)}" if where else ""
     order = SORTS[flt.sort]
     direction = "DESC" if flt.desc else "ASC"

@@ -26,12 +26,15 @@ import hashlib
 import itertools
 import time
 from collections import OrderedDict
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
 
 from agl.errors import NotFound
 from agl.schema import Rollout, RolloutStatus
 from agl.store.base import Store
 from agl_trainer.gateway.errors import GatewayError
+
+T = TypeVar("T")
 
 
 class RolloutSettings(NamedTuple):
@@ -88,12 +91,7 @@ class RolloutRegistry:
         now = time.monotonic()
         cached = self._status.get(rollout_id)
         if cached is None or now - cached[0] > self.status_ttl_s:
-            pending = self._status_pending.get(rollout_id)
-            if pending is None:
-                pending = asyncio.ensure_future(asyncio.to_thread(self.status_of, rollout_id))
-                self._status_pending[rollout_id] = pending
-                pending.add_done_callback(lambda _: self._status_pending.pop(rollout_id, None))
-            status, current = await asyncio.shield(pending)
+            status, current = await _shared_call(self._status_pending, rollout_id, self.status_of)
             cached = (now, status, current)
             if status == RolloutStatus.RUNNING:  # only what opens a key is kept: a claim opens it at once
                 self._status[rollout_id] = cached
@@ -126,12 +124,7 @@ class RolloutRegistry:
             ) from None
 
     async def _load(self, rollout_id: str) -> itertools.count:
-        pending = self._pending.get(rollout_id)
-        if pending is None:
-            pending = asyncio.ensure_future(asyncio.to_thread(self._lookup, rollout_id))
-            self._pending[rollout_id] = pending
-            pending.add_done_callback(lambda _: self._pending.pop(rollout_id, None))
-        start, settings = await asyncio.shield(pending)
+        start, settings = await _shared_call(self._pending, rollout_id, self._lookup)
         counter = self._seq.get(rollout_id)
         if counter is None:
             counter = self._seq[rollout_id] = itertools.count(start)
@@ -149,3 +142,13 @@ class RolloutRegistry:
         for call in self.store.query_llm_calls(rollout_id=rollout_id):
             last = max(last, call.seq)
         return last + 1, RolloutSettings(rollout.max_response_tokens, rollout.seed)
+
+
+async def _shared_call(pending: dict[str, asyncio.Future[T]], rollout_id: str, call: Callable[[str], T]) -> T:
+    """``call(rollout_id)`` in a thread, one at a time a rollout: callers who ask while it runs share its answer."""
+    future = pending.get(rollout_id)
+    if future is None:
+        future = asyncio.ensure_future(asyncio.to_thread(call, rollout_id))
+        pending[rollout_id] = future
+        future.add_done_callback(lambda _: pending.pop(rollout_id, None))
+    return await asyncio.shield(future)
