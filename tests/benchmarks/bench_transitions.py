@@ -178,12 +178,9 @@ def main() -> None:
         )
 
         fast_s, fast = timed(lambda: tm.TransitionBuilder(store, config).build(rollouts), args.repeats)
-        generic_reader = tm._reader_for
-        tm._reader_for = lambda s, need: tm._GenericReader(s, need)
-        try:
-            generic_s, generic = timed(lambda: tm.TransitionBuilder(store, config).build(rollouts), args.repeats)
-        finally:
-            tm._reader_for = generic_reader
+        generic_s, generic = timed(
+            lambda: tm.TransitionBuilder(store, config, reader=tm.GenericReader(store)).build(rollouts), args.repeats
+        )
         naive_s, base = timed(lambda: naive(store, rollouts, config), repeats=1)
         assert len(fast) == len(generic) == len(base) == args.rollouts * args.calls
         for a, b in zip(fast, base, strict=False):

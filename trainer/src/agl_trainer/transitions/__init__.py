@@ -40,22 +40,34 @@ For each ended rollout the builder
 Records of an earlier attempt of a retried rollout (made before the last attempt
 started) are left out and counted; they stay in the store.
 
-On a SQL store (the embedded SQLite store, PostgreSQL) the builder reads only the
-columns it needs through the store's bulk reads (:meth:`~agl.store.sql.SqlStore.transition_rows`
-and its siblings, found by duck typing: token blobs unpacked straight into arrays,
-JSON fields extracted by the database); on any other store (HTTP) it goes through
-the public :class:`~agl.store.Store` queries, batched by rollout chunks. Either way
-it streams: one chunk of rollouts at a time.
+Where the records come from is the builder's *reader* (:class:`~agl_trainer.transitions.readers.Reader`):
+:class:`SqlReader` reads a SQL store (the embedded SQLite store, PostgreSQL) through its
+bulk reads (:meth:`~agl.store.sql.SqlStore.transition_rows` and its siblings, found by
+duck typing: only the columns the build needs, token blobs unpacked straight into arrays,
+JSON fields extracted by the database); :class:`GenericReader` goes through the public
+:class:`~agl.store.Store` queries and works on any store (HTTP). A builder reads through
+the reader it is given (``TransitionBuilder(store, config, reader=GenericReader(store))``),
+else :func:`reader_for`'s choice for its store. Either way it streams: one chunk of
+rollouts at a time, the next chunk read on a helper thread while this one is built.
 
-The package, one concern a module:
+The package, one concern a module; every name one module uses from another is public
+and documented in the module that owns it:
 
 - :mod:`~agl_trainer.transitions.config`: :class:`TransitionConfig` and :class:`BuildReport`;
-- :mod:`~agl_trainer.transitions.records`: the call, span, step and reward records the join works on;
-- :mod:`~agl_trainer.transitions.readers`: reading a chunk of rollouts' records from a store;
-- :mod:`~agl_trainer.transitions.messages`: message normalisation, :func:`request_messages`, :func:`response_text`;
-- :mod:`~agl_trainer.transitions.rewards`: reward plugins, :func:`final_reward`'s precedence, :data:`RETURN_SOURCE`;
-- :mod:`~agl_trainer.transitions.builder`: :class:`TransitionBuilder` (the join, rewards, credit)
-  and :func:`build_transitions`.
+- :mod:`~agl_trainer.transitions.records`: the call, span, reward and step records the join
+  works on (:class:`~agl_trainer.transitions.records.CallRecord`,
+  :class:`~agl_trainer.transitions.records.SpanRecord`, ...) and a reader's
+  :class:`~agl_trainer.transitions.records.Chunk` of them;
+- :mod:`~agl_trainer.transitions.readers`: the :class:`~agl_trainer.transitions.readers.Reader`
+  protocol, :class:`SqlReader`, :class:`GenericReader` and :func:`reader_for`;
+- :mod:`~agl_trainer.transitions.messages`: message normalisation and extraction
+  (:func:`normalize_messages`, :func:`request_messages`, :func:`response_text`, ...);
+- :mod:`~agl_trainer.transitions.rewards`: reward plugins
+  (:func:`~agl_trainer.transitions.rewards.plugin_rewards`), :func:`final_reward`'s precedence,
+  where an emitted reward goes (:func:`~agl_trainer.transitions.rewards.index_before`);
+- :mod:`~agl_trainer.transitions.builder`: :class:`TransitionBuilder` and :func:`build_transitions`;
+  a rollout goes through its steps in turn: its records, the join, the rewards, credit,
+  then the selection of agents and the weighting.
 """
 
 from agl.schema import RETURN_SOURCE as RETURN_SOURCE
@@ -63,20 +75,20 @@ from agl_trainer.transitions.builder import CHUNK as CHUNK
 from agl_trainer.transitions.builder import TransitionBuilder, build_transitions
 from agl_trainer.transitions.config import BuildReport, TransitionConfig
 from agl_trainer.transitions.messages import normalize_messages, request_messages, response_text
-
-# The reader choice, replaceable here (the tests and the benchmark force the generic reader).
-from agl_trainer.transitions.readers import _GenericReader as _GenericReader
-from agl_trainer.transitions.readers import _reader_for as _reader_for
-from agl_trainer.transitions.readers import _SqlReader as _SqlReader
+from agl_trainer.transitions.readers import GenericReader, Reader, SqlReader, reader_for
 from agl_trainer.transitions.rewards import final_reward
 
 __all__ = [
     "BuildReport",
+    "GenericReader",
+    "Reader",
+    "SqlReader",
     "TransitionBuilder",
     "TransitionConfig",
     "build_transitions",
     "final_reward",
     "normalize_messages",
+    "reader_for",
     "request_messages",
     "response_text",
 ]

@@ -4,46 +4,46 @@ from __future__ import annotations
 
 import logging
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import NamedTuple
 
 from agl.schema import RETURN_SOURCE, Reward, Rollout, RolloutStatus, Task, Transition
 from agl.store.base import Store
 from agl_trainer.credit import RolloutRewards
 from agl_trainer.transitions.config import BuildReport, TransitionConfig
 from agl_trainer.transitions.messages import (
-    _messages_list,
-    _output_text,
+    messages_list,
     normalize_messages,
+    output_text,
     request_messages,
     response_text,
 )
-from agl_trainer.transitions.readers import _GenericReader, _SqlReader
-from agl_trainer.transitions.records import _Call, _Chunk, _LlmSpan, _Step, _step
-from agl_trainer.transitions.rewards import _index_before, _plugin_rewards, _with_task, final_reward
+from agl_trainer.transitions.readers import Reader, reader_for
+from agl_trainer.transitions.records import AnyReward, CallRecord, Chunk, SpanRecord, Step, make_step
+from agl_trainer.transitions.rewards import final_reward, index_before, plugin_rewards, with_task
 
 log = logging.getLogger("agl_trainer.transitions")
 
 CHUNK = 200
 """Rollouts read from the store per round trip."""
 
-
-def _pick_reader(store: Store, need_text: bool) -> _GenericReader | _SqlReader:
-    """The reader for ``store``: :func:`agl_trainer.transitions.readers._reader_for`, looked up on the package.
-
-    Looked up when a builder is made rather than imported, so that replacing
-    ``agl_trainer.transitions._reader_for`` takes effect: the tests and the benchmark force
-    the generic reader that way.
-    """
-    from agl_trainer import transitions
-
-    return transitions._reader_for(store, need_text)
-
-
 _by_seq = attrgetter("seq")
-_Joined = tuple[list[Any], list[Any], list[Any], "list[float] | None"]
 _NO_REWARDS: list[Reward] = []
+
+
+class _Joined(NamedTuple):
+    """A rollout's joined steps in order, as parallel lists (what the hot loops read)."""
+
+    calls: list[CallRecord | None]
+    """Each step's gateway record (None: text-only)."""
+    spans: list[SpanRecord | None]
+    """Each step's span (None: gateway-only)."""
+    agents: list[str | None]
+    """Each step's agent (its span's)."""
+    times: list[float] | None
+    """Each step's time; None where the steps are the calls (their times are the calls' own)."""
+
 
 _TEMPLATE = Transition(
     rollout_id="-",
@@ -73,17 +73,27 @@ _copy_template = _TEMPLATE.model_copy
 class TransitionBuilder:
     """Turns ended rollouts into transitions (see :mod:`agl_trainer.transitions` for the rules)."""
 
-    def __init__(self, store: Store, config: TransitionConfig | None = None):
+    def __init__(self, store: Store, config: TransitionConfig | None = None, reader: Reader | None = None):
+        """Build from ``store`` by ``config`` (the defaults if None), reading through ``reader``.
+
+        ``reader`` must read ``store``; None takes :func:`~agl_trainer.transitions.readers.reader_for`'s
+        choice (the bulk reads on a SQL store, the public queries on any other).
+        """
         from agl.plugins import get_plugin_manager, resolve
 
         self.store = store
         self.config = config or TransitionConfig()
         self.strategy = resolve("credit_assignment", self.config.credit)
+        if reader is None:
+            reader = reader_for(store)
+        elif reader.store is not store:
+            raise ValueError(f"reader: {type(reader).__name__} reads another store than the builder's {store!r}")
+        self.reader: Reader = reader
+        """Where the records come from."""
         self.report = BuildReport()
         self.finals: dict[str, float] = {}
         """Each built rollout's final reward (after precedence and the failed/missing defaults)."""
         self._agents = None if self.config.agents is None else frozenset(self.config.agents)
-        self._reader = _pick_reader(store, self.config.with_text)
         pm = get_plugin_manager()
         self._reward_hook = pm.hook.agl_reward
         impls = self._reward_hook.get_hookimpls() if self.config.reward_plugins else []
@@ -113,7 +123,7 @@ class TransitionBuilder:
         """The transitions of each chunk of rollouts, a list per chunk (what :meth:`iter` streams)."""
         from concurrent.futures import ThreadPoolExecutor
 
-        reader = self._reader
+        reader = self.reader
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="agl-transitions") as pool:
             pending = None
             for live in self._live_chunks(rollouts):
@@ -147,116 +157,155 @@ class TransitionBuilder:
         if live:
             yield live
 
-    def _chunk(self, live: list[Rollout], chunk: _Chunk) -> list[Transition]:
-        report = self.report
-        plugin_rewards: dict[str, list[Reward]] = {}
-        if self._has_plugins:
-            tasks = self._tasks
-            missing = sorted({r.task_id for r in live if r.task is None and r.task_id not in tasks})
-            if missing:
-                tasks.update(self._reader.tasks(missing))
-            store, call, stored_rewards = self.store, self._reward_hook, chunk.rewards
-            new: list[Reward] = []
-            for r in live:
-                if r.task is None:
-                    task = tasks.get(r.task_id)
-                    if task is not None:
-                        r = _with_task(r, task)
-                got = _plugin_rewards(r, store, report, call)
-                plugin_rewards[r.rollout_id] = got
-                if got:
-                    have = stored_rewards.get(r.rollout_id)
-                    if have:
-                        stored = {w.reward_id for w in have}
-                        new.extend(w for w in got if w.reward_id not in stored)
-                    else:
-                        new.extend(got)
-            if new:
-                self.store.add_rewards(new)
+    def _chunk(self, live: list[Rollout], chunk: Chunk) -> list[Transition]:
+        """The transitions of a chunk of ended rollouts, given the chunk's records."""
+        plugin = self._run_reward_plugins(live, chunk) if self._has_plugins else {}
         out: list[Transition] = []
+        report = self.report
         for r in live:
             report.rollouts += 1
-            self._rollout(r, chunk, plugin_rewards.get(r.rollout_id, _NO_REWARDS), out)
+            self._rollout(r, chunk, plugin.get(r.rollout_id, _NO_REWARDS), out)
         return out
 
-    def _drop_aborted(self, calls: list[_Call]) -> list[_Call]:
-        """``calls`` without the aborted ones (recorded with no response ids), counted in the report."""
-        kept = [c for c in calls if len(c.response_ids)]
-        self.report.aborted_calls += len(calls) - len(kept)
-        return kept
+    def _run_reward_plugins(self, live: list[Rollout], chunk: Chunk) -> dict[str, list[Reward]]:
+        """Run the reward plugins on each rollout; store the rows not stored yet. Their rows by rollout id."""
+        tasks = self._tasks
+        missing = sorted({r.task_id for r in live if r.task is None and r.task_id not in tasks})
+        if missing:
+            tasks.update(self.reader.tasks(missing))
+        store, report, call, stored_rewards = self.store, self.report, self._reward_hook, chunk.rewards
+        by_rollout: dict[str, list[Reward]] = {}
+        new: list[Reward] = []
+        for r in live:
+            if r.task is None:
+                task = tasks.get(r.task_id)
+                if task is not None:
+                    r = with_task(r, task)
+            got = plugin_rewards(r, store, report, call)
+            by_rollout[r.rollout_id] = got
+            if got:
+                have = stored_rewards.get(r.rollout_id)
+                if have:
+                    stored = {w.reward_id for w in have}
+                    new.extend(w for w in got if w.reward_id not in stored)
+                else:
+                    new.extend(got)
+        if new:
+            store.add_rewards(new)
+        return by_rollout
 
-    def _rollout(self, rollout: Rollout, chunk: _Chunk, plugin: list[Reward], out: list[Transition]) -> None:
-        """Append the transitions of one rollout to ``out``."""
-        cfg, report = self.config, self.report
+    def _rollout(self, rollout: Rollout, chunk: Chunk, plugin: list[Reward], out: list[Transition]) -> None:
+        """Append the transitions of one rollout to ``out``: join, rewards, credit, then selection and weighting."""
+        calls, spans, rewards = self._records(rollout, chunk)
+        joined = self._join(rollout.rollout_id, calls, spans)
+        rewarded = self._rewards(rollout, rewards, plugin, joined)
+        if rewarded is None:
+            return
+        final, intermediate = rewarded
+        self.finals[rollout.rollout_id] = final
+        n_steps = len(joined.calls)
+        if not n_steps:
+            self.report.drop("no_calls")
+            return
+        per_call = self._credit(rollout.rollout_id, n_steps, final, intermediate)
+        kept = self._selected(joined)
+        if kept:
+            self._emit(rollout, joined, kept, per_call, out)
+
+    def _records(self, rollout: Rollout, chunk: Chunk) -> tuple[list[CallRecord], list[SpanRecord], list[AnyReward]]:
+        """The rollout's calls, spans and rewards that count.
+
+        Left out: rows of the reward plugins (recomputed for every build), records of
+        an earlier attempt (counted as ``stale_records``) and aborted calls (counted).
+        """
         rid = rollout.rollout_id
         calls = chunk.calls.get(rid, [])
         spans = chunk.spans.get(rid, [])
         rewards = chunk.rewards.get(rid, [])
         plugin_names = self._plugin_names
         if plugin_names and rewards:
-            rewards = [w for w in rewards if w.source not in plugin_names]  # recomputed below
+            rewards = [w for w in rewards if w.source not in plugin_names]
         if rollout.attempt > 1 and rollout.started_at is not None:
             start = rollout.started_at
             n = len(calls) + len(spans) + len(rewards)
             calls = [c for c in calls if c.time >= start]
             spans = [s for s in spans if s.time >= start]
             rewards = [w for w in rewards if w.created_at >= start]
-            report.stale_records += n - len(calls) - len(spans) - len(rewards)
+            self.report.stale_records += n - len(calls) - len(spans) - len(rewards)
         if calls:
             calls = self._drop_aborted(calls)
+        return calls, spans, rewards
 
-        # The joined steps in order, as parallel lists: the gateway record (None: text-only),
-        # the span (None: gateway-only), the agent and the time of each.
-        step_calls, step_spans, step_agents, times = self._join(rid, calls, spans)
+    def _drop_aborted(self, calls: list[CallRecord]) -> list[CallRecord]:
+        """``calls`` without the aborted ones (recorded with no response ids), counted in the report."""
+        kept = [c for c in calls if len(c.response_ids)]
+        self.report.aborted_calls += len(calls) - len(kept)
+        return kept
 
-        value, chosen = final_reward([*rewards, *plugin] if plugin else rewards, plugin_names)
-        if value is None:
+    def _rewards(
+        self, rollout: Rollout, rewards: list[AnyReward], plugin: list[Reward], joined: _Joined
+    ) -> tuple[float, list[tuple[int, float]]] | None:
+        """The final reward and the intermediate ones, each placed after the last step before it.
+
+        None where the rollout has no final reward and its default (``missing_reward``,
+        ``failed_reward``) is None: the rollout is dropped, counted by reason.
+        """
+        cfg = self.config
+        final, chosen = final_reward([*rewards, *plugin] if plugin else rewards, self._plugin_names)
+        if final is None:
             if rollout.status == RolloutStatus.SUCCEEDED:
-                value = cfg.missing_reward
-                reason = "no_reward"
+                final, reason = cfg.missing_reward, "no_reward"
             else:
-                value = cfg.failed_reward
-                reason = rollout.status.value
-            if value is None:
-                report.drop(reason)
-                return
-        self.finals[rid] = value
+                final, reason = cfg.failed_reward, rollout.status.value
+            if final is None:
+                self.report.drop(reason)
+                return None
         intermediate = []
         if rewards:
-            if times is None:
-                times = [c.time for c in step_calls]
+            times = joined.times if joined.times is not None else [c.time for c in joined.calls]
             for w in rewards:
                 if w is not chosen and w.source != RETURN_SOURCE:
-                    intermediate.append((_index_before(times, w.created_at), w.value))
-        n_steps = len(step_calls)
-        if not n_steps:
-            report.drop("no_calls")
-            return
-        per_call = self.strategy(n_steps, RolloutRewards(final=value, emitted=intermediate), **cfg.credit_options)
+                    intermediate.append((index_before(times, w.created_at), w.value))
+        return final, intermediate
+
+    def _credit(self, rid: str, n_steps: int, final: float, intermediate: list[tuple[int, float]]) -> Sequence[float]:
+        """Each step's reward, from the config's credit strategy."""
+        cfg = self.config
+        per_call = self.strategy(n_steps, RolloutRewards(final=final, emitted=intermediate), **cfg.credit_options)
         if len(per_call) != n_steps:
             raise ValueError(
                 f"credit: strategy {cfg.credit!r} returned {len(per_call)} rewards for {n_steps} calls of rollout {rid}"
             )
+        return per_call
 
+    def _selected(self, joined: _Joined) -> Sequence[int]:
+        """The steps to train: the selected agents' (the others counted), text-only ones only if ``text_only``."""
+        n_steps = len(joined.calls)
         agents = self._agents
         if agents is None:
-            kept = range(n_steps)
+            kept: Sequence[int] = range(n_steps)
         else:
-            kept = [i for i, a in enumerate(step_agents) if a in agents]
-            report.filtered_out += n_steps - len(kept)
-        if not cfg.text_only:
+            kept = [i for i, a in enumerate(joined.agents) if a in agents]
+            self.report.filtered_out += n_steps - len(kept)
+        if not self.config.text_only:
+            step_calls = joined.calls
             kept = [i for i in kept if step_calls[i] is not None]
-        if not kept:
-            return
+        return kept
+
+    def _emit(
+        self, rollout: Rollout, joined: _Joined, kept: Sequence[int], per_call: Sequence[float], out: list[Transition]
+    ) -> None:
+        """Append the transitions of the ``kept`` steps to ``out``, weighted by the config's ``normalize``."""
+        cfg, reader = self.config, self.reader
+        step_calls, step_spans, step_agents = joined.calls, joined.spans, joined.agents
         with_text = cfg.with_text
         if with_text:
-            self._reader.load_calls([step_calls[i] for i in kept if step_calls[i] is not None])
+            reader.load_calls([step_calls[i] for i in kept if step_calls[i] is not None])
             for i in kept:
                 if step_spans[i] is not None:
-                    self._reader.load_span(step_spans[i])
+                    reader.load_span(step_spans[i])
         weight = 1.0 / len(kept) if cfg.normalize == "rollout" else 1.0
-        task_id = rollout.task_id
-        fallback_version = rollout.model_version
+        rid, task_id, fallback_version = rollout.rollout_id, rollout.task_id, rollout.model_version
         make = _copy_template
         append = out.append
         for i in kept:
@@ -278,43 +327,45 @@ class TransitionBuilder:
                     }
                 )
                 if with_text:
-                    t.prompt_messages = _messages_list(request_messages(c.request or {}))
+                    t.prompt_messages = messages_list(request_messages(c.request or {}))
                     t.response_text = response_text(c.response or {})
             else:
-                sp = step_spans[i]
-                self._reader.load_span(sp)
-                t = make(
-                    update={
-                        "rollout_id": rid,
-                        "task_id": task_id,
-                        "step": i,
-                        "agent": step_agents[i],
-                        "prompt_ids": array("i"),
-                        "response_ids": array("i"),
-                        "response_logprobs": None,
-                        "reward": float(per_call[i]),
-                        "model_version": fallback_version,
-                        "token_source": "text",
-                        "call_id": sp.response_id,
-                        "weight": weight,
-                        "prompt_messages": _messages_list(sp.input_messages),
-                        "response_text": _output_text(sp.output_messages),
-                    }
-                )
+                t = self._text_transition(rollout, i, step_spans[i], float(per_call[i]), weight)
             append(t)
-        report.transitions += len(kept)
+        self.report.transitions += len(kept)
 
-    def _join(self, rid: str, calls: list[_Call], spans: list[_LlmSpan]) -> _Joined:
-        """The rollout's steps in order as parallel lists: ``(calls, spans, agents, times)``.
+    def _text_transition(
+        self, rollout: Rollout, step: int, span: SpanRecord, reward: float, weight: float
+    ) -> Transition:
+        """The text-only transition of a span with no gateway record: its messages, no token ids."""
+        self.reader.load_span(span)
+        return _copy_template(
+            update={
+                "rollout_id": rollout.rollout_id,
+                "task_id": rollout.task_id,
+                "step": step,
+                "agent": span.agent,
+                "token_source": "text",
+                "prompt_ids": array("i"),
+                "response_ids": array("i"),
+                "response_logprobs": None,
+                "prompt_messages": messages_list(span.input_messages),
+                "response_text": output_text(span.output_messages),
+                "reward": reward,
+                "model_version": rollout.model_version,
+                "call_id": span.response_id,
+                "weight": weight,
+            }
+        )
 
-        ``times`` is None where the steps are the calls (their times are the calls' own).
-        """
+    def _join(self, rid: str, calls: list[CallRecord], spans: list[SpanRecord]) -> _Joined:
+        """The rollout's steps in order (the rules are in :mod:`agl_trainer.transitions`)."""
         report = self.report
         if len(calls) > 1:
             calls.sort(key=_by_seq)
         if not spans:
             report.gateway_only += len(calls)
-            return calls, [None] * len(calls), [None] * len(calls), None
+            return _Joined(calls, [None] * len(calls), [None] * len(calls), None)
         if len(spans) == len(calls):
             # The common case: every call has its span, joined by response id; the gateway's order stands.
             span_of = {sp.response_id: sp for sp in spans}
@@ -323,18 +374,20 @@ class TransitionBuilder:
                 matched = [get(c.call_id) for c in calls]
                 if all(matched):  # every call has its span (a record is always true; None is not)
                     report.joined_by_id += len(calls)
-                    return calls, matched, [sp.agent for sp in matched], None
+                    return _Joined(calls, matched, [sp.agent for sp in matched], None)
         steps = self._join_steps(rid, calls, spans)
-        return [s.call for s in steps], [s.span for s in steps], [s.agent for s in steps], [s.time for s in steps]
+        return _Joined(
+            [s.call for s in steps], [s.span for s in steps], [s.agent for s in steps], [s.time for s in steps]
+        )
 
-    def _join_steps(self, rid: str, calls: list[_Call], spans: list[_LlmSpan]) -> list[_Step]:
+    def _join_steps(self, rid: str, calls: list[CallRecord], spans: list[SpanRecord]) -> list[Step]:
         """The general join (some span has no response id, or one the gateway never issued); ``calls`` sorted."""
         report = self.report
         spans.sort(key=_by_seq)
         by_id = {c.call_id: c for c in calls}
         taken: set[str] = set()
         steps = []
-        orphans: list[_LlmSpan] = []
+        orphans: list[SpanRecord] = []
         for sp in spans:
             if sp.response_id is None:
                 orphans.append(sp)
@@ -342,22 +395,22 @@ class TransitionBuilder:
             c = by_id.get(sp.response_id)
             if c is None or c.call_id in taken:
                 report.text_only += 1
-                steps.append(_step(sp.time, None, sp))
+                steps.append(make_step(sp.time, None, sp))
             else:
                 taken.add(c.call_id)
                 report.joined_by_id += 1
-                steps.append(_step(c.time, c, sp))
+                steps.append(make_step(c.time, c, sp))
         if orphans:
             left = [c for c in calls if c.call_id not in taken]
             if not left:
                 for sp in orphans:
                     report.text_only += 1
-                    steps.append(_step(sp.time, None, sp))
+                    steps.append(make_step(sp.time, None, sp))
             else:
-                self._reader.load_calls(left)
+                self.reader.load_calls(left)
                 pos = 0
                 for sp in orphans:
-                    self._reader.load_span(sp)
+                    self.reader.load_span(sp)
                     want = normalize_messages(sp.input_messages)
                     match = None
                     if want:
@@ -374,20 +427,23 @@ class TransitionBuilder:
                     pos = match + 1
                     taken.add(c.call_id)
                     report.joined_by_order += 1
-                    steps.append(_step(c.time, c, sp))
+                    steps.append(make_step(c.time, c, sp))
         for c in calls:
             if c.call_id not in taken:
                 report.gateway_only += 1
-                steps.append(_step(c.time, c, None))
+                steps.append(make_step(c.time, c, None))
         if any(steps[k].time > steps[k + 1].time for k in range(len(steps) - 1)):
             steps.sort(key=lambda s: (s.time, s.call.seq if s.call else 0))
         return steps
 
 
 def build_transitions(
-    store: Store, rollouts: Iterable[Rollout], config: TransitionConfig | None = None
+    store: Store, rollouts: Iterable[Rollout], config: TransitionConfig | None = None, *, reader: Reader | None = None
 ) -> tuple[list[Transition], BuildReport]:
-    """Build the transitions of ``rollouts`` from ``store``; return them with the build's report."""
-    builder = TransitionBuilder(store, config)
+    """Build the transitions of ``rollouts`` from ``store``; return them with the build's report.
+
+    ``config`` and ``reader`` are :class:`TransitionBuilder`'s.
+    """
+    builder = TransitionBuilder(store, config, reader)
     transitions = builder.build(rollouts)
     return transitions, builder.report

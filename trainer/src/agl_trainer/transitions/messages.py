@@ -16,12 +16,16 @@ _ROLE_ALIASES = {
 }
 
 
-def _opt_str(value: Any) -> str | None:
+def optional_str(value: Any) -> str | None:
+    """``value`` as a string; None for None or an empty string (how an unset attribute reads)."""
     return None if value is None or value == "" else str(value)
 
 
-def _json_attr(value: Any) -> Any:
-    """An attribute holding JSON: OpenTelemetry exporters store structured values as JSON strings."""
+def json_attribute(value: Any) -> Any:
+    """A span attribute that may hold JSON, decoded (OpenTelemetry exporters store structured values as JSON strings).
+
+    A string that is not JSON, and any other value, comes back as it is.
+    """
     if isinstance(value, str):
         try:
             return json.loads(value)
@@ -120,7 +124,11 @@ def response_text(response: dict) -> str | None:
     return None
 
 
-def _messages_list(messages: Any) -> list[dict] | None:
+def messages_list(messages: Any) -> list[dict] | None:
+    """Messages as a list of dicts (what :attr:`~agl.schema.Transition.prompt_messages` holds); None stays None.
+
+    A string is one user message; a list item that is not a dict becomes a user message of its text.
+    """
     if messages is None:
         return None
     if isinstance(messages, str):
@@ -128,7 +136,11 @@ def _messages_list(messages: Any) -> list[dict] | None:
     return [m if isinstance(m, dict) else {"role": "user", "content": str(m)} for m in messages]
 
 
-def _output_text(messages: Any) -> str | None:
+def output_text(messages: Any) -> str | None:
+    """The text a span's output messages hold: its assistant turns joined (else the last message's text).
+
+    A string is the text itself; None stays None.
+    """
     if messages is None:
         return None
     if isinstance(messages, str):

@@ -1,9 +1,11 @@
 """Readers: how the builder gets a chunk of rollouts' records out of a store.
 
-:class:`_SqlReader` uses a SQL store's bulk reads (only the columns the build
+:class:`SqlReader` uses a SQL store's bulk reads (only the columns the build
 needs, see :meth:`agl.store.sql.SqlStore.transition_rows`) on any store that offers
-them; :class:`_GenericReader` goes through the public :class:`~agl.store.Store`
-queries and works on any store (HTTP included).
+them; :class:`GenericReader` goes through the public :class:`~agl.store.Store`
+queries and works on any store (HTTP included). :func:`reader_for` picks one for a
+store (what :class:`~agl_trainer.transitions.builder.TransitionBuilder` uses unless
+it is given a reader); both follow :class:`Reader`.
 """
 
 from __future__ import annotations
@@ -12,34 +14,72 @@ import contextlib
 import json
 import sys
 from array import array
-from typing import Any
+from typing import Any, Protocol
 
 from agl.schema import Task
 from agl.store.base import Store
-from agl_trainer.transitions.messages import _json_attr, _opt_str
-from agl_trainer.transitions.records import _Call, _Chunk, _LlmSpan, _Reward
+from agl_trainer.transitions.messages import json_attribute, optional_str
+from agl_trainer.transitions.records import CallRecord, Chunk, RewardRecord, SpanRecord
 
 _SWAP = sys.byteorder != "little"
 
 
-class _GenericReader:
-    """Reads through the public Store API (any backend; what a store without the bulk reads, HTTP, gets)."""
+class Reader(Protocol):
+    """What the builder asks of a reader. ``fetch`` then ``convert`` is ``read``, split in two so the
+    builder can run the store's part of the next chunk on a helper thread while it builds this one.
+    """
 
-    def __init__(self, store: Store, need_text: bool):
+    store: Store
+    """The store it reads (the builder checks it is the builder's own)."""
+
+    def fetch(self, rollout_ids: list[str]) -> Any:
+        """The store's part of reading these rollouts' records (run on the builder's helper thread)."""
+        ...
+
+    def convert(self, fetched: Any) -> Chunk:
+        """What :meth:`fetch` returned, as records."""
+        ...
+
+    def read(self, rollout_ids: list[str]) -> Chunk:
+        """The records of these rollouts: their calls, LLM spans and rewards."""
+        ...
+
+    def load_span(self, span: SpanRecord) -> None:
+        """Fill in the span's messages, if not ``loaded`` yet."""
+        ...
+
+    def load_calls(self, calls: list[CallRecord]) -> None:
+        """Fill in the request and response of the calls that lack them."""
+        ...
+
+    def tasks(self, task_ids: list[str]) -> dict[str, Task]:
+        """The tasks of these ids that the store has."""
+        ...
+
+
+class GenericReader:
+    """Reads through the public Store API (any backend; what a store without the bulk reads, HTTP, gets).
+
+    Every record comes whole, messages and payloads included: ``load_span`` and ``load_calls`` have nothing to do.
+    """
+
+    def __init__(self, store: Store):
         self.store = store
-        self.need_text = need_text
 
-    def fetch(self, rollout_ids: list[str]) -> _Chunk:
+    def fetch(self, rollout_ids: list[str]) -> Chunk:
+        """The records of these rollouts (all of the work is the store's)."""
         return self.read(rollout_ids)
 
-    def convert(self, chunk: _Chunk) -> _Chunk:
-        return chunk
+    def convert(self, fetched: Chunk) -> Chunk:
+        """:meth:`fetch`'s records, as they are."""
+        return fetched
 
-    def read(self, rollout_ids: list[str]) -> _Chunk:
-        chunk = _Chunk({}, {}, {})
+    def read(self, rollout_ids: list[str]) -> Chunk:
+        """The calls, LLM spans and rewards of these rollouts, through the public queries."""
+        chunk = Chunk({}, {}, {})
         for c in self.store.query_llm_calls(rollout_ids=rollout_ids):
             chunk.calls.setdefault(c.rollout_id, []).append(
-                _Call(
+                CallRecord(
                     c.call_id,
                     c.seq,
                     c.created_at,
@@ -54,14 +94,14 @@ class _GenericReader:
         for s in self.store.query_spans(rollout_ids=rollout_ids, kind="llm"):
             a = s.attributes
             chunk.spans.setdefault(s.rollout_id, []).append(
-                _LlmSpan(
+                SpanRecord(
                     s.span_id,
                     s.seq,
                     s.end_time or s.start_time,
-                    _opt_str(a.get("gen_ai.response.id")),
-                    _opt_str(a.get("gen_ai.agent.name")),
-                    _json_attr(a.get("gen_ai.input.messages")),
-                    _json_attr(a.get("gen_ai.output.messages")),
+                    optional_str(a.get("gen_ai.response.id")),
+                    optional_str(a.get("gen_ai.agent.name")),
+                    json_attribute(a.get("gen_ai.input.messages")),
+                    json_attribute(a.get("gen_ai.output.messages")),
                     True,
                 )
             )
@@ -69,13 +109,16 @@ class _GenericReader:
             chunk.rewards.setdefault(r.rollout_id, []).append(r)
         return chunk
 
-    def load_span(self, span: _LlmSpan) -> None:  # already loaded
+    def load_span(self, span: SpanRecord) -> None:
+        """Nothing to do: :meth:`read` gave the span whole."""
         return None
 
-    def load_calls(self, calls: list[_Call]) -> None:
+    def load_calls(self, calls: list[CallRecord]) -> None:
+        """Nothing to do: :meth:`read` gave the calls whole."""
         return None
 
     def tasks(self, task_ids: list[str]) -> dict[str, Task]:
+        """The tasks the store has of these ids, one ``get_task`` each."""
         out = {}
         for tid in task_ids:
             with contextlib.suppress(KeyError):
@@ -83,7 +126,7 @@ class _GenericReader:
         return out
 
 
-class _SqlReader:
+class SqlReader:
     """Reads a SQL store's bulk reads: only the needed columns, no record decoded whole.
 
     Works on any store with the methods in ``FAST_READS`` (:class:`~agl.store.sql.SqlStore`:
@@ -94,20 +137,21 @@ class _SqlReader:
     def __init__(self, store: Any):
         self.store = store
 
-    def read(self, rollout_ids: list[str]) -> _Chunk:
+    def read(self, rollout_ids: list[str]) -> Chunk:
+        """The calls, LLM spans and rewards of these rollouts (their messages and payloads not read yet)."""
         return self.convert(self.fetch(rollout_ids))
 
     def fetch(self, rollout_ids: list[str]) -> Any:
         """The store's rows of these rollouts (the database's part: the builder runs it on a helper thread)."""
         return self.store.transition_rows(rollout_ids)
 
-    def convert(self, rows: Any) -> _Chunk:
+    def convert(self, fetched: Any) -> Chunk:
         """The rows :meth:`fetch` returned, as records (the Python part: the builder runs it on its own thread)."""
         # Rows come grouped by rollout: a bucket is looked up once per rollout, not per row
         # (``setdefault`` keeps this right should a store give them in any other order).
-        calls: dict[str, list[_Call]] = {}
+        calls: dict[str, list[CallRecord]] = {}
         last, bucket = None, None
-        for rid, cid, seq, t, mv, p, r, lp in rows.calls:
+        for rid, cid, seq, t, mv, p, r, lp in fetched.calls:
             if rid != last:
                 bucket = calls.setdefault(rid, [])
                 last = rid
@@ -117,48 +161,50 @@ class _SqlReader:
             ra = array("i")
             ra.frombytes(r)
             if lp is None:
-                bucket.append(_Call(cid, seq or 0, t or 0.0, mv, pa, ra, None))
+                bucket.append(CallRecord(cid, seq or 0, t or 0.0, mv, pa, ra, None))
             else:
                 la = array("f")
                 la.frombytes(lp)
-                bucket.append(_Call(cid, seq or 0, t or 0.0, mv, pa, ra, la))
+                bucket.append(CallRecord(cid, seq or 0, t or 0.0, mv, pa, ra, la))
         if _SWAP:  # token blobs are little-endian; swap on a big-endian host
             for bucket in calls.values():
                 for c in bucket:
                     for values in (c.prompt_ids, c.response_ids, c.logprobs):
                         if values is not None:
                             values.byteswap()
-        spans: dict[str, list[_LlmSpan]] = {}
+        spans: dict[str, list[SpanRecord]] = {}
         last = None
-        for rid, sid, seq, start, end, resp_id, agent in rows.spans:
+        for rid, sid, seq, start, end, resp_id, agent in fetched.spans:
             if rid != last:
                 bucket = spans.setdefault(rid, [])
                 last = rid
-            # The store's text columns hold the attribute (a string as it is); anything else goes through _opt_str.
+            # The store's text columns hold the attribute (a string as it is); anything else goes through optional_str.
             if resp_id.__class__ is not str or not resp_id:
-                resp_id = _opt_str(resp_id)
+                resp_id = optional_str(resp_id)
             if agent.__class__ is not str or not agent:
-                agent = _opt_str(agent)
-            bucket.append(_LlmSpan(sid, seq or 0, end or start, resp_id, agent))
+                agent = optional_str(agent)
+            bucket.append(SpanRecord(sid, seq or 0, end or start, resp_id, agent))
         rewards: dict[str, list[Any]] = {}
         last = None
-        for rid, wid, name, value, source, t in rows.rewards:
+        for rid, wid, name, value, source, t in fetched.rewards:
             if rid != last:
                 bucket = rewards.setdefault(rid, [])
                 last = rid
-            bucket.append(_Reward(wid, name, float(value), source, t or 0.0))
-        return _Chunk(calls, spans, rewards)
+            bucket.append(RewardRecord(wid, name, float(value), source, t or 0.0))
+        return Chunk(calls, spans, rewards)
 
-    def load_span(self, span: _LlmSpan) -> None:
+    def load_span(self, span: SpanRecord) -> None:
+        """Read the span's input and output messages (one ``span_messages`` query), unless ``loaded``."""
         if span.loaded:
             return
         rows = self.store.span_messages([span.span_id])
         if rows:
-            span.input_messages = _json_attr(rows[0][1])
-            span.output_messages = _json_attr(rows[0][2])
+            span.input_messages = json_attribute(rows[0][1])
+            span.output_messages = json_attribute(rows[0][2])
         span.loaded = True
 
-    def load_calls(self, calls: list[_Call]) -> None:
+    def load_calls(self, calls: list[CallRecord]) -> None:
+        """Read the request and response of the calls that lack them (one ``call_payloads`` query)."""
         todo = [c for c in calls if c.request is None]
         if not todo:
             return
@@ -168,6 +214,7 @@ class _SqlReader:
             by_id[cid].response = json.loads(resp) if resp else {}
 
     def tasks(self, task_ids: list[str]) -> dict[str, Task]:
+        """The tasks the store has of these ids (one ``get_tasks`` query)."""
         return self.store.get_tasks(task_ids)
 
 
@@ -175,8 +222,12 @@ FAST_READS = ("transition_rows", "span_messages", "call_payloads", "get_tasks")
 """The bulk reads a store offers for the fast path (duck-typed: no store class is named here)."""
 
 
-def _reader_for(store: Store, need_text: bool) -> _GenericReader | _SqlReader:
-    """The fast reader where ``store`` has every method in ``FAST_READS``, the generic one otherwise."""
+def reader_for(store: Store) -> GenericReader | SqlReader:
+    """The reader a builder uses on ``store`` unless told otherwise.
+
+    :class:`SqlReader` where ``store`` has every method in :data:`FAST_READS` (SQLite,
+    PostgreSQL), :class:`GenericReader` otherwise (HTTP, any other store).
+    """
     if all(callable(getattr(store, name, None)) for name in FAST_READS):
-        return _SqlReader(store)
-    return _GenericReader(store, need_text)
+        return SqlReader(store)
+    return GenericReader(store)

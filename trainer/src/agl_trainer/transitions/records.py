@@ -1,4 +1,10 @@
-"""The records the join works on: what a reader gives the builder of each call, span, reward and step."""
+"""The records the join works on: what a reader gives the builder of each call, span, reward and step.
+
+They are lighter than the schema's models (:class:`~agl.schema.LLMCall`,
+:class:`~agl.schema.Span`, :class:`~agl.schema.Reward`): only the fields a build
+reads, token ids as :class:`array.array`, and the bulky JSON (requests, messages)
+left undecoded until a reader's ``load_calls`` / ``load_span`` fills it in.
+"""
 
 from __future__ import annotations
 
@@ -10,44 +16,64 @@ from agl.schema import Reward
 
 
 @dataclass(slots=True)
-class _Call:
+class CallRecord:
+    """A gateway record (:class:`~agl.schema.LLMCall`) as the join reads it."""
+
     call_id: str
     seq: int
     time: float
+    """When the gateway recorded the call (``LLMCall.created_at``)."""
     model_version: str | None
     prompt_ids: array
     response_ids: array
+    """Empty for an aborted call (its client went away)."""
     logprobs: array | None
-    request: dict | None = None  # decoded only when needed
+    request: dict | None = None
+    """The request body; None until the reader's ``load_calls`` decodes it."""
     response: dict | None = None
+    """The response body; None until the reader's ``load_calls`` decodes it."""
 
 
 @dataclass(slots=True)
-class _LlmSpan:
+class SpanRecord:
+    """A framework's LLM span (kind ``llm``) as the join reads it."""
+
     span_id: str
     seq: int
     time: float
+    """The span's end (its start where it has no end)."""
     response_id: str | None
+    """``gen_ai.response.id``: the gateway's ``call_id`` when the call went through the gateway."""
     agent: str | None
-    input_messages: Any = None  # decoded only when needed
+    """``gen_ai.agent.name``."""
+    input_messages: Any = None
+    """``gen_ai.input.messages``; filled by the reader's ``load_span`` unless ``loaded``."""
     output_messages: Any = None
+    """``gen_ai.output.messages``; filled by the reader's ``load_span`` unless ``loaded``."""
     loaded: bool = False
+    """Whether the messages are read already."""
 
 
 @dataclass(slots=True)
-class _Step:
+class Step:
+    """One joined step of a rollout: a call with its span, a call alone, or a span alone (text-only)."""
+
     time: float
-    call: _Call | None
-    span: _LlmSpan | None
-    agent: str | None  # the span's agent (None without a span), kept here so the hot loops read one attribute
+    call: CallRecord | None
+    """The gateway record; None for a text-only step."""
+    span: SpanRecord | None
+    """The span; None for a gateway-only step."""
+    agent: str | None
+    """The span's agent (None without a span), kept here so the hot loops read one attribute."""
 
 
-def _step(time: float, call: _Call | None, span: _LlmSpan | None) -> _Step:
-    return _Step(time, call, span, None if span is None else span.agent)
+def make_step(time: float, call: CallRecord | None, span: SpanRecord | None) -> Step:
+    """A :class:`Step` of ``call`` and ``span``, its agent the span's."""
+    return Step(time, call, span, None if span is None else span.agent)
 
 
 @dataclass(slots=True)
-class _Reward:
+class RewardRecord:
     """The fields of a stored reward the build reads (duck-types :class:`~agl.schema.Reward`)."""
 
     reward_id: str
@@ -57,8 +83,14 @@ class _Reward:
     created_at: float
 
 
+AnyReward = Reward | RewardRecord
+"""A reward as a reader gives it: the schema's model (generic reader) or its build fields (SQL reader)."""
+
+
 @dataclass
-class _Chunk:
-    calls: dict[str, list[_Call]]
-    spans: dict[str, list[_LlmSpan]]
-    rewards: dict[str, list[Reward | _Reward]]
+class Chunk:
+    """The records of a chunk of rollouts, each kind grouped by rollout id (a rollout with none is absent)."""
+
+    calls: dict[str, list[CallRecord]]
+    spans: dict[str, list[SpanRecord]]
+    rewards: dict[str, list[AnyReward]]

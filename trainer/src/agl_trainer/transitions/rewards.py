@@ -47,14 +47,12 @@ class LazyRecords(Sequence[T]):
         return f"LazyRecords({'not loaded' if self._load is not None else self._items!r})"
 
 
-def _with_task(rollout: Rollout, task: Task) -> Rollout:
+def with_task(rollout: Rollout, task: Task) -> Rollout:
     """The rollout with its task filled in (``model_copy``: the task was validated when it was read)."""
     return rollout.model_copy(update={"task": task})
 
 
-def _plugin_rewards(
-    rollout: Rollout, store: Store, report: BuildReport, call: Callable[..., list[Any]]
-) -> list[Reward]:
+def plugin_rewards(rollout: Rollout, store: Store, report: BuildReport, call: Callable[..., list[Any]]) -> list[Reward]:
     """Call ``agl_reward`` through the relay ``call``; return the answers as Reward rows, counting the failures."""
     rid = rollout.rollout_id
     answers = call(
@@ -129,7 +127,7 @@ def final_reward(rewards: Sequence[Reward], plugin_sources: Collection[str]) -> 
     return (None, None) if chosen is None else (chosen.value, chosen)
 
 
-def _index_before(times: list[float], t: float) -> int:
+def index_before(times: list[float], t: float) -> int:
     """Index of the last call made at or before ``t`` (-1: before any)."""
     index = -1
     for i, ct in enumerate(times):
