@@ -12,6 +12,7 @@ from autogen_ext.models.replay import ReplayChatCompletionClient
 import agl_autogen
 from agl.capture import versions
 from agl.capture.versions import UnsupportedVersionError, UntestedVersionWarning
+from agl.env import STRICT_VERSIONS
 from agl_autogen import AglChatCompletionClient
 from tests.versions import fake_installed_version
 
@@ -41,7 +42,7 @@ def test_tested_range_holds_the_installed_agentchat():
 
 
 def test_inside_the_range_instrument_works_without_a_warning(monkeypatch):
-    monkeypatch.delenv(versions.STRICT_ENV, raising=False)
+    monkeypatch.delenv(STRICT_VERSIONS, raising=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UntestedVersionWarning)
         agl_autogen.instrument()
@@ -50,7 +51,7 @@ def test_inside_the_range_instrument_works_without_a_warning(monkeypatch):
 
 def test_outside_the_range_instrument_warns_and_the_client_hooks_still_go_in(monkeypatch):
     _fake(monkeypatch, "0.8.1")
-    monkeypatch.delenv(versions.STRICT_ENV, raising=False)
+    monkeypatch.delenv(STRICT_VERSIONS, raising=False)
 
     def moved(original):  # as if AgentChat had moved its private module
         raise AttributeError("module 'autogen_agentchat.agents._base_chat_agent' has no 'trace_invoke_agent_span'")
@@ -68,7 +69,7 @@ def test_outside_the_range_instrument_warns_and_the_client_hooks_still_go_in(mon
 
 
 def test_inside_the_range_a_structure_failure_is_not_hidden(monkeypatch):
-    monkeypatch.delenv(versions.STRICT_ENV, raising=False)
+    monkeypatch.delenv(STRICT_VERSIONS, raising=False)
 
     def broken(original):
         raise AttributeError("broken")
@@ -80,7 +81,7 @@ def test_inside_the_range_a_structure_failure_is_not_hidden(monkeypatch):
 
 def test_outside_the_range_strict_raises_before_patching(monkeypatch):
     _fake(monkeypatch, "0.8.1")
-    monkeypatch.setenv(versions.STRICT_ENV, "1")
+    monkeypatch.setenv(STRICT_VERSIONS, "1")
     with pytest.raises(UnsupportedVersionError, match=r"autogen-agentchat 0\.8\.1 is installed"):
         agl_autogen.instrument()
     assert not agl_autogen.instrumented() and not _client_hooked()

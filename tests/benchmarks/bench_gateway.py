@@ -83,7 +83,7 @@ def servers(tmp: str):
                 f"http://127.0.0.1:{eport}/v1",
                 "--port",
                 str(gport),
-                "--token",
+                "--gateway-token",
                 TOKEN,
                 "--max-in-flight",
                 "100000",

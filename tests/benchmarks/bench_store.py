@@ -382,7 +382,7 @@ def http_server(db: Path) -> Iterator[tuple[str, str, int]]:
             f"sqlite:///{db}",
             "--port",
             str(port),
-            f"--token={token}",
+            f"--admin-token={token}",
         ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,

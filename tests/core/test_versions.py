@@ -19,6 +19,7 @@ from agl.capture.versions import (
     parse_requirement,
     satisfies,
 )
+from agl.env import STRICT_VERSIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
     monkeypatch.setattr(versions, "_warned", set())
-    monkeypatch.delenv(versions.STRICT_ENV, raising=False)
+    monkeypatch.delenv(STRICT_VERSIONS, raising=False)
 
 
 @pytest.mark.parametrize(
@@ -93,7 +94,7 @@ def test_outside_the_range_warns_once_naming_version_range_and_what_still_works(
 
 def test_strict_raises_instead(monkeypatch):
     monkeypatch.setattr(versions, "installed_version", lambda dist: "0.31.0")
-    monkeypatch.setenv(versions.STRICT_ENV, "1")
+    monkeypatch.setenv(STRICT_VERSIONS, "1")
     with pytest.raises(UnsupportedVersionError, match=r"tested with fw>=0\.24,<0\.25, but fw 0\.31\.0 is installed"):
         check_version("agl_x", "fw>=0.24,<0.25", still_works="a", may_break="b")
 

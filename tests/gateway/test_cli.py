@@ -32,7 +32,7 @@ def test_serve_records_and_stops_cleanly(tmp_path, engine):
             engine.url,
             "--port",
             str(port),
-            "--token",
+            "--gateway-token",
             "tok",
             "--model-version",
             "v9",
@@ -153,12 +153,12 @@ def test_without_a_token_a_random_one_is_printed_with_the_line_for_agl_run(tmp_p
 
 def test_an_empty_token_is_refused(tmp_path):
     out = subprocess.run(
-        [AGL, "gateway", "serve", "--upstream", "http://127.0.0.1:1/v1", "--token", " "],
+        [AGL, "gateway", "serve", "--upstream", "http://127.0.0.1:1/v1", "--gateway-token", " "],
         capture_output=True,
         text=True,
         timeout=20,
     )
-    assert out.returncode == 2 and "--token: must not be empty" in out.stderr
+    assert out.returncode == 2 and "--gateway-token: must not be empty" in out.stderr
 
 
 def test_tokens_and_the_key_secret_come_from_files_and_each_opens_its_own_routes(tmp_path, engine):
@@ -175,7 +175,7 @@ def test_tokens_and_the_key_secret_come_from_files_and_each_opens_its_own_routes
     (claimed,) = store.claim("runner")
     port = free_port()
     args = ["--store", f"sqlite:///{db}", "--upstream", engine.url, "--port", str(port)]
-    args += ["--token-file", str(tmp_path / "token"), "--admin-token-file", str(tmp_path / "admin")]
+    args += ["--gateway-token-file", str(tmp_path / "token"), "--admin-token-file", str(tmp_path / "admin")]
     args += ["--rollout-key-secret-file", str(tmp_path / "secret")]
     proc, lines = _serve(args, _clean_env())
     try:
@@ -198,3 +198,40 @@ def test_tokens_and_the_key_secret_come_from_files_and_each_opens_its_own_routes
     finally:
         _stop(proc)
         store.close()
+
+
+def test_a_gateway_in_front_of_a_store_server_sends_it_the_store_token_not_its_own(tmp_path, engine):
+    """issue 32: README's recipe exports AGL_GATEWAY_TOKEN; the gateway must still send the store server
+    the store's token (AGL_STORE_TOKEN here), so that its calls are recorded and rollout keys work."""
+    from agl.credentials import RolloutKeys
+    from agl.schema import Rollout, Task
+    from agl_trainer.store_server import ServerThread
+
+    secret = "gateway-key-secret-0123456789abcdef"
+    (tmp_path / "secret").write_text(secret)
+    backing = SqliteStore(tmp_path / "agl.db")
+    backing.add_tasks([Task(task_id="t", input={})])
+    backing.enqueue([Rollout(rollout_id="ro-1", task_id="t")])
+    (claimed,) = backing.claim("runner")
+    port = free_port()
+    with ServerThread(backing, token="store-admin-token") as server:
+        env = _clean_env(AGL_GATEWAY_TOKEN="gateway-token", AGL_STORE_TOKEN="store-admin-token")
+        args = ["--store", server.url, "--upstream", engine.url, "--port", str(port)]
+        proc, _ = _serve([*args, "--rollout-key-secret-file", str(tmp_path / "secret")], env)
+        try:
+            chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+            def post(path: str, credential: str) -> httpx.Response:
+                headers = {"Authorization": f"Bearer {credential}"}
+                return httpx.post(f"http://127.0.0.1:{port}{path}", json=chat, headers=headers, timeout=10)
+
+            assert post("/v1/chat/completions", "gateway-token").status_code == 200
+            key = RolloutKeys(secret).mint("ro-1", claimed.attempt)
+            answer = post("/rollouts/ro-1/v1/chat/completions", key)
+            assert answer.status_code == 200, answer.text
+        finally:
+            out = _stop(proc)
+        assert "stopped after recording 2 calls" in out
+        recorded = {call.rollout_id for call in backing.query_llm_calls()}
+    backing.close()
+    assert recorded == {None, "ro-1"}

@@ -11,6 +11,7 @@ import pytest
 import agl_langchain
 from agl.capture import versions
 from agl.capture.versions import UnsupportedVersionError, UntestedVersionWarning
+from agl.env import STRICT_VERSIONS
 from tests.versions import fake_installed_version
 
 instrument_module = importlib.import_module("agl_langchain.instrument")
@@ -23,7 +24,7 @@ def _fake(monkeypatch, version: str) -> None:
 @pytest.fixture(autouse=True)
 def clean(monkeypatch):
     monkeypatch.delenv(agl_langchain.ENV_VAR, raising=False)
-    monkeypatch.delenv(versions.STRICT_ENV, raising=False)
+    monkeypatch.delenv(STRICT_VERSIONS, raising=False)
     agl_langchain.uninstrument()
     yield
     agl_langchain.uninstrument()
@@ -65,7 +66,7 @@ def test_the_env_switch_checks_at_start(monkeypatch):
 
 def test_outside_the_range_strict_raises(monkeypatch):
     _fake(monkeypatch, "2.0.0")
-    monkeypatch.setenv(versions.STRICT_ENV, "1")
+    monkeypatch.setenv(STRICT_VERSIONS, "1")
     with pytest.raises(UnsupportedVersionError, match=r"langchain-core 2\.0\.0 is installed"):
         agl_langchain.instrument()
     assert agl_langchain.active_handler() is None

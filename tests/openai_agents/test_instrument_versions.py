@@ -11,6 +11,7 @@ import pytest
 import agl_openai_agents
 from agl.capture import versions
 from agl.capture.versions import UnsupportedVersionError, UntestedVersionWarning
+from agl.env import STRICT_VERSIONS
 from agl_openai_agents import AglTracingProcessor
 from tests.versions import fake_installed_version
 
@@ -27,7 +28,7 @@ def fresh_instrument(monkeypatch):
     added = []
     monkeypatch.setattr(instrument_module, "_processor", None)
     monkeypatch.setattr("agents.add_trace_processor", added.append)
-    monkeypatch.delenv(versions.STRICT_ENV, raising=False)
+    monkeypatch.delenv(STRICT_VERSIONS, raising=False)
     return added
 
 
@@ -58,7 +59,7 @@ def test_outside_the_range_instrument_warns_naming_the_version_the_range_and_wha
 
 def test_outside_the_range_strict_raises_before_adding_anything(monkeypatch, fresh_instrument):
     _fake(monkeypatch, "0.31.2")
-    monkeypatch.setenv(versions.STRICT_ENV, "1")
+    monkeypatch.setenv(STRICT_VERSIONS, "1")
     with pytest.raises(UnsupportedVersionError, match=r"openai-agents 0\.31\.2 is installed"):
         agl_openai_agents.instrument()
     assert fresh_instrument == []

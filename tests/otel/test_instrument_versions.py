@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from agl.capture import versions
 from agl.capture.versions import UnsupportedVersionError, UntestedVersionWarning
+from agl.env import STRICT_VERSIONS
 from agl_otel import AglInstrumentor, AglSpanProcessor
 from tests.versions import fake_installed_version
 
@@ -23,7 +24,7 @@ def _fake(monkeypatch, version: str) -> None:
 
 @pytest.fixture
 def instrumentor(monkeypatch):
-    monkeypatch.delenv(versions.STRICT_ENV, raising=False)
+    monkeypatch.delenv(STRICT_VERSIONS, raising=False)
     inst = AglInstrumentor()
     inst.uninstrument()
     yield inst
@@ -54,7 +55,7 @@ def test_outside_the_range_instrument_warns_and_still_adds_the_processor(monkeyp
 
 def test_outside_the_range_strict_raises(monkeypatch, instrumentor):
     _fake(monkeypatch, "2.0.0")
-    monkeypatch.setenv(versions.STRICT_ENV, "1")
+    monkeypatch.setenv(STRICT_VERSIONS, "1")
     with pytest.raises(UnsupportedVersionError, match=r"opentelemetry-sdk 2\.0\.0 is installed"):
         instrumentor.instrument(tracer_provider=TracerProvider())
     assert not instrumentor.is_instrumented_by_opentelemetry

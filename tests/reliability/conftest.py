@@ -1,6 +1,6 @@
 """Helpers for the reliability drills: the real ``agl store serve`` in a subprocess on 127.0.0.1.
 
-The admin token reaches the server through ``--token-file``, never argv; the
+The admin token reaches the server through ``--admin-token-file``, never argv; the
 database is a SQLite file that survives a SIGKILL, so a restart on the same
 file and port is what an operator's supervisor would do.
 """
@@ -41,7 +41,7 @@ class StoreProcess:
 
     def start(self, timeout_s: float = 30) -> StoreProcess:
         args = ["store", "serve", "--store", f"sqlite:///{self.db}", "--port", str(self.port)]
-        args += ["--token-file", str(self.token_file), *self.extra]
+        args += ["--admin-token-file", str(self.token_file), *self.extra]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([*AGL, *args], cwd=ROOT, env=agl_env(), stdout=log, stderr=log)
         deadline = time.monotonic() + timeout_s

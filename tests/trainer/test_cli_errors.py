@@ -180,24 +180,29 @@ def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(boom, cap
 # -- tokens of any shape --------------------------------------------------------------
 def test_token_flags_take_values_that_start_with_a_dash():
     parser = build_parser()
-    args = parser.parse_args(join_token_values(["store", "stats", "--token", "-abc"]))
-    assert args.token == "-abc"
-    args = parser.parse_args(join_token_values(["store", "stats", "--token=-abc"]))
-    assert args.token == "-abc"
-    argv = ["gateway", "serve", "--token", "-gw", "--upstream-api-key", "-up", "--upstream", "http://127.0.0.1:1/v1"]
+    args = parser.parse_args(join_token_values(["store", "stats", "--store-token", "-abc"]))
+    assert args.store_token == "-abc"
+    args = parser.parse_args(join_token_values(["store", "stats", "--store-token=-abc"]))
+    assert args.store_token == "-abc"
+    argv = ["store", "serve", "--admin-token", "-ad", "--runner-token", "-ru"]
     args = parser.parse_args(join_token_values(argv))
-    assert (args.token, args.upstream_api_key) == ("-gw", "-up")
-    argv = ["run", "--gateway-token", "-abc", "--", "tool", "--token", "-x"]
-    assert join_token_values(argv) == ["run", "--gateway-token=-abc", "--", "tool", "--token", "-x"]
+    assert (args.admin_token, args.runner_token) == ("-ad", "-ru")
+    argv = ["gateway", "serve", "--gateway-token", "-gw", "--engine-token", "-up", "--admin-token", "-ad"]
+    args = parser.parse_args(join_token_values([*argv, "--upstream", "http://127.0.0.1:1/v1"]))
+    assert (args.gateway_token, args.engine_token, args.admin_token) == ("-gw", "-up", "-ad")
+    argv = ["run", "--store-token", "-abc", "--", "tool", "--store-token", "-x"]
+    assert join_token_values(argv) == ["run", "--store-token=-abc", "--", "tool", "--store-token", "-x"]
     args = parser.parse_args(join_token_values(argv))
-    assert args.gateway_token == "-abc" and args.command[-3:] == ["tool", "--token", "-x"]
+    assert args.store_token == "-abc" and args.command[-3:] == ["tool", "--store-token", "-x"]
+    args = parser.parse_args(join_token_values(["runner", "a:b", "--gateway-token", "-gw"]))
+    assert args.gateway_token == "-gw"
 
 
 def test_a_store_token_starting_with_a_dash_reaches_the_server(tmp_path, capsys):
     token = "-" + new_token(16)
     with SqliteStore(tmp_path / "agl.db") as backing, ServerThread(backing, token=token) as server:
         backing.add_tasks([Task(task_id="t", input={})])
-        assert main(["store", "stats", "--store", server.url, "--token", token]) == 0
+        assert main(["store", "stats", "--store", server.url, "--store-token", token]) == 0
     assert "tasks" in capsys.readouterr().out
 
 

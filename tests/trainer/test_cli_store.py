@@ -114,7 +114,9 @@ def test_spans_list_over_http(filled, capsys):
     store, _, done, _ = filled
     token = new_token(8)
     with ServerThread(store, token=token) as server:
-        assert main(["spans", "list", "--rollout", done.rollout_id, "--store", server.url, f"--token={token}"]) == 0
+        assert (
+            main(["spans", "list", "--rollout", done.rollout_id, "--store", server.url, f"--store-token={token}"]) == 0
+        )
         out = capsys.readouterr().out
         rows = [line for line in _lines(out) if "│" in line and "sp-" in line]
         assert [row.split("│")[2].strip() for row in rows] == ["sp-root", "sp-chat", "sp-tool"]
@@ -130,15 +132,15 @@ def test_spans_list_over_http(filled, capsys):
                     "tool",
                     "--store",
                     server.url,
-                    f"--token={token}",
+                    f"--store-token={token}",
                 ]
             )
             == 0
         )
         assert "1 span(s)" in capsys.readouterr().out
-        assert main(["spans", "list", "--rollout", "ro-nope", "--store", server.url, f"--token={token}"]) == 2
+        assert main(["spans", "list", "--rollout", "ro-nope", "--store", server.url, f"--store-token={token}"]) == 2
         assert "unknown rollout" in capsys.readouterr().err
-        assert main(["store", "stats", "--store", server.url, "--token", "wrong"]) == 2
+        assert main(["store", "stats", "--store", server.url, "--store-token", "wrong"]) == 2
         assert "wrong bearer token" in capsys.readouterr().err
 
 

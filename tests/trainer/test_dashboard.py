@@ -200,8 +200,8 @@ def test_attach_a_reward_by_form_api_and_cli(served):
     assert client.post("/ui/rollouts/nope/reward", data={"value": "1"}, headers=AUTH).status_code == 404
     with HttpStore(server.url, token=TOKEN) as api:  # the store API's own route
         api.add_rewards([Reward(rollout_id="ro-001", value=0.8, source="api")])
-    assert main(["rollouts", "reward", "ro-001", "0.7", "--store", server.url, "--token", TOKEN]) == 0
-    assert main(["rollouts", "reward", "ro-001", "lots", "--store", server.url, "--token", TOKEN]) == 2
+    assert main(["rollouts", "reward", "ro-001", "0.7", "--store", server.url, "--store-token", TOKEN]) == 0
+    assert main(["rollouts", "reward", "ro-001", "lots", "--store", server.url, "--store-token", TOKEN]) == 2
     got = [(r.value, r.source) for r in store.query_rewards(rollout_id="ro-001")]
     assert got[1:] == [(0.9, "reviewer"), (0.8, "api"), (0.7, "human")]
     html = client.get("/ui/rollouts", params={"task": "task-1", "step": 0}, headers=AUTH).text
@@ -231,7 +231,7 @@ def test_agl_dashboard_serves_a_sqlite_file(served, tmp_path):
     port = _free_port()
     db = store.dialect.path
     cmd = [sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main())"]
-    cmd += ["dashboard", "--store", f"sqlite:///{db}", "--port", str(port), "--token-file", str(token_file)]
+    cmd += ["dashboard", "--store", f"sqlite:///{db}", "--port", str(port), "--admin-token-file", str(token_file)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ})
     try:
         base = f"http://127.0.0.1:{port}"
@@ -250,7 +250,7 @@ def test_agl_dashboard_serves_a_sqlite_file(served, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-    missing = main(["dashboard", "--store", f"sqlite:///{tmp_path}/none.db", "--token", "t"])
+    missing = main(["dashboard", "--store", f"sqlite:///{tmp_path}/none.db", "--admin-token", "t"])
     assert missing == 2
 
 

@@ -40,7 +40,7 @@ def _start_server(db: Path, port: int, token: str) -> subprocess.Popen:
             f"sqlite:///{db}",
             "--port",
             str(port),
-            f"--token={token}",
+            f"--admin-token={token}",
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,

@@ -233,7 +233,7 @@ def test_agl_store_serve_reads_its_tokens_and_key_secret_from_files(tmp_path):
     seed.close()
     port = free_port()
     args = ["store", "serve", "--store", f"sqlite:///{tmp_path / 'agl.db'}", "--port", str(port)]
-    args += ["--token-file", str(tmp_path / "admin"), "--runner-token-file", str(tmp_path / "runner")]
+    args += ["--admin-token-file", str(tmp_path / "admin"), "--runner-token-file", str(tmp_path / "runner")]
     args += ["--rollout-key-secret-file", str(tmp_path / "secret")]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGL_")}
     cli = "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))"

@@ -36,13 +36,8 @@ import secrets
 from collections.abc import Iterable
 from pathlib import Path
 
+from agl.env import ROLLOUT_KEY_SECRET
 from agl.errors import ConfigError
-
-ROLLOUT_KEY_SECRET_ENV = "AGL_ROLLOUT_KEY_SECRET"
-"""The variable that holds the secret rollout keys are made with."""
-
-ROLLOUT_KEY_ENV = "AGL_ROLLOUT_KEY"
-"""The variable ``agl run`` gives its child: that rollout's key (also the child's store credential)."""
 
 _PREFIX = "agl-rk."
 
@@ -50,7 +45,7 @@ _PREFIX = "agl-rk."
 def new_token(nbytes: int = 24) -> str:
     """A random URL-safe token of ``nbytes`` random bytes that never starts with ``-``.
 
-    A leading ``-`` would make ``--token VALUE`` look like two options to a command line.
+    A leading ``-`` would make ``--admin-token VALUE`` look like two options to a command line.
     """
     while True:
         token = secrets.token_urlsafe(nbytes)
@@ -120,7 +115,7 @@ class RolloutKeys:
     def __init__(self, secret: str | bytes):
         raw = secret.encode() if isinstance(secret, str) else bytes(secret)
         if len(raw) < 16:
-            raise ConfigError(f"{ROLLOUT_KEY_SECRET_ENV}: the rollout key secret needs at least 16 bytes")
+            raise ConfigError(f"{ROLLOUT_KEY_SECRET}: the rollout key secret needs at least 16 bytes")
         self._secret = raw
 
     @classmethod
@@ -131,7 +126,7 @@ class RolloutKeys:
     @classmethod
     def from_env(cls, file: str | os.PathLike[str] | None = None) -> RolloutKeys | None:
         """Keys under the secret in ``file``, else ``$AGL_ROLLOUT_KEY_SECRET``; None when neither is set."""
-        secret = read_token("--rollout-key-secret", None, file, ROLLOUT_KEY_SECRET_ENV)
+        secret = read_token("--rollout-key-secret", None, file, ROLLOUT_KEY_SECRET)
         return cls(secret) if secret else None
 
     @property

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import os
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -23,10 +22,10 @@ from typing import Any, NamedTuple
 import pluggy
 
 from agl import hookspecs
+from agl.env import LOAD_PLUGINS
 from agl.errors import ConfigError
 
 ENTRY_POINT_GROUP = "agl"
-LOAD_PLUGINS_ENV = "AGL_LOAD_PLUGINS"
 
 _manager: pluggy.PluginManager | None = None
 _lock = threading.Lock()
@@ -149,13 +148,13 @@ def _unknown_hook(hook: str) -> str:
 
 def _load_entry_points(pm: pluggy.PluginManager) -> None:
     """Load the ``agl`` entry points that ``AGL_LOAD_PLUGINS`` allows (all where it is unset)."""
-    wanted = os.environ.get(LOAD_PLUGINS_ENV)
+    wanted = LOAD_PLUGINS.get()
     installed = _installed()
     names = installed if wanted is None else [n for n in (n.strip() for n in wanted.split(",")) if n]
     for name in names:
         if name not in installed:
             known = ", ".join(installed) or "none"
-            raise ConfigError(f"{LOAD_PLUGINS_ENV}: no installed plugin named {name!r} (installed: {known})")
+            raise ConfigError(f"{LOAD_PLUGINS}: no installed plugin named {name!r} (installed: {known})")
         if not pm.has_plugin(name):
             _load_entry_point(pm, name)
 
@@ -166,7 +165,7 @@ def _load_entry_point(pm: pluggy.PluginManager, name: str) -> None:
     except ImportError as exc:
         raise ConfigError(
             f"plugin {name!r} failed to import: {type(exc).__name__}: {exc} "
-            f"(leave it out with {LOAD_PLUGINS_ENV}=<the plugins to load, comma-separated>)"
+            f"(leave it out with {LOAD_PLUGINS}=<the plugins to load, comma-separated>)"
         ) from exc
 
 

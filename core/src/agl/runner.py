@@ -69,6 +69,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from agl.capture import BufferedWriter, RolloutContext, use_rollout
+from agl.env import ROLLOUT_ID
 from agl.errors import AglError, InvalidTransition, NotFound, StoreUnavailable
 from agl.imports import import_attribute, import_module
 from agl.schema import JSON, RETURN_SOURCE, Reward, Rollout, RolloutStatus, short_id
@@ -521,7 +522,7 @@ class Runner:
                 "OPENAI_BASE_URL": ctx.base_url,
                 "OPENAI_API_BASE": ctx.base_url,
                 "OPENAI_API_KEY": ctx.api_key,
-                "AGL_ROLLOUT_ID": ctx.rollout_id or "",
+                ROLLOUT_ID: ctx.rollout_id or "",
             }
         )
 

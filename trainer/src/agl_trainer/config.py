@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agl.env import STORE_URL
 from agl.errors import ConfigError
 from agl.store.base import default_store_url, sqlite_path, sqlite_url
 from agl_trainer.transitions import TransitionConfig
@@ -111,7 +112,7 @@ class TrainerConfig(_Config):
 
     workdir: Path = Field(default=Path(".agl/run"), description="checkpoints, metrics, plots")
     store: str | None = Field(
-        default=None, description="store URL (default: $AGL_STORE_URL, else .agl/agl.db, where the agl commands look)"
+        default=None, description=f"store URL (default: ${STORE_URL}, else .agl/agl.db, where the agl commands look)"
     )
     steps: int = Field(default=10, ge=1, description="training steps")
     batch_size: int = Field(default=8, ge=1, description="tasks per step")

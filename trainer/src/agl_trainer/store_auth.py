@@ -1,6 +1,6 @@
 """Who may do what on the store server: three scopes, told apart by the bearer credential.
 
-- **admin** (``--token``, ``$AGL_STORE_TOKEN``): every route. The trainer, ``agl rollouts``.
+- **admin** (``--admin-token``, ``$AGL_STORE_TOKEN``): every route. The trainer, ``agl rollouts``.
 - **runner** (``--runner-token``, ``$AGL_STORE_RUNNER_TOKEN``): what running rollouts needs and
   no more: claim (the answer carries each claimed rollout's key, when the server has the key
   secret), heartbeat, finish, and write spans, LLM calls and rewards of *running* rollouts

@@ -50,6 +50,7 @@ from typing import Any
 
 from agl.capture import BufferedWriter
 from agl.credentials import RolloutKeys
+from agl.env import ROLLOUT_KEY_SECRET
 from agl.errors import ConfigError, InvalidTransition
 from agl.runner import Agent, Runner
 from agl.schema import ModelVersion, Rollout, RolloutStatus, Task, Transition, short_id
@@ -384,9 +385,10 @@ class Trainer:
         keys = self.gateway.keys if self.gateway is not None else RolloutKeys.from_env()
         if keys is None and gateway_url and cfg.rollout.runners == "inprocess":
             log.warning(
-                "gateway %s: no rollout key secret ($AGL_ROLLOUT_KEY_SECRET): agents get the gateway token, "
+                "gateway %s: no rollout key secret ($%s): agents get the gateway token, "
                 "which the gateway refuses on rollout routes; set the secret the gateway was started with",
                 gateway_url,
+                ROLLOUT_KEY_SECRET,
             )
         if cfg.rollout.runners == "inprocess":
             self.runner = Runner(

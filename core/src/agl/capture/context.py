@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agl.capture.writer import BufferedWriter
+from agl.env import ROLLOUT_ID
 from agl.schema import Reward, Span, SpanKind, Task, new_id, now
 
 
@@ -85,9 +86,7 @@ def _production_context() -> RolloutContext:
     with _production_lock:
         if _production is None:
             # A process started by `agl run` is one rollout as a whole: AGL_ROLLOUT_ID names it.
-            import os
-
-            _production = RolloutContext(rollout_id=os.environ.get("AGL_ROLLOUT_ID") or None)
+            _production = RolloutContext(rollout_id=ROLLOUT_ID.get() or None)
         return _production
 
 

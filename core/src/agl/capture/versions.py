@@ -27,10 +27,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from agl.capture.env import env_flag
+from agl.env import STRICT_VERSIONS
 from agl.errors import AglError
-
-STRICT_ENV = "AGL_STRICT_VERSIONS"
-"""Set to ``1`` (see :func:`agl.capture.env_flag`) to make an untested framework version an error."""
 
 
 class UntestedVersionWarning(UserWarning):
@@ -99,9 +97,9 @@ def check_version(integration: str, tested: str, *, still_works: str, may_break:
         f"there are counted in {integration}.errors and never raised into the agent. "
         f"Install a tested version (pip install '{tested}')"
     )
-    if env_flag(STRICT_ENV):
-        raise UnsupportedVersionError(f"{message}, or unset {STRICT_ENV} to instrument anyway with a warning.")
-    message += f", or set {STRICT_ENV}=1 to make this an error."
+    if env_flag(STRICT_VERSIONS):
+        raise UnsupportedVersionError(f"{message}, or unset {STRICT_VERSIONS} to instrument anyway with a warning.")
+    message += f", or set {STRICT_VERSIONS}=1 to make this an error."
     with _lock:
         seen = (integration, distribution, version)
         first = seen not in _warned

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
+from agl.env import STORE_URL
 from agl.errors import ConfigError
 from agl.schema import (
     LLMCall,
@@ -231,8 +232,6 @@ class Store(abc.ABC):
 DEFAULT_STORE_URL = "sqlite:///.agl/agl.db"
 """The store every command and the trainer use when neither a URL nor ``AGL_STORE_URL`` names one."""
 
-STORE_URL_ENV = "AGL_STORE_URL"
-
 _SQLITE_FORMS = "sqlite:///relative/path.db or sqlite:////absolute/path.db"
 
 
@@ -259,7 +258,7 @@ def step_record_row(run_id: str, record: dict) -> tuple[str, str, int, str]:
 
 def default_store_url() -> str:
     """``$AGL_STORE_URL``, else :data:`DEFAULT_STORE_URL` (``.agl/agl.db`` in the current directory)."""
-    return os.environ.get(STORE_URL_ENV) or DEFAULT_STORE_URL
+    return STORE_URL.get() or DEFAULT_STORE_URL
 
 
 def open_store(url: str | os.PathLike[str] | None = None, *, create: bool = True, **options) -> Store:
@@ -318,7 +317,7 @@ def _open_sqlite(url: str, *, create: bool = True, **options) -> Store:
     if not create and not path.is_file():
         raise ConfigError(
             f"no such store: {path} (nothing has written to it yet: give the store with --store URL "
-            f"or ${STORE_URL_ENV}; agl train, agl run and agl store serve create it)"
+            f"or ${STORE_URL}; agl train, agl run and agl store serve create it)"
         )
     return SqliteStore(path, **options)
 

@@ -49,7 +49,6 @@ import http.client
 import itertools
 import json
 import logging
-import os
 import socket
 import threading
 import time
@@ -63,6 +62,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
+from agl.env import ROLLOUT_KEY, STORE_TOKEN
 from agl.errors import AglError, InvalidTransition, NotFound, StoreUnavailable
 from agl.schema import Attempt, LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, StoreStats, Task
 from agl.store.base import Store, step_record_row
@@ -115,7 +115,7 @@ def error_from(status: int, error: dict[str, Any]) -> Exception:
     if status in (413, 422):
         return RequestRejected(status, str(error.get("field", "body")), reason)
     if status == 401:
-        return Unauthorized(f"store server: {reason} (pass token= or set AGL_STORE_TOKEN)")
+        return Unauthorized(f"store server: {reason} (pass token= or set {STORE_TOKEN})")
     if status == 403:
         return Forbidden(f"store server: {reason}")
     if status == 503:
@@ -356,7 +356,7 @@ class HttpStore(Store):
             raise ValueError(f"senders: must be at least 1, got {senders}")
         self.url = url.rstrip("/")
         if token is None:
-            token = os.environ.get("AGL_STORE_TOKEN") or os.environ.get("AGL_ROLLOUT_KEY")
+            token = STORE_TOKEN.get() or ROLLOUT_KEY.get()
         self.retries = retries
         self.backoff_s = backoff_s
         headers = {"User-Agent": "agl-http-store"}

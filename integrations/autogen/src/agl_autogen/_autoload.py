@@ -2,9 +2,11 @@
 
 import logging
 
+from agl.env import AUTOGEN_INSTRUMENT  # stdlib only: importable whenever agl is installed
+
 try:
     from agl_autogen.instrument import autoload
 
     autoload()
 except Exception:  # never stop the user's program from starting
-    logging.getLogger("agl_autogen").exception("agl_autogen: AGL_AUTOGEN_INSTRUMENT is on but instrumenting failed")
+    logging.getLogger("agl_autogen").exception("agl_autogen: %s is on but instrumenting failed", AUTOGEN_INSTRUMENT)

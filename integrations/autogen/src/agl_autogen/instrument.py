@@ -28,10 +28,11 @@ from typing import Any
 
 from agl.capture import error_guard
 from agl.capture.versions import check_version
+from agl.env import AUTOGEN_INSTRUMENT
 from agl.schema import now
 from agl_autogen import _record, _response_ids
 
-ENV_VAR = "AGL_AUTOGEN_INSTRUMENT"
+ENV_VAR = AUTOGEN_INSTRUMENT
 """Switch on (``1``, ``true``, ``yes``, ``on``; see :func:`agl.capture.env_flag`) to instrument at start."""
 
 TESTED = "autogen-agentchat>=0.7,<0.8"

@@ -14,9 +14,11 @@ unset or plainly off, imports this module. Importing it imports ``agl_langchain`
 
 import logging
 
+from agl.env import LANGCHAIN_INSTRUMENT  # stdlib only: importable whenever agl is installed
+
 try:
     from agl_langchain.instrument import autoload
 
     autoload()
 except Exception:  # never stop the user's program from starting
-    logging.getLogger("agl_langchain").exception("agl_langchain: AGL_LANGCHAIN_INSTRUMENT is on but loading failed")
+    logging.getLogger("agl_langchain").exception("agl_langchain: %s is on but loading failed", LANGCHAIN_INSTRUMENT)

@@ -27,9 +27,10 @@ from langchain_core.tracers.context import register_configure_hook
 
 from agl.capture import error_guard
 from agl.capture.versions import check_version
+from agl.env import LANGCHAIN_INSTRUMENT
 from agl_langchain.handler import AglCallbackHandler
 
-ENV_VAR = "AGL_LANGCHAIN_INSTRUMENT"
+ENV_VAR = LANGCHAIN_INSTRUMENT
 """Switch on (``1``, ``true``, ``yes``, ``on``; see :func:`agl.capture.env_flag`) to capture every run."""
 
 TESTED = "langchain-core>=1.0,<2"

@@ -2,11 +2,13 @@
 
 import logging
 
+from agl.env import OPENAI_AGENTS_INSTRUMENT  # stdlib only: importable whenever agl is installed
+
 try:
     from agl_openai_agents.instrument import autoload
 
     autoload()
 except Exception:  # never stop the user's program from starting
     logging.getLogger("agl_openai_agents").exception(
-        "agl_openai_agents: AGL_OPENAI_AGENTS_INSTRUMENT is on but instrumenting failed"
+        "agl_openai_agents: %s is on but instrumenting failed", OPENAI_AGENTS_INSTRUMENT
     )

@@ -11,10 +11,11 @@ import threading
 
 from agl.capture import error_guard
 from agl.capture.versions import check_version
+from agl.env import OPENAI_AGENTS_INSTRUMENT
 from agl_openai_agents import _requests, _response_ids
 from agl_openai_agents.processor import AglTracingProcessor
 
-ENV_VAR = "AGL_OPENAI_AGENTS_INSTRUMENT"
+ENV_VAR = OPENAI_AGENTS_INSTRUMENT
 """Switch on (``1``, ``true``, ``yes``, ``on``; see :func:`agl.capture.env_flag`) to instrument at start."""
 
 TESTED = "openai-agents>=0.24,<0.25"

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import verl
 from omegaconf import DictConfig, OmegaConf
 
+from agl.env import STORE_URL
 from agl.errors import AglError
 from agl.schema import Rollout, Transition
 from agl_verl.config import VerlSettings
@@ -292,9 +292,9 @@ class AglAgentLoop(AgentLoopBase):
         super().__init__(*args, **kwargs)
         from agl.store import open_store
 
-        url = store_url or os.environ.get("AGL_STORE_URL")
+        url = store_url or STORE_URL.get()
         if not url:
-            raise AglError("AglAgentLoop: no store_url in the agent-loop config and AGL_STORE_URL is unset")
+            raise AglError(f"AglAgentLoop: no store_url in the agent-loop config and {STORE_URL} is unset")
         self.bridge = RolloutBridge(
             open_store(url), timeout_s=rollout_timeout_s, transition_config=dict(transition_config or {})
         )

@@ -22,6 +22,8 @@ import string
 import tempfile
 from pathlib import Path
 
+from agl.env import MODEL_CACHE
+
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _READY = ".agl-ready"
 
@@ -41,7 +43,7 @@ TINY_CHAT_TEMPLATE = (
 
 def default_cache_dir() -> Path:
     """Where converted models live: ``$AGL_MODEL_CACHE`` or ``~/.cache/agl/models``."""
-    root = os.environ.get("AGL_MODEL_CACHE")
+    root = MODEL_CACHE.get()
     return Path(root) if root else Path.home() / ".cache" / "agl" / "models"
 
 

@@ -47,8 +47,9 @@ def _plugin_commands(subparsers: argparse._SubParsersAction) -> None:
         raise ConfigError(f"agl_register_commands: a plugin's command clashes with one agl has: {exc}") from exc
 
 
-TOKEN_FLAGS = frozenset({"--token", "--gateway-token", "--upstream-api-key", "--api-key"})
-"""Flags whose value is a secret, which may start with ``-`` (``--token -abc`` as well as ``--token=-abc``)."""
+TOKEN_FLAGS = frozenset({"--admin-token", "--runner-token", "--gateway-token", "--store-token", "--engine-token"})
+"""Flags whose value is a secret, which may start with ``-`` (``--admin-token -abc`` as well as
+``--admin-token=-abc``); one name per credential in every command (see :mod:`agl_trainer.cli._common`)."""
 
 
 def join_token_values(argv: list[str]) -> list[str]:
@@ -56,7 +57,7 @@ def join_token_values(argv: list[str]) -> list[str]:
 
     argparse would take ``-abc`` for an unknown option. Arguments after ``--`` (a
     command ``agl run`` starts) are left as they are; a value starting with ``--``
-    still needs the ``--token=VALUE`` form.
+    still needs the ``--admin-token=VALUE`` form.
     """
     joined: list[str] = []
     args = iter(argv)

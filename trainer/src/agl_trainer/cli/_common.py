@@ -1,15 +1,45 @@
-"""What several ``agl`` commands share: the ``--store`` flag and how a command opens its store."""
+"""What several ``agl`` commands share: the ``--store`` flag, how a command opens its store, and
+the credential flags.
+
+Every credential has one flag name wherever it is taken, a ``-file`` form (a file's first
+line, kept out of the process list) and one variable (:mod:`agl.env`):
+
+============================  ===================================================  ================================
+flag (and ``-file`` form)     the credential                                       variable
+============================  ===================================================  ================================
+``--admin-token``             ``agl store serve``'s admin token; the token         ``$AGL_STORE_TOKEN``
+                              ``agl dashboard``'s pages ask for
+``--admin-token``             ``agl gateway serve``'s ``/admin`` token             ``$AGL_GATEWAY_ADMIN_TOKEN``
+``--runner-token``            ``agl store serve``'s runner token                   ``$AGL_STORE_RUNNER_TOKEN``
+``--gateway-token``           the gateway's production token (``agl gateway        ``$AGL_GATEWAY_TOKEN``
+                              serve`` checks it, ``agl runner`` sends it)
+``--store-token``             what a client sends an ``http://`` store (every      ``$AGL_STORE_TOKEN``
+                              command that opens a store)
+``--engine-token``            what the engines expect (``agl engine serve``        ``$AGL_ENGINE_API_KEY``
+                              checks it, ``agl gateway serve`` sends it)
+``--rollout-key-secret-file`` the secret rollout keys are made with (a file only)  ``$AGL_ROLLOUT_KEY_SECRET``
+============================  ===================================================  ================================
+
+``--admin-token`` names the admin credential *of the server the command starts*, so it is
+the same flag on both servers with each server's own variable. A flag never reads another
+credential's variable, and :func:`store_options` reads only ``--store-token``: the gateway's
+token cannot reach the store client. The old ``--token``, ``--token-file`` and
+``--upstream-api-key`` are refused by :func:`retire_flag` with an error naming the new flag.
+"""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
-from agl.store.base import DEFAULT_STORE_URL, STORE_URL_ENV
+from agl import env
+from agl.credentials import read_token
+from agl.store.base import DEFAULT_STORE_URL
 
 
 def store_help(note: str = "the store agl train uses too") -> str:
     """The ``--store`` help: the default (one for every command and the trainer), then ``note``."""
-    return f"store URL (default: ${STORE_URL_ENV}, else {DEFAULT_STORE_URL}, {note})"
+    return f"store URL (default: ${env.STORE_URL}, else {DEFAULT_STORE_URL}, {note})"
 
 
 STORE_HELP = store_help()
@@ -20,24 +50,84 @@ def add_store_argument(parser: argparse.ArgumentParser, help: str = STORE_HELP) 
     parser.add_argument("--store", metavar="URL", default=None, help=help)
 
 
+@dataclass(frozen=True)
+class Credential:
+    """A bearer token a command takes: ``FLAG TOKEN``, ``FLAG-file PATH``, else ``$variable``."""
+
+    flag: str
+    """The flag, e.g. ``--admin-token``; ``{flag}-file`` is its file form."""
+    variable: env.Variable
+    """The variable read when neither flag is given."""
+    what: str
+    """What the token is, for ``--help``."""
+
+    @property
+    def dest(self) -> str:
+        """The attribute of the parsed arguments holding the flag's value (``admin_token``)."""
+        return self.flag.removeprefix("--").replace("-", "_")
+
+    def add_to(self, parser: argparse.ArgumentParser, unset: str = "none") -> None:
+        """Add ``FLAG`` and ``FLAG-file`` to ``parser``; ``unset`` says what happens with neither nor the variable."""
+        parser.add_argument(
+            self.flag, metavar="TOKEN", default=None, help=f"{self.what} (default: ${self.variable}, else {unset})"
+        )
+        parser.add_argument(
+            f"{self.flag}-file", metavar="PATH", default=None, help=f"file holding {self.flag} (kept out of argv)"
+        )
+
+    def given(self, args: argparse.Namespace) -> str | None:
+        """The token from the flag or its file, None when neither was given (the variable is not read)."""
+        return read_token(self.flag, getattr(args, self.dest), getattr(args, f"{self.dest}_file"))
+
+    def read(self, args: argparse.Namespace) -> str | None:
+        """The token from the flag, its file or the variable, in that order; None when none is set."""
+        return self.given(args) or read_token(self.flag, env=self.variable)
+
+    def source(self, args: argparse.Namespace) -> str | None:
+        """Where :meth:`read` finds the token (the flag, its file or ``$VARIABLE``), None when nowhere."""
+        if getattr(args, self.dest) is not None:
+            return self.flag
+        if getattr(args, f"{self.dest}_file") is not None:
+            return f"{self.flag}-file"
+        return f"${self.variable}" if read_token(self.flag, env=self.variable) else None
+
+
+STORE_CLIENT = Credential("--store-token", env.STORE_TOKEN, "bearer token for an http:// store")
+"""What a command sends an ``http://`` store: its admin token, or a runner token for ``agl runner``."""
+
+
+class _RetiredFlag(argparse.Action):
+    """An old flag: using it is an error naming the flag that took its place."""
+
+    def __init__(self, option_strings, dest, instead: str, **kwargs):
+        super().__init__(option_strings, argparse.SUPPRESS, nargs="?", default=argparse.SUPPRESS, **kwargs)
+        self.instead = instead
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise argparse.ArgumentError(self, f"no longer taken: {self.instead}")
+
+
+def retire_flag(parser: argparse.ArgumentParser, old: str, instead: str) -> None:
+    """Refuse ``old`` on ``parser`` with an error that says ``instead`` (what to do now); hidden from ``--help``."""
+    parser.add_argument(old, action=_RetiredFlag, instead=instead, help=argparse.SUPPRESS)
+
+
+def retire_token_flags(parser: argparse.ArgumentParser, credential: Credential, old: str = "--token") -> None:
+    """Refuse ``old`` and ``old-file`` on ``parser``, naming ``credential``'s flags instead."""
+    retire_flag(parser, old, f"use {credential.flag} ({credential.what})")
+    retire_flag(parser, f"{old}-file", f"use {credential.flag}-file ({credential.what})")
+
+
 def add_store_token_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--store-token-file PATH``: the token for an ``http://`` store, read from a file rather
-    than argv (where the process list shows it); else ``$AGL_STORE_TOKEN``."""
-    parser.add_argument(
-        "--store-token-file",
-        metavar="PATH",
-        default=None,
-        help="file holding the bearer token of an http:// store (default: $AGL_STORE_TOKEN)",
-    )
+    """``--store-token TOKEN`` and ``--store-token-file PATH``: the token for an ``http://`` store."""
+    STORE_CLIENT.add_to(parser)
 
 
 def store_options(args: argparse.Namespace, url: str) -> dict:
-    """The ``open_store`` options for ``url``: the token from ``--store-token``/``--token`` or
-    ``--store-token-file`` for an ``http://`` store (none: the client reads ``$AGL_STORE_TOKEN``)."""
-    from agl.credentials import read_token
-
+    """The ``open_store`` options for ``url``: the token from ``--store-token`` or ``--store-token-file``
+    for an ``http://`` store (none given: the client reads ``$AGL_STORE_TOKEN``). No other
+    credential is ever read here."""
     if not url.startswith(("http://", "https://")):
         return {}
-    flag = getattr(args, "token", None) or getattr(args, "store_token", None)
-    token = read_token("--store-token", flag, getattr(args, "store_token_file", None))
+    token = STORE_CLIENT.given(args)
     return {"token": token} if token else {}

@@ -7,11 +7,17 @@ from __future__ import annotations
 
 import sys
 
-from agl.credentials import new_token, read_token
+from agl import env
+from agl.credentials import new_token
 from agl.errors import ConfigError
-from agl_trainer.cli._common import STORE_HELP, add_store_argument
+from agl_trainer.cli._common import STORE_HELP, Credential, add_store_argument, retire_token_flags
 
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+ADMIN_TOKEN = Credential(
+    "--admin-token", env.STORE_TOKEN, "the token the pages ask for (the store server's admin token does the same)"
+)
+"""The dashboard's login token: ``agl store serve`` asks for its admin token on the same pages."""
 
 
 def register(subparsers) -> None:
@@ -21,8 +27,8 @@ def register(subparsers) -> None:
     add_store_argument(parser, help="the store to show; " + STORE_HELP)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=4318, help="port to bind (default 4318)")
-    parser.add_argument("--token", help="the token the pages ask for (default: $AGL_STORE_TOKEN, else a new one)")
-    parser.add_argument("--token-file", metavar="PATH", help="file holding --token (kept out of the process list)")
+    ADMIN_TOKEN.add_to(parser, "a new one, printed")
+    retire_token_flags(parser, ADMIN_TOKEN)
     parser.set_defaults(func=run_dashboard)
 
 
@@ -59,7 +65,7 @@ def run_dashboard(args) -> int:
         raise ConfigError(
             f"--store: {url!r} is a store server, which serves the dashboard itself at {url.rstrip('/')}/ui"
         )
-    token = read_token("--token", args.token, args.token_file, "AGL_STORE_TOKEN")
+    token = ADMIN_TOKEN.read(args)
     if not token:
         token = new_token(24)
         print(f"agl dashboard: no token given; log in with this one: {token}", flush=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agl_trainer.cli._common import add_store_argument
+from agl_trainer.cli._common import add_store_argument, add_store_token_arguments, store_options
 
 
 def register(subparsers) -> None:
@@ -13,6 +13,7 @@ def register(subparsers) -> None:
     sub = p.add_subparsers(dest="export_command", metavar="WHAT", required=True)
     t = sub.add_parser("transitions", help="transitions (text and token ids) of ended rollouts")
     add_store_argument(t)
+    add_store_token_arguments(t)
     t.add_argument("--step", type=int, default=None, help="only rollouts of this training step")
     t.add_argument("--mode", choices=["train", "val", "production"], default=None, help="only rollouts of this mode")
     t.add_argument("--format", choices=["jsonl", "parquet"], default=None, help="default: from the file name")
@@ -33,6 +34,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """``agl export transitions``: write the file, then say on stderr what was left out and why."""
     from agl.store import open_store
+    from agl.store.base import default_store_url
     from agl_trainer.export import drop_notes, export_transitions, format_for
     from agl_trainer.transitions import TransitionConfig
 
@@ -40,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     config = TransitionConfig(
         credit=args.credit, agents=args.agent, missing_reward=args.missing_reward, text_only=not args.no_text_only
     )
-    store = open_store(args.store, create=False)
+    url = args.store or default_store_url()
+    store = open_store(url, create=False, **store_options(args, url))
     try:
         n, report = export_transitions(store, args.output, step=args.step, mode=args.mode, format=fmt, config=config)
     finally:

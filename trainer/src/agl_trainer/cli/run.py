@@ -43,48 +43,50 @@ from collections import deque
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-from agl_trainer.cli._common import add_store_argument, add_store_token_arguments, store_options
+from agl import env
+from agl_trainer.cli._common import (
+    Credential,
+    add_store_argument,
+    add_store_token_arguments,
+    retire_flag,
+    store_options,
+)
 
 if TYPE_CHECKING:
     from agl.schema import Rollout
 
-#: The variable ``agl run``, ``agl runner`` and ``agl gateway serve`` read the gateway's token from.
-TOKEN_ENV = "AGL_GATEWAY_TOKEN"
+GATEWAY_TOKEN = Credential(
+    "--gateway-token", env.GATEWAY_TOKEN, "the gateway's bearer token for production traffic (no rollout)"
+)
+"""The gateway's production token: ``agl gateway serve`` checks it, ``agl runner`` sends it."""
 
-#: The variable the gateway's admin token is read from.
-ADMIN_TOKEN_ENV = "AGL_GATEWAY_ADMIN_TOKEN"
-
-#: Variables an agent's process must not inherit: each opens more than its own rollout.
+#: Variables an agent's process must not inherit: each opens more than its own rollout (retired
+#: names too, which may still hold a credential).
 SECRET_VARIABLES = (
-    "AGL_STORE_TOKEN",
-    "AGL_STORE_RUNNER_TOKEN",
-    TOKEN_ENV,
-    ADMIN_TOKEN_ENV,
-    "AGL_ROLLOUT_KEY_SECRET",
-    "AGL_UPSTREAM_API_KEY",
-    "AGL_ENGINE_API_KEY",
+    env.STORE_TOKEN,
+    env.STORE_RUNNER_TOKEN,
+    env.GATEWAY_TOKEN,
+    env.GATEWAY_ADMIN_TOKEN,
+    env.ROLLOUT_KEY_SECRET,
+    env.ENGINE_API_KEY,
+    *env.RETIRED,
 )
 
 
-def add_gateway_arguments(parser: argparse.ArgumentParser, token_use: str) -> None:
-    """``--gateway URL`` and ``--gateway-token TOKEN`` (defaults from the environment), as
-    ``agl run`` and ``agl runner`` take them; ``token_use`` says what the token is for."""
+def add_gateway_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--gateway URL`` (default ``$AGL_GATEWAY_URL``) and ``--rollout-key-secret-file PATH``, as
+    ``agl run`` and ``agl runner`` take them."""
     parser.add_argument(
         "--gateway",
-        default=os.environ.get("AGL_GATEWAY_URL"),
-        help="the gateway's root URL, e.g. http://127.0.0.1:8088 (default: $AGL_GATEWAY_URL)",
-    )
-    parser.add_argument(
-        "--gateway-token",
-        default=os.environ.get(TOKEN_ENV) or None,
-        help=f"the gateway's bearer token, {token_use} (default: ${TOKEN_ENV})",
+        default=env.GATEWAY_URL.get(),
+        help=f"the gateway's root URL, e.g. http://127.0.0.1:8088 (default: ${env.GATEWAY_URL})",
     )
     parser.add_argument(
         "--rollout-key-secret-file",
         metavar="PATH",
         default=None,
         help="file holding the secret rollout keys are made with, as the gateway has it "
-        "(default: $AGL_ROLLOUT_KEY_SECRET; not needed with a store server that makes keys)",
+        f"(default: ${env.ROLLOUT_KEY_SECRET}; not needed with a store server that makes keys)",
     )
 
 
@@ -92,7 +94,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("run", help="run an unmodified command as one rollout (agl run -- python agent.py)")
     add_store_argument(p)
     add_store_token_arguments(p)
-    add_gateway_arguments(p, "not needed: the child gets its rollout's key")
+    add_gateway_arguments(p)
+    for flag in (GATEWAY_TOKEN.flag, f"{GATEWAY_TOKEN.flag}-file"):
+        retire_flag(p, flag, "leave it out: agl run needs no gateway token (the child gets its rollout's key)")
     p.add_argument("--rollout-id", default=None, help="run as this rollout instead of claiming the next one")
     p.add_argument("--input", default=None, help="task input (JSON) when a new task has to be created")
     p.add_argument("--timeout", type=float, default=None, help="kill the command after this many seconds")
@@ -156,7 +160,7 @@ def _resolve_rollout(store, args, runner_id: str):
 
 
 NO_KEY = (
-    "--gateway: no rollout key for the child: set $AGL_ROLLOUT_KEY_SECRET or --rollout-key-secret-file "
+    f"--gateway: no rollout key for the child: set ${env.ROLLOUT_KEY_SECRET} or --rollout-key-secret-file "
     "to the secret the gateway uses (agl gateway serve prints it when it made one up), or use a store "
     "server started with that secret"
 )
@@ -164,20 +168,19 @@ NO_KEY = (
 
 def check_key_source(args: argparse.Namespace) -> None:
     """Refuse, before claiming anything, a gateway with no way to get the rollout's key."""
-    from agl.credentials import ROLLOUT_KEY_ENV, ROLLOUT_KEY_SECRET_ENV
     from agl.errors import ConfigError
 
     store = args.store or ""
     if store.startswith(("http://", "https://")) or args.rollout_key_secret_file:
         return
-    if os.environ.get(ROLLOUT_KEY_SECRET_ENV) or (args.rollout_id and os.environ.get(ROLLOUT_KEY_ENV)):
+    if env.ROLLOUT_KEY_SECRET.get() or (args.rollout_id and env.ROLLOUT_KEY.get()):
         return
     raise ConfigError(NO_KEY)
 
 
 def rollout_key(store, args: argparse.Namespace, rollout: Rollout) -> str | None:
     """The rollout's key for the child (see the module docstring for where it comes from)."""
-    from agl.credentials import ROLLOUT_KEY_ENV, RolloutKeys
+    from agl.credentials import RolloutKeys
 
     from_store = getattr(store, "rollout_key", None)
     key = from_store(rollout.rollout_id, rollout.attempt) if from_store is not None else None
@@ -187,24 +190,24 @@ def rollout_key(store, args: argparse.Namespace, rollout: Rollout) -> str | None
     if keys is not None:
         return keys.mint(rollout.rollout_id, rollout.attempt)
     if args.rollout_id:
-        return os.environ.get(ROLLOUT_KEY_ENV) or None
+        return env.ROLLOUT_KEY.get() or None
     return None
 
 
 def child_env(args: argparse.Namespace, rollout: Rollout, store_url: str, key: str | None) -> dict[str, str]:
     """The variables ``agl run`` sets for the child (on top of the caller's environment, less
     :data:`SECRET_VARIABLES`)."""
-    env = {
-        "AGL_ROLLOUT_ID": rollout.rollout_id,
-        "AGL_STORE_URL": store_url,
-        "AGL_TASK_INPUT": json.dumps(rollout.task.input if rollout.task else None),
+    handed = {
+        env.ROLLOUT_ID: rollout.rollout_id,
+        env.STORE_URL: store_url,
+        env.TASK_INPUT: json.dumps(rollout.task.input if rollout.task else None),
     }
     if key:
-        env["AGL_ROLLOUT_KEY"] = key
+        handed[env.ROLLOUT_KEY] = key
     if args.gateway:
         base = f"{args.gateway.rstrip('/')}/rollouts/{rollout.rollout_id}/v1"
-        env |= {"OPENAI_BASE_URL": base, "OPENAI_API_BASE": base, "OPENAI_API_KEY": key}
-    return env
+        handed |= {"OPENAI_BASE_URL": base, "OPENAI_API_BASE": base, "OPENAI_API_KEY": key}
+    return handed
 
 
 def full_child_env(handed: dict[str, str]) -> dict[str, str]:
@@ -227,21 +230,21 @@ def hide_password(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def describe_env(env: dict[str, str], args: argparse.Namespace) -> str:
+def describe_env(handed: dict[str, str], args: argparse.Namespace) -> str:
     """The lines ``agl run`` prints about what it hands the child."""
     lines = [
-        f"agl run: the child gets AGL_ROLLOUT_ID={env['AGL_ROLLOUT_ID']}, "
-        f"AGL_STORE_URL={hide_password(env['AGL_STORE_URL'])}, AGL_TASK_INPUT (the task input as JSON)"
+        f"agl run: the child gets {env.ROLLOUT_ID}={handed[env.ROLLOUT_ID]}, "
+        f"{env.STORE_URL}={hide_password(handed[env.STORE_URL])}, {env.TASK_INPUT} (the task input as JSON)"
     ]
-    if "OPENAI_BASE_URL" in env:
+    if "OPENAI_BASE_URL" in handed:
         lines.append(
-            f"agl run: the child gets OPENAI_BASE_URL=OPENAI_API_BASE={env['OPENAI_BASE_URL']}, "
-            f"OPENAI_API_KEY=AGL_ROLLOUT_KEY=this rollout's key: {shorten_secret(env['OPENAI_API_KEY'])} "
+            f"agl run: the child gets OPENAI_BASE_URL=OPENAI_API_BASE={handed['OPENAI_BASE_URL']}, "
+            f"OPENAI_API_KEY={env.ROLLOUT_KEY}=this rollout's key: {shorten_secret(handed['OPENAI_API_KEY'])} "
             "(no store or gateway token)"
         )
     else:
         lines.append(
-            "agl run: no gateway (--gateway or $AGL_GATEWAY_URL): OPENAI_* left as they are, "
+            f"agl run: no gateway (--gateway or ${env.GATEWAY_URL}): OPENAI_* left as they are, "
             "so the child's LLM calls are not recorded with token ids"
         )
     return "\n".join(lines)
@@ -272,7 +275,7 @@ def run(args) -> int:
             )
             raise ConfigError(NO_KEY)
         handed = child_env(args, rollout, store_url, key)
-        env = full_child_env(handed)
+        child_environ = full_child_env(handed)
         timeout = args.timeout or rollout.timeout_s
         print(
             f"agl run: rollout {rollout.rollout_id} (attempt {rollout.attempt}): {' '.join(command)}",
@@ -281,7 +284,7 @@ def run(args) -> int:
         )
         print(describe_env(handed, args), file=sys.stderr, flush=True)
         code, timed_out, tail = _run_child(
-            command, env, timeout, lambda: store.heartbeat([rollout.rollout_id], runner_id), args.heartbeat
+            command, child_environ, timeout, lambda: store.heartbeat([rollout.rollout_id], runner_id), args.heartbeat
         )
         if timed_out:
             status, error = RolloutStatus.TIMED_OUT, f"TimeoutError: the command ran past {timeout}s and was killed"
@@ -302,12 +305,12 @@ def run(args) -> int:
         store.close()
 
 
-def _run_child(command, env, timeout, beat, heartbeat_s) -> tuple[int, bool, str]:
+def _run_child(command, environ, timeout, beat, heartbeat_s) -> tuple[int, bool, str]:
     """Run the command, forwarding its stderr while keeping the last lines; heartbeat meanwhile."""
     from agl.errors import AglError
 
     try:
-        child = subprocess.Popen(command, env=env, stderr=subprocess.PIPE)
+        child = subprocess.Popen(command, env=environ, stderr=subprocess.PIPE)
     except OSError as exc:
         raise AglError(f"command: cannot start {command[0]!r}: {exc}") from None
     tail: deque[str] = deque(maxlen=20)

@@ -15,7 +15,7 @@ import signal
 from pathlib import Path
 
 from agl_trainer.cli._common import add_store_argument, add_store_token_arguments, store_options
-from agl_trainer.cli.run import NO_KEY, add_gateway_arguments
+from agl_trainer.cli.run import GATEWAY_TOKEN, NO_KEY, add_gateway_arguments
 
 
 def register(subparsers) -> None:
@@ -23,7 +23,8 @@ def register(subparsers) -> None:
     p.add_argument("agent", help="the agent function, as module:function or path/to/file.py:function")
     add_store_argument(p)
     add_store_token_arguments(p)
-    add_gateway_arguments(p, "the agent's api key only when no rollout key can be had")
+    add_gateway_arguments(p)
+    GATEWAY_TOKEN.add_to(p, "none; the agent's api key only when no rollout key can be had")
     p.add_argument("--model", default="agl-policy", help="model name the agent is told to ask for")
     p.add_argument("--concurrency", type=int, default=4, help="rollouts run at once (default 4)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per rollout when the rollout names none")
@@ -96,7 +97,7 @@ def run(args) -> int:
         agent,
         store,
         gateway_url=args.gateway,
-        api_key=args.gateway_token or "agl",
+        api_key=GATEWAY_TOKEN.read(args) or "agl",
         rollout_keys=keys,
         model=args.model,
         concurrency=args.concurrency,

@@ -12,17 +12,36 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from agl.credentials import RolloutKeys, new_token, read_token
+from agl import env
+from agl.credentials import RolloutKeys, new_token
 from agl.errors import ConfigError
-from agl_trainer.cli._common import STORE_HELP, add_store_argument
+from agl_trainer.cli._common import (
+    STORE_CLIENT,
+    STORE_HELP,
+    Credential,
+    add_store_argument,
+    add_store_token_arguments,
+    retire_token_flags,
+    store_options,
+)
 
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+ADMIN_TOKEN = Credential("--admin-token", env.STORE_TOKEN, "the admin's bearer token: every route")
+"""``agl store serve``'s admin token."""
+
+RUNNER_TOKEN = Credential(
+    "--runner-token",
+    env.STORE_RUNNER_TOKEN,
+    "the runners' bearer token: claim, heartbeat, finish, write running rollouts' observations",
+)
+"""``agl store serve``'s runner token."""
 
 
 def _store_arg(parser: argparse.ArgumentParser) -> None:
     add_store_argument(parser)
-    parser.add_argument("--token", help="bearer token for an http:// store (default: $AGL_STORE_TOKEN)")
-    parser.add_argument("--token-file", metavar="PATH", help="file holding --token (kept out of the process list)")
+    add_store_token_arguments(parser)
+    retire_token_flags(parser, STORE_CLIENT)
 
 
 def register(subparsers) -> None:
@@ -33,21 +52,14 @@ def register(subparsers) -> None:
     add_store_argument(serve, help="the store to serve, created if missing; " + STORE_HELP)
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=4317, help="port to bind (default 4317)")
-    serve.add_argument(
-        "--token", help="the admin's bearer token: every route (default: $AGL_STORE_TOKEN, else a new one)"
-    )
-    serve.add_argument("--token-file", metavar="PATH", help="file holding --token (kept out of the process list)")
-    serve.add_argument(
-        "--runner-token",
-        help="the runners' bearer token: claim, heartbeat, finish, write running rollouts' observations "
-        "(default: $AGL_STORE_RUNNER_TOKEN; none: no runner scope)",
-    )
-    serve.add_argument("--runner-token-file", metavar="PATH", help="file holding --runner-token")
+    ADMIN_TOKEN.add_to(serve, "a new one, printed")
+    retire_token_flags(serve, ADMIN_TOKEN)
+    RUNNER_TOKEN.add_to(serve, "no runner scope")
     serve.add_argument(
         "--rollout-key-secret-file",
         metavar="PATH",
         help="file holding the secret rollout keys are made with, the gateway's (default: "
-        "$AGL_ROLLOUT_KEY_SECRET; none: claims hand out no keys and rollout keys are refused)",
+        f"${env.ROLLOUT_KEY_SECRET}; none: claims hand out no keys and rollout keys are refused)",
     )
     serve.add_argument("--max-body-mb", type=float, default=32.0, help="largest request body in MiB (default 32)")
     serve.add_argument(
@@ -105,12 +117,7 @@ def _open(args):
     from agl.store.base import default_store_url, open_store
 
     url = args.store or default_store_url()
-    options = {}
-    if url.startswith(("http://", "https://")):
-        token = read_token("--token", getattr(args, "token", None), getattr(args, "token_file", None))
-        if token:
-            options["token"] = token
-    return open_store(url, create=False, **options)
+    return open_store(url, create=False, **store_options(args, url))
 
 
 def _console():
@@ -168,14 +175,16 @@ def run_serve(args) -> int:
         raise ConfigError(f"--expire-every: must be 0 (never) or more, got {args.expire_every}")
     if args.heartbeat_timeout <= 0:
         raise ConfigError(f"--heartbeat-timeout: must be positive, got {args.heartbeat_timeout}")
-    token = read_token("--token", args.token, args.token_file, "AGL_STORE_TOKEN")
-    runner_token = read_token("--runner-token", args.runner_token, args.runner_token_file, "AGL_STORE_RUNNER_TOKEN")
+    token = ADMIN_TOKEN.read(args)
+    runner_token = RUNNER_TOKEN.read(args)
     keys = RolloutKeys.from_env(args.rollout_key_secret_file)
     if runner_token and runner_token == token:
-        raise ConfigError("--runner-token: must differ from the admin token (--token), or runners could do anything")
+        raise ConfigError(
+            "--runner-token: must differ from the admin token (--admin-token), or runners could do anything"
+        )
     if not token:
         token = new_token(24)
-        print(f"agl store: no token given; clients must send this one (AGL_STORE_TOKEN={token})", flush=True)
+        print(f"agl store: no admin token given; clients must send this one ({env.STORE_TOKEN}={token})", flush=True)
     url = args.store or default_store_url()
     if url.startswith(("http://", "https://")):
         raise ConfigError(f"--store: {url!r} is a store server already; serve a sqlite:// or postgresql:// store")

@@ -23,6 +23,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from agl.credentials import bearer, same_token
+from agl.env import STORE_TOKEN
 from agl.errors import NotFound
 from agl.schema import Reward, RolloutStatus
 from agl.store.sql import SqlStore
@@ -86,7 +87,7 @@ class Dashboard:
             f'<input type="hidden" name="next" value={attr(next_path)}>'
             '<label>Store token <input type="password" name="token" autocomplete="current-password" required></label> '
             "<button>Log in</button></form>"
-            '<p class="muted">the admin token the store server was started with ($AGL_STORE_TOKEN)</p></div>'
+            f'<p class="muted">the admin token the store server was started with (${STORE_TOKEN})</p></div>'
         )
         return HTMLResponse(page("Log in", body, prefix=self.prefix, logged_in=False), status_code=status)
 

@@ -1,0 +1,169 @@
+"""Every environment variable agl reads or sets, each named once here.
+
+Code reads a variable through its constant (``os.environ.get(env.STORE_URL)``), never
+through a string of its own, so a name cannot drift between the places that use it;
+a test holds the rest of the code to that, and README's table to this list. Each
+constant is a :class:`Variable`: a ``str`` (the name) that also carries what the
+variable holds, who reads it and what applies when it is unset.
+
+The one exception is the one-line ``.pth`` file of each integration
+(``AGL_<FRAMEWORK>_INSTRUMENT``): Python runs it at interpreter start, before any
+import could be trusted to succeed, so it spells the name out; its test checks that it
+spells the same name as :data:`LANGCHAIN_INSTRUMENT` and the others.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class Variable(str):
+    """The name of an environment variable, usable wherever a ``str`` is, with its documentation."""
+
+    what: str
+    """What the variable holds."""
+    read_by: str
+    """Who reads it (and, for the variables ``agl run`` hands its child, that it does)."""
+    default: str
+    """What applies when it is unset."""
+
+    def __new__(cls, name: str, *, what: str, read_by: str, default: str) -> Variable:
+        if not name.startswith("AGL_"):
+            raise ValueError(f"{name}: agl's variables start with AGL_")
+        self = super().__new__(cls, name)
+        self.what, self.read_by, self.default = what, read_by, default
+        return self
+
+    def get(self) -> str | None:
+        """The variable's value in this process's environment, None when unset."""
+        return os.environ.get(self)
+
+
+# -- where the store is, and the credentials for it ------------------------------------
+STORE_URL = Variable(
+    "AGL_STORE_URL",
+    what="the store every command, the trainer and the capture writer use when none is named",
+    read_by="every agl command, agl train, capture in an agent's process; agl run sets it for its child",
+    default="`.agl/agl.db` in the current directory",
+)
+STORE_TOKEN = Variable(
+    "AGL_STORE_TOKEN",
+    what="the bearer token for an http:// store (an admin or runner token); the admin token of "
+    "`agl store serve` and of `agl dashboard`'s pages",
+    read_by="the HTTP store client, `--store-token` of every command, `--admin-token` of "
+    "`agl store serve` and `agl dashboard`",
+    default="none (servers make one up and print it)",
+)
+STORE_RUNNER_TOKEN = Variable(
+    "AGL_STORE_RUNNER_TOKEN",
+    what="the store server's runner token: claim, heartbeat, finish, write running rollouts' observations",
+    read_by="`--runner-token` of `agl store serve`",
+    default="none: no runner scope",
+)
+
+# -- the gateway and the engines behind it ---------------------------------------------
+GATEWAY_URL = Variable(
+    "AGL_GATEWAY_URL",
+    what="the gateway's root URL, e.g. http://127.0.0.1:8088",
+    read_by="`--gateway` of `agl run` and `agl runner`",
+    default="no gateway: the agent's OpenAI variables are left as they are",
+)
+GATEWAY_TOKEN = Variable(
+    "AGL_GATEWAY_TOKEN",
+    what="the gateway's bearer token for production traffic (calls with no rollout)",
+    read_by="`--gateway-token` of `agl gateway serve` and `agl runner`",
+    default="none (the gateway makes one up and prints it)",
+)
+GATEWAY_ADMIN_TOKEN = Variable(
+    "AGL_GATEWAY_ADMIN_TOKEN",
+    what="the bearer token of the gateway's `/admin` routes",
+    read_by="`--admin-token` of `agl gateway serve`",
+    default="none (the gateway makes one up and prints it)",
+)
+ENGINE_API_KEY = Variable(
+    "AGL_ENGINE_API_KEY",
+    what="the bearer token the inference engines expect",
+    read_by="`--engine-token` of `agl engine serve` and `agl gateway serve`",
+    default="none (`agl engine serve` makes one up and prints it)",
+)
+
+# -- rollout keys, and what `agl run` hands its child ----------------------------------
+ROLLOUT_KEY_SECRET = Variable(
+    "AGL_ROLLOUT_KEY_SECRET",
+    what="the secret rollout keys are made and checked with (at least 16 bytes)",
+    read_by="`--rollout-key-secret-file` of `agl store serve`, `agl gateway serve`, `agl run`, "
+    "`agl runner`; the trainer",
+    default="none: the gateway makes one up; the store server hands out no keys",
+)
+ROLLOUT_KEY = Variable(
+    "AGL_ROLLOUT_KEY",
+    what="one rollout's own key: the agent's gateway key and store credential",
+    read_by="the HTTP store client and `agl run --rollout-id`; `agl run` sets it for its child",
+    default="none",
+)
+ROLLOUT_ID = Variable(
+    "AGL_ROLLOUT_ID",
+    what="the rollout the process is: its spans belong to it",
+    read_by="capture in the agent's process; `agl run` sets it for its child, `agl runner --set-env` for its agent",
+    default="none: each top-level run is a production rollout of its own",
+)
+TASK_INPUT = Variable(
+    "AGL_TASK_INPUT",
+    what="the rollout's task input as JSON",
+    read_by="the program `agl run` starts, which it sets it for",
+    default="none",
+)
+
+# -- plugins and framework capture -----------------------------------------------------
+LOAD_PLUGINS = Variable(
+    "AGL_LOAD_PLUGINS",
+    what="which installed plugins load: comma-separated entry-point names (empty: none)",
+    read_by="`agl.plugins`, in every process",
+    default="all installed plugins",
+)
+STRICT_VERSIONS = Variable(
+    "AGL_STRICT_VERSIONS",
+    what="on (1, true, yes, on): an untested framework version is an error, not a warning",
+    read_by="each integration's version check",
+    default="off: a warning",
+)
+LANGCHAIN_INSTRUMENT = Variable(
+    "AGL_LANGCHAIN_INSTRUMENT",
+    what="on (1, true, yes, on): capture every LangChain run with no code change",
+    read_by="agl-langchain's `.pth` file, at interpreter start",
+    default="off",
+)
+AUTOGEN_INSTRUMENT = Variable(
+    "AGL_AUTOGEN_INSTRUMENT",
+    what="on (1, true, yes, on): capture every AutoGen AgentChat model client with no code change",
+    read_by="agl-autogen's `.pth` file, at interpreter start",
+    default="off",
+)
+OPENAI_AGENTS_INSTRUMENT = Variable(
+    "AGL_OPENAI_AGENTS_INSTRUMENT",
+    what="on (1, true, yes, on): capture every OpenAI Agents SDK run with no code change",
+    read_by="agl-openai-agents' `.pth` file, at interpreter start",
+    default="off",
+)
+
+# -- models ----------------------------------------------------------------------------
+MODEL_CACHE = Variable(
+    "AGL_MODEL_CACHE",
+    what="where converted models are kept",
+    read_by="agl-verl's model presets: `agl engine serve --preset`, `agl engine model-path`",
+    default="`~/.cache/agl/models`",
+)
+
+VARIABLES: tuple[Variable, ...] = tuple(v for v in dict(globals()).values() if isinstance(v, Variable))
+"""Every variable above, in the order they are listed."""
+
+RETIRED: dict[str, Variable] = {
+    "AGL_UPSTREAM_API_KEY": ENGINE_API_KEY,
+}
+"""Variables agl read once, each with the one that took its place (a reader that would have
+read one refuses to start while it is set, naming its successor)."""
+
+
+def retired_in_use() -> list[str]:
+    """One line per retired variable set in this process's environment, naming the one to use instead."""
+    return [f"${old} is no longer read: set ${new} instead" for old, new in RETIRED.items() if old in os.environ]

@@ -1,0 +1,158 @@
+"""``agl.env``: every ``AGL_*`` variable is named once, there; the code, the ``.pth`` files and
+README's table agree with it."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from agl import env
+
+ROOT = Path(__file__).resolve().parents[2]
+SCANNED = ("core", "trainer", "integrations", "plugins", "examples")
+"""The folders whose code must name variables through :mod:`agl.env`."""
+
+NAME = re.compile(r"\bAGL_[A-Z][A-Z0-9_]*\b")
+
+PENDING = {
+    # `agl engine serve` is being rewritten at the same time (its flags become --engine-token);
+    # these two files read $AGL_ENGINE_API_KEY by a literal until that change switches them to
+    # agl.env.ENGINE_API_KEY. Remove this set once it has.
+    "plugins/verl/src/agl_verl/cli.py",
+    "plugins/verl/src/agl_verl/engines/server.py",
+}
+
+NOT_VARIABLES = {
+    "AGL_OTEL_INSTRUMENT": "integrations/otel/README.md says there is no such variable",
+    "AGL_FUZZ_SEED": "a knob of the test suite (tests/reliability), not of agl",
+}
+"""``AGL_*`` names the docs may mention that agl does not read."""
+
+
+def _python_files():
+    for folder in SCANNED:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if ".venv" not in path.parts and "node_modules" not in path.parts:
+                yield path
+
+
+def _documentation(tree: ast.AST) -> set[int]:
+    """ids of the string constants that stand alone as statements: docstrings, module or attribute."""
+    return {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+    }
+
+
+def _literals_naming_variables(path: Path) -> list[tuple[int, str]]:
+    """``(line, name)`` of each variable name in a string of ``path`` that is not documentation."""
+    tree = ast.parse(path.read_text(), str(path))
+    docs = _documentation(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            found += [(node.lineno, name) for name in NAME.findall(node.value)]
+    return found
+
+
+def test_no_string_outside_agl_env_names_a_variable():
+    """A new ``os.environ.get("AGL_...")`` (or a message spelling a name out) anywhere but agl/env.py fails here."""
+    found = []
+    for path in _python_files():
+        relative = path.relative_to(ROOT).as_posix()
+        if relative == "core/src/agl/env.py" or relative in PENDING:
+            continue
+        found += [f"{relative}:{line}: {name}" for line, name in _literals_naming_variables(path)]
+    assert not found, "use the constant in agl.env instead:\n" + "\n".join(found)
+
+
+def test_the_check_catches_a_literal(tmp_path):
+    """The scan above is not vacuous: a literal is found, a docstring naming the variable is not."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        '"""Reads ``AGL_STORE_URL``."""\nimport os\n\nos.environ.get("AGL_NEW_THING")\nf"set AGL_X={1}"\n'
+    )
+    assert sorted(_literals_naming_variables(sample)) == [(4, "AGL_NEW_THING"), (5, "AGL_X")]
+
+
+def test_every_name_the_code_and_docs_mention_is_declared():
+    """Docstrings, comments and READMEs may name variables, but only ones agl.env declares (or retired ones)."""
+    known = set(env.VARIABLES) | set(env.RETIRED) | set(NOT_VARIABLES)
+    paths = [ROOT / "README.md", *_python_files()]
+    for folder in SCANNED:
+        paths += sorted(p for p in (ROOT / folder).rglob("*.md") if "node_modules" not in p.parts)
+    unknown = []
+    for path in paths:
+        relative = path.relative_to(ROOT).as_posix()
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            unknown += [f"{relative}:{lineno}: {name}" for name in NAME.findall(line) if name not in known]
+    assert not unknown, "declare these in agl.env (or fix the name):\n" + "\n".join(unknown)
+
+
+def _readme_rows() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    start = text.index("| variable | what it holds; who reads it | default |")
+    rows = []
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    return rows
+
+
+def readme_row(variable: env.Variable) -> str:
+    """The README table's row for ``variable``."""
+    return f"| `{variable}` | {variable.what}; read by {variable.read_by} | {variable.default} |"
+
+
+def test_readme_lists_every_variable_as_agl_env_describes_it():
+    assert _readme_rows() == [readme_row(v) for v in env.VARIABLES]
+
+
+@pytest.mark.parametrize(
+    "pth, variable",
+    [
+        ("integrations/langchain/src/agl_langchain.pth", env.LANGCHAIN_INSTRUMENT),
+        ("integrations/autogen/src/agl_autogen.pth", env.AUTOGEN_INSTRUMENT),
+        ("integrations/openai-agents/src/agl_openai_agents.pth", env.OPENAI_AGENTS_INSTRUMENT),
+    ],
+)
+def test_each_pth_file_spells_the_name_agl_env_declares(pth, variable):
+    """The .pth files run before imports, so they spell the name out: it must be the declared one."""
+    lines = (ROOT / pth).read_text().splitlines()
+    code = [line for line in lines if not line.startswith("#")]
+    assert len(code) == 1 and NAME.findall(code[0]) == [variable]
+    assert any(line.startswith("#") and f"agl.env.{_constant(variable)}" in line for line in lines)
+
+
+def _constant(variable: env.Variable) -> str:
+    return next(name for name, value in vars(env).items() if value is variable)
+
+
+def test_each_variable_is_declared_once_and_documented():
+    names = [str(v) for v in env.VARIABLES]
+    assert len(names) == len(set(names))
+    for variable in env.VARIABLES:
+        assert variable.what and variable.read_by and variable.default, variable
+    assert not set(env.RETIRED) & set(names)
+    with pytest.raises(ValueError, match="start with AGL_"):
+        env.Variable("STORE_URL", what="w", read_by="r", default="d")
+
+
+def test_a_variable_is_its_name_and_reads_the_environment(monkeypatch):
+    monkeypatch.setenv("AGL_STORE_URL", "sqlite:///x.db")
+    assert env.STORE_URL == "AGL_STORE_URL" and f"${env.STORE_URL}" == "$AGL_STORE_URL"
+    assert env.STORE_URL.get() == "sqlite:///x.db"
+    monkeypatch.delenv("AGL_STORE_URL")
+    assert env.STORE_URL.get() is None
+
+
+def test_a_retired_variable_in_use_names_its_successor(monkeypatch):
+    monkeypatch.delenv("AGL_UPSTREAM_API_KEY", raising=False)
+    assert env.retired_in_use() == []
+    monkeypatch.setenv("AGL_UPSTREAM_API_KEY", "k")
+    assert env.retired_in_use() == ["$AGL_UPSTREAM_API_KEY is no longer read: set $AGL_ENGINE_API_KEY instead"]
