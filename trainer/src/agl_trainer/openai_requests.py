@@ -34,9 +34,10 @@ Limits, decided against OpenAI's API reference where the gateway and the engine 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agl.schema import INT64_MAX, INT64_MIN
 
@@ -89,15 +90,6 @@ def _is_id(value: Any) -> bool:
     return type(value) is int
 
 
-def _check_stop(stop: Any) -> Any:
-    if stop is None or isinstance(stop, str):
-        return stop
-    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-        raise Problem("must be a string or a list of strings")
-    return stop
-
-
-Stop = Annotated[Any, AfterValidator(_check_stop)]
 Count = Annotated[int, _between(1, MAX_N)]
 Positive = Annotated[int, _between(1)]
 Seed = Annotated[int, _between(INT64_MIN, INT64_MAX)]
@@ -106,6 +98,132 @@ Probability = Annotated[float, _between(0, 1)]
 Penalty = Annotated[float, _between(-2, 2)]
 TopLogprobs = Annotated[int, _between(0, MAX_TOP_LOGPROBS)]
 NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+def _checked_by(check: Callable[[Any], None], kind: Any = Any) -> Any:
+    """A field of type ``kind`` that ``check`` also accepts; None (the field left out) is not checked."""
+
+    def validate(value: Any) -> Any:
+        if value is not None:
+            check(value)
+        return value
+
+    return Annotated[kind, AfterValidator(validate)]
+
+
+def _check_stop(stop: Any) -> None:
+    if not isinstance(stop, str) and (not isinstance(stop, list) or not all(isinstance(s, str) for s in stop)):
+        raise Problem("must be a string or a list of strings")
+
+
+def _check_content(content: Any) -> None:
+    if isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise Problem("must be a string, a list of content parts or null")
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise Problem("must be an object with a 'type'", j)
+        if part["type"] in TEXT_PARTS and not isinstance(part.get("text"), str):
+            raise Problem("a text part needs a string 'text'", j, "text")
+
+
+def _check_chat_tool_choice(choice: Any) -> None:
+    if choice in ("auto", "none", "required"):
+        return
+    fn = choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise Problem("must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}")
+
+
+def _check_response_format(fmt: Any) -> None:
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+        raise Problem("must be {'type': 'text' | 'json_object' | 'json_schema', ...}")
+    if fmt["type"] == "json_schema" and not isinstance(fmt.get("json_schema"), dict):
+        raise Problem("is required for type 'json_schema' (an object with a schema)", "json_schema")
+
+
+def _check_prompts(prompt: Any) -> None:
+    batched = isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt)
+    for one in prompt if batched else [prompt]:
+        _check_prompt(one)
+
+
+def _check_prompt(prompt: Any) -> None:
+    if isinstance(prompt, str):
+        if not prompt:
+            raise Problem("must not be empty (there would be no prompt ids to condition on)")
+        return
+    if not isinstance(prompt, list) or not prompt or not all(_is_id(t) for t in prompt):
+        raise Problem("must be a string, a non-empty list of token ids, or a list of those")
+    if min(prompt) < 0 or max(prompt) > TOKEN_ID_MAX:
+        bad = min(prompt) if min(prompt) < 0 else max(prompt)
+        raise Problem(f"token ids must be between 0 and {TOKEN_ID_MAX}, got {bad}")
+
+
+def _refuse_state(value: Any) -> None:
+    raise Problem("the gateway keeps no conversation state: send the whole input instead")
+
+
+def _refuse_background(value: bool) -> None:
+    if value:
+        raise Problem("background responses are not supported")
+
+
+def _check_input(items: Any) -> None:
+    if isinstance(items, str):
+        return
+    if not isinstance(items, list) or not items:
+        raise Problem("must be a string or a non-empty list of input items")
+    call_ids: set[str] = set()  # call ids of the function_call items so far
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise Problem("must be an object", i)
+        kind = item.get("type", "message")
+        if kind == "message":
+            _check_input_message(item, i)
+        elif kind == "function_call":
+            _check_function_call(item, i)
+            call_ids.add(item["call_id"])
+        elif kind == "function_call_output":
+            _check_function_call_output(item, i, call_ids)
+        else:
+            raise Problem(
+                f"input items of type {kind!r} are not supported (message, function_call and function_call_output are)",
+                i,
+                "type",
+            )
+
+
+def _check_responses_tool_choice(choice: Any) -> None:
+    if choice in ("auto", "none", "required"):
+        return
+    if not isinstance(choice, dict) or choice.get("type") != "function" or not isinstance(choice.get("name"), str):
+        raise Problem("must be 'auto', 'none', 'required' or {'type': 'function', 'name': ...}")
+
+
+def _check_text(text: Any) -> None:
+    if not isinstance(text, dict):
+        raise Problem("must be an object")
+    fmt = text.get("format")
+    if fmt is None:
+        return
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+        raise Problem("must be 'text', 'json_object' or 'json_schema'", "format", "type")
+    if fmt["type"] == "json_schema" and not isinstance(fmt.get("schema"), dict):
+        raise Problem("is required for type 'json_schema' (an object)", "format", "schema")
+
+
+Stop = _checked_by(_check_stop)
+Content = _checked_by(_check_content)
+ChatToolChoice = _checked_by(_check_chat_tool_choice)
+ResponseFormat = _checked_by(_check_response_format)
+Prompt = _checked_by(_check_prompts)
+ResponsesInput = _checked_by(_check_input)
+ResponsesToolChoice = _checked_by(_check_responses_tool_choice)
+ResponsesText = _checked_by(_check_text)
+Stateful = _checked_by(_refuse_state)
+Background = _checked_by(_refuse_background, bool | None)
 
 
 class _Body(BaseModel):
@@ -142,23 +260,9 @@ class Message(_Body):
     """A chat message. ``content`` is a string, a list of content parts (objects with a ``type``) or null."""
 
     role: Literal[ROLES]  # type: ignore[valid-type]
-    content: Any = None
+    content: Content = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
-
-    @field_validator("content")
-    @classmethod
-    def _content(cls, content: Any) -> Any:
-        if content is None or isinstance(content, str):
-            return content
-        if not isinstance(content, list):
-            raise Problem("must be a string, a list of content parts or null")
-        for j, part in enumerate(content):
-            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                raise Problem("must be an object with a 'type'", j)
-            if part["type"] in TEXT_PARTS and not isinstance(part.get("text"), str):
-                raise Problem("a text part needs a string 'text'", j, "text")
-        return content
 
     @model_validator(mode="after")
     def _roles(self) -> Message:
@@ -207,35 +311,13 @@ class ChatCompletionRequest(Sampling):
 
     messages: list[Message] = Field(min_length=1)
     tools: list[Tool] | None = None
-    tool_choice: Any = None
+    tool_choice: ChatToolChoice = None
     parallel_tool_calls: bool | None = None
     logprobs: bool | None = None
     top_logprobs: TopLogprobs | None = None
-    response_format: Any = None
+    response_format: ResponseFormat = None
     add_generation_prompt: bool | None = None
     continue_final_message: bool | None = None
-
-    @field_validator("tool_choice")
-    @classmethod
-    def _tool_choice(cls, choice: Any) -> Any:
-        if choice is None or choice in ("auto", "none", "required"):
-            return choice
-        if isinstance(choice, dict) and choice.get("type") == "function":
-            fn = choice.get("function")
-            if isinstance(fn, dict) and isinstance(fn.get("name"), str):
-                return choice
-        raise Problem("must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}")
-
-    @field_validator("response_format")
-    @classmethod
-    def _response_format(cls, fmt: Any) -> Any:
-        if fmt is None:
-            return fmt
-        if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
-            raise Problem("must be {'type': 'text' | 'json_object' | 'json_schema', ...}")
-        if fmt["type"] == "json_schema" and not isinstance(fmt.get("json_schema"), dict):
-            raise Problem("is required for type 'json_schema' (an object with a schema)", "json_schema")
-        return fmt
 
     @model_validator(mode="after")
     def _links(self) -> ChatCompletionRequest:
@@ -264,20 +346,10 @@ class ChatCompletionRequest(Sampling):
 class CompletionRequest(Sampling):
     """A ``/v1/completions`` body: ``prompt`` is text, token ids, or a list of either."""
 
-    prompt: Any = None
+    prompt: Prompt = None
     logprobs: TopLogprobs | None = None
     echo: bool | None = None
     suffix: str | None = None
-
-    @field_validator("prompt")
-    @classmethod
-    def _prompt(cls, prompt: Any) -> Any:
-        if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
-            for p in prompt:
-                _check_prompt(p)
-        elif prompt is not None:
-            _check_prompt(prompt)
-        return prompt
 
     @model_validator(mode="after")
     def _unsupported(self) -> CompletionRequest:
@@ -297,18 +369,6 @@ class CompletionRequest(Sampling):
         return list(self.prompt) if batched else [self.prompt]
 
 
-def _check_prompt(prompt: Any) -> None:
-    if isinstance(prompt, str):
-        if not prompt:
-            raise Problem("must not be empty (there would be no prompt ids to condition on)")
-        return
-    if not isinstance(prompt, list) or not prompt or not all(_is_id(t) for t in prompt):
-        raise Problem("must be a string, a non-empty list of token ids, or a list of those")
-    if min(prompt) < 0 or max(prompt) > TOKEN_ID_MAX:
-        bad = min(prompt) if min(prompt) < 0 else max(prompt)
-        raise Problem(f"token ids must be between 0 and {TOKEN_ID_MAX}, got {bad}")
-
-
 RESPONSES_PARTS = ("input_text", "output_text", "text", "summary_text", "refusal", "input_image")
 """The content part types a Responses message may hold."""
 
@@ -326,12 +386,12 @@ class ResponsesRequest(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
     model: str | None = None
-    input: Any = None
+    input: ResponsesInput = None
     instructions: str | None = None
     tools: list[ResponsesTool] | None = None
-    tool_choice: Any = None
+    tool_choice: ResponsesToolChoice = None
     max_output_tokens: Positive | None = None
-    text: Any = None
+    text: ResponsesText = None
     temperature: Temperature | None = None
     top_p: Probability | None = None
     parallel_tool_calls: bool | None = None
@@ -339,11 +399,11 @@ class ResponsesRequest(BaseModel):
     seed: Seed | None = None
     stop: Stop = None
     user: Any = None
-    background: bool | None = None
+    background: Background = None
     # the gateway keeps no conversation state: these are refused when given
-    previous_response_id: None = Field(None, description="refused: send the whole input instead")
-    conversation: None = None
-    prompt: None = None
+    previous_response_id: Stateful = None
+    conversation: Stateful = None
+    prompt: Stateful = None
     # accepted and ignored
     store: Any = None
     metadata: Any = None
@@ -359,72 +419,6 @@ class ResponsesRequest(BaseModel):
     max_tool_calls: Any = None
     top_logprobs: Any = None
     stream_options: Any = None
-
-    @field_validator("previous_response_id", "conversation", "prompt", mode="before")
-    @classmethod
-    def _stateless(cls, value: Any) -> None:
-        if value is not None:
-            raise Problem("the gateway keeps no conversation state: send the whole input instead")
-
-    @field_validator("background")
-    @classmethod
-    def _foreground(cls, value: bool | None) -> bool | None:
-        if value:
-            raise Problem("background responses are not supported")
-        return value
-
-    @field_validator("input")
-    @classmethod
-    def _input(cls, items: Any) -> Any:
-        if isinstance(items, str):
-            return items
-        if not isinstance(items, list) or not items:
-            raise Problem("must be a string or a non-empty list of input items")
-        call_ids: set[str] = set()  # call ids of the function_call items so far
-        for i, item in enumerate(items):
-            if not isinstance(item, dict):
-                raise Problem("must be an object", i)
-            kind = item.get("type", "message")
-            if kind == "message":
-                _check_input_message(item, i)
-            elif kind == "function_call":
-                _check_function_call(item, i)
-                call_ids.add(item["call_id"])
-            elif kind == "function_call_output":
-                _check_function_call_output(item, i, call_ids)
-            else:
-                raise Problem(
-                    f"input items of type {kind!r} are not supported "
-                    "(message, function_call and function_call_output are)",
-                    i,
-                    "type",
-                )
-        return items
-
-    @field_validator("tool_choice")
-    @classmethod
-    def _tool_choice(cls, choice: Any) -> Any:
-        if choice is None or choice in ("auto", "none", "required"):
-            return choice
-        if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
-            return choice
-        raise Problem("must be 'auto', 'none', 'required' or {'type': 'function', 'name': ...}")
-
-    @field_validator("text")
-    @classmethod
-    def _text(cls, text: Any) -> Any:
-        if text is None:
-            return text
-        if not isinstance(text, dict):
-            raise Problem("must be an object")
-        fmt = text.get("format")
-        if fmt is None:
-            return text
-        if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
-            raise Problem("must be 'text', 'json_object' or 'json_schema'", "format", "type")
-        if fmt["type"] == "json_schema" and not isinstance(fmt.get("schema"), dict):
-            raise Problem("is required for type 'json_schema' (an object)", "format", "schema")
-        return text
 
     @model_validator(mode="after")
     def _has_input(self) -> ResponsesRequest:
