@@ -13,16 +13,22 @@ Chat and completion bodies keep unknown fields (SDKs send many: ``user``, ``meta
 vLLM's extras): the gateway passes them on untouched. A Responses body with an unknown
 field is refused with code ``unknown_parameter``, as OpenAI does.
 
-Limits, decided against OpenAI's API reference where the gateway and the engine differed:
+Limits, decided against OpenAI's own OpenAPI description of the API (``openapi.yaml`` in
+github.com/openai/openai-openapi: ``CreateChatCompletionRequest``, ``CreateCompletionRequest``,
+``CreateResponse``) where the gateway and the engine differed:
 
-- ``n``: 1 to 128 (:data:`MAX_N`). OpenAI's reference caps ``n`` at 128; the engine's
-  64 had no reason of its own (its continuous batcher queues rows past ``max_batch_size``).
-- ``top_p``: 0 to 1, 0 included. OpenAI's reference allows 0; the engine's nucleus
-  filter always keeps the most likely token, so ``top_p=0`` samples that token (greedy).
+- ``n``: 1 to 128 (:data:`MAX_N`), OpenAI's ``minimum: 1, maximum: 128``. The engine's 64
+  had no reason of its own (its continuous batcher queues rows past ``max_batch_size``).
+- ``top_p``: 0 to 1, 0 included, OpenAI's ``minimum: 0, maximum: 1`` (vLLM refuses 0, so
+  a gateway in front of vLLM passes vLLM's 400 on). The engine's nucleus filter always
+  keeps the most likely token, so ``top_p=0`` samples that token.
+- ``seed``: a 64-bit integer, OpenAI's range (the engine took any integer; the store
+  keeps 64 bits).
+- Where OpenAI is stricter, the servers' common practice stays: a completion's
+  ``logprobs`` up to 20 (OpenAI: 5; vLLM: 20), ``max_output_tokens`` from 1 (OpenAI: 16),
+  any number of stop strings (OpenAI: 4).
 - ``temperature`` 0 to 2, ``frequency_penalty`` and ``presence_penalty`` -2 to 2,
-  ``top_logprobs`` and a completion's ``logprobs`` 0 to 20 (OpenAI caps completions at 5;
-  both servers always allowed vLLM's 20), ``max_tokens`` at least 1, ``seed`` a 64-bit
-  integer (the store keeps it).
+  ``top_logprobs`` 0 to 20, ``max_tokens`` at least 1, as OpenAI says.
 - Messages: the roles OpenAI knows (``function`` included, deprecated); content is
   required except on an assistant message; an assistant's tool calls need an ``id`` and
   ``function.arguments`` as JSON text, and a tool message must answer an earlier call's
@@ -281,18 +287,23 @@ class Message(_Body):
         return "".join(part.get("text", "") for part in self.content)
 
 
-class Sampling(_Body):
-    """The fields chat and completion requests share."""
+class _Sampled(_Body):
+    """The fields every request kind shares."""
 
     model: str | None = None
-    n: Count | None = None
     temperature: Temperature | None = None
     top_p: Probability | None = None
-    max_tokens: Positive | None = None
-    max_completion_tokens: Positive | None = None
     seed: Seed | None = None
     stop: Stop = None
     stream: bool | None = None
+
+
+class Sampling(_Sampled):
+    """The fields chat and completion requests share."""
+
+    n: Count | None = None
+    max_tokens: Positive | None = None
+    max_completion_tokens: Positive | None = None
     stream_options: StreamOptions | None = None
     frequency_penalty: Penalty | None = None
     presence_penalty: Penalty | None = None
@@ -378,26 +389,20 @@ class ResponsesTool(_Body):
     name: NonEmpty
 
 
-class ResponsesRequest(BaseModel):
+class ResponsesRequest(_Sampled):
     """A ``/v1/responses`` body, as the gateway serves it: stateless (the whole input in each
     request), function tools only; an unknown field is refused. ``input`` items are
     ``message``, ``function_call`` and ``function_call_output``."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
-    model: str | None = None
     input: ResponsesInput = None
     instructions: str | None = None
     tools: list[ResponsesTool] | None = None
     tool_choice: ResponsesToolChoice = None
     max_output_tokens: Positive | None = None
     text: ResponsesText = None
-    temperature: Temperature | None = None
-    top_p: Probability | None = None
     parallel_tool_calls: bool | None = None
-    stream: bool | None = None
-    seed: Seed | None = None
-    stop: Stop = None
     user: Any = None
     background: Background = None
     # the gateway keeps no conversation state: these are refused when given

@@ -27,6 +27,19 @@ from agl.credentials import new_token, read_token
 #: The environment variable the engine's token is read from (and the gateway's upstream key).
 TOKEN_ENV = "AGL_ENGINE_API_KEY"
 
+#: The options :func:`serve` hands to :class:`~agl_verl.engines.transformers_engine.TransformersEngine` as they are.
+ENGINE_OPTIONS = (
+    "device",
+    "replicas",
+    "host",
+    "port",
+    "max_batch_size",
+    "dtype",
+    "seed",
+    "max_model_len",
+    "served_model_name",
+)
+
 #: Names of the bundled models ``--preset`` and ``model-path`` know.
 PRESETS = ("smollm2",)
 
@@ -160,19 +173,8 @@ def serve(args: argparse.Namespace) -> int:
     _announce(args, model, token, source)
     from agl_verl.engines.transformers_engine import TransformersEngine
 
-    engine = TransformersEngine(
-        model,
-        device=args.device,
-        replicas=args.replicas,
-        host=args.host,
-        port=args.port,
-        max_batch_size=args.max_batch_size,
-        dtype=args.dtype,
-        seed=args.seed,
-        api_key=token,
-        max_model_len=args.max_model_len,
-        served_model_name=args.served_model_name,
-    )
+    options = {name: getattr(args, name) for name in ENGINE_OPTIONS}
+    engine = TransformersEngine(model, api_key=token, **options)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         print("serving " + " ".join(engine.start()), flush=True)
@@ -204,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
+    "ENGINE_OPTIONS",
     "PRESETS",
     "TOKEN_ENV",
     "add_serve_arguments",
