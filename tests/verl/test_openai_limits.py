@@ -58,6 +58,7 @@ def both(tiny_engine, gateway, path: str, body: dict) -> list[httpx.Response]:
             {"messages": [*USER, {"role": "assistant", "tool_calls": [dict(CALL, id="")]}]},
             "messages[1].tool_calls[0].id",
         ),
+        ({"messages": None}, "messages"),
         ({"messages": [{"role": "user", "content": None}]}, "messages[0].content"),  # the gateway passed it on
         ({"messages": [{"role": "user", "content": ["hi"]}]}, "messages[0].content[0]"),  # the engine took strings
     ],

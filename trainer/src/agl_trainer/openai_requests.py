@@ -499,7 +499,7 @@ def _first_problem(exc: ValidationError) -> InvalidRequest:
     if kind == "value_error" and isinstance(err["ctx"]["error"], Problem):
         problem = err["ctx"]["error"]
         loc, reason, code = loc + problem.at, problem.reason, problem.code
-    elif kind == "missing":
+    elif kind == "missing" or (value is None and kind in _KINDS):  # null where a value is required
         reason, code = "is required", "missing_required_parameter"
     elif kind == "extra_forbidden":
         reason, code = "unknown parameter", "unknown_parameter"
