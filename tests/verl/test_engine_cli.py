@@ -77,7 +77,12 @@ def test_model_path_prints_the_smollm2_directory():
         (["--preset", "smollm2", "--port", "70000"], "--port: 70000 is not a TCP port"),
         (["--preset", "smollm2", "--replicas", "0"], "--replicas: must be at least 1, got 0"),
         (["--preset", "smollm2", "--max-batch-size", "0"], "--max-batch-size: must be at least 1, got 0"),
-        (["--preset", "smollm2", "--token", " "], "--token: must not be empty"),
+        (["--preset", "smollm2", "--engine-token", " "], "--engine-token: must not be empty"),
+        (
+            ["--preset", "smollm2", "--engine-token", "t", "--engine-token-file", "/x"],
+            "--engine-token: give the token or a file holding it, not both",
+        ),
+        (["--preset", "smollm2", "--engine-token-file", "/nonexistent/t"], "--engine-token-file: cannot read"),
     ],
 )
 def test_bad_serve_arguments_are_one_line_errors_naming_the_flag(args, message):
@@ -85,6 +90,21 @@ def test_bad_serve_arguments_are_one_line_errors_naming_the_flag(args, message):
     assert out.returncode == 2
     assert out.stderr.startswith(f"agl: error: {message}")
     assert out.stderr.count("\n") == 1
+
+
+def test_the_server_module_takes_the_same_options_and_checks():
+    """``python -m agl_verl.engines.server`` is ``agl engine serve`` by another name: one parser, one check."""
+    module = [sys.executable, "-m", "agl_verl.engines.server"]
+    helps = [
+        subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=_env()).stdout
+        for cmd in ([*module, "--help"], [AGL, "engine", "serve", "--help"])
+    ]
+    options = [sorted(word.strip(",[]") for word in text.split() if word.startswith("--")) for text in helps]
+    assert options[0] == options[1] and "--engine-token-file" in options[0], helps
+    bad = subprocess.run(
+        [*module, "--preset", "smollm2", "--replicas", "0"], capture_output=True, text=True, timeout=60, env=_env()
+    )
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("error: --replicas: must be at least 1, got 0")
 
 
 @pytest.mark.slow
@@ -98,6 +118,20 @@ def test_serve_a_model_with_the_token_from_the_variable_the_gateway_reads(tiny_m
         assert _models(port, "wrong").status_code == 401
     finally:
         assert "agl engine: stopped" in _stop(proc)
+
+
+@pytest.mark.slow
+def test_serve_with_the_token_from_a_file_keeps_it_out_of_argv_and_output(tiny_model_dir, tmp_path):
+    port = free_port()
+    (tmp_path / "engine-token").write_text("file-key\n")
+    args = ["--model", str(tiny_model_dir), "--port", str(port), "--engine-token-file", str(tmp_path / "engine-token")]
+    proc, out = _start(args, _env(AGL_ENGINE_API_KEY="not-this-one"))
+    try:
+        assert "token from --engine-token-file" in out and "file-key" not in out
+        assert _models(port, "file-key").status_code == 200
+        assert _models(port, "not-this-one").status_code == 401
+    finally:
+        _stop(proc)
 
 
 @pytest.mark.slow
@@ -117,9 +151,9 @@ def test_serve_without_a_token_makes_one_up_and_prints_it(tiny_model_dir):
 @pytest.mark.slow
 def test_serve_the_smollm2_preset_answers_models():
     port = free_port()
-    proc, out = _start(["--preset", "smollm2", "--port", str(port), "--token", "t0k"], _env(), timeout=300)
+    proc, out = _start(["--preset", "smollm2", "--port", str(port), "--engine-token", "t0k"], _env(), timeout=300)
     try:
-        assert "smollm2-135m-instruct" in out and "token from --token" in out
+        assert "smollm2-135m-instruct" in out and "token from --engine-token" in out
         r = _models(port, "t0k")
         assert r.status_code == 200 and r.json()["data"][0]["max_model_len"] == 8192
     finally:

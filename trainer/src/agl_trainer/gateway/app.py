@@ -278,14 +278,12 @@ class GatewayApp:
         except RecursionError:
             raise invalid("body", "nests too deeply", code="invalid_json") from None
         validate.check_body(req)
-        requested = req.get("model")
-        if requested is not None and not isinstance(requested, str):
-            raise invalid("model", f"must be a string, got {type(requested).__name__}")
         if kind == "chat.completions":
             validate.check_chat(req)
         elif kind == "completions":
             validate.check_completion(req)
         chat_req = responses_api.to_chat_request(req) if kind == "responses" else None
+        requested = req.get("model")
         n = req.get("n") or 1
         seqs = [await self.registry.next_seq(rollout_id) for _ in range(n)]
         prefix = {"chat.completions": "chatcmpl-", "completions": "cmpl-", "responses": "resp_"}[kind]

@@ -7,7 +7,8 @@ messages; function tools and ``tool_choice`` → their chat forms; ``text.format
 chat answer becomes the Responses event stream as it arrives. Token ids are
 recorded exactly as for chat completions, with endpoint ``responses``.
 
-The gateway keeps no conversation state: ``previous_response_id``, ``conversation``
+The request is checked by :class:`agl_trainer.openai_requests.ResponsesRequest`. The
+gateway keeps no conversation state: ``previous_response_id``, ``conversation``
 and stored prompts are refused with a 400 (send the whole input, as the OpenAI
 Agents SDK does by default).
 """
@@ -23,95 +24,46 @@ from typing import Any
 
 from agl_trainer.gateway import validate
 from agl_trainer.gateway.chat import StreamAccumulator, engine_json, take_chat_tokens
-from agl_trainer.gateway.errors import invalid, server_error
+from agl_trainer.gateway.errors import server_error
 from agl_trainer.gateway.recorder import CallMeta, Recorder
 from agl_trainer.gateway.sse import iter_engine_chunks, named_event
 from agl_trainer.gateway.upstream import UpstreamResponse
+from agl_trainer.openai_requests import ResponsesRequest
 
 log = logging.getLogger(__name__)
 
-_IGNORED = frozenset(
-    {
-        "model",
-        "store",
-        "metadata",
-        "include",
-        "truncation",
-        "reasoning",
-        "user",
-        "service_tier",
-        "safety_identifier",
-        "prompt_cache_key",
-        "prompt_cache_retention",
-        "prompt_cache_options",
-        "context_management",
-        "max_tool_calls",
-        "top_logprobs",
-        "stream_options",
-        "background",
-    }
-)
-_STATEFUL = ("previous_response_id", "conversation", "prompt")
 _PASSED = ("temperature", "top_p", "parallel_tool_calls", "stream", "seed", "stop", "user")
 
 
-def _text_of(content: Any, where: str) -> str | list:
-    """Chat content for a Responses message content (a string, or parts)."""
+def _text_of(content: str | list) -> str | list:
+    """Chat content for a Responses message content (a string, or parts; checked by the model)."""
     if isinstance(content, str):
         return content
-    if not isinstance(content, list):
-        raise invalid(f"{where}.content", "must be a string or a list of content parts")
     texts, parts = [], []
-    for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("input_text", "output_text", "text", "summary_text"):
-            texts.append(part.get("text") or "")
-            parts.append({"type": "text", "text": part.get("text") or ""})
-        elif kind == "refusal":
-            texts.append(part.get("refusal") or "")
-            parts.append({"type": "text", "text": part.get("refusal") or ""})
-        elif kind == "input_image" and part.get("image_url"):
+    for part in content:
+        kind = part["type"]
+        if kind == "input_image":
             parts.append({"type": "image_url", "image_url": {"url": part["image_url"]}})
-        else:
-            raise invalid(f"{where}.content[{j}].type", f"content part {kind!r} is not supported by the gateway")
+            continue
+        text = (part.get("refusal") if kind == "refusal" else part.get("text")) or ""
+        texts.append(text)
+        parts.append({"type": "text", "text": text})
     return "\n".join(texts) if len(texts) == len(parts) else parts
 
 
-def _messages(req: dict) -> list[dict]:
+def _messages(req: ResponsesRequest) -> list[dict]:
     messages: list[dict] = []
-    instructions = req.get("instructions")
-    if instructions is not None:
-        if not isinstance(instructions, str):
-            raise invalid("instructions", "must be a string")
-        messages.append({"role": "system", "content": instructions})
-    items = req.get("input")
-    if isinstance(items, str):
-        messages.append({"role": "user", "content": items})
+    if req.instructions is not None:
+        messages.append({"role": "system", "content": req.instructions})
+    if isinstance(req.input, str):
+        messages.append({"role": "user", "content": req.input})
         return messages
-    if not isinstance(items, list) or not items:
-        raise invalid(
-            "input",
-            "is required: a string or a non-empty list of input items",
-            code="missing_required_parameter" if items is None else "invalid_value",
-        )
     prev_assistant = False
-    call_ids: set[str] = set()  # call ids of the function_call items so far
-    for i, item in enumerate(items):
-        where = f"input[{i}]"
-        if not isinstance(item, dict):
-            raise invalid(where, "must be an object")
+    for item in req.input:
         kind = item.get("type", "message")
         if kind == "message":
-            role = item.get("role")
-            if role not in ("user", "system", "developer", "assistant"):
-                raise invalid(f"{where}.role", f"must be user, system, developer or assistant, got {role!r}")
-            messages.append({"role": role, "content": _text_of(item.get("content"), where)})
+            messages.append({"role": item["role"], "content": _text_of(item["content"])})
         elif kind == "function_call":
-            validate.check_arguments(item.get("arguments"), f"{where}.arguments")
-            for key in ("call_id", "name", "arguments"):
-                if not isinstance(item.get(key), str):
-                    raise invalid(f"{where}.{key}", "is required (a string) on a function_call item")
-            call_ids.add(item["call_id"])
             call = {
                 "id": item["call_id"],
                 "type": "function",
@@ -121,102 +73,55 @@ def _messages(req: dict) -> list[dict]:
                 messages[-1].setdefault("tool_calls", []).append(call)
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
-            if not isinstance(item.get("call_id"), str):
-                raise invalid(f"{where}.call_id", "is required (a string) on a function_call_output item")
-            if item["call_id"] not in call_ids:
-                raise invalid(
-                    f"{where}.call_id",
-                    f"no function_call item before this output has call_id {item['call_id']!r}",
-                )
-            output = item.get("output")
-            content = output if isinstance(output, str) else _text_of(output, where)
-            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": content})
-        else:
-            raise invalid(
-                f"{where}.type",
-                f"input items of type {kind!r} are not supported by the gateway "
-                "(message, function_call and function_call_output are)",
-            )
+        else:  # function_call_output
+            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": _text_of(item["output"])})
         prev_assistant = kind == "function_call" or (kind == "message" and item.get("role") == "assistant")
     return messages
 
 
-def _tools(req: dict) -> list[dict] | None:
-    tools = req.get("tools")
-    if tools is None:
-        return None
-    if not isinstance(tools, list):
-        raise invalid("tools", "must be a list of tool definitions")
+def _tools(req: dict) -> list[dict]:
     out = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict) or tool.get("type") != "function":
-            kind = tool.get("type") if isinstance(tool, dict) else None
-            raise invalid(f"tools[{i}].type", f"only 'function' tools are supported by the gateway, got {kind!r}")
-        if not isinstance(tool.get("name"), str) or not tool["name"]:
-            raise invalid(f"tools[{i}].name", "is required (a non-empty string)")
+    for tool in req.get("tools") or []:
         fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
         out.append({"type": "function", "function": fn})
     return out
 
 
 def _tool_choice(choice: Any) -> Any:
-    if choice is None or choice in ("auto", "none", "required"):
-        return choice
-    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
+    if isinstance(choice, dict):
         return {"type": "function", "function": {"name": choice["name"]}}
-    raise invalid("tool_choice", "must be 'auto', 'none', 'required' or {'type': 'function', 'name': ...}")
+    return choice
 
 
-def _response_format(text: Any) -> dict | None:
-    if text is None:
+def _response_format(text: dict | None) -> dict | None:
+    fmt = (text or {}).get("format")
+    if fmt is None or fmt["type"] == "text":
         return None
-    if not isinstance(text, dict):
-        raise invalid("text", "must be an object")
-    fmt = text.get("format")
-    if fmt is None or (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        return None
-    if isinstance(fmt, dict) and fmt.get("type") == "json_object":
+    if fmt["type"] == "json_object":
         return {"type": "json_object"}
-    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
-        if not isinstance(fmt.get("schema"), dict):
-            raise invalid("text.format.schema", "is required for type 'json_schema' (an object)")
-        spec = {k: fmt[k] for k in ("name", "schema", "strict", "description") if fmt.get(k) is not None}
-        spec.setdefault("name", "output")
-        return {"type": "json_schema", "json_schema": spec}
-    raise invalid("text.format.type", "must be 'text', 'json_object' or 'json_schema'")
+    spec = {k: fmt[k] for k in ("name", "schema", "strict", "description") if fmt.get(k) is not None}
+    spec.setdefault("name", "output")
+    return {"type": "json_schema", "json_schema": spec}
 
 
 def to_chat_request(req: dict) -> dict:
     """The chat completion request a Responses request stands for; 400 naming the field if it cannot."""
-    for key in _STATEFUL:
-        if req.get(key) is not None:
-            raise invalid(key, "the gateway keeps no conversation state: send the whole input instead")
-    if req.get("background"):
-        raise invalid("background", "background responses are not supported by the gateway")
-    for key in req:
-        if (
-            key not in _IGNORED
-            and key not in _PASSED
-            and key not in ("input", "instructions", "tools", "tool_choice", "max_output_tokens", "text")
-        ):
-            raise invalid(key, "unknown parameter for /v1/responses", code="unknown_parameter")
-    body: dict[str, Any] = {"messages": _messages(req)}
-    if isinstance(req.get("model"), str):
-        body["model"] = req["model"]
+    parsed = validate.check_responses(req)
+    body: dict[str, Any] = {"messages": _messages(parsed)}
+    if parsed.model is not None:
+        body["model"] = parsed.model
     for key in _PASSED:
         if req.get(key) is not None:
             body[key] = req[key]
     tools = _tools(req)
     if tools:
         body["tools"] = tools
-    choice = _tool_choice(req.get("tool_choice"))
+    choice = _tool_choice(parsed.tool_choice)
     if choice is not None:
         body["tool_choice"] = choice
-    validate.check_int(req, "max_output_tokens", lo=1)  # named as the client named it, not as max_tokens
-    if req.get("max_output_tokens") is not None:
-        body["max_tokens"] = req["max_output_tokens"]
-    fmt = _response_format(req.get("text"))
+    if parsed.max_output_tokens is not None:  # checked as the client named it, not as max_tokens
+        body["max_tokens"] = parsed.max_output_tokens
+    fmt = _response_format(parsed.text)
     if fmt is not None:
         body["response_format"] = fmt
     if not tools:

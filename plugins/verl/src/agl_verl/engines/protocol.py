@@ -1,10 +1,12 @@
-"""Validation of OpenAI-style request bodies for the transformers engine.
+"""OpenAI-style request bodies for the transformers engine, as the engine runs them.
 
-Every problem raises :class:`RequestError` naming the offending field (``param``), which
-the server turns into a 400 with an OpenAI-style error body. Fields the engine does not
-use (``user``, ``metadata``, ``store``, ...) are ignored; fields it cannot honour with a
-non-default value (``frequency_penalty``, ``response_format`` other than text, ``echo``)
-are refused rather than silently dropped.
+Bodies are checked by the models of :mod:`agl_trainer.openai_requests`, the same the
+gateway checks with (one set of limits). Every problem raises :class:`RequestError` naming
+the offending field (``param``), which the server turns into a 400 with an OpenAI-style
+error body. Fields the engine does not use (``user``, ``metadata``, ``store``, ...) are
+ignored; fields it cannot honour with a non-default value (``frequency_penalty``,
+``response_format`` other than text, content parts other than text, the deprecated
+``function`` role) are refused rather than silently dropped.
 """
 
 from __future__ import annotations
@@ -12,11 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agl_trainer import openai_requests as oai
 from agl_verl.engines.tools import ToolChoice
-
-ROLES = ("system", "developer", "user", "assistant", "tool")
-MAX_N = 64
-MAX_TOP_LOGPROBS = 20
 
 
 class RequestError(Exception):
@@ -72,221 +71,103 @@ class CompletionRequest:
     logprobs: int | None
 
 
-def _get(body: dict, name: str, kinds: tuple, default: Any = None, *, nullable: bool = True) -> Any:
-    value = body.get(name, default)
-    if value is None:
-        if not nullable and name in body:
-            raise RequestError(name, f"{name} must not be null")
-        return default
-    if isinstance(value, bool) and bool not in kinds:
-        raise RequestError(name, f"{name} must be {_names(kinds)}, not a boolean")
-    if not isinstance(value, kinds):
-        raise RequestError(name, f"{name} must be {_names(kinds)}, not {type(value).__name__}")
-    return value
+def _checked(model: type, body: Any) -> Any:
+    try:
+        return oai.validate(model, body)
+    except oai.InvalidRequest as exc:
+        raise RequestError(exc.param, str(exc)) from None
 
 
-def _names(kinds: tuple) -> str:
-    words = {
-        str: "a string",
-        int: "an integer",
-        float: "a number",
-        bool: "a boolean",
-        list: "a list",
-        dict: "an object",
-    }
-    return " or ".join(words.get(k, k.__name__) for k in kinds)
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
 
 
-def parse_sampling(body: dict, *, default_max_tokens: int | None) -> Sampling:
-    s = Sampling()
-    s.n = _get(body, "n", (int,), 1)
-    if not 1 <= s.n <= MAX_N:
-        raise RequestError("n", f"n must be between 1 and {MAX_N}, got {s.n}")
-    s.temperature = float(_get(body, "temperature", (int, float), 1.0))
-    if not 0.0 <= s.temperature <= 2.0:
-        raise RequestError("temperature", f"temperature must be between 0 and 2, got {s.temperature}")
-    s.top_p = float(_get(body, "top_p", (int, float), 1.0))
-    if not 0.0 < s.top_p <= 1.0:
-        raise RequestError("top_p", f"top_p must be in (0, 1], got {s.top_p}")
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = _get(body, name, (int,))
-        if value is not None:
-            if value < 1:
-                raise RequestError(name, f"{name} must be at least 1, got {value}")
-            s.max_tokens = value
-            break
-    else:
-        s.max_tokens = default_max_tokens
-    stop = body.get("stop")
-    if isinstance(stop, str):
-        s.stop = [stop]
-    elif isinstance(stop, list) and all(isinstance(x, str) for x in stop):
-        s.stop = [x for x in stop if x]
-    elif stop is not None:
-        raise RequestError("stop", "stop must be a string or a list of strings")
-    ids = body.get("stop_token_ids")
-    if ids is not None:
-        if not isinstance(ids, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in ids):
-            raise RequestError("stop_token_ids", "stop_token_ids must be a list of integers")
-        s.stop_token_ids = ids
-    s.seed = _get(body, "seed", (int,))
-    s.ignore_eos = bool(_get(body, "ignore_eos", (bool,), False))
-    s.stream = bool(_get(body, "stream", (bool,), False))
-    options = _get(body, "stream_options", (dict,), {})
-    s.include_usage = bool(options.get("include_usage", False))
-    s.return_token_ids = bool(_get(body, "return_token_ids", (bool,), False))
+def parse_sampling(body: oai.Sampling, *, default_max_tokens: int | None) -> Sampling:
+    """The sampling settings of a checked request (``max_completion_tokens`` before ``max_tokens``)."""
     for name in ("frequency_penalty", "presence_penalty"):
-        value = _get(body, name, (int, float), 0)
-        if value != 0:
-            raise RequestError(name, f"{name} is not supported by this engine (only 0)")
-    return s
+        if getattr(body, name):
+            raise RequestError(name, f"{name}: is not supported by this engine (only 0)")
+    options = body.stream_options
+    return Sampling(
+        n=_or(body.n, 1),
+        temperature=_or(body.temperature, 1.0),
+        top_p=_or(body.top_p, 1.0),
+        max_tokens=_or(body.max_completion_tokens, _or(body.max_tokens, default_max_tokens)),
+        stop=body.stops(),
+        stop_token_ids=body.stop_token_ids or [],
+        seed=body.seed,
+        ignore_eos=bool(body.ignore_eos),
+        stream=bool(body.stream),
+        include_usage=bool(options and options.include_usage),
+        return_token_ids=bool(body.return_token_ids),
+    )
 
 
-def _text_content(content: Any, where: str) -> str | None:
-    if content is None or isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for j, part in enumerate(content):
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, dict) and part.get("type") in ("text", "input_text", "output_text"):
-                if not isinstance(part.get("text"), str):
-                    raise RequestError(f"{where}[{j}].text", "a text part needs a string 'text'")
-                parts.append(part["text"])
-            else:
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise RequestError(f"{where}[{j}].type", f"content part type {kind!r} is not supported (text only)")
-        return "".join(parts)
-    raise RequestError(where, "content must be a string, null or a list of text parts")
+def parse_messages(messages: list[oai.Message], raw: list[dict]) -> list[dict]:
+    """The messages for the chat template: text content only, ``developer`` as ``system``."""
+    out = []
+    for i, (message, given) in enumerate(zip(messages, raw, strict=True)):
+        if message.role == "function":
+            raise RequestError(f"messages[{i}].role", "the deprecated 'function' role is not supported: use 'tool'")
+        for j, part in enumerate(message.content if isinstance(message.content, list) else []):
+            if part["type"] not in oai.TEXT_PARTS:
+                where = f"messages[{i}].content[{j}].type"
+                raise RequestError(where, f"{where}: content part type {part['type']!r} is not supported (text only)")
+        item: dict[str, Any] = {"role": "system" if message.role == "developer" else message.role}
+        item["content"] = message.text()
+        if message.tool_calls:
+            item["tool_calls"] = given["tool_calls"]
+        if message.role == "tool":
+            item["tool_call_id"] = message.tool_call_id
+            if given.get("name"):
+                item["name"] = given["name"]
+        out.append(item)
+    return out
 
 
-def parse_messages(raw: Any) -> list[dict]:
-    if not isinstance(raw, list) or not raw:
-        raise RequestError("messages", "messages must be a non-empty list")
-    messages = []
-    for i, message in enumerate(raw):
-        where = f"messages[{i}]"
-        if not isinstance(message, dict):
-            raise RequestError(where, "each message must be an object")
-        role = message.get("role")
-        if role not in ROLES:
-            raise RequestError(f"{where}.role", f"role must be one of {', '.join(ROLES)}, got {role!r}")
-        out: dict[str, Any] = {"role": "system" if role == "developer" else role}
-        out["content"] = _text_content(message.get("content"), f"{where}.content")
-        calls = message.get("tool_calls")
-        if calls:
-            if role != "assistant":
-                raise RequestError(f"{where}.tool_calls", "only assistant messages carry tool_calls")
-            if not isinstance(calls, list):
-                raise RequestError(f"{where}.tool_calls", "tool_calls must be a list")
-            for j, call in enumerate(calls):
-                fn = call.get("function") if isinstance(call, dict) else None
-                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                    raise RequestError(f"{where}.tool_calls[{j}].function.name", "a tool call needs a function name")
-            out["tool_calls"] = calls
-        elif out["content"] is None and role != "assistant":
-            raise RequestError(f"{where}.content", f"a {role} message needs content")
-        if role == "tool":
-            out["tool_call_id"] = message.get("tool_call_id")
-            if message.get("name"):
-                out["name"] = message["name"]
-        messages.append(out)
-    return messages
-
-
-def parse_tools(body: dict) -> tuple[list[dict] | None, ToolChoice]:
-    tools = body.get("tools")
-    if tools is not None:
-        if not isinstance(tools, list):
-            raise RequestError("tools", "tools must be a list")
-        for i, tool in enumerate(tools):
-            if not isinstance(tool, dict) or tool.get("type", "function") != "function":
-                raise RequestError(f"tools[{i}].type", "only function tools are supported")
-            fn = tool.get("function")
-            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-                raise RequestError(f"tools[{i}].function.name", "a tool needs a function name")
-        tools = tools or None
-    raw = body.get("tool_choice")
-    if raw is None:
-        choice = ToolChoice("auto" if tools else "none")
-    elif raw in ("none", "auto", "required"):
-        choice = ToolChoice(raw)
-    elif (
-        isinstance(raw, dict) and isinstance(raw.get("function"), dict) and isinstance(raw["function"].get("name"), str)
-    ):
-        choice = ToolChoice("function", raw["function"]["name"])
-    else:
-        raise RequestError(
-            "tool_choice", "tool_choice must be none, auto, required or {type: function, function: {name}}"
-        )
-    if choice.mode in ("required", "function") and not tools:
-        raise RequestError("tool_choice", f"tool_choice {choice.mode!r} needs tools")
-    if choice.mode == "function" and choice.name not in {t["function"]["name"] for t in tools or []}:
-        raise RequestError("tool_choice", f"tool_choice names {choice.name!r}, which is not among the tools")
-    return tools, choice
+def parse_tool_choice(body: oai.ChatCompletionRequest) -> ToolChoice:
+    """The checked request's ``tool_choice`` (default: auto with tools, none without)."""
+    choice = body.tool_choice
+    if choice is None:
+        return ToolChoice("auto" if body.tools else "none")
+    if isinstance(choice, dict):
+        return ToolChoice("function", choice["function"]["name"])
+    return ToolChoice(choice)
 
 
 def parse_chat(body: Any) -> ChatRequest:
-    """Validate a ``/v1/chat/completions`` body."""
-    if not isinstance(body, dict):
-        raise RequestError(None, "the request body must be a JSON object")
-    fmt = _get(body, "response_format", (dict,))
-    if fmt is not None and fmt.get("type", "text") != "text":
-        raise RequestError("response_format", f"response_format {fmt.get('type')!r} is not supported by this engine")
-    logprobs = bool(_get(body, "logprobs", (bool,), False))
-    top = _get(body, "top_logprobs", (int,), 0)
-    if not 0 <= top <= MAX_TOP_LOGPROBS:
-        raise RequestError("top_logprobs", f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}")
-    tools, choice = parse_tools(body)
+    """Validate a ``/v1/chat/completions`` body (:class:`agl_trainer.openai_requests.ChatCompletionRequest`)."""
+    checked = _checked(oai.ChatCompletionRequest, body)
+    fmt = checked.response_format
+    if fmt is not None and fmt["type"] != "text":
+        raise RequestError("response_format", f"response_format: {fmt['type']!r} is not supported by this engine")
+    top = _or(checked.top_logprobs, 0)
     return ChatRequest(
-        model=_get(body, "model", (str,), ""),
-        messages=parse_messages(body.get("messages")),
-        sampling=parse_sampling(body, default_max_tokens=None),
-        tools=tools,
-        tool_choice=choice,
-        parallel_tool_calls=bool(_get(body, "parallel_tool_calls", (bool,), True)),
-        logprobs=logprobs or top > 0,
+        model=_or(checked.model, ""),
+        messages=parse_messages(checked.messages, body["messages"]),
+        sampling=parse_sampling(checked, default_max_tokens=None),
+        tools=body.get("tools") or None,
+        tool_choice=parse_tool_choice(checked),
+        parallel_tool_calls=_or(checked.parallel_tool_calls, True),
+        logprobs=bool(checked.logprobs) or top > 0,
         top_logprobs=top,
-        add_generation_prompt=bool(_get(body, "add_generation_prompt", (bool,), True)),
-        continue_final_message=bool(_get(body, "continue_final_message", (bool,), False)),
+        add_generation_prompt=_or(checked.add_generation_prompt, True),
+        continue_final_message=bool(checked.continue_final_message),
     )
 
 
 def parse_completion(body: Any, vocab_size: int) -> CompletionRequest:
     """Validate a ``/v1/completions`` body (prompt: text, token ids, or a list of either)."""
-    if not isinstance(body, dict):
-        raise RequestError(None, "the request body must be a JSON object")
-    prompt = body.get("prompt")
-    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(_is_id(x) for x in prompt)):
-        prompts = [prompt]
-    elif (
-        isinstance(prompt, list)
-        and prompt
-        and all(isinstance(p, str) or (isinstance(p, list) and p and all(_is_id(x) for x in p)) for p in prompt)
-    ):
-        prompts = list(prompt)
-    else:
-        raise RequestError("prompt", "prompt must be a string, a non-empty list of token ids, or a list of those")
+    checked = _checked(oai.CompletionRequest, body)
+    prompts = checked.prompts()
     for i, p in enumerate(prompts):
         if isinstance(p, list):
-            bad = [x for x in p if not 0 <= x < vocab_size]
+            bad = [x for x in p if not x < vocab_size]
             if bad:
-                raise RequestError("prompt", f"prompt {i} has token ids outside [0, {vocab_size}): {bad[:5]}")
-    if body.get("echo"):
-        raise RequestError("echo", "echo is not supported by this engine")
-    if body.get("suffix"):
-        raise RequestError("suffix", "suffix is not supported by this engine")
-    logprobs = _get(body, "logprobs", (int,))
-    if logprobs is not None and not 0 <= logprobs <= MAX_TOP_LOGPROBS:
-        raise RequestError("logprobs", f"logprobs must be between 0 and {MAX_TOP_LOGPROBS}")
+                raise RequestError("prompt", f"prompt: prompt {i} has token ids outside [0, {vocab_size}): {bad[:5]}")
     return CompletionRequest(
-        model=_get(body, "model", (str,), ""),
+        model=_or(checked.model, ""),
         prompts=prompts,
-        sampling=parse_sampling(body, default_max_tokens=16),
-        logprobs=logprobs,
+        sampling=parse_sampling(checked, default_max_tokens=16),
+        logprobs=checked.logprobs,
     )
-
-
-def _is_id(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)

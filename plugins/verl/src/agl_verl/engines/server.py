@@ -11,17 +11,17 @@ waits) and for streams (the wait for the next chunk races the same poll).
 :class:`ServerThread` runs several apps (replicas) on one asyncio loop in one background
 thread. Standalone::
 
-    python -m agl_verl.engines.server --model PATH [--port 8000] [--api-key KEY]
+    python -m agl_verl.engines.server --model PATH [--port 8000] [--engine-token-file PATH]
+
+(the options of ``agl engine serve``: see :mod:`agl_verl.cli`).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import hmac
 import json
-import os
 import socket
 import threading
 import time
@@ -221,45 +221,12 @@ class ServerThread:
             sock.close()
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m agl_verl.engines.server``: serve a model until interrupted."""
-    from agl_verl.engines.transformers_engine import TransformersEngine
+def main(argv: list[str] | None = None) -> int:
+    """``python -m agl_verl.engines.server``: the options and the serving of ``agl engine serve``."""
+    from agl_verl.cli import main as serve_main
 
-    parser = argparse.ArgumentParser(description="Serve a Hugging Face model with token ids and logprobs.")
-    parser.add_argument("--model", required=True, help="Hugging Face model directory")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--replicas", type=int, default=1)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--max-batch-size", type=int, default=32)
-    parser.add_argument("--max-model-len", type=int, default=None)
-    parser.add_argument("--served-model-name", default=None)
-    parser.add_argument("--api-key", default=os.environ.get("AGL_ENGINE_API_KEY"))
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    engine = TransformersEngine(
-        args.model,
-        device=args.device,
-        replicas=args.replicas,
-        host=args.host,
-        port=args.port,
-        max_batch_size=args.max_batch_size,
-        dtype=args.dtype,
-        seed=args.seed,
-        api_key=args.api_key,
-        max_model_len=args.max_model_len,
-        served_model_name=args.served_model_name,
-    )
-    urls = engine.start()
-    print("serving " + " ".join(urls), flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        engine.stop()
+    return serve_main(argv)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
