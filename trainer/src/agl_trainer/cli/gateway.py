@@ -27,6 +27,7 @@ import threading
 from agl import env
 from agl.credentials import RolloutKeys, new_token
 from agl_trainer.cli._common import (
+    ENGINE_TOKEN,
     Credential,
     add_store_argument,
     add_store_token_arguments,
@@ -38,9 +39,6 @@ from agl_trainer.cli.run import GATEWAY_TOKEN
 
 ADMIN_TOKEN = Credential("--admin-token", env.GATEWAY_ADMIN_TOKEN, "bearer token of the /admin routes")
 """The gateway's admin token."""
-
-ENGINE_TOKEN = Credential("--engine-token", env.ENGINE_API_KEY, "bearer token the engines expect")
-"""What the gateway sends its upstream engines (what ``agl engine serve`` checks)."""
 
 
 def register(subparsers) -> None:
