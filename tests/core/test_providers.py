@@ -192,3 +192,26 @@ def test_a_backend_nobody_provides_names_the_package_to_install():
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "ConfigError: no backend 'verl': pip install agl-verl (it provides it; installed: none)" in done.stderr
+
+
+def test_a_builtin_store_scheme_opens_without_loading_installed_plugins(tmp_path):
+    """agl-core's schemes cannot be replaced, so open_store asks no plugin for them: an agent process that opens
+    its store does not load (or depend on) what is installed. AGL_LOAD_PLUGINS names a plugin that does not exist,
+    which would be an error the moment the registry loaded."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGL_")} | {"AGL_LOAD_PLUGINS": "no-such-plugin"}
+    code = (
+        "import sys, agl.plugins as p\nfrom agl.store import open_store\n"
+        "open_store(sys.argv[1]).close()\nprint(p._manager is None)\n"
+        "open_store('nope://x')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, f"sqlite:///{tmp_path / 'a.db'}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout == "True\n", done.stderr
+    assert (tmp_path / "a.db").exists()
+    # a scheme agl-core does not have is looked up among the plugins, so then the registry loads (and here refuses)
+    assert "AGL_LOAD_PLUGINS: no installed plugin named 'no-such-plugin'" in done.stderr
