@@ -1,10 +1,10 @@
 """The plugin registry: one pluggy manager for the process, loaded on first use.
 
 Built-in plugins (agl-core's store schemes; agl's own packages add theirs with
-:func:`add_builtin`: agl-trainer's credit strategies and loggers) always load. Installed plugins come from the
-``agl`` entry-point group; ``AGL_LOAD_PLUGINS`` limits which: a comma-separated
-list of entry-point names loads only those, an empty string loads none, and
-unset loads all. Every plugin is checked when it is registered: an ``agl_*``
+:func:`add_builtin`: agl-trainer's credit strategies and loggers) always load.
+Installed plugins come from the ``agl`` entry-point group; ``AGL_LOAD_PLUGINS``
+limits which: a comma-separated list of entry-point names loads only those, an
+empty string loads none, and unset loads all. Every plugin is checked when it is registered: an ``agl_*``
 function that matches no hook of :mod:`agl.hookspecs`, an implementation whose
 arguments the hook does not have, an ``async def`` one, or a provider hook
 (``agl_register_*``) that registers a bad name or factory is a
