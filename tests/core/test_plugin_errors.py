@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agl.errors import ConfigError
-from agl.plugins import _not_provided, resolve
+from agl.plugins import resolve
+from agl.providers import not_provided
 
 
 def test_a_misspelt_component_suggests_the_closest_installed_one():
@@ -17,7 +18,7 @@ def test_a_misspelt_component_suggests_the_closest_installed_one():
 
 def test_a_component_of_a_package_that_is_not_installed_names_the_package():
     assert (
-        _not_provided("backend", "verl", [])
+        not_provided("backend", "verl", [])
         == "no backend 'verl': pip install agl-verl (it provides it; installed: none)"
     )
-    assert _not_provided("engine", "vllm", ["fake"]).startswith("no engine 'vllm': pip install agl-verl")
+    assert not_provided("engine", "vllm", ["fake"]).startswith("no engine 'vllm': pip install agl-verl")

@@ -17,7 +17,7 @@ import pytest
 
 from agl.errors import ConfigError
 from agl.hookspecs import hookimpl
-from agl.plugins import RewardAnswer, register, unregister
+from agl.plugins import RewardAnswer, get_plugin_manager, register, unregister
 from agl.schema import LLMCall, Rollout, RolloutStatus, Span, Task
 from agl.store.base import open_store
 from agl.store.sqlite import SqliteStore
@@ -265,10 +265,11 @@ def test_agl_load_plugins_limits_the_installed_plugins_loaded():
     installed = sorted(ep.name for ep in entry_points(group="agl"))
     assert len(installed) >= 2, installed  # the workspace installs agl-verl and agl-otel
     everything = _loaded_plugins(None)
-    assert json.loads(everything.stdout) == sorted(["agl_trainer.credit", *installed]), everything.stderr
-    assert json.loads(_loaded_plugins("").stdout) == ["agl_trainer.credit"]
+    builtins = ["agl.store.schemes", "agl_trainer.credit", "agl_trainer.loggers"]
+    assert json.loads(everything.stdout) == sorted([*builtins, *installed]), everything.stderr
+    assert json.loads(_loaded_plugins("").stdout) == builtins
     one = installed[0]
-    assert json.loads(_loaded_plugins(f" {one} ,").stdout) == sorted(["agl_trainer.credit", one])
+    assert json.loads(_loaded_plugins(f" {one} ,").stdout) == sorted([*builtins, one])
     missing = _loaded_plugins(f"{one},no-such-plugin")
     assert missing.returncode != 0
     assert "AGL_LOAD_PLUGINS: no installed plugin named 'no-such-plugin'" in missing.stderr
@@ -281,13 +282,13 @@ def test_a_plugin_adds_a_store_scheme(tmp_path, registered):
     class MemTest:
         @staticmethod
         @hookimpl
-        def agl_store_schemes():
+        def agl_register_store_schemes(register):
             def opener(url, **options):
                 return SqliteStore(tmp_path / (url.split("://", 1)[1] + ".db"), **options)
 
-            return {"memtest": opener}
+            register("memtest", opener)
 
-    with pytest.raises(ConfigError, match=r"unknown scheme 'memtest' \(known: http://, https://, postgres://"):
+    with pytest.raises(ConfigError, match=r"store url 'memtest://a': store scheme: no plugin provides 'memtest' \("):
         open_store("memtest://a")
     _plug(registered, MemTest, "memtest")
     with open_store("memtest://a") as store:
@@ -295,7 +296,7 @@ def test_a_plugin_adds_a_store_scheme(tmp_path, registered):
         store.add_tasks([Task(task_id="t", input={})])
         assert store.get_task("t").task_id == "t"
     assert (tmp_path / "a.db").exists()
-    with pytest.raises(ConfigError, match=r"unknown scheme 'nope' \(known: .*memtest://.*sqlite://\)"):
+    with pytest.raises(ConfigError, match=r"no plugin provides 'nope' \(installed: http, https, memtest, postgres"):
         open_store("nope://x")
 
 
@@ -303,10 +304,16 @@ def test_a_plugin_cannot_replace_a_builtin_scheme(tmp_path, registered):
     class Hijack:
         @staticmethod
         @hookimpl
-        def agl_store_schemes():
-            return {"sqlite": lambda url, **options: pytest.fail("a plugin replaced sqlite://")}
+        def agl_register_store_schemes(register):
+            register("sqlite", lambda url, **options: pytest.fail("a plugin replaced sqlite://"))
 
-    _plug(registered, Hijack, "hijack")
+    with pytest.raises(ConfigError) as refused:
+        _plug(registered, Hijack, "hijack")
+    assert str(refused.value) == (
+        "plugin 'hijack', hook 'agl_register_store_schemes': register(name='sqlite'): "
+        "name: the store scheme 'sqlite' is agl's own (agl.store.schemes), not replaceable"
+    )
+    assert get_plugin_manager().get_plugin("hijack") is None  # refused, so left out
     with open_store(f"sqlite:///{tmp_path / 'x.db'}") as store:
         assert isinstance(store, SqliteStore)
 
@@ -317,10 +324,12 @@ def test_a_plugin_adds_a_command(registered, capsys):
     class Hello:
         @staticmethod
         @hookimpl
-        def agl_register_commands(subparsers):
-            p = subparsers.add_parser("hello", help="say hello")
-            p.add_argument("--name", default="world")
-            p.set_defaults(func=lambda args: print(f"hello {args.name}") or 3)
+        def agl_register_commands(register):
+            def configure(parser):
+                parser.add_argument("--name", default="world")
+                parser.set_defaults(func=lambda args: print(f"hello {args.name}") or 3)
+
+            register("hello", configure, description="say hello")
 
     _plug(registered, Hello, "hello")
     assert main(["hello", "--name", "agl"]) == 3
@@ -333,9 +342,10 @@ def test_a_command_clashing_with_a_builtin_one_is_a_clear_error(registered, caps
     class Clash:
         @staticmethod
         @hookimpl
-        def agl_register_commands(subparsers):
-            subparsers.add_parser("plugins")
+        def agl_register_commands(register):
+            register("plugins", lambda parser: None)
 
     _plug(registered, Clash, "clash")
     assert main(["plugins", "--json"]) == 2
-    assert "agl_register_commands: a plugin's command clashes" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "plugin 'clash', hook 'agl_register_commands': command 'plugins' is one agl has already" in err

@@ -152,9 +152,8 @@ def test_a_backend_no_installed_plugin_provides_names_the_package(train_dir):
 
 class Boom:
     @agl.hookimpl
-    def agl_register_commands(self, subparsers):
-        p = subparsers.add_parser("boom")
-        p.set_defaults(func=self.run)
+    def agl_register_commands(self, register):
+        register("boom", lambda parser: parser.set_defaults(func=self.run))
 
     def run(self, args):
         raise RuntimeError("kaput\nin two lines")

@@ -46,10 +46,8 @@ def test_strategies_resolve_through_the_registry_and_plugins_can_add_one():
     class Halves:
         @staticmethod
         @hookimpl
-        def agl_credit_assignment(name):
-            if name == "halves":
-                return lambda n, rewards, **_: [rewards.final / 2] * n
-            return None
+        def agl_register_credit_assignments(register):
+            register("halves", lambda n, rewards, **_: [rewards.final / 2] * n)
 
     register(Halves, name="halves")
     try:
@@ -64,8 +62,8 @@ def _provider(strategy_name, value, **opts):
     class Provider:
         @staticmethod
         @hookimpl(**opts)
-        def agl_credit_assignment(name):
-            return (lambda n, rewards, **_: [value] * n) if name == strategy_name else None
+        def agl_register_credit_assignments(register):
+            register(strategy_name, lambda n, rewards, **_: [value] * n)
 
     return Provider
 
@@ -76,7 +74,7 @@ def test_strategies_are_asked_in_relay_order():
     register(_provider("broadcast", 42.0), name="my-broadcast")
     try:
         assert resolve("credit_assignment", "x")(2, RolloutRewards(final=0.0)) == [1.0, 1.0]
-        # The built-ins answer trylast: a plugin can provide a strategy of the same name.
+        # The built-ins register trylast: a plugin can provide a strategy of the same name.
         assert resolve("credit_assignment", "broadcast")(2, RolloutRewards(final=1.0)) == [42.0, 42.0]
         assert resolve("credit_assignment", "last") is last
     finally:

@@ -22,7 +22,7 @@ from agl.errors import ConfigError
 from agl.plugins import register, unregister
 from agl_trainer.cli import main
 from agl_trainer.config import parse_config
-from agl_trainer.loggers import LOGGERS, TensorBoardLogger, WandbLogger, build_loggers, metric_name, scalars
+from agl_trainer.loggers import TensorBoardLogger, WandbLogger, build_loggers, metric_name, scalars
 from agl_trainer.trainer import Trainer
 from tests.fake_engine import FakeEngine
 from tests.trainer.test_trainer import TinyBackend, _tasks, agent, small_config
@@ -171,11 +171,19 @@ class _StepCounter:
         self.steps.append(step)
 
 
+class _DiskFullPlugin:
+    """Registers :class:`_DiskFull` as ``tensorboard``, in place of the built-in one (which registers trylast)."""
+
+    @agl.hookimpl
+    def agl_register_loggers(self, register):
+        register("tensorboard", _DiskFull)
+
+
 def test_a_failing_logger_warns_once_and_training_completes(tmp_path, engine, monkeypatch, caplog):
-    monkeypatch.setitem(LOGGERS, "tensorboard", _DiskFull)
     monkeypatch.setattr(_DiskFull, "writes", 0)
     counter = _StepCounter()
     register(counter, name="test-loggers-counter")
+    register(_DiskFullPlugin(), name="test-loggers-disk-full")
     config = small_config(tmp_path, engine, steps=3, loggers=["tensorboard"])
     try:
         with caplog.at_level(logging.WARNING, logger="agl_trainer.loggers"):
@@ -183,6 +191,7 @@ def test_a_failing_logger_warns_once_and_training_completes(tmp_path, engine, mo
             result = trainer.fit(agent, _tasks(2))
     finally:
         unregister(name="test-loggers-counter")
+        unregister(name="test-loggers-disk-full")
     assert result.steps_completed == 3 and counter.steps == [1, 2, 3]  # training and the other plugins go on
     warnings = [r.getMessage() for r in caplog.records if r.name == "agl_trainer.loggers"]
     assert len(warnings) == 1, warnings
@@ -211,8 +220,8 @@ def test_a_logger_that_cannot_open_warns_once_and_training_completes(tmp_path, e
 @pytest.mark.parametrize(
     ("loggers", "message"),
     [
-        (["tensorbord"], "loggers.0: unknown logger 'tensorbord' (did you mean 'tensorboard'?"),
-        (["tensorboard", "mlflow"], "loggers.1: unknown logger 'mlflow' (agl has: tensorboard, wandb)"),
+        (["tensorbord"], "loggers.0: logger: no plugin provides 'tensorbord' (did you mean 'tensorboard'?"),
+        (["tensorboard", "mlflow"], "loggers.1: logger: no plugin provides 'mlflow' (installed: tensorboard, wandb;"),
         ([{"name": "wandb", "projct": "x"}], "loggers.0: logger 'wandb': option 'projct': Extra inputs"),
         ([{"name": "wandb", "mode": "cloud"}], "loggers.0: logger 'wandb': option 'mode': Input should be"),
         (["wandb", {"name": "wandb"}], "loggers: 'wandb' given more than once"),
@@ -230,7 +239,7 @@ def test_agl_train_logger_flag_checks_the_name(tmp_path, capsys):
     tasks.write_text(json.dumps({"input": {"word": "a"}}) + "\n")
     code = main(["train", "tests.trainer.test_trainer:agent", "--tasks", str(tasks), "--logger", "tensorbord"])
     assert code == 2
-    assert "unknown logger 'tensorbord' (did you mean 'tensorboard'?" in capsys.readouterr().err
+    assert "no plugin provides 'tensorbord' (did you mean 'tensorboard'?" in capsys.readouterr().err
 
 
 def test_a_missing_library_names_the_extra_to_install(monkeypatch):
@@ -310,7 +319,8 @@ def test_a_run_that_fails_closes_its_loggers_and_wandb_marks_it_failed(tmp_path,
     trainer = Trainer(config, backend=_BrokenBackend(tmp_path / "calls.jsonl"))
     with pytest.raises(RuntimeError, match="broke at step 2"):
         trainer.fit(agent, _tasks(2))
-    assert not [name for name, _ in get_plugin_manager().list_name_plugin() if name.startswith("agl_trainer.loggers")]
+    # the run's loggers (agl_trainer.loggers.<name>:<id>) are gone; the built-in plugin that registers them stays
+    assert not [name for name, _ in get_plugin_manager().list_name_plugin() if name.startswith("agl_trainer.loggers.")]
     tb, _ = read_tensorboard(tmp_path / "run" / "tensorboard")
     assert set(tb["train/reward_mean"]) == {1}
     (run_dir,) = (tmp_path / "run" / "wandb").glob("offline-run-*")

@@ -1,4 +1,4 @@
-"""``agl engine`` (added by agl-verl through ``agl_register_commands``) as real processes on 127.0.0.1."""
+"""``agl engine`` (registered by agl-verl through ``agl_register_commands``) as real processes on 127.0.0.1."""
 
 from __future__ import annotations
 

@@ -11,9 +11,35 @@ Every hook is called through pluggy's relay, so ``@hookimpl(tryfirst=True)``,
 synchronous: an ``async def`` implementation is an error. An implementation may
 take any subset of a hook's arguments, by name.
 
-Hooks that *provide* something (a credit-assignment strategy, a backend, an
-engine) take the name asked for and return None when they do not provide it;
-the first non-None answer, in call order, wins.
+Hooks that *provide* something (a backend, an engine, a credit-assignment
+strategy, a store scheme, a logger, a command) all have one shape, the one
+simonw/llm uses for its models (``register_models(register)``)::
+
+    @agl.hookimpl
+    def agl_register_backends(register):
+        register("mine", MyBackend, description="my algorithm")
+
+``register(name, factory, description="")`` records that this plugin provides
+``name``; the factory is called only when the name is used, so the hook stays
+cheap (import heavy modules inside the factory). Why this shape: the registry
+learns every name, and which plugin gave it, from the one call, so ``agl plugins``,
+"did you mean" and "what is installed" come from the same registrations that
+resolve names, and nothing else has to be kept in step. The alternatives cost
+more: a ``(name) -> component | None`` hook (pluggy's ``firstresult``) cannot say
+what it provides without running every factory, so it needs a second hook that
+lists the names, and the two drift apart; a hook returning ``{name: factory}``
+says what it provides but gives no place to check each entry where it is made or
+to describe it, and it is a different shape from the one commands need. Hooks
+that *take part* in a run (``agl_reward``, ``agl_rollout_ended``, …) stay ordinary
+pluggy calls.
+
+A provider hook runs when its plugin is registered (a bad name, a factory that is
+not callable, or a name registered twice by one plugin is refused then, naming the
+plugin and the field) and again when a name of its kind is looked up. Where two
+plugins register the same name, the first in call order wins (mark an
+implementation ``tryfirst=True`` to make it win); agl-trainer's built-ins are
+``trylast``, so a plugin may replace them, but agl-core's store schemes may not be
+replaced. See :mod:`agl.providers`.
 """
 
 from __future__ import annotations
@@ -24,15 +50,13 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    import argparse
-
     from starlette.routing import BaseRoute
 
     from agl.schema import LLMCall, Reward, Rollout, Span, Transition
     from agl.store.base import Store
-    from agl_trainer.backend import Backend
-    from agl_trainer.credit import Strategy
-    from agl_trainer.engine import Engine
+
+Register = Callable[..., None]
+"""The ``register(name, factory, description="")`` a provider hook is called with."""
 
 hookspec = pluggy.HookspecMarker("agl")
 hookimpl = pluggy.HookimplMarker("agl")
@@ -69,9 +93,39 @@ def agl_reward(
     """
 
 
-@hookspec(firstresult=True)
-def agl_credit_assignment(name: str) -> Strategy | None:
-    """Return the credit-assignment strategy called ``name``, or None.
+@hookspec
+def agl_register_backends(register: Register) -> None:
+    """Register algorithm backends: ``register(name, factory)``.
+
+    ``factory(**config)`` returns a :class:`agl_trainer.backend.Backend`; ``config`` is
+    the trainer config's ``backend.config``.
+
+    Example::
+
+        @agl.hookimpl
+        def agl_register_backends(register):
+            register("mine", MyBackend, description="my algorithm")
+    """
+
+
+@hookspec
+def agl_register_engines(register: Register) -> None:
+    """Register inference engines: ``register(name, factory)``.
+
+    ``factory(**config)`` returns an :class:`agl_trainer.engine.Engine`; ``config`` is
+    the trainer config's ``engine.config``.
+
+    Example::
+
+        @agl.hookimpl
+        def agl_register_engines(register):
+            register("mine", MyEngine)
+    """
+
+
+@hookspec
+def agl_register_credit_assignments(register: Register) -> None:
+    """Register credit-assignment strategies: ``register(name, strategy)``.
 
     A strategy is a callable ``(n_calls: int, rewards: RolloutRewards, **options: float)
     -> list[float]``: given how many LLM calls the rollout made and its rewards
@@ -82,84 +136,61 @@ def agl_credit_assignment(name: str) -> Strategy | None:
     Example::
 
         @agl.hookimpl
-        def agl_credit_assignment(name):
-            if name == "first":
-                return lambda n_calls, rewards, **_: [rewards.final] + [0.0] * (n_calls - 1)
-    """
-
-
-@hookspec(firstresult=True)
-def agl_backend(name: str, config: dict[str, object]) -> Backend | None:
-    """Return the algorithm backend called ``name`` built from ``config``, or None.
-
-    Example::
-
-        @agl.hookimpl
-        def agl_backend(name, config):
-            if name == "mine":
-                return MyBackend(**config)
-    """
-
-
-@hookspec(firstresult=True)
-def agl_engine(name: str, config: dict[str, object]) -> Engine | None:
-    """Return the inference engine called ``name`` built from ``config``, or None.
-
-    Example::
-
-        @agl.hookimpl
-        def agl_engine(name, config):
-            if name == "mine":
-                return MyEngine(**config)
+        def agl_register_credit_assignments(register):
+            register("first", lambda n_calls, rewards, **_: [rewards.final] + [0.0] * (n_calls - 1))
     """
 
 
 @hookspec
-def agl_list_components() -> dict[str, list[str]] | None:
-    """Name what this plugin provides, for ``agl plugins`` and the errors that list what is installed.
+def agl_register_store_schemes(register: Register) -> None:
+    """Register store URL schemes for :func:`agl.store.open_store`: ``register(scheme, opener)``.
 
-    Keys: ``credit_assignments``, ``backends``, ``engines``, ``store_schemes``, ``commands``.
+    ``open_store("scheme://...", **options)`` calls ``opener(url, **options)``, which
+    returns a :class:`~agl.store.Store`. A scheme is lower case. agl-core's own
+    (``sqlite``, ``http``, ``https``, ``postgresql``, ``postgres``) are registered the
+    same way by :mod:`agl.store.schemes` and cannot be replaced.
 
     Example::
 
         @agl.hookimpl
-        def agl_list_components():
-            return {"backends": ["verl"], "engines": ["transformers"]}
+        def agl_register_store_schemes(register):
+            register("redis", lambda url, **options: RedisStore(url, **options))
     """
 
 
 @hookspec
-def agl_store_schemes() -> Mapping[str, Callable[..., Store]] | None:
-    """Store URL schemes this plugin opens, for :func:`agl.store.open_store`.
+def agl_register_loggers(register: Register) -> None:
+    """Register experiment-tracker loggers for the trainer config's ``loggers``: ``register(name, cls)``.
 
-    Return ``{scheme: opener}``; ``open_store("scheme://...", **options)`` calls
-    ``opener(url, **options)``, which returns a :class:`~agl.store.Store`. The
-    built-in schemes (``sqlite``, ``http``, ``https``, ``postgresql``, ``postgres``)
-    cannot be replaced; where two plugins give the same scheme, the first in call
-    order wins.
+    ``cls`` is a :class:`agl_trainer.loggers.Logger` subclass: its ``options_model``
+    checks the entry's options and ``cls(options)`` makes the logger.
 
     Example::
 
         @agl.hookimpl
-        def agl_store_schemes():
-            return {"redis": lambda url, **options: RedisStore(url, **options)}
+        def agl_register_loggers(register):
+            register("mlflow", MlflowLogger, description="MLflow tracking")
     """
 
 
 @hookspec
-def agl_register_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Add subcommands to the ``agl`` command line.
+def agl_register_commands(register: Register) -> None:
+    """Register ``agl`` subcommands: ``register(name, configure, description)``.
 
-    ``subparsers`` is the ``argparse`` sub-parser action of ``agl``: add a parser
-    and set its ``func`` default to a callable ``(args) -> int | None`` (the exit
-    status). A name ``agl`` already has is an error.
+    ``agl`` makes the parser of ``agl NAME`` (``description`` is its help) and calls
+    ``configure(parser)``, which adds the arguments and sets the ``func`` default to a
+    callable ``(args) -> int | None`` (the exit status). A name ``agl`` already has is
+    an error naming the plugin.
 
     Example::
 
         @agl.hookimpl
-        def agl_register_commands(subparsers):
-            p = subparsers.add_parser("hello", help="say hello")
-            p.set_defaults(func=lambda args: print("hello"))
+        def agl_register_commands(register):
+            def configure(parser):
+                parser.add_argument("--name", default="world")
+                parser.set_defaults(func=lambda args: print(f"hello {args.name}"))
+
+            register("hello", configure, description="say hello")
     """
 
 

@@ -1,13 +1,17 @@
 """The plugin registry: one pluggy manager for the process, loaded on first use.
 
-Built-in plugins (agl's own packages add theirs with :func:`add_builtin`: agl-trainer's
-credit strategies) always load. Installed plugins come from the
-``agl`` entry-point group; ``AGL_LOAD_PLUGINS`` limits which: a comma-separated
-list of entry-point names loads only those, an empty string loads none, and
-unset loads all. Every plugin is checked when it is registered: an ``agl_*``
+Built-in plugins (agl-core's store schemes; agl's own packages add theirs with
+:func:`add_builtin`: agl-trainer's credit strategies and loggers) always load.
+Installed plugins come from the ``agl`` entry-point group; ``AGL_LOAD_PLUGINS``
+limits which: a comma-separated list of entry-point names loads only those, an
+empty string loads none, and unset loads all. Every plugin is checked when it is registered: an ``agl_*``
 function that matches no hook of :mod:`agl.hookspecs`, an implementation whose
-arguments the hook does not have, or an ``async def`` one is a
+arguments the hook does not have, an ``async def`` one, or a provider hook
+(``agl_register_*``) that registers a bad name or factory is a
 :class:`~agl.errors.ConfigError` naming the plugin and the hook.
+
+What plugins provide (backends, engines, credit strategies, store schemes, loggers,
+commands) is recorded by :mod:`agl.providers`; :func:`resolve` finds one of them.
 """
 
 from __future__ import annotations
@@ -21,16 +25,31 @@ from typing import Any, NamedTuple
 
 import pluggy
 
-from agl import hookspecs
+from agl import hookspecs, providers
 from agl.env import LOAD_PLUGINS
 from agl.errors import ConfigError
+from agl.providers import KNOWN_PACKAGES, resolve
+
+__all__ = [
+    "KNOWN_PACKAGES",
+    "RewardAnswer",
+    "add_builtin",
+    "builtin_modules",
+    "get_plugin_manager",
+    "hook",
+    "list_plugins",
+    "load_plugin",
+    "register",
+    "resolve",
+    "unregister",
+]
 
 ENTRY_POINT_GROUP = "agl"
 
 _manager: pluggy.PluginManager | None = None
 _lock = threading.Lock()
 
-_BUILTINS: list[str] = []
+_BUILTINS: list[str] = ["agl.store.schemes"]
 """Modules of agl's own packages that are always registered, whatever ``AGL_LOAD_PLUGINS`` says."""
 _HOOKS = frozenset(name for name in dir(hookspecs) if name.startswith("agl_"))
 
@@ -69,6 +88,8 @@ def _answer_for(plugin_name: str, function: Callable[..., Any]) -> Callable[...,
 
 
 _ISOLATED["agl_reward"] = _answer_for
+for _hook in providers.HOOKS:
+    _ISOLATED[_hook] = providers.bind_register
 
 
 class _Manager(pluggy.PluginManager):
@@ -93,6 +114,11 @@ class _Manager(pluggy.PluginManager):
             raise _refused(name or self.get_canonical_name(plugin), exc) from exc
         if registered is not None:
             self._isolate(plugin, registered)
+            try:
+                self._check_provides(plugin, registered)
+            except ConfigError:
+                self.unregister(plugin)
+                raise
         return registered
 
     def _isolate(self, plugin: object, plugin_name: str) -> None:
@@ -100,9 +126,19 @@ class _Manager(pluggy.PluginManager):
             wrap = _ISOLATED.get(caller.name)
             if wrap is None:
                 continue
+            provider = caller.name in providers.HOOKS  # a provider's wrapper registers too, so it is bound as well
             for impl in caller.get_hookimpls():
-                if impl.plugin is plugin and not (impl.wrapper or impl.hookwrapper):
+                if impl.plugin is plugin and (provider or not (impl.wrapper or impl.hookwrapper)):
                     impl.function = wrap(plugin_name, impl.function)  # type: ignore[misc]
+
+    def _check_provides(self, plugin: object, plugin_name: str) -> None:
+        """Call ``plugin``'s provider hooks alone, so that a bad registration is refused now, naming it."""
+        others = [p for p in self.get_plugins() if p is not plugin]
+        for caller in self.get_hookcallers(plugin) or []:
+            kind = providers.HOOKS.get(caller.name)
+            if kind is not None:
+                found = providers.Registrations(kind, providers.fixed_builtins(kind.name))
+                self.subset_hook_caller(caller.name, remove_plugins=others)(register=found)
 
 
 def _refused(name: str, exc: pluggy.PluginValidationError) -> ConfigError:
@@ -191,10 +227,15 @@ def get_plugin_manager() -> pluggy.PluginManager:
         return _manager
 
 
+def builtin_modules() -> list[str]:
+    """The modules registered as built-in plugins, in the order they were added."""
+    return list(_BUILTINS)  # no lock: the registry asks while it is being made, holding it
+
+
 def add_builtin(module_name: str) -> None:
     """Make the module ``module_name`` a built-in plugin: registered now if the registry exists, else when it is made.
 
-    For agl's own packages (agl-trainer adds its credit strategies when it is imported);
+    For agl's own packages (agl-trainer adds its credit strategies and loggers when it is imported);
     a user's plugin is registered with :func:`register` or by entry point instead.
     """
     with _lock:
@@ -254,9 +295,15 @@ def hook() -> Any:
 
 
 def list_plugins() -> list[dict[str, Any]]:
-    """What is installed: each plugin's name, distribution, hooks and what it provides (``agl_list_components``)."""
+    """What is loaded: each plugin's name, distribution, hooks and what it provides.
+
+    ``provides`` maps a kind (``backends``, ``engines``, ``credit_assignments``,
+    ``store_schemes``, ``loggers``, ``commands``) to the names the plugin registered;
+    a name another plugin gives first in call order is marked ``(overridden by 'p')``.
+    """
     pm = get_plugin_manager()
     dists = {id(p): d for p, d in pm.list_plugin_distinfo()}
+    provides = _provides_by_plugin()
     rows = []
     for name, plugin in pm.list_name_plugin():
         if plugin is None:
@@ -266,7 +313,7 @@ def list_plugins() -> list[dict[str, Any]]:
                 "name": name,
                 "distribution": _distribution(name, dists.get(id(plugin))),
                 "hooks": sorted(h.name for h in (pm.get_hookcallers(plugin) or [])),
-                "provides": _provides(pm, plugin),
+                "provides": provides.get(name, {}),
             }
         )
     return rows
@@ -278,49 +325,14 @@ def _distribution(name: str, dist: Any) -> str:
     return "built in" if name in _BUILTINS else "(registered in code)"
 
 
-def _provides(pm: pluggy.PluginManager, plugin: object) -> dict[str, list[str]]:
-    """One plugin's ``agl_list_components`` answer, through the relay (a subset holding only that plugin)."""
-    others = [p for p in pm.get_plugins() if p is not plugin]
-    answers = pm.subset_hook_caller("agl_list_components", remove_plugins=others)()
-    merged: dict[str, list[str]] = {}
-    for answer in answers:
-        for kind, names in (answer or {}).items():
-            merged.setdefault(kind, []).extend(names)
-    return merged
-
-
-def resolve(kind: str, name: str, config: dict | None = None) -> Any:
-    """Find the component ``name`` of ``kind`` (credit_assignment, backend, engine) or fail clearly.
-
-    The :class:`~agl.errors.ConfigError` for a name no installed plugin provides names the
-    package to install where agl knows it (``no backend 'verl': pip install agl-verl``),
-    else the closest installed name.
-    """
-    caller = getattr(hook(), f"agl_{kind}")
-    found = caller(name=name) if kind == "credit_assignment" else caller(name=name, config=config or {})
-    if found is None:
-        known = sorted({n for row in list_plugins() for n in row["provides"].get(_PLURAL[kind], [])})
-        raise ConfigError(_not_provided(kind, name, known))
-    return found
-
-
-def _not_provided(kind: str, name: str, known: list[str]) -> str:
-    what = kind.replace("_", " ")
-    installed = f"installed: {', '.join(known) or 'none'}"
-    package = KNOWN_PACKAGES.get((kind, name))
-    if package is not None:
-        return f"no {what} {name!r}: pip install {package} (it provides it; {installed})"
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"{what}: no plugin provides {name!r} ({hint}{installed}; see agl plugins)"
-
-
-KNOWN_PACKAGES = {
-    ("backend", "verl"): "agl-verl",
-    ("engine", "transformers"): "agl-verl",
-    ("engine", "vllm"): "agl-verl",
-}
-"""The package that provides a component agl's own plugins give, for the error when it is not installed."""
-
-
-_PLURAL = {"credit_assignment": "credit_assignments", "backend": "backends", "engine": "engines"}
+def _provides_by_plugin() -> dict[str, dict[str, list[str]]]:
+    """``{plugin: {kinds: [names]}}`` from one call of each provider hook."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for kind in providers.KINDS:
+        found = providers.registrations(kind)
+        winners = found.winners()
+        for provided in found.found:
+            winner = winners[provided.name].plugin
+            label = provided.name if winner == provided.plugin else f"{provided.name} (overridden by {winner!r})"
+            out.setdefault(provided.plugin, {}).setdefault(f"{kind}s", []).append(label)
+    return out

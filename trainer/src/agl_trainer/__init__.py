@@ -22,7 +22,8 @@ from agl_trainer.trainer import Trainer, TrainResult
 
 __version__ = "0.1.0"
 
-# agl-trainer's credit strategies are built in wherever the training side is imported.
+# agl-trainer's credit strategies and loggers are built in wherever the training side is imported.
 agl.plugins.add_builtin("agl_trainer.credit")
+agl.plugins.add_builtin("agl_trainer.loggers")
 
 __all__ = ["TrainResult", "Trainer", "TrainerConfig", "evaluate"]

@@ -1,7 +1,7 @@
 """The algorithm-backend seam.
 
 A backend learns from transitions. agl-verl provides ``verl`` (modes ``local``
-and ``distributed``); others plug in through the ``agl_backend`` hook. The
+and ``distributed``); others plug in through the ``agl_register_backends`` hook. The
 trainer drives it:
 
 1. :meth:`Backend.setup` once, with the engine whose weights it updates;

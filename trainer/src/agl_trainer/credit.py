@@ -2,7 +2,7 @@
 
 A strategy takes a rollout's rewards and how many LLM calls it made, and returns
 one reward per call. The built-in ones are registered as a plugin, so a package
-can add its own through the ``agl_credit_assignment`` hook.
+can add its own through the ``agl_register_credit_assignments`` hook.
 
 - ``broadcast``: every call gets the final reward (the paper's default).
 - ``last``: only the final call is rewarded; the others get 0.
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agl.hookspecs import hookimpl
+from agl.hookspecs import Register, hookimpl
 
 
 @dataclass
@@ -85,12 +85,7 @@ BUILTIN: dict[str, Strategy] = {
 
 
 @hookimpl(trylast=True)
-def agl_credit_assignment(name: str) -> Strategy | None:
-    """The built-in strategy called ``name``; asked last, so a plugin can provide one of the same name."""
-    return BUILTIN.get(name)
-
-
-@hookimpl
-def agl_list_components() -> dict[str, list[str]]:
-    """The built-in strategies, for ``agl plugins``."""
-    return {"credit_assignments": sorted(BUILTIN)}
+def agl_register_credit_assignments(register: Register) -> None:
+    """The built-in strategies; asked last, so a plugin can register one of the same name."""
+    for name, strategy in BUILTIN.items():
+        register(name, strategy, description=(strategy.__doc__ or "").strip().splitlines()[0])

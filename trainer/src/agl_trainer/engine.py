@@ -13,7 +13,7 @@ HTTP servers (replicas) that speak the *token-id dialect* vLLM introduced:
 The gateway (:mod:`agl_trainer.gateway`) sits in front of the replicas, routes each
 rollout to one of them and records the token ids. Engine plugins (the
 ``transformers`` and ``vllm`` engines in agl-verl) implement :class:`Engine` and
-are found through the ``agl_engine`` hook.
+are registered through the ``agl_register_engines`` hook.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from agl.env import STORE_URL
@@ -268,26 +268,23 @@ def open_store(url: str | os.PathLike[str] | None = None, *, create: bool = True
       (``~`` is expanded);
     - ``http://127.0.0.1:4317`` (token in ``options`` or ``AGL_STORE_TOKEN``): a store server;
     - ``postgresql://user@host/db``: PostgreSQL;
-    - any other ``scheme://``: the opener a plugin gives for it (hook ``agl_store_schemes``),
-      called as ``opener(url, **options)``.
+    - any other ``scheme://``: the opener a plugin registers for it (hook
+      ``agl_register_store_schemes``), called as ``opener(url, **options)``.
+
+    The three above are registered the same way, by :mod:`agl.store.schemes`, and
+    are found without loading any installed plugin.
 
     With no URL, :func:`default_store_url` names the store. ``create=False`` is for
     readers: a SQLite file that does not exist is a :class:`~agl.errors.ConfigError`
     (``no such store: PATH``) instead of a new, empty store; other schemes open as usual.
     Raises :class:`~agl.errors.ConfigError` for a scheme nothing opens, listing the known ones.
     """
+    from agl.providers import resolve
+
     url = os.fspath(url) if url else default_store_url()
     scheme = url.split("://", 1)[0].lower() if "://" in url else "sqlite"
-    if scheme == "sqlite":
-        return _open_sqlite(url, create=create, **options)
-    opener = _BUILTIN_SCHEMES.get(scheme)
-    if opener is None:
-        schemes = _plugin_schemes()
-        opener = schemes.get(scheme)
-        if opener is None:
-            known = ", ".join(f"{s}://" for s in sorted({"sqlite", *_BUILTIN_SCHEMES, *schemes}))
-            raise ConfigError(f"store url {url!r}: unknown scheme {scheme!r} (known: {known})")
-    return opener(url, **options)
+    opener = resolve("store_scheme", scheme, field=f"store url {url!r}")
+    return opener(url, **({"create": create} if scheme == "sqlite" else {}), **options)
 
 
 def sqlite_path(url: str | os.PathLike[str]) -> Path:
@@ -308,47 +305,3 @@ def sqlite_path(url: str | os.PathLike[str]) -> Path:
 def sqlite_url(path: str | os.PathLike[str]) -> str:
     """The ``sqlite:///`` URL of a file, made absolute (so that another working directory finds it too)."""
     return f"sqlite:///{Path(path).expanduser().resolve()}"
-
-
-def _open_sqlite(url: str, *, create: bool = True, **options) -> Store:
-    from agl.store.sqlite import SqliteStore
-
-    path = sqlite_path(url)
-    if not create and not path.is_file():
-        raise ConfigError(
-            f"no such store: {path} (nothing has written to it yet: give the store with --store URL "
-            f"or ${STORE_URL}; agl train, agl run and agl store serve create it)"
-        )
-    return SqliteStore(path, **options)
-
-
-def _open_http(url: str, **options) -> Store:
-    from agl.store.http import HttpStore
-
-    return HttpStore(url, **options)
-
-
-def _open_postgres(url: str, **options) -> Store:
-    from agl.store.postgres import PostgresStore
-
-    return PostgresStore(url, **options)
-
-
-_BUILTIN_SCHEMES: dict[str, Callable[..., Store]] = {
-    "http": _open_http,
-    "https": _open_http,
-    "postgresql": _open_postgres,
-    "postgres": _open_postgres,
-}
-"""The schemes agl-core opens itself besides ``sqlite``; plugins add others and cannot replace these."""
-
-
-def _plugin_schemes() -> dict[str, Callable[..., Store]]:
-    """``{scheme: opener}`` from every plugin's ``agl_store_schemes``; the first in call order wins a scheme."""
-    from agl.plugins import hook
-
-    schemes: dict[str, Callable[..., Store]] = {}
-    for answer in hook().agl_store_schemes():
-        for scheme, opener in (answer or {}).items():
-            schemes.setdefault(scheme.lower(), opener)
-    return schemes

@@ -14,8 +14,3 @@ def agl_store_routes(store) -> list:
     from agl_otel._endpoint import traces_route
 
     return [traces_route(store)]
-
-
-@agl.hookimpl
-def agl_list_components() -> dict[str, list[str]]:
-    return {"store_routes": ["POST /v1/traces (OTLP/HTTP)"]}

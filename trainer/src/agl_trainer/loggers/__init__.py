@@ -9,19 +9,21 @@
 
 Each entry is a name, or a mapping with ``name`` and that logger's options
 (:class:`~agl_trainer.loggers.tensorboard.TensorBoardOptions`,
-:class:`~agl_trainer.loggers.wandb.WandbOptions`). The trainer makes one
+:class:`~agl_trainer.loggers.wandb.WandbOptions`). A name is looked up among the
+loggers plugins register (``agl_register_loggers``); the two here are registered
+that way too, as a built-in plugin, ``trylast`` so that a plugin may replace one. The trainer makes one
 :class:`~agl_trainer.loggers.base.Logger` per entry and registers it as an ``agl``
 plugin on ``agl_step_ended`` for the length of the run; it also hands them the
 before/after evaluations (steps 0 and ``steps + 1``, as in ``metrics.jsonl``).
 Their libraries are extras: ``pip install 'agl-trainer[tensorboard,wandb]'``.
 
-A logger of your own needs none of this: any plugin with an ``agl_step_ended``
-hook (``plugins: [my_logger]``) sees the same records.
+A logger of your own can be registered the same way (a :class:`Logger` subclass),
+or be any plugin with an ``agl_step_ended`` hook (``plugins: [my_logger]``): it sees
+the same records.
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,21 +31,37 @@ from typing import Any
 from pydantic import ValidationError
 
 from agl.errors import ConfigError
+from agl.hookspecs import Register, hookimpl
+from agl.providers import resolve
 from agl_trainer.loggers.base import Logger, LoggerOptions, RunInfo, metric_name, redacted, scalars
 from agl_trainer.loggers.tensorboard import TensorBoardLogger
 from agl_trainer.loggers.wandb import WandbLogger
 
-LOGGERS: dict[str, type[Logger]] = {cls.name: cls for cls in (TensorBoardLogger, WandbLogger)}
-"""The loggers a config may name, by name."""
+BUILTIN: tuple[type[Logger], ...] = (TensorBoardLogger, WandbLogger)
+"""agl-trainer's own loggers."""
+
+
+@hookimpl(trylast=True)
+def agl_register_loggers(register: Register) -> None:
+    """The built-in loggers; asked last, so a plugin can register one of the same name."""
+    for cls in BUILTIN:
+        register(cls.name, cls, description=f"pip install 'agl-trainer[{cls.extra}]'")
+
+
+def logger_class(name: str) -> type[Logger]:
+    """The logger class registered as ``name``; a ValueError names the unknown logger and what is installed."""
+    try:
+        cls = resolve("logger", name)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    if not (isinstance(cls, type) and issubclass(cls, Logger)):
+        raise ValueError(f"logger {name!r}: its plugin registered {cls!r}, not a Logger subclass")
+    return cls
 
 
 def check_options(name: str, options: Mapping[str, Any]) -> LoggerOptions:
     """The options of logger ``name``, validated; a ValueError names the unknown logger or the bad option."""
-    cls = LOGGERS.get(name)
-    if cls is None:
-        close = difflib.get_close_matches(name, LOGGERS, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ValueError(f"unknown logger {name!r} ({hint}agl has: {', '.join(sorted(LOGGERS))})")
+    cls = logger_class(name)
     try:
         return cls.options_model.model_validate(dict(options))
     except ValidationError as exc:
@@ -70,7 +88,7 @@ def build_loggers(entries: Sequence[Any]) -> list[Logger]:
             checked = check_options(name, options)
         except ValueError as exc:
             raise ConfigError(f"loggers[{i}]: {exc}") from None
-        cls = LOGGERS[name]
+        cls = logger_class(name)
         if importlib.util.find_spec(cls.package) is None:
             raise ConfigError(
                 f"loggers[{i}]: the {name!r} logger needs the {cls.package} package, which is not installed: "
@@ -81,7 +99,7 @@ def build_loggers(entries: Sequence[Any]) -> list[Logger]:
 
 
 __all__ = [
-    "LOGGERS",
+    "BUILTIN",
     "Logger",
     "LoggerOptions",
     "RunInfo",
@@ -89,6 +107,7 @@ __all__ = [
     "WandbLogger",
     "build_loggers",
     "check_options",
+    "logger_class",
     "metric_name",
     "redacted",
     "scalars",

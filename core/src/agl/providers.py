@@ -1,0 +1,230 @@
+"""What plugins provide: the registrations made through the ``agl_register_*`` hooks.
+
+Every provider hook has one shape, ``agl_register_<kind>s(register)``, and a plugin
+calls ``register(name, factory, description="")`` once per thing it provides (see
+:mod:`agl.hookspecs` for why). The relay hands each implementation a ``register``
+bound to its plugin's name, so the registry knows, for each name, which plugin gave
+it: :func:`registrations` lists them in call order, :func:`resolve` finds one (the
+first in call order wins a name) and :func:`agl.plugins.list_plugins` shows them.
+
+A name is checked where it is registered: an empty or malformed name, a factory that
+is not callable, a name the same plugin registers twice, or a replacement for one of
+agl's own store schemes is a :class:`~agl.errors.ConfigError` naming the plugin, the
+hook and the field. The check runs when the plugin is registered, so a plugin with a
+bad registration is refused before anything is asked of it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of thing plugins provide."""
+
+    name: str
+    """How :func:`resolve` and errors name it (``backend``, ``credit_assignment``)."""
+    builds: bool
+    """Whether :func:`resolve` calls the factory with the config (backends, engines) or returns it as registered."""
+    pattern: re.Pattern[str]
+    """What a name of this kind may look like."""
+    fixed: bool = False
+    """Whether agl's own names of this kind may not be replaced by a plugin's (store schemes)."""
+
+    @property
+    def hook(self) -> str:
+        """The hook plugins register this kind through: ``agl_register_<kind>s``."""
+        return f"agl_register_{self.name}s"
+
+    @property
+    def what(self) -> str:
+        """The kind in words, for messages (``credit assignment``)."""
+        return self.name.replace("_", " ")
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+KINDS: dict[str, Kind] = {
+    kind.name: kind
+    for kind in (
+        Kind("backend", builds=True, pattern=_NAME),
+        Kind("engine", builds=True, pattern=_NAME),
+        Kind("credit_assignment", builds=False, pattern=_NAME),
+        Kind("store_scheme", builds=False, pattern=re.compile(r"[a-z][a-z0-9+.-]*"), fixed=True),
+        Kind("logger", builds=False, pattern=_NAME),
+        Kind("command", builds=False, pattern=re.compile(r"[a-z][a-z0-9-]*")),
+    )
+}
+"""Every kind, by name; its hook is ``agl_register_<name>s``."""
+HOOKS: dict[str, Kind] = {kind.hook: kind for kind in KINDS.values()}
+"""Every kind, by the name of its hook."""
+
+KNOWN_PACKAGES = {
+    ("backend", "verl"): "agl-verl",
+    ("engine", "transformers"): "agl-verl",
+    ("engine", "vllm"): "agl-verl",
+}
+"""The package that provides a component agl's own plugins give, for the error when it is not installed."""
+
+
+@dataclass(frozen=True)
+class Provided:
+    """One registration: ``plugin`` registered ``factory`` as the ``kind`` called ``name``."""
+
+    kind: str
+    name: str
+    factory: Callable[..., Any]
+    plugin: str
+    description: str = ""
+
+
+class Registrations:
+    """What one call of a provider hook collected, in call order.
+
+    The relay passes this object as ``register``; each implementation is handed
+    :meth:`bound_to` its plugin instead (see :func:`bind_register`), so a
+    registration always carries the name of the plugin that made it.
+    """
+
+    def __init__(self, kind: Kind, fixed: dict[str, Provided] | None = None):
+        self.kind = kind
+        self.found: list[Provided] = []
+        self._fixed = fixed or {}
+
+    def bound_to(self, plugin: str) -> Callable[..., None]:
+        """The ``register`` function ``plugin``'s implementation is called with."""
+
+        def register(name: str, factory: Callable[..., Any], description: str = "") -> None:
+            self.add(plugin, name, factory, description)
+
+        register.__doc__ = f"Register the {self.kind.what} ``name``, provided by ``factory`` (plugin {plugin!r})."
+        return register
+
+    def __call__(self, name: str, factory: Callable[..., Any], description: str = "") -> None:
+        """A registration through the relay by an implementation that was not bound (a wrapper's own)."""
+        self.add("(unknown plugin)", name, factory, description)
+
+    def add(self, plugin: str, name: Any, factory: Any, description: Any = "") -> None:
+        """Record one registration; a bad one is a ConfigError naming the plugin, the hook and the field."""
+        kind = self.kind
+        where = f"plugin {plugin!r}, hook {kind.hook!r}: register(name={name!r})"
+        if not isinstance(name, str) or not kind.pattern.fullmatch(name):
+            raise ConfigError(f"{where}: name: expected a {kind.what} name matching {kind.pattern.pattern}")
+        if not callable(factory):
+            raise ConfigError(f"{where}: factory: expected a callable, got {type(factory).__name__}")
+        if not isinstance(description, str):
+            raise ConfigError(f"{where}: description: expected a string, got {type(description).__name__}")
+        if any(p.plugin == plugin and p.name == name for p in self.found):
+            raise ConfigError(f"{where}: name: registered twice by the same plugin")
+        owner = self._fixed.get(name)
+        if owner is not None and owner.plugin != plugin:
+            raise ConfigError(f"{where}: name: the {kind.what} {name!r} is agl's own ({owner.plugin}), not replaceable")
+        self.found.append(Provided(kind.name, name, factory, plugin, description))
+
+    def winners(self) -> dict[str, Provided]:
+        """Each name once: the first registration in call order."""
+        out: dict[str, Provided] = {}
+        for provided in self.found:
+            out.setdefault(provided.name, provided)
+        return out
+
+
+def bind_register(plugin: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` (a provider hook implementation) made to receive ``register`` bound to ``plugin``.
+
+    pluggy passes an implementation its arguments positionally, by its own argument
+    names; a provider hook has one, ``register``.
+    """
+
+    def call(*args: Any) -> Any:
+        return function(*(a.bound_to(plugin) if isinstance(a, Registrations) else a for a in args))
+
+    call.__wrapped__ = function  # type: ignore[attr-defined]
+    return call
+
+
+def kind_of(kind: str) -> Kind:
+    """The :class:`Kind` called ``kind``; a ValueError lists the kinds there are."""
+    try:
+        return KINDS[kind]
+    except KeyError:
+        raise ValueError(f"kind: no kind {kind!r} (agl has: {', '.join(KINDS)})") from None
+
+
+def registrations(kind: str) -> Registrations:
+    """Every registration of ``kind`` by the built-in and installed plugins, in call order."""
+    from agl.plugins import hook
+
+    found = Registrations(kind_of(kind), fixed_builtins(kind))
+    getattr(hook(), found.kind.hook)(register=found)
+    return found
+
+
+def fixed_builtins(kind: str) -> dict[str, Provided]:
+    """agl's own names of ``kind`` where they cannot be replaced (store schemes), found without loading plugins.
+
+    So ``open_store("sqlite:///...")`` neither loads nor depends on installed plugins.
+    """
+    from agl.plugins import builtin_modules
+
+    spec = kind_of(kind)
+    if not spec.fixed:
+        return {}
+    found = Registrations(spec)
+    for module_name in builtin_modules():
+        function = getattr(__import__(module_name, fromlist=["_"]), spec.hook, None)
+        if function is not None:
+            function(register=found.bound_to(module_name))
+    return found.winners()
+
+
+def find(kind: str, name: str) -> Provided | None:
+    """The registration that provides the ``kind`` called ``name`` (the first in call order), or None."""
+    fixed = fixed_builtins(kind).get(name)
+    return fixed or registrations(kind).winners().get(name)
+
+
+def names(kind: str) -> list[str]:
+    """Every name of ``kind`` the loaded plugins provide, sorted."""
+    return sorted(registrations(kind).winners())
+
+
+def resolve(kind: str, name: str, config: dict[str, Any] | None = None, *, field: str | None = None) -> Any:
+    """The component ``name`` of ``kind`` (backend, engine, credit_assignment, store_scheme, logger, command).
+
+    A backend or an engine is built: its factory is called with ``config`` as keyword
+    arguments. The other kinds are returned as registered (a credit-assignment strategy,
+    a store opener, a logger class, a command's parser setup). The
+    :class:`~agl.errors.ConfigError` for a name nothing provides names the package to
+    install where agl knows it (``no backend 'verl': pip install agl-verl``), else the
+    closest provided name and what is provided; ``field`` (``store url '...'``) is put
+    before it.
+    """
+    spec = kind_of(kind)
+    provided = find(kind, name)
+    if provided is None:
+        message = not_provided(kind, name, names(kind))
+        raise ConfigError(f"{field}: {message}" if field else message)
+    if spec.builds:
+        return provided.factory(**(config or {}))
+    if config:
+        raise TypeError(f"resolve: a {spec.what} takes no config (got {sorted(config)})")
+    return provided.factory
+
+
+def not_provided(kind: str, name: str, known: list[str]) -> str:
+    """The message for a ``kind`` called ``name`` that none of the ``known`` names is."""
+    what = kind_of(kind).what
+    installed = f"installed: {', '.join(known) or 'none'}"
+    package = KNOWN_PACKAGES.get((kind, name))
+    if package is not None:
+        return f"no {what} {name!r}: pip install {package} (it provides it; {installed})"
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"{what}: no plugin provides {name!r} ({hint}{installed}; see agl plugins)"
