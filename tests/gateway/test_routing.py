@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from agl_trainer.gateway import Gateway
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_until
 from tests.fake_engine import FakeEngine
 from tests.gateway.conftest import TOKEN, calls_of, new_rollout
 
@@ -23,15 +23,6 @@ def chat(url: str, rollout: str | None = None, key: str | None = None, **kw) -> 
     path = f"/rollouts/{rollout}/v1/chat/completions" if rollout else "/v1/chat/completions"
     headers = {"Authorization": f"Bearer {key}"} if key else AUTH
     return httpx.post(f"{url}{path}", json=BODY, headers=headers, timeout=30, **kw)
-
-
-def wait_until(condition, what: str, timeout_s: float = 10.0) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting until {what}")
-        time.sleep(0.005)
 
 
 @pytest.fixture
