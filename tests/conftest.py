@@ -49,7 +49,7 @@ def wait_until_serving(
     url: str, proc: subprocess.Popen, timeout_s: float = 30.0, output: Callable[[], str] | None = None
 ) -> None:
     """Wait until ``GET url`` answers 200, failing at once (with ``output()``, else the process's
-    piped stdout) if ``proc``, the server's process, exits first."""
+    piped stdout) if ``proc``, the server's process, exits first; killed if it never answers."""
 
     def serving() -> bool:
         if proc.poll() is not None:
@@ -60,7 +60,12 @@ def wait_until_serving(
         except httpx.TransportError:
             return False
 
-    wait_until(serving, f"{url} answers 200", timeout_s, step_s=0.05)
+    try:
+        wait_until(serving, f"{url} answers 200", timeout_s, step_s=0.05)
+    except BaseException:
+        if proc.poll() is None:
+            proc.kill()
+        raise
 
 
 def _piped_output(proc: subprocess.Popen) -> str:
