@@ -23,6 +23,7 @@ from agl.store.http import HttpStore
 from agl.store.sqlite import SqliteStore
 from agl_trainer.body_limits import inflate
 from agl_trainer.store_server import DEFAULT_MAX_LOCK_WAIT_S, ServerThread
+from tests.conftest import wait_until
 
 LIMIT = 64 * 1024
 
@@ -197,7 +198,8 @@ def test_writes_queued_behind_a_locked_one_are_answered_in_the_same_bound(store)
         try:
             writers = [threading.Thread(target=write, args=(i,)) for i in range(6)]
             writers[0].start()
-            time.sleep(0.3)  # the others queue behind the first one's retries
+            # the others queue behind the first one's retries
+            wait_until(lambda: not store._writer_free(), "the first write retries the locked database")
             for w in writers[1:]:
                 w.start()
             for w in writers:
