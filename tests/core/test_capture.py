@@ -34,6 +34,7 @@ from agl.capture import context as capture_module
 from agl.errors import StoreUnavailable
 from agl.schema import Reward, Span
 from agl.store.sqlite import SqliteStore
+from tests.conftest import wait_until
 
 
 @pytest.fixture
@@ -61,15 +62,6 @@ def production_store(tmp_path, monkeypatch):
     if capture_module._production_writer is not None:
         capture_module._production_writer.close()
         capture_module._production_writer.store.close()
-
-
-def _wait_until(predicate, timeout_s=5.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 # -- the current rollout ---------------------------------------------------------
@@ -280,7 +272,7 @@ def test_writer_flushes_by_size(store):
         time.sleep(0.3)
         assert _stored(store) == 0  # under the batch size and long before the interval
         w.put(_spans(1, "x")[0])
-        assert _wait_until(lambda: _stored(store) == 10, timeout_s=3)
+        wait_until(lambda: _stored(store) == 10, "the 10 spans are stored")
     finally:
         w.close()
 
@@ -289,7 +281,7 @@ def test_writer_flushes_by_interval(store):
     w = BufferedWriter(store, batch_size=1000, interval_s=0.1)
     try:
         w.put(_spans(1)[0])
-        assert _wait_until(lambda: _stored(store) == 1, timeout_s=3)
+        wait_until(lambda: _stored(store) == 1, "the span is stored")
         assert w.pending() == 0 and w.written == 1
     finally:
         w.close()

@@ -7,15 +7,15 @@ through the generic path that any other store (HTTP) takes.
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 
 import agl.transitions as transitions_mod
 from agl.hookspecs import hookimpl
 from agl.plugins import register, unregister
-from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task
+from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task, now
 from agl.transitions import TransitionBuilder, TransitionConfig, build_transitions, normalize_messages
+from tests.conftest import wait_until
 
 
 @pytest.fixture(params=["sqlite-fast", "generic"])
@@ -241,7 +241,7 @@ def test_records_of_an_earlier_attempt_are_left_out(store):
     first = store.claim("runner")[0]
     store.add_llm_calls([_call("ro-r", "old", 0, _msgs("a"), first.started_at + 0.001)])
     store.finish("ro-r", RolloutStatus.FAILED, error="boom")
-    time.sleep(0.01)
+    wait_until(lambda: now() > first.started_at + 0.001, "the clock has moved past the old call")
     second = store.claim("runner")[0]
     assert second.attempt == 2
     store.add_llm_calls([_call("ro-r", "new", 1, _msgs("a"), second.started_at + 0.001)])
