@@ -17,6 +17,7 @@ import pytest
 from agl.errors import IncompatibleStore, NotFound, StoreUnavailable
 from agl.schema import Rollout, Span, Task
 from agl.store.sqlite import SqliteStore
+from tests.conftest import wait_until
 
 
 def _quick(path, **options) -> SqliteStore:
@@ -248,10 +249,12 @@ def test_checkpoints_run_off_the_commit_path_and_the_log_stays_bounded(tmp_path,
                     for k in range(6)
                 ]
             )
-        deadline = time.monotonic() + 10
-        while os.path.getsize(path) < 3 * 2**20:  # the background thread copies the log into the file
-            assert time.monotonic() < deadline, f"no checkpoint: database file {os.path.getsize(path)} bytes"
-            time.sleep(0.05)
+        wait_until(  # the background thread copies the log into the file
+            lambda: os.path.getsize(path) >= 3 * 2**20,
+            "a checkpoint has copied the log into the database file",
+            step_s=0.05,
+            detail=lambda: f"the file is {os.path.getsize(path)} bytes",
+        )
         for i in range(300, 2000):  # sustained writes: the writer's own checkpoint bounds the log
             store.add_spans(
                 [
