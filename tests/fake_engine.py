@@ -38,6 +38,8 @@ import time
 from collections import deque
 from typing import Any
 
+from tests.conftest import wait_until
+
 MODEL = "fake-policy"
 END = "</s>"
 _STREAM_PIECE = 4  # tokens per stream chunk
@@ -522,11 +524,13 @@ class FakeEngine:
             target=self._server.run, kwargs={"sockets": [sock]}, daemon=True, name="fake-engine"
         )
         self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the fake engine did not start")
-            time.sleep(0.005)
+
+        def started() -> bool:
+            if not self._thread.is_alive():
+                raise RuntimeError("the fake engine's server thread ended before it started")
+            return self._server.started
+
+        wait_until(started, "the fake engine has started", step_s=0.005)
         return self
 
     def stop(self) -> None:
