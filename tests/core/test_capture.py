@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import logging
 import statistics
 import subprocess
@@ -387,20 +388,23 @@ def test_put_never_waits_for_a_slow_store(tmp_path):
     store = FlakyStore(tmp_path / "agl.db", delay_s=0.3)
     w = BufferedWriter(store, batch_size=1000, interval_s=0.01)
     durations = []
+    items = (Span(span_id=f"s{i}", rollout_id="ro", name="s", seq=i) for i in itertools.count())
+
+    def put_100() -> bool:
+        for _ in range(100):
+            item = next(items)
+            t0 = time.perf_counter()
+            w.put(item)
+            durations.append(time.perf_counter() - t0)
+        return len(durations) >= 3000 and store.calls >= 2
+
     try:
-        items = iter(_spans(3000))
-        for _ in range(30):  # 0.6 s of puts, while the store spends 0.3 s on every write
-            for _ in range(100):
-                item = next(items)
-                t0 = time.perf_counter()
-                w.put(item)
-                durations.append(time.perf_counter() - t0)
-            time.sleep(0.02)
-        assert store.calls >= 2, "the store was hardly written during the puts"
+        # rounds of puts every 0.02 s, while the store spends 0.3 s on every write
+        wait_until(put_100, "3000 puts are made and the store has been written twice meanwhile", step_s=0.02)
         assert statistics.median(durations) < 50e-6, f"median put {statistics.median(durations) * 1e6:.1f} µs"
         assert max(durations) < store.delay_s / 2, f"a put waited {max(durations):.3f}s, like a store write"
         w.flush(timeout_s=30)
-        assert _stored(store) == 3000
+        assert _stored(store) == len(durations)
     finally:
         w.close()
         store.close()
