@@ -84,11 +84,14 @@ def test_concurrency_runs_rollouts_at_once(sqlite_store, kind):
     _enqueue(sqlite_store, 8)
     live, peak = [0], [0]
     lock = threading.Lock()
+    four_at_once = threading.Event()  # the first four wait for one another: one wave, not four
 
     def enter():
         with lock:
             live[0] += 1
             peak[0] = max(peak[0], live[0])
+            if live[0] == 4:
+                four_at_once.set()
 
     def leave():
         with lock:
@@ -96,19 +99,18 @@ def test_concurrency_runs_rollouts_at_once(sqlite_store, kind):
 
     async def async_agent(task_input, ctx):
         enter()
-        await asyncio.sleep(0.3)
+        assert await asyncio.to_thread(four_at_once.wait, 10), "four rollouts never ran at once"
+        await asyncio.sleep(0.3)  # a slow agent: a runner over its limit would start a fifth meanwhile
         leave()
 
     def sync_agent(task_input, ctx):
         enter()
+        assert four_at_once.wait(10), "four rollouts never ran at once"
         time.sleep(0.3)
         leave()
 
-    t = time.monotonic()
     counts = _run(Runner(async_agent if kind == "async" else sync_agent, sqlite_store, concurrency=4))
-    elapsed = time.monotonic() - t
-    assert counts == {"succeeded": 8} and peak[0] == 4
-    assert elapsed < 1.5  # two waves of 0.3 s, not eight
+    assert counts == {"succeeded": 8} and peak[0] == 4  # two waves of four, not eight of one
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
