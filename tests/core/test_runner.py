@@ -84,7 +84,7 @@ def test_concurrency_runs_rollouts_at_once(sqlite_store, kind):
     _enqueue(sqlite_store, 8)
     live, peak = [0], [0]
     lock = threading.Lock()
-    four_at_once = threading.Event()  # the first four wait for one another: one wave, not four
+    four_at_once = threading.Event()  # the first four hold until all four run
 
     def enter():
         with lock:

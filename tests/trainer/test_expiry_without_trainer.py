@@ -29,32 +29,44 @@ def _setup(store, n: int, **rollout_options) -> None:
     store.enqueue([Rollout(rollout_id=f"ro{i}", task_id=f"t{i}", **rollout_options) for i in range(n)])
 
 
+class ClockedStore(SqliteStore):
+    """A real SQLite store whose expiry passes are recorded (``passes``: monotonic times) and
+    judge heartbeats at the test's clock, ``now``, instead of the wall clock. A pass waits
+    for ``judging`` (set unless the test clears it) before it judges."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.now = schema_now()
+        self.passes: list[float] = []
+        self.judging = threading.Event()
+        self.judging.set()
+
+    def expire(self, *, heartbeat_timeout_s: float, now: float | None = None) -> list[Rollout]:
+        self.passes.append(time.monotonic())
+        assert self.judging.wait(30), "the test never let the expiry pass judge"
+        return super().expire(heartbeat_timeout_s=heartbeat_timeout_s, now=self.now if now is None else now)
+
+
 def test_a_silent_runners_rollout_is_requeued_and_a_live_ones_is_kept(tmp_path):
-    backing = SqliteStore(tmp_path / "agl.db")
+    lease = 1.0
+    backing = ClockedStore(tmp_path / "agl.db")
     _setup(backing, 2, max_attempts=2)
     token = new_token(16)
-    with ServerThread(backing, token=token, expire_every_s=0.2, heartbeat_timeout_s=1.0) as server:
+    with ServerThread(backing, token=token, expire_every_s=0.05, heartbeat_timeout_s=lease) as server:
         client = HttpStore(server.url, token=token)
         try:
             [dead] = client.claim("dead-runner", limit=1)  # claims, then never heartbeats again
             [live] = client.claim("live-runner", limit=1)
-            stop = threading.Event()
-
-            def beat():
-                while not stop.wait(0.2):
-                    client.heartbeat([live.rollout_id], "live-runner")
-
-            beater = threading.Thread(target=beat, daemon=True)
-            beater.start()
-            try:
-                wait_until(
-                    lambda: backing.get_rollout(dead.rollout_id).status == RolloutStatus.QUEUED,
-                    "the dead runner's rollout is queued again",
-                )
-                assert backing.get_rollout(live.rollout_id).status == RolloutStatus.RUNNING
-            finally:
-                stop.set()
-                beater.join()
+            client.heartbeat([live.rollout_id], "live-runner")
+            heard = backing.get_rollout(live.rollout_id).heartbeat_at
+            assert heard > dead.heartbeat_at
+            # the test's clock: the dead runner silent for longer than the lease, the live one not
+            backing.now = (dead.heartbeat_at + heard) / 2 + lease
+            wait_until(
+                lambda: backing.get_rollout(dead.rollout_id).status == RolloutStatus.QUEUED,
+                "the dead runner's rollout is queued again",
+            )
+            assert backing.get_rollout(live.rollout_id).status == RolloutStatus.RUNNING
             [attempt] = client.attempts(dead.rollout_id)
             assert attempt.runner_id == "dead-runner" and attempt.status == RolloutStatus.TIMED_OUT
             assert attempt.error.startswith("no heartbeat for 1")
@@ -90,26 +102,13 @@ def test_server_expiry_beside_a_trainer_expiring_ends_each_attempt_once(tmp_path
     backing.close()
 
 
-class ClockedStore(SqliteStore):
-    """A real SQLite store whose expiry passes are recorded (``passes``: monotonic times) and
-    judge heartbeats at the test's clock, ``now``, instead of the wall clock."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.now = schema_now()
-        self.passes: list[float] = []
-
-    def expire(self, *, heartbeat_timeout_s: float, now: float | None = None) -> list[Rollout]:
-        self.passes.append(time.monotonic())
-        return super().expire(heartbeat_timeout_s=heartbeat_timeout_s, now=self.now if now is None else now)
-
-
 def test_runners_get_one_lease_after_the_server_starts(tmp_path):
     lease = 1.0
     backing = ClockedStore(tmp_path / "agl.db")
     _setup(backing, 1)
     [cut_off] = backing.claim("runner-cut-off", limit=1)  # last heard from then; the server was down since
     backing.now = cut_off.heartbeat_at + 2.2 * lease  # a pass now would take the rollout back
+    backing.judging.clear()  # until the runner has been heard, however slow the host
     token = new_token(16)
     started = time.monotonic()
     with ServerThread(backing, token=token, expire_every_s=0.05, heartbeat_timeout_s=lease) as server:
@@ -117,6 +116,7 @@ def test_runners_get_one_lease_after_the_server_starts(tmp_path):
         try:
             client.heartbeat(["ro0"], "runner-cut-off")  # the runner is heard again in time
             backing.now = backing.get_rollout("ro0").heartbeat_at + 0.5 * lease
+            backing.judging.set()
             wait_until(lambda: len(backing.passes) >= 2, "the server has made two expiry passes")
             assert backing.passes[0] - started >= lease  # the first pass waited one lease
             assert backing.get_rollout("ro0").status == RolloutStatus.RUNNING
