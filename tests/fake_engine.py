@@ -119,6 +119,8 @@ class FakeEngine:
         """Statuses to answer the next requests with (for example 503), one each."""
         self.break_stream_after: int | None = None
         """Drop the connection after this many chunks of the next stream (a crash mid-answer)."""
+        self.hold: threading.Event | None = None
+        """While this is an unset event, requests wait for it (up to 30 s) before they are answered."""
         self.in_flight = 0
         self.max_seen_in_flight = 0
         self.aborted = 0
@@ -494,6 +496,8 @@ class FakeEngine:
                 return status, self._error(f"injected failure {status}", status), None
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
+            if self.hold is not None:
+                await asyncio.to_thread(self.hold.wait, 30)
             if path == "/v1/chat/completions":
                 wire = dict(req, return_token_ids=True, logprobs=True) if req.get("stream") else req
                 status, out = self.chat(wire)

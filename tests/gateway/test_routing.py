@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import threading
 import time
 
 import httpx
@@ -84,15 +85,18 @@ def test_saturation_answers_429_with_retry_after(store):
 
 def test_pause_drains_in_flight_and_holds_new_requests(store):
     with (
-        FakeEngine(delay_s=0.3) as eng,
+        FakeEngine() as eng,
         Gateway(store, [eng.url], token=TOKEN) as gw,
         cf.ThreadPoolExecutor(2) as pool,
     ):
+        eng.hold = threading.Event()  # the engine answers once the test lets it
         first = pool.submit(chat, gw.url)
         wait_until(lambda: eng.in_flight == 1, "the engine works on the request")
-        t0 = time.monotonic()
-        assert gw.pause(timeout_s=5) is True
-        assert time.monotonic() - t0 > 0.1 and eng.in_flight == 0  # pause waited for the request in flight
+        pausing = pool.submit(lambda: (gw.pause(timeout_s=5), eng.hold.is_set()))
+        wait_until(lambda: gw.paused, "the gateway pauses")
+        eng.hold.set()
+        # pause returned True, and only once the request in flight had been let go
+        assert pausing.result(timeout=5) == (True, True) and eng.in_flight == 0
         assert first.result(timeout=2).status_code == 200
         held = pool.submit(chat, gw.url)
         wait_until(lambda: gw.status()["held"] == 1, "the request waits at the gate")
