@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import time
+from collections.abc import Callable
 
+import httpx
 import pytest
 
 
@@ -12,6 +16,63 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_until(
+    condition: Callable[[], object],
+    what: str,
+    timeout_s: float = 10.0,
+    *,
+    step_s: float = 0.01,
+    detail: Callable[[], object] | None = None,
+) -> float:
+    """Call ``condition`` every ``step_s`` until it answers true; the seconds that took.
+
+    Fails the test with "timed out after N s waiting until <what>" (and ``detail()``, say a
+    log's tail, read at that moment) when ``timeout_s`` passes first. ``timeout_s`` bounds a
+    broken test; it is not a margin to assert on, so make it generous and assert on what the
+    condition saw. An exception from ``condition`` (an ``assert`` that a helper process still
+    runs, say) ends the wait at once. A plain function rather than a fixture: helper threads,
+    helper classes and other conftest modules call it as it is, with nothing to pass down.
+    """
+    started = time.monotonic()
+    while not condition():
+        waited = time.monotonic() - started
+        if waited > timeout_s:
+            more = "" if detail is None else f"\n{detail()}"
+            pytest.fail(f"timed out after {waited:.1f} s waiting until {what}{more}")
+        time.sleep(step_s)
+    return time.monotonic() - started
+
+
+def wait_until_serving(
+    url: str, proc: subprocess.Popen, timeout_s: float = 30.0, output: Callable[[], str] | None = None
+) -> None:
+    """Wait until ``GET url`` answers 200, failing at once (with ``output()``, else the process's
+    piped stdout) if ``proc``, the server's process, exits first; killed if it never answers."""
+
+    def serving() -> bool:
+        if proc.poll() is not None:
+            said = output() if output is not None else _piped_output(proc)
+            pytest.fail(f"{url}: the server process exited {proc.returncode} before it answered:\n{said}")
+        try:
+            return httpx.get(url, timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_until(serving, f"{url} answers 200", timeout_s, step_s=0.05)
+    except BaseException:
+        if proc.poll() is None:
+            proc.kill()
+        raise
+
+
+def _piped_output(proc: subprocess.Popen) -> str:
+    if proc.stdout is None:
+        return "(its output was not piped)"
+    out = proc.stdout.read()
+    return out.decode(errors="replace") if isinstance(out, bytes) else out
 
 
 @pytest.fixture

@@ -38,6 +38,8 @@ import time
 from collections import deque
 from typing import Any
 
+from tests.conftest import wait_until
+
 MODEL = "fake-policy"
 END = "</s>"
 _STREAM_PIECE = 4  # tokens per stream chunk
@@ -117,6 +119,8 @@ class FakeEngine:
         """Statuses to answer the next requests with (for example 503), one each."""
         self.break_stream_after: int | None = None
         """Drop the connection after this many chunks of the next stream (a crash mid-answer)."""
+        self.hold: threading.Event | None = None
+        """While this is an unset event, requests wait for it (up to 30 s) before they are answered."""
         self.in_flight = 0
         self.max_seen_in_flight = 0
         self.aborted = 0
@@ -492,6 +496,8 @@ class FakeEngine:
                 return status, self._error(f"injected failure {status}", status), None
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
+            if self.hold is not None:
+                await asyncio.to_thread(self.hold.wait, 30)
             if path == "/v1/chat/completions":
                 wire = dict(req, return_token_ids=True, logprobs=True) if req.get("stream") else req
                 status, out = self.chat(wire)
@@ -522,11 +528,13 @@ class FakeEngine:
             target=self._server.run, kwargs={"sockets": [sock]}, daemon=True, name="fake-engine"
         )
         self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the fake engine did not start")
-            time.sleep(0.005)
+
+        def started() -> bool:
+            if not self._thread.is_alive():
+                raise RuntimeError("the fake engine's server thread ended before it started")
+            return self._server.started
+
+        wait_until(started, "the fake engine has started", step_s=0.005)
         return self
 
     def stop(self) -> None:

@@ -4,10 +4,10 @@ column gains it when opened (the ``_added_columns`` migration)."""
 from __future__ import annotations
 
 import sqlite3
-import time
 
-from agl.schema import Rollout, RolloutStatus, Task
+from agl.schema import Rollout, RolloutStatus, Task, now
 from agl.store.sqlite import SqliteStore
+from tests.conftest import wait_until
 
 
 def test_an_ended_attempt_keeps_its_last_heartbeat(tmp_path):
@@ -15,14 +15,14 @@ def test_an_ended_attempt_keeps_its_last_heartbeat(tmp_path):
         store.add_tasks([Task(task_id="t", input=1)])
         store.enqueue([Rollout(rollout_id="ro", task_id="t", max_attempts=2)])
         [claimed] = store.claim("runner-a")
-        time.sleep(0.05)
+        wait_until(lambda: now() > claimed.heartbeat_at, "the clock has moved past the claim")
         store.heartbeat(["ro"], "runner-a")
         beat = store.get_rollout("ro").heartbeat_at
         assert beat > claimed.heartbeat_at
         [running] = store.attempts("ro")
         assert running.status == RolloutStatus.RUNNING and running.heartbeat_at == beat
-        time.sleep(0.05)
-        store.expire(heartbeat_timeout_s=0.01)  # runner-a went silent
+        wait_until(lambda: now() > beat + 0.01, "runner-a has been silent for longer than the lease")
+        store.expire(heartbeat_timeout_s=0.01)
         store.claim("runner-b")
         first, second = store.attempts("ro")
         assert (first.runner_id, first.status, first.heartbeat_at) == ("runner-a", RolloutStatus.TIMED_OUT, beat)

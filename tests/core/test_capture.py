@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import logging
 import statistics
 import subprocess
@@ -34,6 +35,7 @@ from agl.capture import context as capture_module
 from agl.errors import StoreUnavailable
 from agl.schema import Reward, Span
 from agl.store.sqlite import SqliteStore
+from tests.conftest import wait_until
 
 
 @pytest.fixture
@@ -61,15 +63,6 @@ def production_store(tmp_path, monkeypatch):
     if capture_module._production_writer is not None:
         capture_module._production_writer.close()
         capture_module._production_writer.store.close()
-
-
-def _wait_until(predicate, timeout_s=5.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 # -- the current rollout ---------------------------------------------------------
@@ -280,7 +273,7 @@ def test_writer_flushes_by_size(store):
         time.sleep(0.3)
         assert _stored(store) == 0  # under the batch size and long before the interval
         w.put(_spans(1, "x")[0])
-        assert _wait_until(lambda: _stored(store) == 10, timeout_s=3)
+        wait_until(lambda: _stored(store) == 10, "the 10 spans are stored")
     finally:
         w.close()
 
@@ -289,7 +282,7 @@ def test_writer_flushes_by_interval(store):
     w = BufferedWriter(store, batch_size=1000, interval_s=0.1)
     try:
         w.put(_spans(1)[0])
-        assert _wait_until(lambda: _stored(store) == 1, timeout_s=3)
+        wait_until(lambda: _stored(store) == 1, "the span is stored")
         assert w.pending() == 0 and w.written == 1
     finally:
         w.close()
@@ -395,20 +388,23 @@ def test_put_never_waits_for_a_slow_store(tmp_path):
     store = FlakyStore(tmp_path / "agl.db", delay_s=0.3)
     w = BufferedWriter(store, batch_size=1000, interval_s=0.01)
     durations = []
+    items = (Span(span_id=f"s{i}", rollout_id="ro", name="s", seq=i) for i in itertools.count())
+
+    def put_100() -> bool:
+        for _ in range(100):
+            item = next(items)
+            t0 = time.perf_counter()
+            w.put(item)
+            durations.append(time.perf_counter() - t0)
+        return len(durations) >= 3000 and store.calls >= 2
+
     try:
-        items = iter(_spans(3000))
-        for _ in range(30):  # 0.6 s of puts, while the store spends 0.3 s on every write
-            for _ in range(100):
-                item = next(items)
-                t0 = time.perf_counter()
-                w.put(item)
-                durations.append(time.perf_counter() - t0)
-            time.sleep(0.02)
-        assert store.calls >= 2, "the store was hardly written during the puts"
+        # rounds of puts every 0.02 s, while the store spends 0.3 s on every write
+        wait_until(put_100, "3000 puts are made and the store has been written twice meanwhile", step_s=0.02)
         assert statistics.median(durations) < 50e-6, f"median put {statistics.median(durations) * 1e6:.1f} µs"
         assert max(durations) < store.delay_s / 2, f"a put waited {max(durations):.3f}s, like a store write"
         w.flush(timeout_s=30)
-        assert _stored(store) == 3000
+        assert _stored(store) == len(durations)
     finally:
         w.close()
         store.close()

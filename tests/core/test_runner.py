@@ -23,6 +23,7 @@ import agl
 from agl.runner import RolloutResult, Runner, read_result
 from agl.schema import Rollout, RolloutStatus, Task
 from agl_trainer.transitions import build_transitions
+from tests.conftest import wait_until
 from tests.fake_engine import FakeEngine
 
 AGL = [sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))"]
@@ -83,11 +84,14 @@ def test_concurrency_runs_rollouts_at_once(sqlite_store, kind):
     _enqueue(sqlite_store, 8)
     live, peak = [0], [0]
     lock = threading.Lock()
+    four_at_once = threading.Event()  # the first four hold until all four run
 
     def enter():
         with lock:
             live[0] += 1
             peak[0] = max(peak[0], live[0])
+            if live[0] == 4:
+                four_at_once.set()
 
     def leave():
         with lock:
@@ -95,19 +99,18 @@ def test_concurrency_runs_rollouts_at_once(sqlite_store, kind):
 
     async def async_agent(task_input, ctx):
         enter()
-        await asyncio.sleep(0.3)
+        assert await asyncio.to_thread(four_at_once.wait, 10), "four rollouts never ran at once"
+        await asyncio.sleep(0.3)  # a slow agent: a runner over its limit would start a fifth meanwhile
         leave()
 
     def sync_agent(task_input, ctx):
         enter()
+        assert four_at_once.wait(10), "four rollouts never ran at once"
         time.sleep(0.3)
         leave()
 
-    t = time.monotonic()
     counts = _run(Runner(async_agent if kind == "async" else sync_agent, sqlite_store, concurrency=4))
-    elapsed = time.monotonic() - t
-    assert counts == {"succeeded": 8} and peak[0] == 4
-    assert elapsed < 1.5  # two waves of 0.3 s, not eight
+    assert counts == {"succeeded": 8} and peak[0] == 4  # two waves of four, not eight of one
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
@@ -188,9 +191,12 @@ def test_heartbeats_while_the_agent_runs(sqlite_store):
     seen = []
 
     def agent(task_input, ctx):
-        for _ in range(6):
-            time.sleep(0.1)
-            seen.append(sqlite_store.get_rollout(ctx.rollout_id).heartbeat_at)
+        def moved_twice() -> bool:
+            r = sqlite_store.get_rollout(ctx.rollout_id)
+            seen.append(r.heartbeat_at)
+            return len(set(seen)) >= 3 and r.heartbeat_at > r.started_at + 0.2
+
+        wait_until(moved_twice, "the heartbeat has moved twice while the agent runs", step_s=0.05)
 
     _run(Runner(agent, sqlite_store, heartbeat_s=0.1))
     r = sqlite_store.get_rollout("ro0")
@@ -209,23 +215,25 @@ def test_rewards_emitted_inside_the_agent_are_stored_before_the_rollout_ends(sql
     runner = Runner(agent, sqlite_store, concurrency=3)
     missing = []
 
-    def watch():
+    done: set[str] = set()
+
+    def all_seen_done() -> bool:
         # Whenever a rollout is seen finished, its rewards must already be in the store.
-        deadline = time.monotonic() + 10
-        done = set()
-        while len(done) < 6 and time.monotonic() < deadline:
-            for r in sqlite_store.query_rollouts(status=RolloutStatus.SUCCEEDED):
-                if r.rollout_id not in done:
-                    done.add(r.rollout_id)
-                    if len(list(sqlite_store.query_rewards(rollout_id=r.rollout_id))) != 2:
-                        missing.append(r.rollout_id)
-            time.sleep(0.002)
+        for r in sqlite_store.query_rollouts(status=RolloutStatus.SUCCEEDED):
+            if r.rollout_id not in done:
+                done.add(r.rollout_id)
+                if len(list(sqlite_store.query_rewards(rollout_id=r.rollout_id))) != 2:
+                    missing.append(r.rollout_id)
+        return len(done) == 6
+
+    def watch():
+        wait_until(all_seen_done, "the watcher has seen the 6 rollouts succeed", step_s=0.002)
 
     watcher = threading.Thread(target=watch)
     watcher.start()
     _run(runner)
     watcher.join()
-    assert missing == []
+    assert len(done) == 6 and missing == []
     rewards = list(sqlite_store.query_rewards(rollout_id="ro3"))
     assert sorted((w.name, w.value, w.source) for w in rewards) == [("reward", 3.0, "agent"), ("step", 0.5, "agent")]
     assert len(list(sqlite_store.query_spans(rollout_id="ro3", kind="tool"))) == 1

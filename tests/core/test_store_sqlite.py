@@ -17,6 +17,7 @@ import pytest
 from agl.errors import IncompatibleStore, NotFound, StoreUnavailable
 from agl.schema import Rollout, Span, Task
 from agl.store.sqlite import SqliteStore
+from tests.conftest import wait_until
 
 
 def _quick(path, **options) -> SqliteStore:
@@ -46,11 +47,11 @@ def test_a_lock_that_outlives_the_retries_fails_clearly_then_writes_resume(tmp_p
 
 _LOCKER = textwrap.dedent(
     """
-    import sqlite3, sys, time
+    import sqlite3, sys
     conn = sqlite3.connect(sys.argv[1], isolation_level=None)
     conn.execute("BEGIN EXCLUSIVE")
     print("locked", flush=True)
-    time.sleep(float(sys.argv[2]))
+    sys.stdin.readline()  # held until the test says
     conn.execute("ROLLBACK")
     """
 )
@@ -59,16 +60,33 @@ _LOCKER = textwrap.dedent(
 def test_a_lock_held_by_another_process_is_retried_until_it_goes(tmp_path, caplog):
     path = tmp_path / "agl.db"
     store = SqliteStore(path, busy_timeout_s=0.05, retries=10, retry_delay_s=0.02)
-    locker = subprocess.Popen([sys.executable, "-c", _LOCKER, str(path), "0.4"], stdout=subprocess.PIPE, text=True)
+    locker = subprocess.Popen(
+        [sys.executable, "-c", _LOCKER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    released = threading.Event()
+
+    def release_once_retried() -> None:
+        wait_until(
+            lambda: any("locked" in r.getMessage() and "retrying" in r.getMessage() for r in caplog.records),
+            "the store retries the locked write",
+        )
+        released.set()  # before the lock goes: the write cannot end before this
+        locker.stdin.write("go\n")
+        locker.stdin.flush()
+
     try:
         assert locker.stdout.readline().strip() == "locked"
-        started = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="agl.store.sql"):
+            releaser = threading.Thread(target=release_once_retried)
+            releaser.start()
             store.add_tasks([Task(task_id="t", input=1)])
-        assert time.monotonic() - started > 0.2  # it did wait for the other process
+        releaser.join(10)
+        assert released.is_set()  # it did wait for the other process
         assert any("locked" in r.getMessage() and "retrying" in r.getMessage() for r in caplog.records)
         assert store.get_task("t").input == 1
     finally:
+        if locker.poll() is None and not locker.stdin.closed:
+            locker.stdin.close()  # a locker still waiting reads EOF and lets go
         locker.wait(10)
         store.close()
 
@@ -248,10 +266,12 @@ def test_checkpoints_run_off_the_commit_path_and_the_log_stays_bounded(tmp_path,
                     for k in range(6)
                 ]
             )
-        deadline = time.monotonic() + 10
-        while os.path.getsize(path) < 3 * 2**20:  # the background thread copies the log into the file
-            assert time.monotonic() < deadline, f"no checkpoint: database file {os.path.getsize(path)} bytes"
-            time.sleep(0.05)
+        wait_until(  # the background thread copies the log into the file
+            lambda: os.path.getsize(path) >= 3 * 2**20,
+            "a checkpoint has copied the log into the database file",
+            step_s=0.05,
+            detail=lambda: f"the file is {os.path.getsize(path)} bytes",
+        )
         for i in range(300, 2000):  # sustained writes: the writer's own checkpoint bounds the log
             store.add_spans(
                 [
@@ -274,7 +294,10 @@ def test_a_caller_interrupted_while_waiting_does_not_stall_the_writes(tmp_path):
     class Interrupted(Exception):
         pass
 
+    interrupted = threading.Event()
+
     def interrupt(signum, frame):
+        interrupted.set()
         raise Interrupted
 
     store = SqliteStore(tmp_path / "agl.db")
@@ -283,7 +306,7 @@ def test_a_caller_interrupted_while_waiting_does_not_stall_the_writes(tmp_path):
     def slow_write():
         def run(cur):
             started.set()
-            time.sleep(0.5)  # the leader is busy: the main thread's write waits behind it
+            assert interrupted.wait(10)  # the leader is busy: the main thread's write waits behind it
 
         store._write(run)
 

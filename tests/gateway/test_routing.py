@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import threading
 import time
 
 import httpx
 import pytest
 
 from agl_trainer.gateway import Gateway
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_until
 from tests.fake_engine import FakeEngine
 from tests.gateway.conftest import TOKEN, calls_of, new_rollout
 
@@ -23,15 +24,6 @@ def chat(url: str, rollout: str | None = None, key: str | None = None, **kw) -> 
     path = f"/rollouts/{rollout}/v1/chat/completions" if rollout else "/v1/chat/completions"
     headers = {"Authorization": f"Bearer {key}"} if key else AUTH
     return httpx.post(f"{url}{path}", json=BODY, headers=headers, timeout=30, **kw)
-
-
-def wait_until(condition, what: str, timeout_s: float = 10.0) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting until {what}")
-        time.sleep(0.005)
 
 
 @pytest.fixture
@@ -93,15 +85,18 @@ def test_saturation_answers_429_with_retry_after(store):
 
 def test_pause_drains_in_flight_and_holds_new_requests(store):
     with (
-        FakeEngine(delay_s=0.3) as eng,
+        FakeEngine() as eng,
         Gateway(store, [eng.url], token=TOKEN) as gw,
         cf.ThreadPoolExecutor(2) as pool,
     ):
+        eng.hold = threading.Event()  # the engine answers once the test lets it
         first = pool.submit(chat, gw.url)
         wait_until(lambda: eng.in_flight == 1, "the engine works on the request")
-        t0 = time.monotonic()
-        assert gw.pause(timeout_s=5) is True
-        assert time.monotonic() - t0 > 0.1 and eng.in_flight == 0  # pause waited for the request in flight
+        pausing = pool.submit(lambda: (gw.pause(timeout_s=5), eng.hold.is_set()))
+        wait_until(lambda: gw.paused, "the gateway pauses")
+        eng.hold.set()
+        # pause returned True, and only once the request in flight had been let go
+        assert pausing.result(timeout=5) == (True, True) and eng.in_flight == 0
         assert first.result(timeout=2).status_code == 200
         held = pool.submit(chat, gw.url)
         wait_until(lambda: gw.status()["held"] == 1, "the request waits at the gate")

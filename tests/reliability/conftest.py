@@ -11,10 +11,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
+from tests.conftest import wait_until_serving
 
 ROOT = Path(__file__).resolve().parents[2]
 AGL = [sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))"]
@@ -44,18 +43,8 @@ class StoreProcess:
         args += ["--admin-token-file", str(self.token_file), *self.extra]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([*AGL, *args], cwd=ROOT, env=agl_env(), stdout=log, stderr=log)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"agl store serve exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        self.kill()
-        raise AssertionError(f"agl store serve did not come up in {timeout_s:.0f} s: {self.log.read_text()[-2000:]}")
+        wait_until_serving(f"{self.url}/healthz", self.proc, timeout_s, output=lambda: self.log.read_text()[-2000:])
+        return self
 
     def kill(self) -> None:
         """SIGKILL, no warning: what a crash or the OOM killer does."""
@@ -79,13 +68,3 @@ class StoreProcess:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
         raise AssertionError("no VmRSS line")
-
-
-def wait_until(predicate, timeout_s: float, step_s: float = 0.05) -> bool:
-    """Poll ``predicate`` until it is true or ``timeout_s`` has passed; its last answer."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step_s)
-    return bool(predicate())

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 
 import pytest
 
 from agl.credentials import new_token
 from agl.schema import Rollout, RolloutStatus, Task
 from agl.store.sqlite import SqliteStore
-from tests.conftest import free_port
-from tests.reliability.conftest import AGL, StoreProcess, agl_env, wait_until
+from tests.conftest import free_port, wait_until
+from tests.reliability.conftest import AGL, StoreProcess, agl_env
 
 AGENT = """
 import pathlib, time
@@ -61,22 +60,33 @@ def test_a_rollout_finishing_during_a_store_outage_succeeds_and_the_runner_lives
         stderr=subprocess.STDOUT,
     )
     try:
-        assert wait_until(lambda: _rollout(db, "ro0").status == RolloutStatus.RUNNING, 30), "never claimed"
+        wait_until(lambda: _rollout(db, "ro0").status == RolloutStatus.RUNNING, "ro0 is claimed", 30)
         server.kill()
         release.touch()  # the agent returns while nothing answers
-        time.sleep(3)
+        wait_until(  # the agent's reward is all it has to write
+            lambda: "agl writer: the store is unavailable" in (tmp_path / "runner.log").read_text(),
+            "the runner's writer holds ro0's reward while the store is down",
+            30,
+            step_s=0.1,
+            detail=lambda: _tail(runner_log),
+        )
         assert runner.poll() is None, _tail(runner_log)
         assert _rollout(db, "ro0").status == RolloutStatus.RUNNING  # kept, not lost or given back
 
         server.start()
-        assert wait_until(lambda: _rollout(db, "ro0").status.terminal, 30), _tail(runner_log)
+        wait_until(lambda: _rollout(db, "ro0").status.terminal, "ro0 has ended", 30, detail=lambda: _tail(runner_log))
         done = _rollout(db, "ro0")
         assert done.status == RolloutStatus.SUCCEEDED, (done, _tail(runner_log))
         assert done.output == {"answer": 42} and done.attempt == 1
         with SqliteStore(db) as store:
             assert [(r.value, r.source) for r in store.query_rewards(rollout_id="ro0")] == [(0.75, "return")]
             store.enqueue([Rollout(rollout_id="ro1", task_id="t1")])
-        assert wait_until(lambda: _rollout(db, "ro1").status == RolloutStatus.SUCCEEDED, 30), _tail(runner_log)
+        wait_until(
+            lambda: _rollout(db, "ro1").status == RolloutStatus.SUCCEEDED,
+            "ro1 succeeds",
+            30,
+            detail=lambda: _tail(runner_log),
+        )
         assert runner.poll() is None, _tail(runner_log)
     finally:
         if runner.poll() is None:

@@ -20,8 +20,8 @@ from agl.errors import StoreUnavailable
 from agl.schema import LLMCall, Reward, Span
 from agl.store.http import HttpStore
 from agl.store.sqlite import SqliteStore
-from tests.conftest import free_port
-from tests.reliability.conftest import StoreProcess, wait_until
+from tests.conftest import free_port, wait_until
+from tests.reliability.conftest import StoreProcess
 
 WRITERS = 6
 
@@ -104,13 +104,14 @@ def test_sigkill_during_concurrent_writes_loses_nothing_acknowledged_and_doubles
     try:
         for t in threads:
             t.start()
-        assert wait_until(lambda: acked.total() >= 400 or acked.failures, 40), acked.total()
+        wait_until(lambda: acked.total() >= 400 or acked.failures, "400 writes are acknowledged", 40)
         assert not acked.failures, acked.failures[:3]
         server.kill()  # mid-stream: requests are on the wire right now
         before = acked.snapshot()
-        time.sleep(0.5)  # longer than a request's own retries (0.15 s): writers see the outage
+        wait_until(lambda: acked.resent or acked.failures, "a write has outlasted its request's own retries", 40)
         server.start()
-        assert wait_until(lambda: acked.total() >= sum(map(len, before)) + 400 or acked.failures, 40)
+        more = sum(map(len, before)) + 400
+        wait_until(lambda: acked.total() >= more or acked.failures, "400 more writes are acknowledged", 40)
     finally:
         stop.set()
         for t in threads:

@@ -9,6 +9,7 @@ from agl.schema import Reward, Rollout, RolloutStatus, Span, Task
 from agl.store.sqlite import SqliteStore
 from agl_trainer.cli import main
 from agl_trainer.store_server import ServerThread
+from tests.conftest import wait_until_serving
 
 
 @pytest.fixture
@@ -148,7 +149,6 @@ def test_store_serve_without_a_token_prints_a_new_one(tmp_path):
     import os
     import subprocess
     import sys
-    import time
     from pathlib import Path
 
     import httpx
@@ -184,12 +184,7 @@ def test_store_serve_without_a_token_prints_a_new_one(tmp_path):
         assert len(token) >= 24
         assert "serving SqliteStore" in (second := proc.stdout.readline()) and f"http://127.0.0.1:{port}" in second
         url = f"http://127.0.0.1:{port}"
-        for _ in range(200):
-            try:
-                httpx.get(f"{url}/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                time.sleep(0.05)
+        wait_until_serving(f"{url}/healthz", proc)
         assert httpx.get(f"{url}/v1/stats").status_code == 401
         with HttpStore(url, token=token) as store:
             assert store.stats().spans == 0

@@ -20,6 +20,7 @@ from agl.store.http import HttpStore
 from agl.store.sqlite import SqliteStore
 from agl_trainer.cli import main
 from agl_trainer.store_server import ServerThread
+from tests.conftest import wait_until_serving
 
 TOKEN = "dash-token-1"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -235,15 +236,7 @@ def test_agl_dashboard_serves_a_sqlite_file(served, tmp_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ})
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()
-            time.sleep(0.1)
+        wait_until_serving(f"{base}/healthz", proc, 20)
         page = httpx.get(f"{base}/ui/rollouts", headers={"Authorization": "Bearer file-token"}, timeout=5)
         assert page.status_code == 200 and "ro-059" in page.text
         assert httpx.get(f"{base}/ui/rollouts", headers=AUTH, timeout=5).status_code == 303

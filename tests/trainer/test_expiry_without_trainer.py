@@ -14,23 +14,14 @@ import sys
 import threading
 import time
 
-import httpx
-
 from agl.credentials import new_token
 from agl.schema import Rollout, RolloutStatus, Task
+from agl.schema import now as schema_now
 from agl.store.http import HttpStore
 from agl.store.sqlite import SqliteStore
 from agl_trainer.cli import main
 from agl_trainer.store_server import ServerThread
-
-
-def _until(predicate, timeout_s: float, step_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step_s)
-    return predicate()
+from tests.conftest import free_port, wait_until, wait_until_serving
 
 
 def _setup(store, n: int, **rollout_options) -> None:
@@ -38,29 +29,44 @@ def _setup(store, n: int, **rollout_options) -> None:
     store.enqueue([Rollout(rollout_id=f"ro{i}", task_id=f"t{i}", **rollout_options) for i in range(n)])
 
 
+class ClockedStore(SqliteStore):
+    """A real SQLite store whose expiry passes are recorded (``passes``: monotonic times) and
+    judge heartbeats at the test's clock, ``now``, instead of the wall clock. A pass waits
+    for ``judging`` (set unless the test clears it) before it judges."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.now = schema_now()
+        self.passes: list[float] = []
+        self.judging = threading.Event()
+        self.judging.set()
+
+    def expire(self, *, heartbeat_timeout_s: float, now: float | None = None) -> list[Rollout]:
+        self.passes.append(time.monotonic())
+        assert self.judging.wait(30), "the test never let the expiry pass judge"
+        return super().expire(heartbeat_timeout_s=heartbeat_timeout_s, now=self.now if now is None else now)
+
+
 def test_a_silent_runners_rollout_is_requeued_and_a_live_ones_is_kept(tmp_path):
-    backing = SqliteStore(tmp_path / "agl.db")
+    lease = 1.0
+    backing = ClockedStore(tmp_path / "agl.db")
     _setup(backing, 2, max_attempts=2)
     token = new_token(16)
-    with ServerThread(backing, token=token, expire_every_s=0.2, heartbeat_timeout_s=1.0) as server:
+    with ServerThread(backing, token=token, expire_every_s=0.05, heartbeat_timeout_s=lease) as server:
         client = HttpStore(server.url, token=token)
         try:
             [dead] = client.claim("dead-runner", limit=1)  # claims, then never heartbeats again
             [live] = client.claim("live-runner", limit=1)
-            stop = threading.Event()
-
-            def beat():
-                while not stop.wait(0.2):
-                    client.heartbeat([live.rollout_id], "live-runner")
-
-            beater = threading.Thread(target=beat, daemon=True)
-            beater.start()
-            try:
-                assert _until(lambda: backing.get_rollout(dead.rollout_id).status == RolloutStatus.QUEUED, 10)
-                assert backing.get_rollout(live.rollout_id).status == RolloutStatus.RUNNING
-            finally:
-                stop.set()
-                beater.join()
+            client.heartbeat([live.rollout_id], "live-runner")
+            heard = backing.get_rollout(live.rollout_id).heartbeat_at
+            assert heard > dead.heartbeat_at
+            # the test's clock: the dead runner silent for longer than the lease, the live one not
+            backing.now = (dead.heartbeat_at + heard) / 2 + lease
+            wait_until(
+                lambda: backing.get_rollout(dead.rollout_id).status == RolloutStatus.QUEUED,
+                "the dead runner's rollout is queued again",
+            )
+            assert backing.get_rollout(live.rollout_id).status == RolloutStatus.RUNNING
             [attempt] = client.attempts(dead.rollout_id)
             assert attempt.runner_id == "dead-runner" and attempt.status == RolloutStatus.TIMED_OUT
             assert attempt.error.startswith("no heartbeat for 1")
@@ -81,12 +87,12 @@ def test_server_expiry_beside_a_trainer_expiring_ends_each_attempt_once(tmp_path
         try:
             claimed = client.claim("dead-runner", limit=6)
             trainer_took: list[str] = []
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:  # the trainer's loop, expiring with the same lease
-                trainer_took += [r.rollout_id for r in client.expire(heartbeat_timeout_s=0.5)]
-                if all(backing.get_rollout(r.rollout_id).status.terminal for r in claimed):
-                    break
-                time.sleep(0.02)
+
+            def trainer_pass() -> bool:  # the trainer's loop, expiring with the same lease
+                trainer_took.extend(r.rollout_id for r in client.expire(heartbeat_timeout_s=0.5))
+                return all(backing.get_rollout(r.rollout_id).status.terminal for r in claimed)
+
+            wait_until(trainer_pass, "every claimed rollout has ended", step_s=0.02)
             for r in claimed:
                 assert backing.get_rollout(r.rollout_id).status == RolloutStatus.TIMED_OUT
                 assert [a.status for a in client.attempts(r.rollout_id)] == [RolloutStatus.TIMED_OUT]
@@ -97,20 +103,25 @@ def test_server_expiry_beside_a_trainer_expiring_ends_each_attempt_once(tmp_path
 
 
 def test_runners_get_one_lease_after_the_server_starts(tmp_path):
-    backing = SqliteStore(tmp_path / "agl.db")
+    lease = 1.0
+    backing = ClockedStore(tmp_path / "agl.db")
     _setup(backing, 1)
-    backing.claim("runner-cut-off", limit=1)  # last heard from now; the server is down for a while
-    time.sleep(2.2)
+    [cut_off] = backing.claim("runner-cut-off", limit=1)  # last heard from then; the server was down since
+    backing.now = cut_off.heartbeat_at + 2.2 * lease  # a pass now would take the rollout back
+    backing.judging.clear()  # until the runner has been heard, however slow the host
     token = new_token(16)
-    with ServerThread(backing, token=token, expire_every_s=0.1, heartbeat_timeout_s=2.0) as server:
-        time.sleep(0.5)  # passes would already find the heartbeat 2.7 s old
-        assert backing.get_rollout("ro0").status == RolloutStatus.RUNNING
+    started = time.monotonic()
+    with ServerThread(backing, token=token, expire_every_s=0.05, heartbeat_timeout_s=lease) as server:
         client = HttpStore(server.url, token=token)
         try:
             client.heartbeat(["ro0"], "runner-cut-off")  # the runner is heard again in time
-            time.sleep(1.0)  # past the first pass, within the lease of the new heartbeat
+            backing.now = backing.get_rollout("ro0").heartbeat_at + 0.5 * lease
+            backing.judging.set()
+            wait_until(lambda: len(backing.passes) >= 2, "the server has made two expiry passes")
+            assert backing.passes[0] - started >= lease  # the first pass waited one lease
             assert backing.get_rollout("ro0").status == RolloutStatus.RUNNING
-            assert _until(lambda: backing.get_rollout("ro0").status == RolloutStatus.TIMED_OUT, 5)
+            backing.now += lease  # the runner is silent again, past the lease of its heartbeat
+            wait_until(lambda: backing.get_rollout("ro0").status == RolloutStatus.TIMED_OUT, "ro0 is timed out")
         finally:
             client.close()
     backing.close()
@@ -138,7 +149,8 @@ def test_rollouts_show_and_list_tell_the_attempts_apart(tmp_path, capsys):
         client = HttpStore(server.url, token=token)
         try:
             client.claim("dead-runner", limit=1)
-            assert _until(lambda: backing.get_rollout("ro0").status == RolloutStatus.QUEUED, 10)
+            wait_until(lambda: backing.get_rollout("ro0").status == RolloutStatus.QUEUED, "ro0 is queued again")
+            server.expirer.stop()  # its work is done: the second runner's attempt stays running, however slow the host
             client.claim("second-runner", limit=1)
             client.heartbeat(["ro0"], "second-runner")
             first, second = client.attempts("ro0")
@@ -163,8 +175,6 @@ def test_rollouts_show_and_list_tell_the_attempts_apart(tmp_path, capsys):
 
 def test_agl_store_serve_takes_back_a_silent_runners_rollout(tmp_path):
     """The command itself, as a deployment runs it: ``agl store serve`` with short expiry settings."""
-    from tests.conftest import free_port
-
     path = tmp_path / "agl.db"
     with SqliteStore(path) as seed:
         _setup(seed, 1, max_attempts=2)
@@ -176,20 +186,13 @@ def test_agl_store_serve_takes_back_a_silent_runners_rollout(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", cli, *args], env=env, stdout=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        assert _until(lambda: _healthy(url) or proc.poll() is not None, 20) and proc.poll() is None
+        wait_until_serving(f"{url}/healthz", proc)
         with contextlib.closing(HttpStore(url, token=token)) as client:
             client.claim("dead-runner")
-            assert _until(lambda: client.get_rollout("ro0").status == RolloutStatus.QUEUED, 10)
+            wait_until(lambda: client.get_rollout("ro0").status == RolloutStatus.QUEUED, "ro0 is queued again")
             [attempt] = client.attempts("ro0")
             assert attempt.status == RolloutStatus.TIMED_OUT and attempt.runner_id == "dead-runner"
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=10)
     assert "runners silent for 1s are taken back (checked every 0.2s)" in out
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False

@@ -22,18 +22,10 @@ from agl.schema import Rollout, RolloutStatus, Span, Task
 from agl.store.http import HttpStore, Unauthorized
 from agl.store.sqlite import SqliteStore
 from agl_trainer.store_server import ServerThread
+from tests.conftest import wait_until
 
 AGL = [sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))"]
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _until(predicate, timeout_s: float, step_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step_s)
-    return predicate()
 
 
 def _status(path, rollout_id: str) -> RolloutStatus:
@@ -64,23 +56,27 @@ def test_a_rollout_that_ends_while_the_store_is_down_is_finished_when_it_is_back
     thread = threading.Thread(target=lambda: outcome.update(counts=runner.run_sync()), daemon=True)
     thread.start()
     try:
-        assert _until(lambda: backing.get_rollout("ro0").status == RolloutStatus.RUNNING, 10)
+        wait_until(lambda: backing.get_rollout("ro0").status == RolloutStatus.RUNNING, "ro0 runs")
         server.stop()  # the store server goes away, and its database is closed
         backing.close()
         release.set()  # the agent finishes while nothing answers
-        time.sleep(3)
+        wait_until(
+            lambda: runner.writer.write_errors >= 2 and runner.writer.pending() >= 1,
+            "the runner has failed twice to write ro0's reward and still holds it",
+            30,
+        )
         assert _status(path, "ro0") == RolloutStatus.RUNNING  # not finished, not given back: kept
         assert thread.is_alive(), outcome
 
         backing = SqliteStore(path)  # the same database, served on the same port
         server = ServerThread(backing, token=token, port=port).start()
-        assert _until(lambda: backing.get_rollout("ro0").status == RolloutStatus.SUCCEEDED, 20)
+        wait_until(lambda: backing.get_rollout("ro0").status == RolloutStatus.SUCCEEDED, "ro0 succeeds", 20)
         done = backing.get_rollout("ro0")
         assert done.output == {"answer": 1} and done.attempt == 1
         assert [(r.value, r.source) for r in backing.query_rewards(rollout_id="ro0")] == [(0.75, "return")]
 
         backing.enqueue([Rollout(rollout_id="ro1", task_id="t1")])  # the runner kept running
-        assert _until(lambda: backing.get_rollout("ro1").status == RolloutStatus.SUCCEEDED, 20)
+        wait_until(lambda: backing.get_rollout("ro1").status == RolloutStatus.SUCCEEDED, "ro1 succeeds", 20)
         assert thread.is_alive()
     finally:
         release.set()

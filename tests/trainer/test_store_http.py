@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
 import time
 
@@ -20,6 +21,7 @@ from agl.schema import Rollout, RolloutStatus, Span, Task
 from agl.store.http import HttpStore, RequestRejected, Unauthorized
 from agl.store.sqlite import SqliteStore
 from agl_trainer.store_server import ServerThread
+from tests.conftest import wait_until
 
 
 class CountingStore(SqliteStore):
@@ -288,7 +290,8 @@ def test_the_server_cache_is_not_needed_for_idempotency(tmp_path):
         assert backing.stats().spans == 1
 
 
-def test_transient_connection_failures_are_retried(tmp_path):
+def test_transient_connection_failures_are_retried(tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="agl.store.http")
     backing = SqliteStore(tmp_path / "agl.db")
     token = new_token(8)
     server = ServerThread(backing, token=token)
@@ -298,7 +301,10 @@ def test_transient_connection_failures_are_retried(tmp_path):
         done = threading.Event()
 
         def late_start():
-            time.sleep(0.5)
+            wait_until(
+                lambda: any("retrying" in r.getMessage() for r in caplog.records if r.name == "agl.store.http"),
+                "the client has failed to connect and retries",
+            )
             server.start()
 
         threading.Thread(target=late_start).start()

@@ -14,15 +14,13 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
-
 from agl.credentials import new_token
 from agl.errors import StoreUnavailable
 from agl.schema import Rollout, RolloutStatus, Span, Task
 from agl.store.http import HttpStore
 from agl.store.sqlite import SqliteStore
 from agl_trainer.store_server import ServerThread
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_until, wait_until_serving
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = "import sys; from agl_trainer.cli import main; sys.exit(main())"
@@ -47,18 +45,8 @@ def _start_server(db: Path, port: int, token: str) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"agl store serve exited {proc.returncode}: {proc.stdout.read()}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("agl store serve did not come up in 30 s")
+    wait_until_serving(f"http://127.0.0.1:{port}/healthz", proc)
+    return proc
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -132,11 +120,16 @@ class Writers:
             t.start()
 
     def wait_for(self, spans: int, timeout_s: float = 30) -> None:
-        deadline = time.monotonic() + timeout_s
-        while len(self.acked_spans) < spans:
+        def acknowledged() -> bool:
             assert not self.failures, self.failures[:3]
-            assert time.monotonic() < deadline, f"only {len(self.acked_spans)} spans acknowledged"
-            time.sleep(0.01)
+            return len(self.acked_spans) >= spans
+
+        wait_until(
+            acknowledged,
+            f"{spans} spans are acknowledged",
+            timeout_s,
+            detail=lambda: f"only {len(self.acked_spans)} were",
+        )
 
     def stop(self) -> None:
         self._stop.set()
@@ -158,7 +151,7 @@ def test_sigkilled_server_loses_nothing_acknowledged(tmp_path):
         writers.wait_for(300)
         _kill(server)  # mid-stream: requests are in flight right now
         before_restart = len(writers.acked_spans)
-        time.sleep(0.6)  # down for longer than the client's retries (0.35 s), however fast the restart
+        wait_until(lambda: writers.retried > 0, "a write has outlasted the client's own retries")
         server = _start_server(db, port, token)
         writers.wait_for(before_restart + 300)
         writers.stop()

@@ -23,6 +23,7 @@ from agl.store.http import HttpStore
 from agl.store.sqlite import SqliteStore
 from agl_trainer.body_limits import inflate
 from agl_trainer.store_server import DEFAULT_MAX_LOCK_WAIT_S, ServerThread
+from tests.conftest import wait_until
 
 LIMIT = 64 * 1024
 
@@ -181,9 +182,10 @@ def test_a_locked_database_answers_503_with_retry_after_in_bounded_time(store, c
         assert raw.post("/v1/spans", content=_spans_body(1)).status_code == 200
 
 
-def test_writes_queued_behind_a_locked_one_are_answered_in_the_same_bound(store):
+def test_writes_queued_behind_a_locked_one_are_answered_in_the_same_bound(store, caplog):
     import threading
 
+    caplog.set_level(logging.WARNING, logger="agl.store.sql")
     lock = sqlite3.connect(store.path, isolation_level=None, timeout=0)
     with served(store, max_lock_wait_s=3.0) as (raw, _):
         lock.execute("BEGIN IMMEDIATE")
@@ -197,7 +199,11 @@ def test_writes_queued_behind_a_locked_one_are_answered_in_the_same_bound(store)
         try:
             writers = [threading.Thread(target=write, args=(i,)) for i in range(6)]
             writers[0].start()
-            time.sleep(0.3)  # the others queue behind the first one's retries
+            # the others queue behind the first one's retries
+            wait_until(
+                lambda: any("retrying" in r.getMessage() for r in caplog.records if r.name == "agl.store.sql"),
+                "the first write retries the locked database",
+            )
             for w in writers[1:]:
                 w.start()
             for w in writers:

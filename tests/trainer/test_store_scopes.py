@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import httpx
@@ -24,6 +23,7 @@ from agl.schema import Reward, Rollout, RolloutStatus, Span, Task
 from agl.store.http import Forbidden, HttpStore, Unauthorized
 from agl.store.sqlite import SqliteStore
 from agl_trainer.store_server import ServerThread
+from tests.conftest import wait_until, wait_until_serving
 from tests.fake_engine import FakeEngine
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,9 +133,13 @@ def test_claims_hand_out_keys_that_open_their_own_rollout_only(tmp_path):
 
 
 def _write_until_refused(agent: HttpStore, rollout_id: str) -> None:
-    for _ in range(15):  # 1.5 s at most
+    """Write a span every 0.1 s until the server refuses (the refusal is raised)."""
+
+    def write() -> bool:
         agent.add_spans([Span(rollout_id=rollout_id, name="late")])
-        time.sleep(0.1)
+        return False
+
+    wait_until(write, "the server refuses the ended attempt's key", step_s=0.1)
 
 
 def test_without_the_secret_rollout_keys_are_refused_and_claims_carry_none(tmp_path):
@@ -240,14 +244,7 @@ def test_agl_store_serve_reads_its_tokens_and_key_secret_from_files(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", cli, *args], env=env, stdout=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(f"{url}/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline and proc.poll() is None, "agl store serve did not start"
-                time.sleep(0.05)
+        wait_until_serving(f"{url}/healthz", proc, 20)
         assert all(value not in " ".join(args) for value in files.values())
         with contextlib.closing(HttpStore(url, token=RUNNER, retries=0)) as runner:
             (claimed,) = runner.claim("runner-a")

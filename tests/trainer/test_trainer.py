@@ -28,6 +28,7 @@ from agl.store.sqlite import SqliteStore
 from agl_trainer.backend import Backend
 from agl_trainer.config import load_config
 from agl_trainer.trainer import Trainer
+from tests.conftest import wait_until
 from tests.fake_engine import FakeEngine
 
 REPO = Path(__file__).resolve().parents[2]
@@ -254,20 +255,20 @@ def test_sigkill_mid_step_then_resume_loses_nothing_and_counts_nothing_twice(tmp
     agent_log = tmp_path / "agent_runs.log"
     child = _child(workdir, engine.url, agent_log)
     db = workdir / "agl.db"
-    deadline = time.monotonic() + 60
-    while not db.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+
+    def store_made() -> bool:
+        assert child.poll() is None, child.stdout.read()
+        return db.exists()
+
+    wait_until(store_made, "the trainer has made its store", 60, step_s=0.05)
     store = SqliteStore(db)
     try:
         # Kill while step 2 is running: step 1 completed, some of step 2's rollouts in flight.
-        while time.monotonic() < deadline:
-            rollouts = list(store.query_rollouts(step=2))
-            if any(r.status == RolloutStatus.RUNNING for r in rollouts):
-                break
+        def step_2_runs() -> bool:
             assert child.poll() is None, child.stdout.read()
-            time.sleep(0.01)
-        else:
-            pytest.fail("step 2 never started")
+            return any(r.status == RolloutStatus.RUNNING for r in store.query_rollouts(step=2))
+
+        wait_until(step_2_runs, "step 2 has rollouts running", 60)
         child.send_signal(signal.SIGKILL)
         child.wait(10)
         ended_before_kill = {r.rollout_id for r in store.query_rollouts() if r.status.terminal}

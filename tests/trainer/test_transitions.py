@@ -7,13 +7,12 @@ through the generic path that any other store (HTTP) takes.
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 
 from agl.hookspecs import hookimpl
 from agl.plugins import register, unregister
-from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task
+from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task, now
 from agl.store.http import HttpStore
 from agl.store.sqlite import SqliteStore
 from agl_trainer.transitions import (
@@ -25,6 +24,7 @@ from agl_trainer.transitions import (
     normalize_messages,
     reader_for,
 )
+from tests.conftest import wait_until
 
 
 @pytest.fixture(params=[SqlReader, GenericReader], ids=["sqlite-fast", "generic"])
@@ -256,7 +256,7 @@ def test_records_of_an_earlier_attempt_are_left_out(store, reader):
     first = store.claim("runner")[0]
     store.add_llm_calls([_call("ro-r", "old", 0, _msgs("a"), first.started_at + 0.001)])
     store.finish("ro-r", RolloutStatus.FAILED, error="boom")
-    time.sleep(0.01)
+    wait_until(lambda: now() > first.started_at + 0.001, "the clock has moved past the old call")
     second = store.claim("runner")[0]
     assert second.attempt == 2
     store.add_llm_calls([_call("ro-r", "new", 1, _msgs("a"), second.started_at + 0.001)])

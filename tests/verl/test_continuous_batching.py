@@ -9,6 +9,7 @@ import time
 import httpx
 import pytest
 
+from tests.conftest import wait_until
 from tests.verl.conftest import reference_logprobs
 
 TOL = 1e-4
@@ -43,13 +44,6 @@ def tokens_and_logprobs(out: dict) -> tuple[list[int], list[float]]:
     return choice["token_ids"], [e["logprob"] for e in choice["logprobs"]["content"]]
 
 
-def wait_for(condition, timeout: float) -> None:
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, "condition not met in time"
-        time.sleep(0.005)
-
-
 class GatedForward:
     """The served model, paused after its ``pause_after``-th one-row decode step until released.
 
@@ -76,7 +70,7 @@ class GatedForward:
 def test_short_request_joins_and_leaves_a_running_long_one(engine, tiny_model_dir):
     url, batcher = engine.urls[0], engine.batchers[0]
     long_prompt = "the weather in paris is sunny today , said the assistant ."
-    wait_for(lambda: batcher.running_rows == 0, timeout=5)
+    wait_until(lambda: batcher.running_rows == 0, "no row runs", 5)
     model, version = batcher.slot.get()
     gate = GatedForward(model, pause_after=20)
     batcher.slot.set(gate, version)
@@ -85,7 +79,7 @@ def test_short_request_joins_and_leaves_a_running_long_one(engine, tiny_model_di
             long = pool.submit(ask, url, long_prompt, 200)
             assert gate.paused.wait(timeout=30), "the long request never started decoding"
             short = pool.submit(ask, url, "hi", 5)
-            wait_for(lambda: batcher.queued_rows == 1, timeout=10)
+            wait_until(lambda: batcher.queued_rows == 1, "one row is queued", 10)
             gate.release.set()
             short, long_out = short.result(timeout=60), long.result(timeout=60)
     finally:
@@ -118,7 +112,7 @@ def test_staggered_requests_keep_exact_logprobs(engine, tiny_model_dir):
             futures.append(pool.submit(ask, url, content, max_tokens))
             time.sleep(0.03)
         outs = [f.result(timeout=60) for f in futures]
-    wait_for(lambda: engine.batchers[0].running_rows == 0, timeout=1)
+    wait_until(lambda: engine.batchers[0].running_rows == 0, "no row runs")
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
@@ -143,12 +137,12 @@ def test_a_failed_prefill_fails_only_its_newcomers(tiny_model_dir):
     batcher = Batcher(WeightSlot(flaky, "v0"), None, eos_token_ids=[], pad_token_id=0, max_model_len=1024)
     try:
         running = batcher.submit([Sequence(prompt_ids=[3, 4, 5], params=SamplingParams(max_tokens=200))])
-        wait_for(lambda: batcher.running_rows == 1, timeout=5)
+        wait_until(lambda: batcher.running_rows == 1, "one row runs", 5)
         doomed = batcher.submit([Sequence(prompt_ids=[6, 7], params=SamplingParams(max_tokens=5))])
         with pytest.raises(ValueError, match="prefill failed"):
             doomed.result(timeout=10)
         (row,) = running.result(timeout=30)
         assert row.finish_reason == "length" and len(row.token_ids) == 200
-        wait_for(lambda: batcher.running_rows == 0, timeout=1)
+        wait_until(lambda: batcher.running_rows == 0, "no row runs")
     finally:
         batcher.close()

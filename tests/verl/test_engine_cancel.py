@@ -9,6 +9,8 @@ import time
 import httpx
 import pytest
 
+from tests.conftest import wait_until
+
 LONG = {
     "messages": [{"role": "user", "content": "hello world ! how are you ?"}],
     "max_tokens": 900,  # about 7 s of decoding for the tiny model on one CPU
@@ -27,19 +29,10 @@ def engine(tiny_model_dir):
     engine.stop()
 
 
-def wait_for(condition, timeout: float) -> float:
-    """Seconds until ``condition()`` held; fails after ``timeout``."""
-    started = time.monotonic()
-    while not condition():
-        assert time.monotonic() - started < timeout, "condition not met in time"
-        time.sleep(0.01)
-    return time.monotonic() - started
-
-
 def assert_slot_freed_and_engine_answers(engine, client_gone: threading.Event) -> None:
     batcher = engine.batchers[0]
     assert client_gone.wait(10), "the client never disconnected"
-    assert wait_for(lambda: batcher.running_rows == 0, timeout=1.0) < 1.0
+    assert wait_until(lambda: batcher.running_rows == 0, "the batcher has freed the row", 1.0) < 1.0
     started = time.monotonic()
     short = httpx.post(engine.urls[0] + "/chat/completions", json={**LONG, "max_tokens": 5}, timeout=10)
     assert short.status_code == 200, short.text
@@ -59,7 +52,7 @@ def test_plain_request_cancelled_on_disconnect(engine):
 
     thread = threading.Thread(target=client)
     thread.start()
-    wait_for(lambda: batcher.running_rows == 1, timeout=5)
+    wait_until(lambda: batcher.running_rows == 1, "one row runs", 5)
     assert_slot_freed_and_engine_answers(engine, gone)
     thread.join(5)
 
