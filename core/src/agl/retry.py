@@ -90,17 +90,25 @@ class RetryPolicy:
         full = min(self.max_delay_s, self.first_delay_s * 2 ** min(max(failures - 1, 0), 60))
         return full * (0.5 + 0.5 * self.random()) if self.jitter else full
 
-    def start(self) -> Attempts:
-        """A fresh count of tries, its clock started now."""
-        return Attempts(self)
+    def start(self, started: float | None = None) -> Attempts:
+        """A fresh count of tries; the deadline counts from ``started`` (on ``clock``'s scale), else now."""
+        return Attempts(self, started)
 
-    def call(self, fn: Callable[[], T], *, on_retry: OnRetry | None = None, give_up: GiveUp | None = None) -> T:
+    def call(
+        self,
+        fn: Callable[[], T],
+        *,
+        on_retry: OnRetry | None = None,
+        give_up: GiveUp | None = None,
+        started: float | None = None,
+    ) -> T:
         """``fn()``, retried while it fails with a retried type and the policy has tries and time left.
 
         An error of another type is raised at once. When the policy stops retrying, the last
         error is raised, or ``give_up(last_error, attempts)`` raised from it when given.
+        ``started`` moves the deadline's start back (a call that waited in a queue first).
         """
-        attempts = self.start()
+        attempts = self.start(started)
         while True:
             try:
                 return fn()
@@ -109,10 +117,15 @@ class RetryPolicy:
             self.sleep(wait)
 
     async def acall(
-        self, fn: Callable[[], Awaitable[T]], *, on_retry: OnRetry | None = None, give_up: GiveUp | None = None
+        self,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        on_retry: OnRetry | None = None,
+        give_up: GiveUp | None = None,
+        started: float | None = None,
     ) -> T:
         """:meth:`call` for a coroutine function: ``await fn()``, waiting with ``async_sleep``."""
-        attempts = self.start()
+        attempts = self.start(started)
         while True:
             try:
                 return await fn()
@@ -124,10 +137,10 @@ class RetryPolicy:
 class Attempts:
     """One sequence of tries under a policy: the failures in a row and the time since the first try."""
 
-    def __init__(self, policy: RetryPolicy):
+    def __init__(self, policy: RetryPolicy, started: float | None = None):
         self.policy = policy
         self.failures = 0
-        self.started = policy.clock()
+        self.started = policy.clock() if started is None else started
 
     @property
     def elapsed_s(self) -> float:
