@@ -9,10 +9,10 @@ added latency.
 The load generator is the small hand-written HTTP/1.1 client in ``raw_http.py``, so that it
 takes little of the machine from the processes it measures. ``--httpx`` and ``--aiohttp``
 also send the same requests straight to the engine, in the same run, through one
-``httpx.AsyncClient`` (HTTP/1.1, no connection limit, ``trust_env=False``) or one
-``aiohttp.ClientSession`` (a ``TCPConnector`` with room for every client, no proxy
-lookup): what each library costs as an engine client over the hand-written one (the
-gateway's engine client, ``agl_trainer.gateway.upstream``, is aiohttp).
+``httpx.AsyncClient`` (HTTP/1.1, no connection limit, ``trust_env=False``) or through
+the gateway's own engine client, ``agl_trainer.gateway.upstream`` (one ``aiohttp.ClientSession``
+on a ``TCPConnector`` with no limit, no proxy lookup): what each library costs as an
+engine client over the hand-written one.
 
     .venv/bin/python -m tests.benchmarks.bench_gateway [--requests 3000] [--concurrency 1 64] [--httpx] [--aiohttp]
 """
@@ -32,9 +32,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import aiohttp
 import httpx
 
+from agl_trainer.gateway import upstream as gateway_upstream
 from tests.benchmarks.raw_http import ConnectionPool, Endpoint
 from tests.conftest import free_port
 
@@ -66,9 +66,14 @@ def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> No
 
 
 @contextmanager
-def servers(tmp: str):
-    """The fake engine and the gateway, each in its own process, on 127.0.0.1."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def servers(tmp: str, pythonpath: str | None = None):
+    """The fake engine and the gateway, each in its own process, on 127.0.0.1.
+
+    They import this checkout's code (``pythonpath``, else the repository root first on
+    the caller's ``PYTHONPATH``), not whatever the virtual environment installed.
+    """
+    inherited = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, PYTHONPATH=pythonpath or os.pathsep.join(filter(None, [str(ROOT), inherited])))
     eport, gport = free_port(), free_port()
     procs = []
     try:
@@ -111,7 +116,7 @@ class _Clients:
     """One client of each kind to the same base URL; ``send`` POSTs through the one named
     (``own``: the hand-written load generator)."""
 
-    def __init__(self, base_url: str, concurrency: int):
+    def __init__(self, base_url: str):
         auth = {"Authorization": f"Bearer {TOKEN}"}
         self.base_url = base_url
         self.pool = ConnectionPool(Endpoint.parse(base_url), headers=auth)
@@ -124,23 +129,14 @@ class _Clients:
             timeout=httpx.Timeout(None, connect=5.0),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
         )
-        self.aiohttp = aiohttp.ClientSession(
-            headers=auth,
-            connector=aiohttp.TCPConnector(limit=max(concurrency, 100), limit_per_host=0, ttl_dns_cache=None),
-            timeout=aiohttp.ClientTimeout(total=None, connect=5.0),
-            trust_env=False,
-        )
+        self.aiohttp = gateway_upstream.ConnectionPool(Endpoint.parse(base_url), headers=auth)
 
     async def send(self, engine: str, path: str, payload: bytes) -> tuple[int, bytes]:
         if engine == "httpx":
             resp = await self.httpx.post(path, content=payload, headers={"Content-Type": "application/json"})
             return resp.status_code, resp.content
-        if engine == "aiohttp":
-            async with self.aiohttp.post(
-                self.base_url + path, data=payload, headers={"Content-Type": "application/json"}
-            ) as resp:
-                return resp.status, await resp.read()
-        resp = await self.pool.request("POST", path, payload)
+        pool = self.aiohttp if engine == "aiohttp" else self.pool
+        resp = await pool.request("POST", path, payload)
         return resp.status, await resp.read()
 
     async def close(self) -> None:
@@ -156,7 +152,7 @@ async def _load(
 
     Returns the latencies in seconds and the wall time.
     """
-    clients = _Clients(base_url, concurrency)
+    clients = _Clients(base_url)
     payload = json.dumps(body).encode()
     latencies: list[float] = []
     left = requests
@@ -169,7 +165,7 @@ async def _load(
             t0 = time.perf_counter()
             try:
                 status, data = await clients.send(engine, path, payload)
-            except (httpx.TransportError, aiohttp.ClientConnectionError):  # a keep-alive connection the engine closed
+            except (httpx.TransportError, ConnectionError):  # httpx: a keep-alive connection the engine closed
                 dropped += 1
                 continue
             latencies.append(time.perf_counter() - t0)

@@ -37,15 +37,17 @@ another runner.
 
 The runner rides out a store that goes away (a restart, a network cut): claims,
 heartbeats and finishes that fail with a :class:`~agl.errors.Transient` error (or a
-connection error or timeout: see :mod:`agl.retry`) are retried with :data:`STORE_RETRY`'s
-exponential backoff and jitter for up to ``store_outage_s`` of continuous failure, with one log line when the store goes
-away and one when it is back. A rollout that ends meanwhile keeps its result
-(status, output, reward, error) and is finished once the store answers again; it
-holds its concurrency slot until then. The runner stops only when asked, when the
-store stays away longer than ``store_outage_s`` (:class:`~agl.errors.StoreUnavailable`),
-or on an error that retrying cannot fix (any other type): a refused token (401/403), a
-request the store refuses (a 4xx, :class:`~agl.errors.Refused`), raised from :meth:`Runner.run` after the
-rollouts in flight are wound down.
+connection error or timeout; see :mod:`agl.retry`) are retried with
+:data:`STORE_RETRY`'s exponential backoff and jitter for up to ``store_outage_s`` of
+continuous failure, with one log line when the store goes away and one when it is
+back. A rollout that ends meanwhile keeps its result (status, output, reward, error)
+and is finished once the store answers again; it holds its concurrency slot until
+then. The runner stops only when asked, when the store stays away longer than
+``store_outage_s`` (:class:`~agl.errors.StoreUnavailable`), or on an error that
+retrying cannot fix, raised from :meth:`Runner.run` after the rollouts in flight are
+wound down: any other error from a claim or a heartbeat, and a refused token (401/403)
+or request (another 4xx: :class:`~agl.errors.Refused`) from a finish. (A finish the
+store refuses as bad input or for an unknown id is logged and counted, ``finish_refused``.)
 """
 
 from __future__ import annotations
