@@ -13,14 +13,21 @@ retries on another replica. aiohttp sends a request once more on a fresh connect
 a kept-alive one turns out closed, but only for idempotent methods; this client does it for
 the gateway's POSTs too, once, as the engine cannot have started on a request it never read.
 
-Why aiohttp, and not httpx or a hand-written HTTP/1.1 client: in the same runs of
-``python -m tests.benchmarks.bench_gateway --httpx --aiohttp`` (2 shared cores, load
-average 3.7-10.8; the engine alone, the load generator being the hand-written client in
-``tests/benchmarks/raw_http.py`` that this module was until then), aiohttp added 0.07 /
-0.09 ms p50 at 1 client over the hand-written client and made 5,444 / 2,457 calls/s at 64
-clients (hand-written: 13,394 / 7,502; httpx: +0.47 / +0.54 ms, 381 / 178 calls/s). The
-README's targets for the whole gateway are <= 1 ms added p50 and >= 1,500 calls/s at 64
-clients; aiohttp leaves room for both, httpx does not (see README.md, Benchmarks).
+Why aiohttp, and not httpx or a hand-written HTTP/1.1 client. ``python -m
+tests.benchmarks.bench_gateway --httpx --aiohttp`` sends the same requests to the engine
+alone through the hand-written client this module was until then (now the benchmarks'
+load generator, ``tests/benchmarks/raw_http.py``), through httpx (one ``AsyncClient``,
+tuned) and through this module, all in the same run. Nine such runs on the shared
+2-core host (2026-11-27, load average 3.7-18, so every absolute figure is well under
+a quiet host's): aiohttp added +0.071-0.091 ms p50 at 1 client over the hand-written
+client and made 1.5k-6.2k calls/s at 64 clients (the hand-written client: 4.9k-13.6k);
+httpx added +0.46-0.61 ms and made 150-381 calls/s. The README's targets (<= 1 ms
+added p50 at 1 client, >= 1.5k calls/s at 64) leave room for aiohttp and not for
+httpx, so the gateway uses aiohttp rather than its own client. The whole gateway,
+the two engine clients taking turns in the same runs (load average 7-15): added p50
++0.40-0.48 ms with aiohttp against +0.29-0.38 ms with the hand-written client; at 64
+clients 0.47k-1.7k calls/s against 0.53k-2.4k (about 0.5-0.9x; a quiet host, where
+the hand-written client made 6.8k-6.9k, has not measured it yet).
 """
 
 from __future__ import annotations
