@@ -49,6 +49,7 @@ refused, :class:`Unauthorized` and :class:`Forbidden` (401, 403), :class:`StoreS
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
@@ -440,12 +441,13 @@ class HttpStore(Store):
         while True:
             seen = 0
             try:
-                for line in self._stream_lines(path, body):
-                    seen += 1
-                    if seen > yielded:
-                        yielded = seen
-                        attempts.reset()
-                        yield model.model_validate_json(line)
+                with contextlib.closing(self._stream_lines(path, body)) as lines:  # a reader that stops early
+                    for line in lines:
+                        seen += 1
+                        if seen > yielded:
+                            yielded = seen
+                            attempts.reset()
+                            yield model.model_validate_json(line)
                 return
             except httpx.TransportError as exc:
                 error: Exception = self._unreachable(exc)
