@@ -17,17 +17,19 @@ Why aiohttp, and not httpx or a hand-written HTTP/1.1 client. ``python -m
 tests.benchmarks.bench_gateway --httpx --aiohttp`` sends the same requests to the engine
 alone through the hand-written client this module was until then (now the benchmarks'
 load generator, ``tests/benchmarks/raw_http.py``), through httpx (one ``AsyncClient``,
-tuned) and through this module, all in the same run. Nine such runs on the shared
+tuned) and through this module, all in the same run. Eleven such runs on the shared
 2-core host (2026-11-27, load average 3.7-18, so every absolute figure is well under
-a quiet host's): aiohttp added +0.071-0.091 ms p50 at 1 client over the hand-written
+a quiet host's): aiohttp added +0.064-0.091 ms p50 at 1 client over the hand-written
 client and made 1.5k-6.2k calls/s at 64 clients (the hand-written client: 4.9k-13.6k);
-httpx added +0.46-0.61 ms and made 150-381 calls/s. The README's targets (<= 1 ms
+httpx added +0.46-0.61 ms and made 131-381 calls/s. The README's targets (<= 1 ms
 added p50 at 1 client, >= 1.5k calls/s at 64) leave room for aiohttp and not for
-httpx, so the gateway uses aiohttp rather than its own client. The whole gateway,
-the two engine clients taking turns in the same runs (load average 7-15): added p50
-+0.40-0.48 ms with aiohttp against +0.29-0.38 ms with the hand-written client; at 64
-clients 0.47k-1.7k calls/s against 0.53k-2.4k (about 0.5-0.9x; a quiet host, where
-the hand-written client made 6.8k-6.9k, has not measured it yet).
+httpx, so the gateway uses aiohttp rather than its own client. The whole gateway, the
+two engine clients taking turns in the same runs (six turns each, load average 5.4-15):
+added p50 +0.40-0.50 ms with aiohttp against +0.29-0.38 ms with the hand-written
+client; at 64 clients 0.47k-1.7k calls/s against 0.53k-2.5k (turn by turn 0.46-1.27x,
+median 0.75x). On that loaded host the gateway made 1.5k calls/s in 1 of 6 turns with
+aiohttp and 3 of 6 with the hand-written client; a quiet host, where the hand-written
+client made 6.8k-6.9k, has not measured aiohttp yet.
 """
 
 from __future__ import annotations
