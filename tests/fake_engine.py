@@ -115,6 +115,8 @@ class FakeEngine:
         self.extra_models: list[str] = []
         """More names /v1/models lists after ``model`` (adapters or versions an engine also serves)."""
         self.requests: deque[dict] = deque(maxlen=1000)
+        self.clients: deque[tuple | None] = deque(maxlen=1000)
+        """The client's (host, port) of each request: which connection it came on."""
         self.fail_next: deque[int] = deque()
         """Statuses to answer the next requests with (for example 503), one each."""
         self.break_stream_after: int | None = None
@@ -403,6 +405,7 @@ class FakeEngine:
     async def __call__(self, scope: dict, receive, send) -> None:
         if scope["type"] != "http":
             return
+        self.clients.append(tuple(scope["client"]) if scope.get("client") else None)
         body = b""
         more = True
         while more:

@@ -6,13 +6,15 @@ concurrency level the same requests go first to the engine directly (the baselin
 then through the gateway; the difference of the latency percentiles is the gateway's
 added latency.
 
-``--httpx`` also sends the same requests straight to the engine with one
-``httpx.AsyncClient`` (HTTP/1.1, no connection limit, ``trust_env=False``), in the same
-run: what the gateway's own engine client (``agl_trainer.gateway.upstream``) would cost
-if it were httpx. The load generator is that own client, so that it takes little of
-the machine from the processes it measures.
+The load generator is the small hand-written HTTP/1.1 client in ``raw_http.py``, so that it
+takes little of the machine from the processes it measures. ``--httpx`` and ``--aiohttp``
+also send the same requests straight to the engine, in the same run, through one
+``httpx.AsyncClient`` (HTTP/1.1, no connection limit, ``trust_env=False``) or through
+the gateway's own engine client, ``agl_trainer.gateway.upstream`` (one ``aiohttp.ClientSession``
+on a ``TCPConnector`` with no limit, no proxy lookup): what each library costs as an
+engine client over the hand-written one.
 
-    .venv/bin/python -m tests.benchmarks.bench_gateway [--requests 3000] [--concurrency 1 64] [--httpx]
+    .venv/bin/python -m tests.benchmarks.bench_gateway [--requests 3000] [--concurrency 1 64] [--httpx] [--aiohttp]
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from pathlib import Path
 
 import httpx
 
-from agl_trainer.gateway.upstream import ConnectionPool, Endpoint
+from agl_trainer.gateway import upstream as gateway_upstream
+from tests.benchmarks.raw_http import ConnectionPool, Endpoint
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,9 +66,14 @@ def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> No
 
 
 @contextmanager
-def servers(tmp: str):
-    """The fake engine and the gateway, each in its own process, on 127.0.0.1."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+def servers(tmp: str, pythonpath: str | None = None):
+    """The fake engine and the gateway, each in its own process, on 127.0.0.1.
+
+    They import this checkout's code (``pythonpath``, else the repository root first on
+    the caller's ``PYTHONPATH``), not whatever the virtual environment installed.
+    """
+    inherited = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, PYTHONPATH=pythonpath or os.pathsep.join(filter(None, [str(ROOT), inherited])))
     eport, gport = free_port(), free_port()
     procs = []
     try:
@@ -104,32 +112,51 @@ def servers(tmp: str):
                 p.kill()
 
 
+class _Clients:
+    """One client of each kind to the same base URL; ``send`` POSTs through the one named
+    (``own``: the hand-written load generator)."""
+
+    def __init__(self, base_url: str):
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        self.base_url = base_url
+        self.pool = ConnectionPool(Endpoint.parse(base_url), headers=auth)
+        self.httpx = httpx.AsyncClient(
+            base_url=base_url,
+            headers=auth,
+            http1=True,
+            http2=False,
+            trust_env=False,
+            timeout=httpx.Timeout(None, connect=5.0),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+        )
+        self.aiohttp = gateway_upstream.ConnectionPool(Endpoint.parse(base_url), headers=auth)
+
+    async def send(self, engine: str, path: str, payload: bytes) -> tuple[int, bytes]:
+        if engine == "httpx":
+            resp = await self.httpx.post(path, content=payload, headers={"Content-Type": "application/json"})
+            return resp.status_code, resp.content
+        pool = self.aiohttp if engine == "aiohttp" else self.pool
+        resp = await pool.request("POST", path, payload)
+        return resp.status, await resp.read()
+
+    async def close(self) -> None:
+        await self.pool.close()
+        await self.httpx.aclose()
+        await self.aiohttp.close()
+
+
 async def _load(
-    base_url: str, path: str, body: dict, requests: int, concurrency: int, use_httpx: bool = False
+    base_url: str, path: str, body: dict, requests: int, concurrency: int, engine: str = "own"
 ) -> tuple[list[float], float]:
-    """Send ``requests`` POSTs from ``concurrency`` clients; latencies in seconds and the wall time."""
-    auth = {"Authorization": f"Bearer {TOKEN}"}
-    pool = ConnectionPool(Endpoint.parse(base_url), headers=auth)
-    http = httpx.AsyncClient(
-        base_url=base_url,
-        headers=auth,
-        http1=True,
-        http2=False,
-        trust_env=False,
-        timeout=httpx.Timeout(None, connect=5.0),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-    )
+    """Send ``requests`` POSTs from ``concurrency`` clients through ``engine`` (own, httpx or aiohttp).
+
+    Returns the latencies in seconds and the wall time.
+    """
+    clients = _Clients(base_url)
     payload = json.dumps(body).encode()
     latencies: list[float] = []
     left = requests
     dropped = 0
-
-    async def one() -> tuple[int, bytes]:
-        if use_httpx:
-            resp = await http.post(path, content=payload, headers={"Content-Type": "application/json"})
-            return resp.status_code, resp.content
-        resp = await pool.request("POST", path, payload)
-        return resp.status, await resp.read()
 
     async def client() -> None:
         nonlocal left, dropped
@@ -137,8 +164,8 @@ async def _load(
             left -= 1
             t0 = time.perf_counter()
             try:
-                status, data = await one()
-            except httpx.TransportError:  # httpx does not retry a keep-alive connection the engine closed
+                status, data = await clients.send(engine, path, payload)
+            except (httpx.TransportError, ConnectionError):  # httpx: a keep-alive connection the engine closed
                 dropped += 1
                 continue
             latencies.append(time.perf_counter() - t0)
@@ -148,10 +175,9 @@ async def _load(
     start = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(concurrency)))
     wall = time.perf_counter() - start
-    await pool.close()
-    await http.aclose()
+    await clients.close()
     if dropped:
-        print(f"{base_url}: {dropped} of {requests} requests failed with a transport error (httpx)")
+        print(f"{base_url}: {dropped} of {requests} requests failed with a transport error ({engine})")
     return latencies, wall
 
 
@@ -159,14 +185,14 @@ def _pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
 
-def run_load(base_url: str, path: str, body: dict, requests: int, concurrency: int, use_httpx: bool = False) -> dict:
+def run_load(base_url: str, path: str, body: dict, requests: int, concurrency: int, engine: str = "own") -> dict:
     try:
         import uvloop
 
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run
-    lat, wall = runner(_load(base_url, path, body, requests, concurrency, use_httpx))
+    lat, wall = runner(_load(base_url, path, body, requests, concurrency, engine))
     return {"p50_ms": _pct(lat, 50) * 1e3, "p99_ms": _pct(lat, 99) * 1e3, "calls_s": len(lat) / wall}
 
 
@@ -180,24 +206,23 @@ def compare(
     label: str,
     via_path: str | None = None,
     via_body: dict | None = None,
-    with_httpx: bool = False,
+    libraries: tuple[str, ...] = (),
 ) -> list[dict]:
     """Warm both paths, then measure each concurrency level: the baseline first, then the measured path.
 
-    With ``with_httpx``, the baseline is also measured with httpx (row ``httpx``).
+    Each of ``libraries`` (``httpx``, ``aiohttp``) also measures the baseline through that library (its own row).
     """
     via_path, via_body = via_path or path, via_body or body
     run_load(direct, path, body, 200, 8)
     run_load(via, via_path, via_body, 200, 8)
-    if with_httpx:
-        run_load(direct, path, body, 200, 8, use_httpx=True)
+    for engine in libraries:
+        run_load(direct, path, body, 200, 8, engine)
     rows = []
     for c in levels:
         base = run_load(direct, path, body, requests, c)
         measured = run_load(via, via_path, via_body, requests, c)
         row = {"label": label, "concurrency": c, "base": base, "gw": measured}
-        if with_httpx:
-            row["httpx"] = run_load(direct, path, body, requests, c, use_httpx=True)
+        row["libraries"] = {engine: run_load(direct, path, body, requests, c, engine) for engine in libraries}
         rows.append(row)
     return rows
 
@@ -209,7 +234,8 @@ def print_rows(rows: list[dict], base_name: str, via_name: str) -> None:
     )
     for r in rows:
         b, g = r["base"], r["gw"]
-        measured = [(base_name, b), (via_name, g)] + ([(f"{base_name} httpx", r["httpx"])] if "httpx" in r else [])
+        measured = [(base_name, b), (via_name, g)]
+        measured += [(f"{base_name} {engine}", m) for engine, m in r.get("libraries", {}).items()]
         for name, m in measured:
             print(
                 f"{r['label'] + ' ' + name:<22}{r['concurrency']:>8}  {m['p50_ms']:>16.3f}  {m['p99_ms']:>16.3f}"
@@ -227,6 +253,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--httpx", action="store_true", help="also measure the engine alone through httpx")
+    parser.add_argument("--aiohttp", action="store_true", help="also measure the engine alone through aiohttp")
     args = parser.parse_args()
     print(
         f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
@@ -235,8 +262,9 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="agl-bench-")
     try:
         with servers(tmp) as (direct, via, db):
+            libraries = tuple(name for name in ("httpx", "aiohttp") if getattr(args, name))
             rows = compare(
-                direct, via, "/chat/completions", BODY, args.requests, args.concurrency, "chat", with_httpx=args.httpx
+                direct, via, "/chat/completions", BODY, args.requests, args.concurrency, "chat", libraries=libraries
             )
         from agl.store.sqlite import SqliteStore
 
@@ -249,10 +277,10 @@ def main() -> None:
     sent = 200 + args.requests * len(args.concurrency)
     print(f"recorded {recorded} LLM calls for {sent} requests through the gateway")
     print("targets: <= 1 ms added p50 latency, >= 1500 calls/s through the gateway at 64 clients")
-    if args.httpx:
+    for name in libraries:
         print(
-            "'direct httpx': the engine alone through httpx.AsyncClient; its 'added' is httpx's cost over the "
-            "gateway's own client"
+            f"'direct {name}': the engine alone through {name}; its 'added' is {name}'s cost over the "
+            "hand-written client of the load generator"
         )
 
 

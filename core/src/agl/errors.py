@@ -23,8 +23,18 @@ class InvalidTransition(AglError, ValueError):
     """A rollout status change that the status machine does not allow."""
 
 
-class StoreUnavailable(AglError):
+class Transient(AglError):
+    """A failure that may pass if the same call is tried again later: the store or a server
+    away, overloaded or failing inside. :mod:`agl.retry` retries these (and only by type)."""
+
+
+class StoreUnavailable(Transient):
     """The store could not be reached, or stayed locked, after retries."""
+
+
+class Refused(AglError):
+    """A server refused a request for good (a 4xx that no other class names): trying it again
+    gets the same answer."""
 
 
 class IncompatibleStore(AglError):

@@ -36,15 +36,18 @@ SIGINT/SIGTERM to ``agl runner``) cancels what is in flight and ends those attem
 another runner.
 
 The runner rides out a store that goes away (a restart, a network cut): claims,
-heartbeats and finishes are retried with exponential backoff and jitter for up to
-``store_outage_s`` of continuous failure, with one log line when the store goes
-away and one when it is back. A rollout that ends meanwhile keeps its result
-(status, output, reward, error) and is finished once the store answers again; it
-holds its concurrency slot until then. The runner stops only when asked, when the
-store stays away longer than ``store_outage_s`` (:class:`~agl.errors.StoreUnavailable`),
-or on an error that retrying cannot fix: a refused token (401/403) or a request
-the store refuses as bad input (4xx), raised from :meth:`Runner.run` after the
-rollouts in flight are wound down.
+heartbeats and finishes that fail with a :class:`~agl.errors.Transient` error (or a
+connection error or timeout; see :mod:`agl.retry`) are retried with
+:data:`STORE_RETRY`'s exponential backoff and jitter for up to ``store_outage_s`` of
+continuous failure, with one log line when the store goes away and one when it is
+back. A rollout that ends meanwhile keeps its result (status, output, reward, error)
+and is finished once the store answers again; it holds its concurrency slot until
+then. The runner stops only when asked, when the store stays away longer than
+``store_outage_s`` (:class:`~agl.errors.StoreUnavailable`), or on an error that
+retrying cannot fix, raised from :meth:`Runner.run` after the rollouts in flight are
+wound down: any other error from a claim or a heartbeat, and a refused token (401/403)
+or request (another 4xx: :class:`~agl.errors.Refused`) from a finish. (A finish the
+store refuses as bad input or for an unknown id is logged and counted, ``finish_refused``.)
 """
 
 from __future__ import annotations
@@ -56,8 +59,6 @@ import inspect
 import logging
 import math
 import os
-import random
-import re
 import socket
 import threading
 import time
@@ -70,8 +71,9 @@ from pydantic import BaseModel, ConfigDict
 
 from agl.capture import BufferedWriter, RolloutContext, use_rollout
 from agl.env import ROLLOUT_ID
-from agl.errors import AglError, InvalidTransition, NotFound, StoreUnavailable
+from agl.errors import AglError, InvalidTransition, Refused, StoreUnavailable
 from agl.imports import import_attribute, import_module
+from agl.retry import RetryPolicy, is_transient
 from agl.schema import JSON, RETURN_SOURCE, Reward, Rollout, RolloutStatus, short_id
 from agl.store.base import Store
 
@@ -81,24 +83,10 @@ Agent = Callable[..., Any]
 
 STORE_OUTAGE_S = 300.0
 """How long, by default, the runner keeps retrying a store that does not answer."""
-_BACKOFF_START_S = 0.2
-_BACKOFF_MAX_S = 5.0
+STORE_RETRY = RetryPolicy(max_attempts=None, first_delay_s=0.4, max_delay_s=5.0)
+"""The waits between the runner's tries at a store that fails transiently; how long it keeps
+trying is ``store_outage_s`` (:class:`StoreOutage`), not the policy."""
 _FLUSH_WAIT_S = 10.0  # one wait for the writer before a finish; a longer outage goes round the retry loop
-_CLIENT_ERROR = re.compile(r"\banswered (4\d\d)\b")
-
-
-def retryable(exc: BaseException) -> bool:
-    """Whether a store call that raised ``exc`` may succeed if tried again later.
-
-    A refused token (401/403) and a request refused as bad input (a 4xx,
-    ``ValueError``, an unknown id) fail the same way every time; the store being
-    away (connection errors, timeouts, 503) or failing inside (a 5xx, a database
-    error) may pass.
-    """
-    if isinstance(exc, (PermissionError, NotFound, ValueError, TypeError, KeyError)):
-        return False  # PermissionError first: the HTTP store's Unauthorized is one, and an OSError too
-    # A 4xx the HTTP client has no class for (403, 400) is final too.
-    return not (isinstance(exc, AglError) and _CLIENT_ERROR.search(str(exc)))
 
 
 class StoreOutage:
@@ -140,11 +128,6 @@ class StoreOutage:
             f"runner {self.runner_id}: the store stayed unreachable for over {self.limit_s:g}s "
             f"(--store-outage); last error: {_one_line(self.last_error)}"
         )
-
-
-def backoff_s(failures: int) -> float:
-    """Seconds to wait after ``failures`` failed tries in a row: doubling, capped, with jitter."""
-    return min(_BACKOFF_MAX_S, _BACKOFF_START_S * 2 ** min(failures, 10)) * random.uniform(0.5, 1.0)
 
 
 def _one_line(exc: BaseException | None) -> str:
@@ -327,13 +310,13 @@ class Runner:
                             self.store.claim, self.runner_id, limit=free, claim_id=claim_id
                         )
                     except Exception as exc:
-                        if not retryable(exc):
+                        if not is_transient(exc):
                             raise
                         self._outage.failed(exc, "claim")
                         if self._outage.over():
                             raise self._outage.error() from exc
                         failures += 1
-                        await self._wait(backoff_s(failures))
+                        await self._wait(STORE_RETRY.delay_s(failures))
                         continue
                     claim_id, failures = None, 0
                     self._outage.answered()
@@ -430,7 +413,7 @@ class Runner:
                 await asyncio.to_thread(self.store.heartbeat, ids, self.runner_id)
                 current = await asyncio.to_thread(lambda ids=ids: list(self.store.query_rollouts(rollout_ids=ids)))
             except Exception as exc:
-                if not retryable(exc):
+                if not is_transient(exc):
                     self._fail(exc)
                     return
                 self._outage.failed(exc, "heartbeat")  # the next beat tries again
@@ -582,10 +565,10 @@ class Runner:
                         note = f"the store refused the rollout's output: {_one_line(exc)}"
                         error, output = (f"{error}\n{note}" if error else note), None
                         continue
-                    if not retryable(exc):
+                    if not is_transient(exc):
                         log.error("rollout %s attempt %d: could not be finished: %s", rid, rollout.attempt, exc)
                         self._count("finish_refused")
-                        if isinstance(exc, PermissionError) or _CLIENT_ERROR.search(str(exc)):
+                        if isinstance(exc, (PermissionError, Refused)):
                             self._fail(exc)
                         return
                     self._outage.failed(exc, f"finish of {rid}")
@@ -604,8 +587,8 @@ class Runner:
                         self._count("undelivered")
                         return
                     failures += 1
-                    delay = backoff_s(failures)
-                    await asyncio.sleep(delay if left is None else min(delay, left))
+                    delay = STORE_RETRY.delay_s(failures)
+                    await STORE_RETRY.async_sleep(delay if left is None else min(delay, left))
                     continue
                 self._outage.answered()
                 self._ended(rollout, status, error, ended)

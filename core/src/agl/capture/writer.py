@@ -8,7 +8,7 @@ holds ``batch_size`` items, every ``interval_s`` seconds, when a rollout ends
 What happens when a write fails depends on why:
 
 - **transient** (the store is down, locked or unreachable: connection errors,
-  503): the batch is put back and retried with backoff (with jitter) for up to
+  503): the batch is put back and retried with :mod:`agl.retry`'s backoff (with jitter) for up to
   ``retry_for_s`` seconds of continuous failure; past that, what cannot be
   written is dropped and counted. One line is logged when the store goes away
   and one when it is back.
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import random
 import threading
 import time
 import weakref
@@ -48,6 +47,7 @@ from collections import deque
 from typing import Literal
 
 from agl.errors import StoreUnavailable
+from agl.retry import RetryPolicy
 from agl.schema import LLMCall, Reward, Span, new_id
 from agl.store.base import Store
 
@@ -142,6 +142,10 @@ class BufferedWriter:
         self.store = store
         self.batch_size = batch_size
         self.interval_s = interval_s
+        # How long to wait between tries at a failing store; for how long is ``retry_for_s``.
+        self._retry = RetryPolicy(
+            max_attempts=None, first_delay_s=min(max(2 * interval_s, 0.05), _MAX_BACKOFF_S), max_delay_s=_MAX_BACKOFF_S
+        )
         self.max_buffered = max_buffered
         self.exit_timeout_s = exit_timeout_s
         self.retry_for_s = retry_for_s
@@ -244,6 +248,7 @@ class BufferedWriter:
     # -- the background thread ---------------------------------------------------------
     def _run(self) -> None:
         delay = self.interval_s
+        failures = 0
         while not self._closed:
             if self._failing_since is None:
                 self._wake.wait(self.interval_s)
@@ -258,8 +263,8 @@ class BufferedWriter:
             except Exception:  # never let the thread die: the items stay buffered
                 log.exception("agl writer: unexpected error while writing")
                 ok = False
-            backoff = min(max(delay * 2, 0.05), _MAX_BACKOFF_S) * random.uniform(0.5, 1.0)
-            delay = self.interval_s if ok else backoff
+            failures = 0 if ok else failures + 1
+            delay = self.interval_s if ok else self._retry.delay_s(failures)
 
     def _take(self) -> tuple[list[Item], _Flush | None]:
         """The next batch from the front of the buffer, and the flush marker right behind it (if any).

@@ -34,19 +34,23 @@ was also measured in A/B runs taking turns (300 rollouts, seven turns):
 2086-2208 rollouts/s, against 2010-2335 with ``http.client`` (target 1k).
 
 Transient failures (connection errors, dropped connections, timeouts, 502/503/504)
-are retried with exponential backoff. Every write is idempotent by id, a claim
+are retried by the client's :class:`~agl.retry.RetryPolicy` (exponential backoff with
+jitter); they and every other 5xx answer are :class:`~agl.errors.Transient`, so the
+runner rides them out too, while any 4xx is final. Every write is idempotent by id, a claim
 carries a ``claim_id`` made here, and each request sends an ``Idempotency-Key``
 that stays the same across its retries, so a retried write is never stored twice.
 Server errors come back as the exceptions an embedded store raises:
 :class:`~agl.errors.NotFound`, :class:`~agl.errors.InvalidTransition`,
-:class:`~agl.errors.StoreUnavailable`, and :class:`RequestRejected` (a
-``ValueError`` naming the field) for a body the server refused.
+:class:`~agl.errors.StoreUnavailable` (502, 503, 504, or the server not reached),
+:class:`RequestRejected` (a ``ValueError`` naming the field) for a body the server
+refused, :class:`Unauthorized` and :class:`Forbidden` (401, 403), :class:`StoreServerError`
+(another 5xx) and :class:`~agl.errors.Refused` (another 4xx).
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
-import itertools
 import json
 import logging
 import socket
@@ -63,7 +67,8 @@ import httpx
 from pydantic import BaseModel, TypeAdapter
 
 from agl.env import ROLLOUT_KEY, STORE_TOKEN
-from agl.errors import AglError, InvalidTransition, NotFound, StoreUnavailable
+from agl.errors import AglError, InvalidTransition, NotFound, Refused, StoreUnavailable, Transient
+from agl.retry import Attempts, RetryPolicy
 from agl.schema import Attempt, LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, StoreStats, Task
 from agl.store.base import Store, step_record_row
 
@@ -95,6 +100,15 @@ class Forbidden(AglError, PermissionError):
     """The credential is valid, but the request is outside its scope (a runner token, a rollout key)."""
 
 
+class StoreServerError(Transient):
+    """The server failed inside (a 5xx other than 502/503/504): not retried per request, but
+    :class:`~agl.errors.Transient`, so the runner tries the call again later."""
+
+    def __init__(self, status: int, message: str):
+        self.status = status
+        super().__init__(message)
+
+
 class RequestRejected(AglError, ValueError):
     """The server refused a request body (422, 413): ``field`` says which value and ``reason`` why."""
 
@@ -118,9 +132,10 @@ def error_from(status: int, error: dict[str, Any]) -> Exception:
         return Unauthorized(f"store server: {reason} (pass token= or set {STORE_TOKEN})")
     if status == 403:
         return Forbidden(f"store server: {reason}")
-    if status == 503:
-        return StoreUnavailable(f"store server: {reason}")
-    return AglError(f"store server answered {status}: {error.get('type', 'error')}: {reason}")
+    if status in RETRY_STATUSES:
+        return StoreUnavailable(f"store server answered {status}: {reason}")
+    message = f"store server answered {status}: {error.get('type', 'error')}: {reason}"
+    return StoreServerError(status, message) if status >= 500 else Refused(message)
 
 
 def _response_error(response: httpx.Response) -> Exception:
@@ -359,6 +374,8 @@ class HttpStore(Store):
             token = STORE_TOKEN.get() or ROLLOUT_KEY.get()
         self.retries = retries
         self.backoff_s = backoff_s
+        self.retry = RetryPolicy(max_attempts=retries + 1, first_delay_s=backoff_s, retry_on=(StoreUnavailable,))
+        """Per request: 502/503/504 and connection failures (both :class:`StoreUnavailable`)."""
         headers = {"User-Agent": "agl-http-store"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -374,34 +391,39 @@ class HttpStore(Store):
         return f"HttpStore({self.url!r})"
 
     # -- transport -----------------------------------------------------------------
-    def _backoff(self, attempt: int, what: str, cause: object) -> None:
-        if attempt >= self.retries:
-            raise StoreUnavailable(f"store server {self.url} unavailable after {self.retries} retries: {cause}")
-        delay = min(self.backoff_s * 2**attempt, 2.0)
-        log.debug("store server %s: %s failed (%s); retrying in %.2fs", self.url, what, cause, delay)
-        time.sleep(delay)
+    def _retrying(self, what: str):
+        """The ``on_retry`` and ``give_up`` for :attr:`retry`: a debug line, then :class:`StoreUnavailable`."""
+
+        def on_retry(exc: BaseException, wait: float) -> None:
+            log.debug("store server %s: %s failed (%s); retrying in %.2fs", self.url, what, exc, wait)
+
+        def give_up(exc: BaseException, attempts: Attempts) -> StoreUnavailable:
+            return StoreUnavailable(f"store server {self.url} unavailable after {attempts.failures - 1} retries: {exc}")
+
+        return {"on_retry": on_retry, "give_up": give_up}
+
+    def _unreachable(self, exc: httpx.TransportError) -> StoreUnavailable:
+        return StoreUnavailable(f"store server {self.url}: {type(exc).__name__}: {exc}")
 
     def _request(self, method: str, path: str, *, body: bytes | None = None) -> httpx.Response:
         """Send one request, retrying transient failures; a POST keeps one ``Idempotency-Key`` across retries."""
         key = uuid.uuid4().hex
         headers = {"Content-Type": "application/json", "Idempotency-Key": key} if method == "POST" else None
         batch = self._batch if path == "/v1/batch" else None
-        for attempt in itertools.count():
+
+        def once() -> httpx.Response:
             try:
                 if batch is not None and body is not None:
                     response = batch.post(body, key)
                 else:
                     response = self._client.request(method, path, content=body, headers=headers)
             except httpx.TransportError as exc:
-                cause: object = f"{type(exc).__name__}: {exc}"
-            else:
-                if response.status_code < 400:
-                    return response
-                cause = _response_error(response)
-                if response.status_code not in RETRY_STATUSES:
-                    raise cause
-            self._backoff(attempt, f"{method} {path}", cause)
-        raise AssertionError("unreachable")
+                raise self._unreachable(exc) from exc
+            if response.status_code >= 400:
+                raise _response_error(response)
+            return response
+
+        return self.retry.call(once, **self._retrying(f"{method} {path}"))
 
     def _get(self, path: str) -> Any:
         return self._request("GET", path).json()
@@ -413,40 +435,44 @@ class HttpStore(Store):
     def _stream(self, path: str, filters: dict[str, Any], model: type[M]) -> Iterator[M]:
         """POST ``filters`` and yield the NDJSON lines as models; a broken stream resumes where it stopped."""
         body = json.dumps({k: v for k, v in filters.items() if v is not None}, separators=(",", ":")).encode()
-        headers = {"Content-Type": "application/json"}
+        attempts = self.retry.start()
+        retrying = self._retrying(f"POST {path}")
         yielded = 0
-        attempt = 0
         while True:
             seen = 0
             try:
-                with self._client.stream("POST", path, content=body, headers=headers) as response:
-                    if response.status_code >= 400:
-                        response.read()
-                        if response.status_code not in RETRY_STATUSES:
-                            raise _response_error(response)
-                        raise _RetryableStatus(_response_error(response))
-                    rest = b""
-                    for chunk in response.iter_bytes():
-                        lines = (rest + chunk).split(b"\n")
-                        rest = lines.pop()
-                        for line in lines:
-                            if not line:
-                                continue
-                            if line.startswith(b'{"agl_stream_error"'):
-                                error = json.loads(line)["agl_stream_error"]
-                                raise error_from(_status_of(error), error)
-                            seen += 1
-                            if seen > yielded:
-                                yielded = seen
-                                attempt = 0
-                                yield model.model_validate_json(line)
-                    if rest.strip():
-                        raise StoreUnavailable(f"store server {self.url}: stream of {path} ended mid-line")
-                    return
-            except (httpx.TransportError, _RetryableStatus) as exc:
-                cause = exc.error if isinstance(exc, _RetryableStatus) else f"{type(exc).__name__}: {exc}"
-            self._backoff(attempt, f"POST {path}", cause)
-            attempt += 1
+                with contextlib.closing(self._stream_lines(path, body)) as lines:  # a reader that stops early
+                    for line in lines:
+                        seen += 1
+                        if seen > yielded:
+                            yielded = seen
+                            attempts.reset()
+                            yield model.model_validate_json(line)
+                return
+            except httpx.TransportError as exc:
+                error: Exception = self._unreachable(exc)
+            except StoreUnavailable as exc:
+                error = exc
+            self.retry.sleep(attempts.wait_or_raise(error, **retrying))
+
+    def _stream_lines(self, path: str, body: bytes) -> Iterator[bytes]:
+        """One try at a query: its NDJSON lines; a server error in the stream is raised as its exception."""
+        with self._client.stream("POST", path, content=body, headers={"Content-Type": "application/json"}) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise _response_error(response)
+            rest = b""
+            for chunk in response.iter_bytes():
+                lines = (rest + chunk).split(b"\n")
+                rest = lines.pop()
+                for line in lines:
+                    if line.startswith(b'{"agl_stream_error"'):
+                        error = json.loads(line)["agl_stream_error"]
+                        raise error_from(_status_of(error), error)
+                    if line:
+                        yield line
+            if rest.strip():
+                raise StoreUnavailable(f"store server {self.url}: stream of {path} ended mid-line")
 
     # -- coalesced writes ----------------------------------------------------------
     def _send_batch(self, ops: list[_Op]) -> None:
@@ -686,11 +712,6 @@ class HttpStore(Store):
         if self._batch is not None:
             self._batch.close()
         self._client.close()
-
-
-class _RetryableStatus(Exception):
-    def __init__(self, error: Exception):
-        self.error = error
 
 
 _STATUS_BY_TYPE = {

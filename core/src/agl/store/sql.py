@@ -32,7 +32,8 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
-from agl.errors import IncompatibleStore, InvalidTransition, NotFound, StoreUnavailable
+from agl.errors import IncompatibleStore, InvalidTransition, NotFound, StoreUnavailable, Transient
+from agl.retry import Attempts, RetryPolicy
 from agl.schema import (
     Attempt,
     LLMCall,
@@ -383,6 +384,10 @@ class _ReaderPool:
             _close_quietly(conn)
 
 
+class _DatabaseTransient(Transient):
+    """A driver error the dialect calls transient (its ``__cause__``), as the type :mod:`agl.retry` retries."""
+
+
 def _close_quietly(conn: Any) -> None:
     with contextlib.suppress(Exception):  # closing a dead connection; nothing left to save
         conn.close()
@@ -392,8 +397,9 @@ class SqlStore(Store):
     """A :class:`Store` on a SQL database, with group commits led by its callers.
 
     ``retries`` bounds how often a transient failure (a lock, a dropped connection,
-    a serialization failure) is retried, with exponential backoff from
-    ``retry_delay_s``, before the call fails with :class:`StoreUnavailable`.
+    a serialization failure: what :meth:`Dialect.is_transient` says) is retried, with
+    :mod:`agl.retry`'s exponential backoff from ``retry_delay_s``, before the call fails
+    with :class:`StoreUnavailable`.
     ``max_readers`` bounds the reader connections.
     """
 
@@ -462,9 +468,8 @@ class SqlStore(Store):
         started: float | None = None,
     ) -> Any:
         """``fn()``, retried on transient errors; ``max_wait_s`` counts from ``started`` (now)."""
-        delay = self.retry_delay_s
-        started = time.monotonic() if started is None else started
-        for attempt in range(self.retries + 1):
+
+        def once() -> Any:
             try:
                 return fn()
             except Exception as exc:
@@ -472,16 +477,24 @@ class SqlStore(Store):
                     raise
                 if on_transient is not None:
                     on_transient(exc)
-                left = None if self.max_wait_s is None else self.max_wait_s - (time.monotonic() - started)
-                if attempt == self.retries or (left is not None and left <= 0):
-                    raise StoreUnavailable(
-                        f"{self.dialect.describe()} is still unavailable after {attempt} retries "
-                        f"over {time.monotonic() - started:.1f}s: {type(exc).__name__}: {exc}"
-                    ) from exc
-                wait = delay if left is None else min(delay, left)  # the last try comes at the bound
-                log.warning("%s: transient error (%s); retrying in %.2fs", self.dialect.describe(), exc, wait)
-                time.sleep(wait)
-                delay = min(delay * 2, 2.0)
+                raise _DatabaseTransient(f"{type(exc).__name__}: {exc}") from exc
+
+        def on_retry(exc: BaseException, wait: float) -> None:
+            log.warning("%s: transient error (%s); retrying in %.2fs", self.dialect.describe(), exc.__cause__, wait)
+
+        def give_up(exc: BaseException, attempts: Attempts) -> StoreUnavailable:
+            return StoreUnavailable(
+                f"{self.dialect.describe()} is still unavailable after {attempts.failures - 1} retries "
+                f"over {attempts.elapsed_s:.1f}s: {exc}"
+            )
+
+        policy = RetryPolicy(
+            max_attempts=self.retries + 1,
+            deadline_s=self.max_wait_s,
+            first_delay_s=self.retry_delay_s,
+            retry_on=(_DatabaseTransient,),
+        )
+        return policy.call(once, on_retry=on_retry, give_up=give_up, started=started)
 
     def _writer_connection(self) -> Any:
         if self._writer_conn is None:

@@ -26,6 +26,7 @@ from agl.store.sql import Dialect, SqlStore
 
 log = logging.getLogger(__name__)
 
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 CHECKPOINT_INTERVAL_S = 0.01
 """How often the background thread checkpoints while there are new commits (it waits
 up to ``CHECKPOINT_IDLE_S`` between looks while there are none)."""
@@ -67,7 +68,9 @@ class SqliteDialect(Dialect):
         return conn
 
     def is_transient(self, exc: BaseException) -> bool:
-        return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+        # SQLITE_BUSY and SQLITE_LOCKED, with their extended codes (the low byte is the primary code).
+        code = getattr(exc, "sqlite_errorcode", None)
+        return isinstance(exc, sqlite3.OperationalError) and code is not None and code & 0xFF in _BUSY_CODES
 
     def describe(self) -> str:
         return f"the sqlite store {self.path}"

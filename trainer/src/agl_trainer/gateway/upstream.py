@@ -1,38 +1,54 @@
-"""A small keep-alive HTTP/1.1 client for talking to engine replicas.
+"""The gateway's client for engine replicas: one ``aiohttp.ClientSession`` per replica.
 
-The gateway sends every request to an engine on the same host or network, so it
-needs little of a general HTTP client: JSON bodies with a Content-Length, answers
-with a Content-Length or chunked (streaming), keep-alive connections in a pool.
-Doing just that on asyncio streams costs a fraction of a general client's time per
-request, which is most of the gateway's own overhead. (The engine's event streams
-are parsed by httpx-sse, see :mod:`agl_trainer.gateway.sse`.)
+Each replica gets one session on a ``TCPConnector`` with keep-alive connections and no
+limit of its own (the router bounds the requests in flight, ``--max-in-flight``), no
+proxy lookup, no content decoding (bodies pass through as the engine sent them), and
+no timeout but the connect one: a generation takes as long as it takes. A body is read
+at once (:meth:`UpstreamResponse.read`) or streamed (:meth:`UpstreamResponse.iter_chunks`,
+the engine's event stream, parsed by httpx-sse in :mod:`agl_trainer.gateway.sse`);
+:meth:`UpstreamResponse.aclose` before the end closes the connection, so the engine sees
+the client go and frees the slot. A failure to reach the replica or a connection dropped
+mid-answer is :class:`UpstreamConnectError`, a :class:`~agl.errors.Transient` the router
+retries on another replica. aiohttp sends a request once more on a fresh connection when
+a kept-alive one turns out closed, but only for idempotent methods; this client does it for
+the gateway's POSTs too, once, as the engine cannot have started on a request it never read.
 
-Why not httpx: the gateway on httpx missed both README targets, in the same runs of
-``tests/benchmarks/bench_gateway.py`` (2 shared cores, the same load generator,
-this client and httpx taking turns): added latency at 1 client +1.94 / +2.87 ms p50
-with httpx against +0.74 / +0.87 ms with this client (target <= 1 ms); 168 / 83
-calls/s at 64 clients against 1088 / 733 (target >= 1500). The engine alone
-through httpx (``bench_gateway --httpx``): 1.81 ms p50 against 0.32 ms, and 46
-calls/s at 64 clients against 4411. httpx was tuned first: one ``AsyncClient`` per
-replica, HTTP/1.1 only, no connection limit, 256 keep-alive connections,
-``trust_env=False``, no per-request client, its per-request log line off; neither
-its transport alone (without ``AsyncClient``) nor one client per caller came near
-(1.3 ms per request; 258 calls/s at 64 callers). httpx also does not retry a
-keep-alive connection the engine closed meanwhile, which this pool does once.
+Why aiohttp, and not httpx or a hand-written HTTP/1.1 client. ``python -m
+tests.benchmarks.bench_gateway --httpx --aiohttp`` sends the same requests to the engine
+alone through the hand-written client this module was until then (now the benchmarks'
+load generator, ``tests/benchmarks/raw_http.py``), through httpx (one ``AsyncClient``,
+tuned) and through this module, all in the same run. Eleven such runs on the shared
+2-core host (2026-11-27, load average 3.7-18, so every absolute figure is well under
+a quiet host's): aiohttp added +0.064-0.091 ms p50 at 1 client over the hand-written
+client and made 1.5k-6.2k calls/s at 64 clients (the hand-written client: 4.9k-13.6k);
+httpx added +0.46-0.61 ms and made 131-381 calls/s. The README's targets (<= 1 ms
+added p50 at 1 client, >= 1.5k calls/s at 64) leave room for aiohttp and not for
+httpx, so the gateway uses aiohttp rather than its own client. The whole gateway, the
+two engine clients taking turns in the same runs (six turns each, load average 5.4-15):
+added p50 +0.40-0.50 ms with aiohttp against +0.29-0.38 ms with the hand-written
+client; at 64 clients 0.47k-1.7k calls/s against 0.53k-2.5k (turn by turn 0.46-1.27x,
+median 0.75x). On that loaded host the gateway made 1.5k calls/s in 1 of 6 turns with
+aiohttp and 3 of 6 with the hand-written client; a quiet host, where the hand-written
+client made 6.8k-6.9k, has not measured aiohttp yet.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ssl as _ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-_READ_LIMIT = 1 << 24  # the longest header block or chunk-size line we accept
+import aiohttp
+
+from agl.errors import Transient
+
+KEEPALIVE_S = 4.0
+"""How long an idle connection is kept: under uvicorn's 5 s (vLLM's server), so the gateway closes it first."""
+_DROPPED = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError)
 
 
-class UpstreamConnectError(ConnectionError):
+class UpstreamConnectError(Transient, ConnectionError):
     """The replica could not be reached (nothing was sent), or dropped the connection."""
 
 
@@ -55,194 +71,123 @@ class Endpoint:
         return cls(url.rstrip("/"), parts.hostname, port, parts.path, parts.scheme == "https")
 
 
-class _Conn:
-    __slots__ = ("reader", "writer")
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.reader = reader
-        self.writer = writer
-
-    def usable(self) -> bool:
-        return not self.writer.is_closing() and not self.reader.at_eof()
-
-    def close(self) -> None:
-        self.writer.close()
-
-
 class UpstreamResponse:
     """An answer from a replica: status, lower-cased headers, and a body read at once or streamed."""
 
-    __slots__ = ("_body", "_chunked", "_conn", "_done", "_length", "_pool", "headers", "status")
+    __slots__ = ("_body", "_done", "_pool", "_resp", "headers", "status")
 
-    def __init__(self, status: int, headers: dict[str, str], conn: _Conn, pool: ConnectionPool):
-        self.status = status
-        self.headers = headers
-        self._conn: _Conn | None = conn
+    def __init__(self, resp: aiohttp.ClientResponse, pool: ConnectionPool):
+        self.status = resp.status
+        self.headers = {name.lower(): value for name, value in resp.headers.items()}
+        self._resp = resp
         self._pool = pool
-        self._chunked = "chunked" in headers.get("transfer-encoding", "")
-        length = headers.get("content-length")
-        self._length = int(length) if length is not None else None
-        self._done = False
         self._body: bytes | None = None
+        self._done = False
 
     async def read(self) -> bytes:
         """The whole body (read once, then kept)."""
         if self._body is None:
-            self._body = await self._read()
-        return self._body
-
-    async def _read(self) -> bytes:
-        if self._length is not None:
             try:
-                body = await self._conn.reader.readexactly(self._length) if self._length else b""
-            except asyncio.IncompleteReadError as exc:
+                self._body = await self._resp.read()
+            except _DROPPED as exc:
+                raise self._cut_short() from exc
+            except BaseException:  # cancelled (the client went away): the engine sees the connection close
                 self.aclose()
-                raise UpstreamConnectError(
-                    f"{self._pool.endpoint.url} closed the connection in the middle of its answer"
-                ) from exc
+                raise
             self._finish()
-            return body
-        return b"".join([chunk async for chunk in self.iter_chunks()])
+        return self._body
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives."""
-        reader = self._conn.reader
         try:
-            if self._chunked:
-                while True:
-                    line = await reader.readuntil(b"\r\n")
-                    size = int(line.split(b";", 1)[0], 16)
-                    if size == 0:
-                        while await reader.readuntil(b"\r\n") != b"\r\n":
-                            pass
-                        break
-                    data = await reader.readexactly(size + 2)
-                    yield data[:-2]
-            elif self._length is not None:
-                left = self._length
-                while left:
-                    data = await reader.read(min(left, 1 << 16))
-                    if not data:
-                        raise asyncio.IncompleteReadError(b"", left)
-                    left -= len(data)
-                    yield data
-            else:  # no framing: the body runs to the end of the connection
-                self._length = -1
-                while data := await reader.read(1 << 16):
-                    yield data
-        except asyncio.IncompleteReadError as exc:
-            self.aclose()
-            raise UpstreamConnectError(
-                f"{self._pool.endpoint.url} closed the connection in the middle of its answer"
-            ) from exc
+            async for chunk in self._resp.content.iter_any():
+                yield chunk
+        except _DROPPED as exc:
+            raise self._cut_short() from exc
         except BaseException:
             self.aclose()
             raise
         self._finish()
 
-    def _finish(self) -> None:
-        if self._done:
-            return
-        self._done = True
-        conn, self._conn = self._conn, None
-        if self._length == -1 or self.headers.get("connection", "").lower() == "close":
-            conn.close()
-        else:
-            self._pool.release(conn)
+    def _cut_short(self) -> UpstreamConnectError:
+        self.aclose()
+        return UpstreamConnectError(f"{self._pool.endpoint.url} closed the connection in the middle of its answer")
 
-    def aclose(self) -> None:
-        """Give up on the rest of the body; the connection is closed, not reused."""
+    def _finish(self) -> None:
+        """The body was read to its end: aiohttp has put the connection back in the pool."""
         if not self._done:
             self._done = True
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            self._pool.finished()
+
+    def aclose(self) -> None:
+        """Give up on the rest of the body; the connection is closed, not reused (no-op once read)."""
+        if not self._done:
+            self._resp.close()
+            self._done = True
+            self._pool.finished()
 
 
 class ConnectionPool:
-    """Keep-alive connections to one replica."""
+    """Keep-alive connections to one replica: its ``aiohttp.ClientSession``, made on first use
+    (inside the event loop that serves the gateway)."""
 
-    def __init__(
-        self,
-        endpoint: Endpoint,
-        *,
-        connect_timeout_s: float = 5.0,
-        max_idle: int = 256,
-        headers: dict[str, str] | None = None,
-    ):
+    def __init__(self, endpoint: Endpoint, *, connect_timeout_s: float = 5.0, headers: dict[str, str] | None = None):
         self.endpoint = endpoint
         self.connect_timeout_s = connect_timeout_s
-        self.max_idle = max_idle
-        self._idle: list[_Conn] = []
-        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-        self._host_header = f"Host: {endpoint.host}:{endpoint.port}\r\n{extra}"
-        self._closed = False
+        # Set here rather than through ``skip_auto_headers``, which costs aiohttp ~25 us a request.
+        self.headers = {"User-Agent": "agl-gateway", "Accept-Encoding": "identity", **(headers or {})}
+        self._session: aiohttp.ClientSession | None = None
+        self._open = 0  # answers whose body is not read or closed yet
+        self._closing = False
+        self._closed: asyncio.Task | None = None
 
-    async def _connect(self) -> _Conn:
-        ctx = _ssl.create_default_context() if self.endpoint.tls else None
-        try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(self.endpoint.host, self.endpoint.port, ssl=ctx, limit=_READ_LIMIT),
-                self.connect_timeout_s,
+    def _session_now(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                headers=self.headers,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s),
+                auto_decompress=False,
+                trust_env=False,
             )
-        except (TimeoutError, OSError) as exc:
-            raise UpstreamConnectError(f"cannot connect to {self.endpoint.url}: {exc or type(exc).__name__}") from exc
-        return _Conn(reader, writer)
-
-    def release(self, conn: _Conn) -> None:
-        if self._closed or len(self._idle) >= self.max_idle or not conn.usable():
-            conn.close()
-        else:
-            self._idle.append(conn)
+        return self._session
 
     async def request(
         self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json"
     ) -> UpstreamResponse:
         """Send a request for ``base_path + path`` and read the status line and headers.
 
-        A pooled connection the replica closed meanwhile is retried once on a fresh one.
+        A kept-alive connection the replica closed meanwhile is replaced, and the request sent
+        once more; a replica that cannot be reached raises :class:`UpstreamConnectError`.
         """
-        head = (
-            f"{method} {self.endpoint.base_path}{path} HTTP/1.1\r\n{self._host_header}"
-            f"Content-Type: {content_type}\r\nContent-Length: {len(body) if body else 0}\r\n\r\n"
-        ).encode("latin-1")
-        payload = head + body if body else head
-        while self._idle:
-            conn = self._idle.pop()
-            if not conn.usable():
-                conn.close()
-                continue
+        if self._closing:
+            raise UpstreamConnectError(f"{self.endpoint.url}: the replica was removed from the gateway")
+        url = self.endpoint.url + path
+        headers = {"Content-Type": content_type}
+        for last_try in (False, True):
             try:
-                return await self._exchange(conn, payload)
-            except (ConnectionError, asyncio.IncompleteReadError):
-                conn.close()  # stale keep-alive connection: try a fresh one
-                break
-            except BaseException:  # cancelled (the client went away): the engine sees the connection close
-                conn.close()
-                raise
-        conn = await self._connect()
-        try:
-            return await self._exchange(conn, payload)
-        except (ConnectionError, asyncio.IncompleteReadError) as exc:
-            conn.close()
-            raise UpstreamConnectError(f"{self.endpoint.url} dropped the connection: {exc}") from exc
-        except BaseException:
-            conn.close()
-            raise
+                resp = await self._session_now().request(method, url, data=body, headers=headers)
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if last_try or isinstance(exc, aiohttp.ClientConnectorError):
+                    raise UpstreamConnectError(f"cannot reach {self.endpoint.url}: {exc}") from exc
+                continue  # a stale keep-alive connection: once more on a fresh one
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise UpstreamConnectError(f"cannot reach {self.endpoint.url}: {exc or type(exc).__name__}") from exc
+            self._open += 1
+            return UpstreamResponse(resp, self)
+        raise AssertionError("unreachable")
 
-    async def _exchange(self, conn: _Conn, payload: bytes) -> UpstreamResponse:
-        conn.writer.write(payload)
-        head = await conn.reader.readuntil(b"\r\n\r\n")
-        lines = head[:-4].split(b"\r\n")
-        status = int(lines[0].split(b" ", 2)[1])
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
-        return UpstreamResponse(status, headers, conn, self)
+    def finished(self) -> None:
+        """One answer is done with; the last one of a closing pool closes the session."""
+        self._open -= 1
+        if self._closing and not self._open and self._session is not None and self._closed is None:
+            self._closed = asyncio.get_running_loop().create_task(self._session.close())
 
     async def close(self) -> None:
-        self._closed = True
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+        """Close the connections; answers still being read finish first (a replica dropped meanwhile)."""
+        self._closing = True
+        if self._session is None or self._closed is not None or self._open:
+            return  # nothing to close, closed already, or the last answer's finished() closes it
+        self._closed = asyncio.ensure_future(self._session.close())
+        await self._closed
