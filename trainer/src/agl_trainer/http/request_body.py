@@ -74,7 +74,7 @@ async def read_body(receive: Callable[[], Any], limit: int) -> bytes:
     """The whole request body from an ASGI ``receive``.
 
     Raises :class:`BodyTooLarge` as soon as more than ``limit`` bytes have come, and
-    starlette's ``ClientDisconnect`` if the client goes away first.
+    ``ClientDisconnect`` (starlette's) if the client goes away first.
     """
     message = await receive()
     if message["type"] != "http.request":
