@@ -215,9 +215,7 @@ class _Api:
         return _json_response(b'{"ok":true}')
 
     async def add_tasks(self, request: Request) -> Response:
-        body = await self.body(request, TasksBody)
-        await self.call(self.store.add_tasks, body.tasks)
-        return _json_response(b'{"ok":true}')
+        return await self._write(request, TasksBody, self.store.add_tasks, "tasks")
 
     async def query_tasks(self, request: Request) -> Response:
         filters = await self.filters(request, TaskQuery)
@@ -283,8 +281,18 @@ class _Api:
         return _json_response(b'{"ok":true}')
 
     async def cancel(self, request: Request) -> Response:
-        body = await self.body(request, CancelBody)
-        await self.call(self.store.cancel, body.rollout_ids)
+        return await self._write(request, CancelBody, self.store.cancel, "rollout_ids")
+
+    async def _write(
+        self, request: Request, model: type[Body], method: Callable[..., Any], field: str, observations: bool = False
+    ) -> Response:
+        """A write answered ``{"ok": true}``: ``method(body.<field>)``; ``observations`` (spans, LLM
+        calls, rewards) are first checked against the caller's scope."""
+        body = await self.body(request, model)
+        items = getattr(body, field)
+        if observations:
+            await self.call(self.auth.check_observations, caller_of(request.scope), items, field)
+        await self.call(method, items)
         return _json_response(b'{"ok":true}')
 
     async def expire(self, request: Request) -> Response:
@@ -293,22 +301,13 @@ class _Api:
         return _json_response(b'{"rollouts":' + _ROLLOUT_LIST.dump_json(rollouts) + b"}")
 
     async def add_spans(self, request: Request) -> Response:
-        body = await self.body(request, SpansBody)
-        await self.call(self.auth.check_observations, caller_of(request.scope), body.spans, "spans")
-        await self.call(self.store.add_spans, body.spans)
-        return _json_response(b'{"ok":true}')
+        return await self._write(request, SpansBody, self.store.add_spans, "spans", observations=True)
 
     async def add_llm_calls(self, request: Request) -> Response:
-        body = await self.body(request, LLMCallsBody)
-        await self.call(self.auth.check_observations, caller_of(request.scope), body.llm_calls, "llm_calls")
-        await self.call(self.store.add_llm_calls, body.llm_calls)
-        return _json_response(b'{"ok":true}')
+        return await self._write(request, LLMCallsBody, self.store.add_llm_calls, "llm_calls", observations=True)
 
     async def add_rewards(self, request: Request) -> Response:
-        body = await self.body(request, RewardsBody)
-        await self.call(self.auth.check_observations, caller_of(request.scope), body.rewards, "rewards")
-        await self.call(self.store.add_rewards, body.rewards)
-        return _json_response(b'{"ok":true}')
+        return await self._write(request, RewardsBody, self.store.add_rewards, "rewards", observations=True)
 
     async def query_spans(self, request: Request) -> Response:
         return self.stream(self.store.query_spans(**await self.filters(request, SpanQuery)))
