@@ -65,7 +65,8 @@ def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> No
 @contextmanager
 def servers(tmp: str):
     """The fake engine and the gateway, each in its own process, on 127.0.0.1."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # the checkout first, then whatever the caller put on the path (a worktree's own packages)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     eport, gport = free_port(), free_port()
     procs = []
     try:
