@@ -110,7 +110,7 @@ class Gateway:
         try:
             server.start(timeout_s)
         except RuntimeError as exc:
-            raise RuntimeError(f"the gateway did not start: {exc.__cause__ or exc}") from exc
+            raise RuntimeError(f"the gateway did not start: {exc.__cause__ or 'timed out'}") from exc
         self._server = server
         return self
 

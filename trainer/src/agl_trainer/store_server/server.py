@@ -61,7 +61,7 @@ class ServerThread(BackgroundServer):
         try:
             super().start(timeout_s)
         except RuntimeError as exc:
-            raise StoreUnavailable(f"store server on {self.url} did not start: {exc.__cause__ or exc}") from exc
+            raise StoreUnavailable(f"store server on {self.url} did not start: {exc.__cause__ or 'timed out'}") from exc
         if self.expirer is not None:
             self.expirer.start()
         return self
