@@ -32,13 +32,10 @@ import argparse
 import asyncio
 import codecs
 import json
-import socket
 import threading
 import time
 from collections import deque
 from typing import Any
-
-from tests.conftest import wait_until
 
 MODEL = "fake-policy"
 END = "</s>"
@@ -130,7 +127,6 @@ class FakeEngine:
         self.aborted_at: list[float] = []
         """``time.monotonic()`` of each abort."""
         self._server: Any = None
-        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -517,33 +513,18 @@ class FakeEngine:
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self) -> FakeEngine:
-        import uvicorn
+        from agl_trainer.http import BackgroundServer
 
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            self, lifespan="off", access_log=False, log_level="warning", http="httptools", loop="uvloop", backlog=4096
+        server = BackgroundServer(
+            self, host=self.host, port=self.port, name="fake-engine", loop="uvloop", http="httptools", backlog=4096
         )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, daemon=True, name="fake-engine"
-        )
-        self._thread.start()
-
-        def started() -> bool:
-            if not self._thread.is_alive():
-                raise RuntimeError("the fake engine's server thread ended before it started")
-            return self._server.started
-
-        wait_until(started, "the fake engine has started", step_s=0.005)
+        self.port = server.port
+        self._server = server.start(10)
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.should_exit = True
-            self._thread.join(10)
+            self._server.stop(10)
             self._server = None
 
     def __enter__(self) -> FakeEngine:

@@ -419,7 +419,7 @@ class ThreadRecordingStore(SqliteStore):
 
 
 def test_a_lone_caller_sends_itself_and_the_idle_server_commits_on_its_event_loop(tmp_path, monkeypatch):
-    from agl_trainer import store_server as server_module
+    from agl_trainer.store_server import app as server_module
 
     # no batch counts as slow, however busy the shared host: only the idle path is under test here
     monkeypatch.setattr(server_module, "INLINE_MAX_S", 60.0)
@@ -439,7 +439,7 @@ def test_a_lone_caller_sends_itself_and_the_idle_server_commits_on_its_event_loo
                 client.finish(rollout.rollout_id, RolloutStatus.SUCCEEDED)
         finally:
             client.close()
-        loop_thread = server._thread
+        loop_thread = server.thread
     backing.close()
     assert senders and set(senders) == {threading.current_thread()}  # no hand-off to a sender thread
     assert backing.write_threads and set(backing.write_threads) == {loop_thread}  # nor to a worker thread
@@ -487,7 +487,7 @@ def test_more_callers_than_senders_are_all_answered_and_close_is_prompt(tmp_path
 
 
 def test_a_slow_batch_on_the_event_loop_sends_the_next_ones_to_threads(tmp_path, monkeypatch):
-    from agl_trainer import store_server as server_module
+    from agl_trainer.store_server import app as server_module
 
     backing = ThreadRecordingStore(tmp_path / "agl.db")
     token = new_token(16)
@@ -501,7 +501,7 @@ def test_a_slow_batch_on_the_event_loop_sends_the_next_ones_to_threads(tmp_path,
                 client.finish(rollout.rollout_id, RolloutStatus.SUCCEEDED)
         finally:
             client.close()
-        loop_thread = server._thread
+        loop_thread = server.thread
     backing.close()
     assert backing.write_threads[0] is loop_thread
     assert all(t is not loop_thread for t in backing.write_threads[1:]) and len(backing.write_threads) == 3

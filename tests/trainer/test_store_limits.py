@@ -21,7 +21,7 @@ from agl.credentials import new_token
 from agl.schema import Span
 from agl.store.http import HttpStore
 from agl.store.sqlite import SqliteStore
-from agl_trainer.body_limits import inflate
+from agl_trainer.http.request_body import inflate
 from agl_trainer.store_server import DEFAULT_MAX_LOCK_WAIT_S, ServerThread
 from tests.conftest import wait_until
 
@@ -56,7 +56,7 @@ def _bomb(members: int, member_bytes: int = 16 << 20) -> bytes:
 
 
 def _post_routes(server) -> list[str]:
-    app = server.server.config.app
+    app = server.servers[0].config.app
     while not hasattr(app, "routes"):
         app = app.app
     return sorted({r.path.replace("{rollout_id:path}", "ro-1") for r in app.routes if "POST" in (r.methods or ())})

@@ -8,11 +8,15 @@ logprobs within 1e-4.
 from __future__ import annotations
 
 import concurrent.futures
+import gzip
+import http.client
 import json
+import socket
 
 import httpx
 import pytest
 
+from agl_trainer.http import DEFAULT_MAX_BODY_BYTES
 from tests.verl.conftest import reference_logprobs
 
 TOL = 1e-4
@@ -273,3 +277,27 @@ def test_bearer_token_is_required(tiny_engine):
     assert response.status_code == 401
     models = httpx.get(tiny_engine.urls[0] + "/models", headers=AUTH, timeout=10).json()
     assert models["data"][0]["max_model_len"] == 1024
+
+
+def test_bodies_past_the_limit_get_413_and_gzip_ones_are_inflated(tiny_engine, client):
+    url = httpx.URL(tiny_engine.urls[0])
+    with socket.create_connection((url.host, url.port), timeout=10) as sock:
+        # a declared length past the limit is refused before any of the body is sent
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: {url.host}\r\nAuthorization: Bearer engine-secret\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {DEFAULT_MAX_BODY_BYTES + 1}\r\n\r\n"
+        )
+        sock.sendall(head.encode())
+        answer = http.client.HTTPResponse(sock)
+        answer.begin()
+        error = json.loads(answer.read())["error"]
+    assert answer.status == 413 and error["code"] == 413 and str(DEFAULT_MAX_BODY_BYTES) in error["message"]
+    packed = gzip.compress(json.dumps({"messages": MESSAGES, "max_tokens": 2}).encode())
+    gzipped = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+    assert client.post("/chat/completions", content=packed, headers=gzipped).status_code == 200
+    bomb = gzip.compress(b'{"messages": "' + b"x" * DEFAULT_MAX_BODY_BYTES + b'"}')  # small, inflates past the limit
+    assert len(bomb) < 1 << 20
+    refused = client.post("/chat/completions", content=bomb, headers=gzipped)
+    assert refused.status_code == 413 and refused.json()["error"]["type"] == "invalid_request_error"
+    other = client.post("/chat/completions", content=packed, headers={"Content-Encoding": "br"})
+    assert other.status_code == 415 and "Content-Encoding" in other.json()["error"]["message"]

@@ -1,7 +1,7 @@
 """Bearer tokens and rollout keys: making them, reading them, checking them.
 
 agl has these kinds of credential (what each opens: :mod:`agl_trainer.gateway.auth` and
-:mod:`agl_trainer.store_auth`):
+:mod:`agl_trainer.store_server.auth`):
 
 - *tokens* a person or a trainer hands out: the store server's admin and runner tokens,
   the gateway's production and admin tokens. Made by :func:`new_token` when none is

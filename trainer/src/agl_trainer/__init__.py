@@ -4,6 +4,7 @@ Everything that serves or trains lives here, outside the agent's process:
 
 - :mod:`agl_trainer.store_server`: the store over HTTP (``agl store serve``);
 - :mod:`agl_trainer.gateway`: the OpenAI-compatible gateway that records token ids;
+- :mod:`agl_trainer.http`: the HTTP plumbing both servers share (body limits, SSE, a server thread);
 - :mod:`agl_trainer.trainer`: the loop (rollouts → transitions → backend update);
 - :mod:`agl_trainer.evaluation`: an agent run once per task on a base model or a checkpoint;
 - :mod:`agl_trainer.cli`: the ``agl`` command.

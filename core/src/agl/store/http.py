@@ -3,7 +3,7 @@
 ``HttpStore("http://127.0.0.1:4317")`` (token from ``token=``, else ``$AGL_STORE_TOKEN``,
 else ``$AGL_ROLLOUT_KEY``, the rollout key ``agl run`` gives its child) talks to ``agl
 store serve`` (see :mod:`agl_trainer.store_server` for the routes and
-:mod:`agl_trainer.store_auth` for what each credential may do). A claim's answer carries
+:mod:`agl_trainer.store_server.auth` for what each credential may do). A claim's answer carries
 each claimed rollout's key when the server has the key secret: :meth:`HttpStore.rollout_key`
 gives it to the runner, which hands it to the agent.
 

@@ -33,11 +33,10 @@ from agl.schema import RolloutStatus
 from agl_trainer.gateway import chat, responses_api, validate
 from agl_trainer.gateway.auth import ROLLOUT, Caller, GatewayAuth
 from agl_trainer.gateway.errors import (
-    DEFAULT_MAX_BODY_BYTES,
     GatewayError,
     Saturated,
     UpstreamUnavailable,
-    body_too_large,
+    body_error,
     invalid,
     server_error,
 )
@@ -45,42 +44,36 @@ from agl_trainer.gateway.pause import PauseGate
 from agl_trainer.gateway.recorder import CallMeta, Recorder
 from agl_trainer.gateway.rollouts import RolloutRegistry
 from agl_trainer.gateway.routing import Replica, Router
-from agl_trainer.gateway.sse import DONE_EVENT, data_event, iter_engine_chunks
+from agl_trainer.gateway.sse import iter_engine_chunks
 from agl_trainer.gateway.upstream import UpstreamResponse
+from agl_trainer.http import (
+    DEFAULT_MAX_BODY_BYTES,
+    DONE_EVENT,
+    SSE_HEADERS,
+    BodyTooLarge,
+    ClientDisconnect,
+    UnsupportedEncoding,
+    body_encoding,
+    data_event,
+    read_body,
+)
 
 log = logging.getLogger(__name__)
 
 _JSON = [(b"content-type", b"application/json")]
-_SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 _ROLLOUT_HEADER = b"x-agl-rollout-id"
 FLUSH_TIMEOUT_S = 20.0
 """How long ``POST /admin/flush`` waits for the store by default (``timeout_s`` overrides it)."""
 _ENDPOINTS = {"chat/completions": "chat.completions", "completions": "completions", "responses": "responses"}
 
 
-async def _read_body(scope: dict, receive: Callable, limit: int = DEFAULT_MAX_BODY_BYTES) -> bytes:
+async def _read_body(scope: dict, receive: Callable, limit: int) -> bytes:
     """The request body: 413 past ``limit`` bytes (declared or sent), 415 if it is compressed."""
-    for name, value in scope["headers"]:
-        if name == b"content-length" and value.isdigit() and int(value) > limit:
-            raise body_too_large(limit)
-        if name == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
-            raise GatewayError(415, "Content-Encoding: send the body uncompressed", code="unsupported_encoding")
-    message = await receive()
-    body = message.get("body", b"")
-    if not message.get("more_body"):
-        if len(body) > limit:
-            raise body_too_large(limit)
-        return body
-    parts = [body]
-    size = len(body)
-    while message.get("more_body"):
-        message = await receive()
-        part = message.get("body", b"")
-        size += len(part)
-        if size > limit:
-            raise body_too_large(limit)
-        parts.append(part)
-    return b"".join(parts)
+    try:
+        body_encoding(scope["headers"], limit)
+        return await read_body(receive, limit)
+    except (BodyTooLarge, UnsupportedEncoding) as exc:
+        raise body_error(exc) from None
 
 
 async def send_json(send: Callable, status: int, payload: bytes, headers: list | None = None) -> None:
@@ -187,6 +180,8 @@ class GatewayApp:
 
         try:
             await self._dispatch(scope, receive, tracked_send)
+        except ClientDisconnect:
+            return  # gone before its body was in: no one to answer
         except Exception as exc:
             if started:  # the answer is under way: all that is left is to end it
                 log.exception("gateway: error after the response started")
@@ -385,7 +380,7 @@ class GatewayApp:
         keep_ids, keep_logprobs = chat.client_wants(req, chat=is_chat)
         include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
         acc = chat.StreamAccumulator(is_chat)
-        await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         try:
             async for chunk in iter_engine_chunks(resp):
                 acc.feed(chunk)

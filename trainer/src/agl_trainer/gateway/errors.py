@@ -12,10 +12,9 @@ import json
 import logging
 import secrets
 
-log = logging.getLogger("agl_trainer.gateway")
+from agl_trainer.http import BodyTooLarge, UnsupportedEncoding
 
-DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
-"""The largest request body the gateway reads (413 beyond)."""
+log = logging.getLogger("agl_trainer.gateway")
 
 
 class GatewayError(Exception):
@@ -74,9 +73,11 @@ def server_error(
     )
 
 
-def body_too_large(limit: int) -> GatewayError:
-    """A 413 for a request body over ``limit`` bytes."""
-    return GatewayError(413, f"the request body exceeds the limit of {limit} bytes", code="request_too_large")
+def body_error(exc: BodyTooLarge | UnsupportedEncoding) -> GatewayError:
+    """What the client sees of a body that :func:`agl_trainer.http.read_body` refused."""
+    if isinstance(exc, BodyTooLarge):
+        return GatewayError(413, f"the request body exceeds the limit of {exc.limit} bytes", code="request_too_large")
+    return GatewayError(415, "Content-Encoding: send the body uncompressed", code="unsupported_encoding")
 
 
 class UpstreamUnavailable(Exception):

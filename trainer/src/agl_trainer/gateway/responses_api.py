@@ -26,8 +26,9 @@ from agl_trainer.gateway import validate
 from agl_trainer.gateway.chat import StreamAccumulator, engine_json, take_chat_tokens
 from agl_trainer.gateway.errors import server_error
 from agl_trainer.gateway.recorder import CallMeta, Recorder
-from agl_trainer.gateway.sse import iter_engine_chunks, named_event
+from agl_trainer.gateway.sse import iter_engine_chunks
 from agl_trainer.gateway.upstream import UpstreamResponse
+from agl_trainer.http import SSE_HEADERS, named_event
 from agl_trainer.openai_requests import ResponsesRequest
 
 log = logging.getLogger(__name__)
@@ -399,7 +400,7 @@ async def serve(
         {
             "type": "http.response.start",
             "status": 200,
-            "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
+            "headers": SSE_HEADERS,
         }
     )
     await send({"type": "http.response.body", "body": b"".join(events.start()), "more_body": True})

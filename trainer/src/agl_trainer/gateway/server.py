@@ -2,38 +2,25 @@
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import threading
-from typing import Any
-
 from agl.capture.writer import BufferedWriter
 from agl.credentials import RolloutKeys, new_token
 from agl.store.base import Store
 from agl_trainer.gateway.app import GatewayApp
-from agl_trainer.gateway.errors import DEFAULT_MAX_BODY_BYTES
 from agl_trainer.gateway.pause import PauseGate
 from agl_trainer.gateway.recorder import Recorder
 from agl_trainer.gateway.rollouts import RolloutRegistry
 from agl_trainer.gateway.routing import Router
+from agl_trainer.http import DEFAULT_MAX_BODY_BYTES, BackgroundServer
 
-
-def _event_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-
-        return uvloop.new_event_loop()
-    except ImportError:
-        return asyncio.new_event_loop()
-
-
-def _http_impl() -> str:
-    try:
-        import httptools  # noqa: F401
-
-        return "httptools"
-    except ImportError:
-        return "h11"
+UVICORN_OPTIONS = {
+    "loop": "auto",  # uvloop where installed
+    "http": "auto",  # httptools where installed
+    "proxy_headers": False,
+    "timeout_keep_alive": 60,
+    "backlog": 4096,
+    "timeout_graceful_shutdown": 10,
+}
+"""How the gateway's uvicorn serves: its clients keep connections open and come many at once."""
 
 
 class Gateway:
@@ -91,90 +78,53 @@ class Gateway:
         self.registry = RolloutRegistry(store, status_ttl_s=status_ttl_s)
         self._gate: PauseGate | None = None
         self.app: GatewayApp | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
+        self._server: BackgroundServer | None = None
 
     # -- life cycle --------------------------------------------------------------------
     def start(self, timeout_s: float = 30.0) -> Gateway:
         """Serve in a background thread; returns once the gateway is listening."""
-        import uvicorn
-
-        if self._thread is not None:
+        if self._server is not None:
             raise RuntimeError("the gateway is already started")
-        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
-        self.port = sock.getsockname()[1]
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            loop = _event_loop()
-            asyncio.set_event_loop(loop)
-            self._loop = loop
-            try:
-                self._gate = PauseGate()
-                self.app = GatewayApp(
-                    router=self.router,
-                    recorder=self.recorder,
-                    registry=self.registry,
-                    gate=self._gate,
-                    token=self.token,
-                    admin_token=self.admin_token,
-                    keys=self.keys,
-                    flush=self.writer.flush,
-                )
-                self.app.max_body_bytes = self.max_body_bytes
-                config = uvicorn.Config(
-                    self.app,
-                    lifespan="off",
-                    access_log=False,
-                    log_level="warning",
-                    http=_http_impl(),
-                    loop="none",
-                    proxy_headers=False,
-                    timeout_keep_alive=60,
-                    backlog=4096,
-                    timeout_graceful_shutdown=10,
-                )
-                self._server = uvicorn.Server(config)
-                loop.run_until_complete(self._prime())
-                task = loop.create_task(self._server.serve(sockets=[sock]))
-                loop.call_soon(self._wait_started, ready)
-                loop.run_until_complete(task)
-                loop.run_until_complete(self.router.close())
-            except BaseException as exc:
-                failure.append(exc)
-                ready.set()
-            finally:
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="agl-gateway", daemon=True)
-        self._thread.start()
-        if not ready.wait(timeout_s) or failure:
-            raise RuntimeError(f"the gateway did not start: {failure[0] if failure else 'timed out'}")
+        self._gate = PauseGate()
+        self.app = GatewayApp(
+            router=self.router,
+            recorder=self.recorder,
+            registry=self.registry,
+            gate=self._gate,
+            token=self.token,
+            admin_token=self.admin_token,
+            keys=self.keys,
+            flush=self.writer.flush,
+        )
+        self.app.max_body_bytes = self.max_body_bytes
+        server = BackgroundServer(
+            self.app,
+            host=self.host,
+            port=self.port,
+            name="agl-gateway",
+            setup=self._prime,
+            teardown=self.router.close,
+            **UVICORN_OPTIONS,
+        )
+        self.port = server.port
+        try:
+            server.start(timeout_s)
+        except RuntimeError as exc:
+            raise RuntimeError(f"the gateway did not start: {exc.__cause__ or 'timed out'}") from exc
+        self._server = server
         return self
 
     async def _prime(self) -> None:
         """Learn what the replicas serve; a replica that is down is asked again later."""
         await self.app.served_model()
 
-    def _wait_started(self, ready: threading.Event) -> None:
-        if self._server.started:
-            ready.set()
-        else:
-            self._loop.call_later(0.01, self._wait_started, ready)
-
     def stop(self) -> None:
         """Stop serving and write out every recorded call."""
-        if self._thread is None:
+        if self._server is None:
             return
-        if self._gate is not None:
-            self._loop.call_soon_threadsafe(self._gate.resume)  # held requests are answered, not stranded
-        self._server.should_exit = True
-        self._thread.join(30)
-        self._thread = None
+        self._server.call_soon(self._gate.resume)  # held requests are answered, not stranded
+        self._server.stop(30)
+        self._server = None
         if self._own_writer:
             self.writer.close()
         else:
@@ -185,7 +135,7 @@ class Gateway:
         self.writer.flush()
 
     def __enter__(self) -> Gateway:
-        return self.start() if self._thread is None else self
+        return self.start() if self._server is None else self
 
     def __exit__(self, *exc) -> None:
         self.stop()
@@ -217,16 +167,16 @@ class Gateway:
 
     @model_version.setter
     def model_version(self, version: str | None) -> None:
-        if self.app is not None and self._thread is not None:
+        if self.app is not None and self._server is not None:
             self._call(_apply(self.app.set_model_version, version))
         else:
             self.recorder.model_version = version
 
     def _call(self, coro, timeout_s: float | None = None):
-        if self._loop is None or self._thread is None:
+        if self._server is None:
             coro.close()
             raise RuntimeError("the gateway is not started")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
+        return self._server.call(coro, timeout_s)
 
     def pause(self, timeout_s: float | None = None) -> bool:
         """Hold new requests; return once in-flight ones finished (False if ``timeout_s`` passed first)."""
@@ -234,7 +184,7 @@ class Gateway:
 
     def resume(self) -> None:
         """Let held and new requests through."""
-        self._loop.call_soon_threadsafe(self._gate.resume)
+        self._server.call_soon(self._gate.resume)
 
     @property
     def paused(self) -> bool:
@@ -248,7 +198,7 @@ class Gateway:
                 await replica.pool.close()
             await self.app.served_model()
 
-        if self._thread is None:
+        if self._server is None:
             self.router.set_upstreams(list(upstreams))
         else:
             self._call(swap())

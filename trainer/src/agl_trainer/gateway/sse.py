@@ -1,8 +1,7 @@
-"""Server-sent events: reading an engine's stream (parsed by httpx-sse), and writing events to the client."""
+"""Server-sent events: reading an engine's stream (parsed by httpx-sse); writing them is :mod:`agl_trainer.http.sse`."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 
 import httpx
@@ -47,16 +46,3 @@ async def iter_engine_chunks(resp: UpstreamResponse) -> AsyncIterator[dict]:
             yield chunk
     except httpx.HTTPError as exc:  # SSEError: not an event stream; DecodingError: a body that does not decode
         raise UpstreamConnectError(f"the engine's stream could not be read: {exc}") from exc
-
-
-def data_event(obj: object) -> bytes:
-    """One ``data:`` event carrying ``obj`` as JSON."""
-    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
-
-
-def named_event(name: str, obj: object) -> bytes:
-    """One event with an ``event:`` name (the Responses API streams these)."""
-    return f"event: {name}\ndata: ".encode() + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
-
-
-DONE_EVENT = b"data: [DONE]\n\n"

@@ -4,12 +4,15 @@ Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions``,
 ``POST /v1/completions`` (plain JSON or SSE with ``"stream": true``). With an
 ``api_key`` every ``/v1`` route wants ``Authorization: Bearer <api_key>``.
 
+A request body past ``max_body_bytes`` is answered 413 (a ``gzip`` or ``deflate`` body is
+inflated within the same limit: :class:`agl_trainer.http.BodyLimits`).
+
 A client that disconnects cancels its request: the generation leaves the batch at the
 next decoding step, for plain requests (the handler polls for the disconnect while it
 waits) and for streams (the wait for the next chunk races the same poll).
 
-:class:`ServerThread` runs several apps (replicas) on one asyncio loop in one background
-thread. Standalone::
+:func:`serve_in_thread` runs several apps (replicas) on one asyncio loop in one background
+thread (a :class:`agl_trainer.http.BackgroundServer`). Standalone::
 
     python -m agl_verl.engines.server --model PATH [--port 8000] [--engine-token-file PATH]
 
@@ -22,9 +25,6 @@ import asyncio
 import contextlib
 import hmac
 import json
-import socket
-import threading
-import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
@@ -33,12 +33,22 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from agl_trainer.http import BODY_ERRORS, DEFAULT_MAX_BODY_BYTES, BackgroundServer, BodyLimits
+from agl_trainer.http.sse import SSE_MEDIA_TYPE
 from agl_verl.engines.protocol import RequestError, parse_chat, parse_completion
 from agl_verl.engines.serving import Replica
 
+GRACEFUL_SHUTDOWN_S = 5
+"""How long a stopping server lets requests in flight finish."""
 
-def create_app(replica: Replica, *, api_key: str | None = None) -> Starlette:
-    """The OpenAI-compatible app for one replica."""
+
+def _refused_body(exc: Exception) -> JSONResponse:
+    """The answer to a body :class:`BodyLimits` refused (413, 415, 400), in OpenAI's error shape."""
+    return JSONResponse(RequestError(None, str(exc), exc.status).body(), status_code=exc.status)
+
+
+def create_app(replica: Replica, *, api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Any:
+    """The OpenAI-compatible ASGI app for one replica; bodies past ``max_body_bytes`` get 413."""
 
     def authorized(request: Request) -> bool:
         if not api_key:
@@ -83,7 +93,7 @@ def create_app(replica: Replica, *, api_key: str | None = None) -> Starlette:
             req = parse_chat(await read_json(request))
             if req.sampling.stream:
                 stream = _until_disconnected(request, await replica.chat_stream(req))
-                return StreamingResponse(stream, media_type="text/event-stream")
+                return StreamingResponse(stream, media_type=SSE_MEDIA_TYPE)
             return await _answer_unless_disconnected(request, replica.chat(req))
         except RequestError as exc:
             return error(exc)
@@ -95,7 +105,7 @@ def create_app(replica: Replica, *, api_key: str | None = None) -> Starlette:
             req = parse_completion(await read_json(request), replica.vocab_size)
             if req.sampling.stream:
                 stream = _until_disconnected(request, await replica.completion_stream(req))
-                return StreamingResponse(stream, media_type="text/event-stream")
+                return StreamingResponse(stream, media_type=SSE_MEDIA_TYPE)
             return await _answer_unless_disconnected(request, replica.completion(req))
         except RequestError as exc:
             return error(exc)
@@ -103,15 +113,19 @@ def create_app(replica: Replica, *, api_key: str | None = None) -> Starlette:
     async def server_error(request: Request, exc: Exception) -> Response:
         return JSONResponse(RequestError(None, f"engine error: {type(exc).__name__}: {exc}", 500).body(), 500)
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/health", health),
             Route("/v1/models", models),
             Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/v1/completions", completions, methods=["POST"]),
         ],
-        exception_handlers={Exception: server_error},
+        exception_handlers={
+            **{kind: lambda request, exc: _refused_body(exc) for kind in BODY_ERRORS},  # a body cut off as it came
+            Exception: server_error,
+        },
     )
+    return BodyLimits(app, max_body_bytes, _refused_body)
 
 
 #: how often a waiting handler checks whether its client went away
@@ -135,7 +149,7 @@ async def _answer_unless_disconnected(request: Request, work: Awaitable[dict]) -
                 await task
 
 
-async def _until_disconnected(request: Request, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+async def _until_disconnected(request: Request, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     """Relay ``chunks``; stop (cancelling the generation) as soon as the client disconnects."""
     iterator = aiter(chunks)
     pending: asyncio.Future | None = None
@@ -163,62 +177,13 @@ async def _until_disconnected(request: Request, chunks: AsyncIterator[str]) -> A
                 await aclose()
 
 
-class ServerThread:
-    """Serves apps with uvicorn on one event loop in a daemon thread."""
-
-    def __init__(self, apps: list[Starlette], *, host: str = "127.0.0.1", port: int = 0) -> None:
-        import uvicorn
-
-        self.host = host
-        self._sockets = []
-        self._servers = []
-        for k, app in enumerate(apps):
-            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port + k if port else 0))
-            self._sockets.append(sock)
-            config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=5)
-            self._servers.append(uvicorn.Server(config))
-        self.ports = [s.getsockname()[1] for s in self._sockets]
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-
-    @property
-    def base_urls(self) -> list[str]:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return [f"http://{host}:{p}/v1" for p in self.ports]
-
-    def start(self, timeout: float = 30.0) -> list[str]:
-        """Start serving; returns the base URLs once every server accepts connections."""
-        self._thread = threading.Thread(target=self._main, name="agl-engine-http", daemon=True)
-        self._thread.start()
-        end = time.monotonic() + timeout
-        while not all(s.started for s in self._servers):
-            if self._error is not None:
-                raise RuntimeError(f"engine server failed to start: {self._error}") from self._error
-            if time.monotonic() > end or not self._thread.is_alive():
-                raise RuntimeError("engine server did not start in time")
-            time.sleep(0.01)
-        return self.base_urls
-
-    def _main(self) -> None:
-        async def serve_all() -> None:
-            await asyncio.gather(
-                *(srv.serve(sockets=[sock]) for srv, sock in zip(self._servers, self._sockets, strict=False))
-            )
-
-        try:
-            asyncio.run(serve_all())
-        except BaseException as exc:  # noqa: BLE001 - surfaced by start()
-            self._error = exc
-
-    def stop(self) -> None:
-        for server in self._servers:
-            server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=15)
-        for sock in self._sockets:
-            sock.close()
+def serve_in_thread(apps: list[Any], *, host: str = "127.0.0.1", port: int = 0) -> BackgroundServer:
+    """Serve ``apps`` (replicas) on one event loop in a daemon thread, on ``port``, ``port + 1``, ...
+    (0: free ports); returns once every one accepts connections (RuntimeError naming why if not)."""
+    server = BackgroundServer(
+        apps, host=host, port=port, name="agl-engine-http", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S
+    )
+    return server.start()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,13 +13,13 @@ produced it.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from agl_trainer.http.sse import DONE_EVENT, data_event
 from agl_verl.engines.batching import Batcher, SamplingParams, Sequence, WeightSlot
 from agl_verl.engines.protocol import ChatRequest, CompletionRequest, RequestError, Sampling
 from agl_verl.engines.tools import ToolChoice, forced_prefix, parse_tool_calls, render_messages, template_supports_tools
@@ -199,14 +199,14 @@ class Replica:
         text = self.token_text(token)
         return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
 
-    async def chat_stream(self, req: ChatRequest) -> AsyncIterator[str]:
+    async def chat_stream(self, req: ChatRequest) -> AsyncIterator[bytes]:
         """Validate and start a streamed chat; the iterator yields SSE ``data:`` lines."""
         prepared = self.render_chat(req)
         params = self._params(req.sampling, len(prepared.prompt_ids), req.top_logprobs, "messages")
         rows = self._rows(prepared.prompt_ids, params, req.sampling.n, prepared.forced_ids)
         return self._chat_events(req, prepared, rows)
 
-    async def _chat_events(self, req: ChatRequest, prepared: _Prepared, rows: list[Sequence]) -> AsyncIterator[str]:
+    async def _chat_events(self, req: ChatRequest, prepared: _Prepared, rows: list[Sequence]) -> AsyncIterator[bytes]:
         base = self._envelope("chatcmpl", "chat.completion.chunk", req.model, rows)
         holdback = max((len(s) for s in req.sampling.stop), default=1) - 1
         for i in range(len(rows)):
@@ -218,7 +218,7 @@ class Replica:
             }
             if req.sampling.return_token_ids:
                 chunk["prompt_token_ids"] = prepared.prompt_ids
-            yield _sse(chunk)
+            yield data_event(chunk)
         sent = [""] * len(rows)
         async for i, row, token, logprob, top, finish in self._stream(rows):
             delta: dict[str, Any] = {}
@@ -256,11 +256,11 @@ class Replica:
             }
             if req.sampling.return_token_ids:
                 choice["token_ids"] = [token]
-            yield _sse({**base, "choices": [choice]})
+            yield data_event({**base, "choices": [choice]})
         if req.sampling.include_usage:
             usage = _usage(len(prepared.prompt_ids), sum(len(r.token_ids) for r in rows))
-            yield _sse({**base, "choices": [], "usage": usage})
-        yield "data: [DONE]\n\n"
+            yield data_event({**base, "choices": [], "usage": usage})
+        yield DONE_EVENT
 
     # -- completions ----------------------------------------------------------------------
 
@@ -308,11 +308,11 @@ class Replica:
             "text_offset": offsets,
         }
 
-    async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[str]:
+    async def completion_stream(self, req: CompletionRequest) -> AsyncIterator[bytes]:
         groups = self._completion_rows(req)
         return self._completion_events(req, groups)
 
-    async def _completion_events(self, req: CompletionRequest, groups) -> AsyncIterator[str]:
+    async def _completion_events(self, req: CompletionRequest, groups) -> AsyncIterator[bytes]:
         rows = [row for _, rows in groups for row in rows]
         prompts = [ids for ids, group in groups for _ in group]
         base = self._envelope("cmpl", "text_completion", req.model, rows)
@@ -340,16 +340,16 @@ class Replica:
                 if first[i]:
                     choice["prompt_token_ids"] = prompts[i]
             first[i] = False
-            yield _sse({**base, "choices": [choice]})
+            yield data_event({**base, "choices": [choice]})
         if req.sampling.include_usage:
-            yield _sse(
+            yield data_event(
                 {
                     **base,
                     "choices": [],
                     "usage": _usage(sum(len(ids) for ids, _ in groups), sum(len(r.token_ids) for r in rows)),
                 }
             )
-        yield "data: [DONE]\n\n"
+        yield DONE_EVENT
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -420,7 +420,3 @@ def _stable_text(text: str, holdback: int) -> str:
     """Text safe to stream: no trailing partial character, and room left for a stop string."""
     text = text.rstrip("\ufffd")
     return text[: len(text) - holdback] if holdback > 0 else text
-
-
-def _sse(obj: dict) -> str:
-    return "data: " + json.dumps(obj, ensure_ascii=False) + "\n\n"

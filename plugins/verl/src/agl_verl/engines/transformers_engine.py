@@ -19,8 +19,9 @@ from pathlib import Path
 
 from agl.schema import ModelVersion
 from agl_trainer.engine import Engine
+from agl_trainer.http import BackgroundServer
 from agl_verl.engines.batching import Batcher, WeightSlot
-from agl_verl.engines.server import ServerThread, create_app
+from agl_verl.engines.server import create_app, serve_in_thread
 from agl_verl.engines.serving import Replica
 from agl_verl.engines.weights import load_model, load_weights, resolve_dtype
 
@@ -74,7 +75,7 @@ class TransformersEngine(Engine):
         self.batch_wait_s = batch_wait_ms / 1000.0
         self._slot: WeightSlot | None = None
         self._batchers: list[Batcher] = []
-        self._server: ServerThread | None = None
+        self._server: BackgroundServer | None = None
         self._load_lock = threading.Lock()
         self.tokenizer = None
         self.urls: list[str] = []
@@ -110,8 +111,8 @@ class TransformersEngine(Engine):
                 self._slot, self.tokenizer, batcher, model_name=self.served_model_name, max_model_len=max_len
             )
             apps.append(create_app(replica, api_key=self.api_key))
-        self._server = ServerThread(apps, host=self.host, port=self.port)
-        self.urls = self._server.start()
+        self._server = serve_in_thread(apps, host=self.host, port=self.port)
+        self.urls = [f"{url}/v1" for url in self._server.urls]
         return self.urls
 
     def load_version(self, version: ModelVersion) -> None:

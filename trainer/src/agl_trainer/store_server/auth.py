@@ -23,8 +23,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
+
+import anyio.to_thread
+from starlette.responses import JSONResponse
 
 from agl.credentials import RolloutKeys, bearer_of, looks_like_rollout_key, same_token
 from agl.schema import RolloutStatus
@@ -213,3 +216,61 @@ class StoreAuth:
 def redacted(rollout: Any) -> Any:
     """A rollout as a runner may see one it did not claim in this request: no output, error or task."""
     return rollout.model_copy(update={"output": None, "error": None, "task": None})
+
+
+def caller_of(scope: dict) -> Caller:
+    """Who sent the request (set by :class:`BearerAuth`; the admin for an app used without it)."""
+    return scope.get("agl.caller") or _ADMIN_CALLER
+
+
+_ADMIN_CALLER = Caller(ADMIN)
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request but those under ``open_paths`` needs a credential,
+    and gets only the routes of its scope (see this module)."""
+
+    def __init__(
+        self,
+        app: Any,
+        token: str,
+        open_paths: frozenset[str] = frozenset({"/healthz"}),
+        fast_routes: dict[tuple[str, str], Callable[..., Any]] | None = None,
+        auth: StoreAuth | None = None,
+    ):
+        if not token:
+            raise ValueError("token: the store server needs a non-empty bearer token")
+        self.app = app
+        self.auth = auth or StoreAuth(None, token=token)  # type: ignore[arg-type]
+        self.open_paths = open_paths
+        self.fast_routes = fast_routes or {}  # (method, path) -> a plain ASGI handler, past the token check
+
+    async def _refuse(self, scope, receive, send, status: int, reason: str) -> None:
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        kind = "Unauthorized" if status == 401 else "Forbidden"
+        response = JSONResponse(
+            {"error": {"type": kind, "field": "Authorization", "reason": reason}}, status_code=status, headers=headers
+        )
+        await response(scope, receive, send)
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"] not in self.open_paths:
+            caller = self.auth.identify(scope["headers"])
+            if caller is None:
+                given = any(name == b"authorization" for name, _ in scope["headers"])
+                reason = "wrong bearer token" if given else "missing bearer token"
+                return await self._refuse(scope, receive, send, 401, reason)
+            if not self.auth.allows_route(caller, scope["method"], scope["path"]):
+                reason = f"{scope['method']} {scope['path']} is outside the {caller.scope} scope of this credential"
+                return await self._refuse(scope, receive, send, 403, reason)
+            if caller.rollout_id is not None:
+                try:
+                    await anyio.to_thread.run_sync(self.auth.check_live, caller)
+                except Refused as exc:
+                    return await self._refuse(scope, receive, send, exc.status, exc.reason)
+            scope["agl.caller"] = caller
+            fast = self.fast_routes.get((scope["method"], scope["path"]))
+            if fast is not None:
+                await fast(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

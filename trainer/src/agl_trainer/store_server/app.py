@@ -1,93 +1,9 @@
-"""The store over HTTP: a JSON API that exposes every :class:`agl.store.Store` method.
-
-``agl store serve`` runs it; :class:`agl.store.http.HttpStore` is its client. Its request
-bodies are in :mod:`agl_trainer.store_bodies`, its error answers in
-:mod:`agl_trainer.store_errors` and its limit on bodies in :mod:`agl_trainer.body_limits`.
-
-Every route except ``/healthz`` needs ``Authorization: Bearer <credential>`` (the
-scheme in any case): the admin token opens every route, a runner token what running
-rollouts needs, a rollout key its own rollout only (:mod:`agl_trainer.store_auth`).
-Bodies are JSON; queries answer NDJSON (one model per line), streamed straight
-from the store's iterators, so reading a million spans never holds them all.
-
-Routes (``{x}`` is a path parameter; "list body" means ``{"<name>": [ ... ]}``):
-
-==========  ===================================  =============================================
-method      path                                 store method / answer
-==========  ===================================  =============================================
-GET         /healthz                             ``{"ok": true}`` (no token needed)
-GET         /v1/stats                            ``stats()``
-POST        /v1/flush                            ``flush()``
-POST        /v1/tasks                            ``add_tasks``; list body ``tasks``
-GET|POST    /v1/tasks/query                      ``query_tasks``; NDJSON of tasks
-GET         /v1/tasks/{task_id}                  ``get_task``
-POST        /v1/rollouts                         ``enqueue``; list body ``rollouts``
-GET|POST    /v1/rollouts/query                   ``query_rollouts``; NDJSON of rollouts
-GET         /v1/rollouts/{rollout_id}            ``get_rollout``
-GET         /v1/rollouts/{rollout_id}/attempts   ``attempts``; ``{"attempts": [...]}``
-POST        /v1/rollouts/{rollout_id}/finish     ``finish``; ``{"status", "error", "output"}``
-POST        /v1/claims                           ``claim``; ``{"runner_id", "limit", "claim_id"}``
-POST        /v1/heartbeats                       ``heartbeat``; ``{"runner_id", "rollout_ids"}``
-POST        /v1/cancellations                    ``cancel``; ``{"rollout_ids"}``
-POST        /v1/expirations                      ``expire``; ``{"heartbeat_timeout_s", "now"}``
-POST        /v1/spans | /v1/llm_calls | /v1/rewards   ``add_*``; list body of that name
-GET|POST    /v1/spans/query (and llm_calls, rewards)  ``query_*``; NDJSON
-POST        /v1/model_versions                   ``add_model_version``; the model version
-GET         /v1/model_versions/latest            ``latest_model_version`` (``null`` if none)
-GET         /v1/model_versions/{version}         ``get_model_version``
-POST|GET    /v1/run_steps                        ``add_step_record`` (``{"run_id", "record"}``) / ``step_records``
-POST        /v1/batch                            several callers' writes in one request
-==========  ===================================  =============================================
-
-Ids in paths may contain ``/`` (``task-set/17``), percent-encoded or not; the
-fixed routes (``/v1/tasks/query``, ``/v1/model_versions/latest``) take precedence.
-Query filters come as a JSON body (POST) or as query parameters (GET, lists as
-repeated parameters: ``?status=queued&status=running``); both are validated by
-the same model. ``/v1/batch`` is what the client's write coalescing sends:
-``{"spans": [...], "llm_calls": [...], "rewards": [...], "claims": [{runner_id,
-limit, claim_id}], "finishes": [{rollout_id, status, error, output, attempt}]}``; the
-observations are stored together and the answer has one result per claim and
-per finish, each ``{"rollouts": [...]}`` / ``{"rollout": {...}}`` or
-``{"error": {...}}``, so one caller's unknown rollout fails only that caller.
-When the SQL store's writer is idle, a batch runs on the event loop (it commits at
-once, sparing two thread hand-offs); otherwise, and for a second after one of those
-took over ``INLINE_MAX_S``, it runs on a worker thread.
-
-Errors answer ``{"error": {"type", "field", "reason", ...}}``: 401 without a valid
-credential (or with a rollout key whose attempt ended), 403 for a route or a rollout
-outside the credential's scope, 404 for an unknown id (``NotFound``, with ``kind`` and ``ident``),
-409 for a status change the status machine forbids (``InvalidTransition``, naming
-the rollout's status), 413 for a body over the limit (``max_body_bytes``, on every
-route, plugin routes included; a ``gzip`` or ``deflate`` body is inflated as it is
-read and may not inflate past the same limit), 415 for another
-``Content-Encoding``, 422 for a body that fails validation (``field`` is the
-dotted path of the first bad value: NaN, infinity, integers past 64 bits and JSON
-nested past :data:`agl.schema.MAX_JSON_DEPTH` are refused), 503 with
-``Retry-After`` when the database stays unavailable (a locked SQLite database is
-waited on for at most ``max_lock_wait_s``, less than the client's timeout).
-A 5xx names no path, URL or database message: those go to the server's log
-under a request id, which the answer gives in its body (``request_id``) and in
-an ``X-Request-Id`` header.
-A query that fails after its first line ends with one line ``{"agl_stream_error":
-{...}}``. Writes are idempotent by id; an ``Idempotency-Key`` header additionally
-lets the server answer a retried request from a small cache of recent answers.
-
-Late data: a span, LLM call or reward for a rollout that already ended is stored
-like any other and shows in every later query; nothing is dropped.
-
-Expiry: the server takes back the rollouts of runners gone silent (no heartbeat for
-``heartbeat_timeout_s``, 60 s by default) every ``expire_every_s`` (10 s), so they do
-not stay ``running`` when no trainer calls ``expire`` (see :mod:`agl_trainer.store_expiry`).
-
-Dashboard: under ``/ui`` the server serves the web pages of :mod:`agl_trainer.dashboard` (a
-SQLite or PostgreSQL store), which take the admin token as a bearer token or through a login
-form's cookie; ``/v1/run_steps`` holds the trainer's step records they chart.
-"""
+"""The store server's ASGI app (:func:`create_app`): its routes, bound to one store, behind its
+credential check (:class:`~agl_trainer.store_server.auth.BearerAuth`) and body limit."""
 
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 from collections import OrderedDict
@@ -111,9 +27,19 @@ from agl.schema import (
     Rollout,
 )
 from agl.store.base import Store
-from agl_trainer.body_limits import BodyLimits, read_whole
-from agl_trainer.store_auth import ADMIN, ROLLOUT, RUNNER, Caller, Refused, StoreAuth, redacted
-from agl_trainer.store_bodies import (
+from agl_trainer.http import BODY_ERRORS, DEFAULT_MAX_BODY_BYTES, BodyLimits, read_body
+from agl_trainer.store_server.auth import (
+    ADMIN,
+    ROLLOUT,
+    RUNNER,
+    BearerAuth,
+    Caller,
+    Refused,
+    StoreAuth,
+    caller_of,
+    redacted,
+)
+from agl_trainer.store_server.bodies import (
     BatchBody,
     Body,
     CancelBody,
@@ -134,22 +60,8 @@ from agl_trainer.store_bodies import (
     TaskQuery,
     TasksBody,
 )
-from agl_trainer.store_errors import (
-    BadEncoding,
-    BodyTooLarge,
-    UnsupportedEncoding,
-    error_headers,
-    error_item,
-    error_payload,
-    error_response,
-)
-from agl_trainer.store_expiry import DEFAULT_HEARTBEAT_TIMEOUT_S, Expirer
-from agl_trainer.store_expiry import DEFAULT_INTERVAL_S as DEFAULT_EXPIRE_EVERY_S
+from agl_trainer.store_server.errors import CatchUnexpected, error_headers, error_item, error_payload, error_response
 
-log = logging.getLogger(__name__)
-
-DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
-"""The largest request body, and the most a compressed body may inflate to (413 beyond)."""
 DEFAULT_MAX_LOCK_WAIT_S = 10.0
 """How long a SQL store behind the server keeps retrying a locked database for a caller before a
 503, counted from the caller's arrival. A try under way when it runs out may add SQLite's own wait
@@ -172,20 +84,6 @@ _ROLLOUT_LIST = TypeAdapter(list[Rollout])
 
 def _json_response(body: bytes | str, status: int = 200) -> Response:
     return Response(body, status_code=status, media_type="application/json")
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _query_params(request: Request, model: type[Body]) -> dict[str, Any]:
@@ -276,9 +174,8 @@ class _Api:
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
 
-    async def body(self, request: Request, model: type[Body]) -> Any:
-        raw = await _read_body(request, self.max_body_bytes)
-        return model.model_validate_json(raw or b"{}")
+    async def body(self, request: Request, model: type[BaseModel]) -> Any:
+        return model.model_validate_json(await request.body() or b"{}")  # BodyLimits bounds the body
 
     async def filters(self, request: Request, model: type[Body]) -> dict[str, Any]:
         if request.method == "GET":
@@ -318,16 +215,14 @@ class _Api:
         return _json_response(b'{"ok":true}')
 
     async def add_tasks(self, request: Request) -> Response:
-        body = await self.body(request, TasksBody)
-        await self.call(self.store.add_tasks, body.tasks)
-        return _json_response(b'{"ok":true}')
+        return await self._write(request, TasksBody, self.store.add_tasks, "tasks")
 
     async def query_tasks(self, request: Request) -> Response:
         filters = await self.filters(request, TaskQuery)
         return self.stream(self.store.query_tasks(**filters))
 
     async def get_task(self, request: Request) -> Response:
-        caller = _caller(request.scope)
+        caller = caller_of(request.scope)
         if caller.scope == ROLLOUT:  # its own rollout's task only (agl run --rollout-id reads it)
             own = await self.call(self.store.get_rollout, caller.rollout_id)
             if request.path_params["task_id"] != own.task_id:
@@ -342,7 +237,7 @@ class _Api:
 
     async def query_rollouts(self, request: Request) -> Response:
         filters = await self.filters(request, RolloutQuery)
-        if _caller(request.scope).scope == RUNNER:  # the status of rollouts it holds, nothing more
+        if caller_of(request.scope).scope == RUNNER:  # the status of rollouts it holds, nothing more
             if not filters.get("rollout_ids"):
                 raise Refused(403, "rollout_ids: a runner token may ask only about rollouts it names")
             return self.stream(map(redacted, self.store.query_rollouts(**filters)))
@@ -381,13 +276,23 @@ class _Api:
     async def heartbeat(self, request: Request) -> Response:
         body = await self.body(request, HeartbeatBody)
         for rid in body.rollout_ids:
-            self.auth.check_rollout(_caller(request.scope), rid, "rollout_ids")
+            self.auth.check_rollout(caller_of(request.scope), rid, "rollout_ids")
         await self.call(self.store.heartbeat, body.rollout_ids, body.runner_id)
         return _json_response(b'{"ok":true}')
 
     async def cancel(self, request: Request) -> Response:
-        body = await self.body(request, CancelBody)
-        await self.call(self.store.cancel, body.rollout_ids)
+        return await self._write(request, CancelBody, self.store.cancel, "rollout_ids")
+
+    async def _write(
+        self, request: Request, model: type[Body], method: Callable[..., Any], field: str, observations: bool = False
+    ) -> Response:
+        """A write answered ``{"ok": true}``: ``method(body.<field>)``; ``observations`` (spans, LLM
+        calls, rewards) are first checked against the caller's scope."""
+        body = await self.body(request, model)
+        items = getattr(body, field)
+        if observations:
+            await self.call(self.auth.check_observations, caller_of(request.scope), items, field)
+        await self.call(method, items)
         return _json_response(b'{"ok":true}')
 
     async def expire(self, request: Request) -> Response:
@@ -396,22 +301,13 @@ class _Api:
         return _json_response(b'{"rollouts":' + _ROLLOUT_LIST.dump_json(rollouts) + b"}")
 
     async def add_spans(self, request: Request) -> Response:
-        body = await self.body(request, SpansBody)
-        await self.call(self.auth.check_observations, _caller(request.scope), body.spans, "spans")
-        await self.call(self.store.add_spans, body.spans)
-        return _json_response(b'{"ok":true}')
+        return await self._write(request, SpansBody, self.store.add_spans, "spans", observations=True)
 
     async def add_llm_calls(self, request: Request) -> Response:
-        body = await self.body(request, LLMCallsBody)
-        await self.call(self.auth.check_observations, _caller(request.scope), body.llm_calls, "llm_calls")
-        await self.call(self.store.add_llm_calls, body.llm_calls)
-        return _json_response(b'{"ok":true}')
+        return await self._write(request, LLMCallsBody, self.store.add_llm_calls, "llm_calls", observations=True)
 
     async def add_rewards(self, request: Request) -> Response:
-        body = await self.body(request, RewardsBody)
-        await self.call(self.auth.check_observations, _caller(request.scope), body.rewards, "rewards")
-        await self.call(self.store.add_rewards, body.rewards)
-        return _json_response(b'{"ok":true}')
+        return await self._write(request, RewardsBody, self.store.add_rewards, "rewards", observations=True)
 
     async def query_spans(self, request: Request) -> Response:
         return self.stream(self.store.query_spans(**await self.filters(request, SpanQuery)))
@@ -423,8 +319,7 @@ class _Api:
         return self.stream(self.store.query_rewards(**await self.filters(request, RewardQuery)))
 
     async def add_model_version(self, request: Request) -> Response:
-        raw = await _read_body(request, self.max_body_bytes)
-        version = ModelVersion.model_validate_json(raw or b"{}")
+        version = await self.body(request, ModelVersion)
         await self.call(self.store.add_model_version, version)
         return _json_response(b'{"ok":true}')
 
@@ -437,7 +332,7 @@ class _Api:
         return _json_response(version.model_dump_json())
 
     async def add_step_record(self, request: Request) -> Response:
-        body = StepRecordBody.model_validate_json(await _read_body(request, self.max_body_bytes) or b"{}")
+        body = await self.body(request, StepRecordBody)
         await self.call(self.store.add_step_record, body.run_id, body.record)
         return _json_response(b'{"ok":true}')
 
@@ -447,7 +342,7 @@ class _Api:
 
     async def batch(self, request: Request) -> Response:
         body = await self.body(request, BatchBody)
-        await self.call(self._check_batch, _caller(request.scope), body)
+        await self.call(self._check_batch, caller_of(request.scope), body)
         return _json_response(await self.call(self._run_batch, body))
 
     def _check_batch(self, caller: Caller, body: BatchBody) -> None:
@@ -464,7 +359,7 @@ class _Api:
                 self.auth.check_observations(caller, items, kind)
 
     def _own(self, request: Request, where: str) -> None:
-        self.auth.check_rollout(_caller(request.scope), request.path_params["rollout_id"], where)
+        self.auth.check_rollout(caller_of(request.scope), request.path_params["rollout_id"], where)
 
     def _claimed(self, rollouts: list[Rollout]) -> bytes:
         """A claim's answer: the rollouts, and each one's key when the server has the key secret."""
@@ -476,12 +371,9 @@ class _Api:
         """``POST /v1/batch`` as a plain ASGI handler: the hot path of every runner, so it
         skips the framework's request and response objects (same answers as the route)."""
         key = b""
-        declared = None
         for name, value in scope["headers"]:
             if name == b"idempotency-key":
                 key = value
-            elif name == b"content-length":
-                declared = value
         status, out = 200, b""
         extra: list[tuple[bytes, bytes]] = []
         hit = self.cache.get(key.decode("latin-1")) if key else None
@@ -489,13 +381,9 @@ class _Api:
             status, out = hit
         else:
             try:
-                if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-                    raise BodyTooLarge(self.max_body_bytes)
-                raw = await read_whole(receive, self.max_body_bytes)
-                if raw is None:
-                    return
+                raw = await read_body(receive, self.max_body_bytes)  # its length checked by BodyLimits
                 body = BatchBody.model_validate_json(raw or b"{}")
-                caller = _caller(scope)
+                caller = caller_of(scope)
                 if caller.scope != ADMIN:
                     await self.call(self._check_batch, caller, body)
                 if self.together is not None and time.monotonic() >= self.inline_after and self.store._writer_free():
@@ -504,6 +392,8 @@ class _Api:
                     out = await self.call(self._run_batch, body)
                 if key:
                     self.cache.put(key.decode("latin-1"), 200, out)
+            except ClientDisconnect:
+                return
             except Exception as exc:
                 status, payload = error_payload(exc)
                 out = json.dumps({"error": payload}).encode()
@@ -624,89 +514,6 @@ class _Api:
         ]
 
 
-def _caller(scope: dict) -> Caller:
-    """Who sent the request (set by :class:`BearerAuth`; the admin for an app used without it)."""
-    return scope.get("agl.caller") or _ADMIN
-
-
-_ADMIN = Caller(ADMIN)
-
-
-class BearerAuth:
-    """ASGI middleware: every HTTP request but those under ``open_paths`` needs a credential,
-    and gets only the routes of its scope (see :mod:`agl_trainer.store_auth`)."""
-
-    def __init__(
-        self,
-        app: Any,
-        token: str,
-        open_paths: frozenset[str] = frozenset({"/healthz"}),
-        fast_routes: dict[tuple[str, str], Callable[..., Any]] | None = None,
-        auth: StoreAuth | None = None,
-    ):
-        if not token:
-            raise ValueError("token: the store server needs a non-empty bearer token")
-        self.app = app
-        self.auth = auth or StoreAuth(None, token=token)  # type: ignore[arg-type]
-        self.open_paths = open_paths
-        self.fast_routes = fast_routes or {}  # (method, path) -> a plain ASGI handler, past the token check
-
-    async def _refuse(self, scope, receive, send, status: int, reason: str) -> None:
-        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        kind = "Unauthorized" if status == 401 else "Forbidden"
-        response = JSONResponse(
-            {"error": {"type": kind, "field": "Authorization", "reason": reason}}, status_code=status, headers=headers
-        )
-        await response(scope, receive, send)
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and scope["path"] not in self.open_paths:
-            caller = self.auth.identify(scope["headers"])
-            if caller is None:
-                given = any(name == b"authorization" for name, _ in scope["headers"])
-                reason = "wrong bearer token" if given else "missing bearer token"
-                return await self._refuse(scope, receive, send, 401, reason)
-            if not self.auth.allows_route(caller, scope["method"], scope["path"]):
-                reason = f"{scope['method']} {scope['path']} is outside the {caller.scope} scope of this credential"
-                return await self._refuse(scope, receive, send, 403, reason)
-            if caller.rollout_id is not None:
-                try:
-                    await anyio.to_thread.run_sync(self.auth.check_live, caller)
-                except Refused as exc:
-                    return await self._refuse(scope, receive, send, exc.status, exc.reason)
-            scope["agl.caller"] = caller
-            fast = self.fast_routes.get((scope["method"], scope["path"]))
-            if fast is not None:
-                await fast(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-class _Unexpected:
-    """ASGI middleware: an exception no handler took becomes a 500 without the server's
-    details (see :func:`error_payload`), unless the answer had started."""
-
-    def __init__(self, app: Any):
-        self.app = app
-
-    async def __call__(self, scope, receive, send) -> None:
-        started = False
-
-        async def tracked(message: dict) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, tracked)
-        except ClientDisconnect:
-            return  # the client hung up before its body was in: no one to answer, nothing went wrong here
-        except Exception as exc:
-            if started or scope["type"] != "http":
-                raise
-            await error_response(exc)(scope, receive, send)
-
-
 def _plugin_routes(store: Store) -> list[BaseRoute]:
     from agl.plugins import hook
 
@@ -736,12 +543,12 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_lock_wait_s: float | None = DEFAULT_MAX_LOCK_WAIT_S,
 ) -> Any:
-    """The ASGI app serving ``store``: the routes in this module's docstring plus plugin routes.
+    """The ASGI app serving ``store``: the routes in :mod:`agl_trainer.store_server` plus plugin routes.
 
     ``token`` is the admin's bearer token (every route but ``/healthz`` requires a
     credential); ``runner_token`` the runners' and ``keys`` the secret of rollout keys,
     which claims hand out and which open their own rollout only (see
-    :mod:`agl_trainer.store_auth`). ``max_body_bytes``
+    :mod:`agl_trainer.store_server.auth`). ``max_body_bytes``
     bounds every request body, before and after decompression (413 beyond).
     ``max_lock_wait_s`` bounds how long a SQL store retries a locked database before the
     request is answered 503 (it lowers the store's ``max_wait_s``; None leaves it).
@@ -759,139 +566,20 @@ def create_app(
         NotFound: lambda request, exc: error_response(exc),
         InvalidTransition: lambda request, exc: error_response(exc),
         StoreUnavailable: lambda request, exc: error_response(exc),
-        BodyTooLarge: lambda request, exc: error_response(exc),
-        UnsupportedEncoding: lambda request, exc: error_response(exc),
-        BadEncoding: lambda request, exc: error_response(exc),
+        **{kind: lambda request, exc: error_response(exc) for kind in BODY_ERRORS},
         RecursionError: lambda request, exc: error_response(exc),
         ValueError: lambda request, exc: error_response(exc),
     }
     app = Starlette(
         routes=[*api.routes(), *_plugin_routes(store)],
         exception_handlers=handlers,
-        middleware=[Middleware(_Unexpected)],
+        middleware=[Middleware(CatchUnexpected)],
     )
     app.state.store = store
-    limited = BodyLimits(app, max_body_bytes)
-    auth = BearerAuth(
-        limited, token, fast_routes={("POST", "/v1/batch"): BodyLimits(api.raw_batch, max_body_bytes)}, auth=api.auth
-    )
+    limited = BodyLimits(app, max_body_bytes, error_response)
+    fast = {("POST", "/v1/batch"): BodyLimits(api.raw_batch, max_body_bytes, error_response)}
+    auth = BearerAuth(limited, token, fast_routes=fast, auth=api.auth)
     auth.close = api.close
     from agl_trainer.dashboard import with_dashboard  # the web pages under /ui, their own token check
 
     return with_dashboard(auth, store, token=token)
-
-
-def _expirer(store: Store, expire_every_s: float | None, heartbeat_timeout_s: float) -> Expirer | None:
-    """The server's expiry of silent runners' rollouts (see :mod:`agl_trainer.store_expiry`); None turns it off."""
-    if expire_every_s is None or expire_every_s == 0:
-        return None
-    return Expirer(store, interval_s=expire_every_s, heartbeat_timeout_s=heartbeat_timeout_s)
-
-
-class ServerThread:
-    """A store server in a background thread of this process (tests, embedding).
-
-    ``with ServerThread(store, token=...) as server:`` starts uvicorn on
-    ``host``:``port`` (port 0 picks a free one; ``server.url`` tells it) and stops
-    it on exit. ``middleware`` wraps the ASGI app (fault injection in tests).
-    Every ``expire_every_s`` (None or 0: never) rollouts whose runner has not sent a
-    heartbeat for ``heartbeat_timeout_s`` are taken back (:mod:`agl_trainer.store_expiry`).
-    """
-
-    def __init__(
-        self,
-        store: Store,
-        *,
-        token: str,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        middleware: Callable[[Any], Any] | None = None,
-        expire_every_s: float | None = DEFAULT_EXPIRE_EVERY_S,
-        heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
-        **app_options: Any,
-    ):
-        import socket
-
-        import uvicorn
-
-        self.token = token
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((host, port))
-        self.host, self.port = self.sock.getsockname()[:2]
-        app = create_app(store, token=token, **app_options)
-        self._close_app = app.close
-        if middleware is not None:
-            app = middleware(app)
-        config = uvicorn.Config(app, log_level="warning", loop="asyncio", lifespan="off", access_log=False)
-        self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.expirer = _expirer(store, expire_every_s, heartbeat_timeout_s)
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self) -> ServerThread:
-        import time
-
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise StoreUnavailable(f"store server on {self.url} did not start")
-            time.sleep(0.01)
-        if self.expirer is not None:
-            self.expirer.start()
-        return self
-
-    def stop(self) -> None:
-        if self.expirer is not None:
-            self.expirer.stop()
-        self.server.should_exit = True
-        self._thread.join(timeout=10)
-        self.sock.close()
-        self._close_app()
-
-    def __enter__(self) -> ServerThread:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def serve(
-    store: Store,
-    *,
-    token: str,
-    host: str = "127.0.0.1",
-    port: int = 4317,
-    expire_every_s: float | None = DEFAULT_EXPIRE_EVERY_S,
-    heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
-    **app_options: Any,
-) -> None:
-    """Serve ``store`` on ``host``:``port`` until interrupted (uvloop and httptools where installed).
-
-    Every ``expire_every_s`` (None or 0: never) rollouts whose runner has not sent a
-    heartbeat for ``heartbeat_timeout_s`` are taken back (:mod:`agl_trainer.store_expiry`).
-    """
-    import uvicorn
-
-    app = create_app(store, token=token, **app_options)
-    expirer = _expirer(store, expire_every_s, heartbeat_timeout_s)
-    if expirer is not None:
-        expirer.start()
-    try:
-        uvicorn.run(
-            app,
-            host=host,
-            port=port,
-            log_level="warning",
-            lifespan="off",
-            access_log=False,
-            timeout_graceful_shutdown=5,
-        )
-    finally:
-        if expirer is not None:
-            expirer.stop()
-        app.close()

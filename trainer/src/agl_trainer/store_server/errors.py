@@ -11,33 +11,15 @@ import logging
 from typing import Any
 
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
 from agl.errors import InvalidTransition, NotFound, StoreUnavailable
 from agl.schema import short_id
-from agl_trainer.store_auth import Refused
+from agl_trainer.http import BODY_ERRORS, BodyTooLarge
+from agl_trainer.store_server.auth import Refused
 
 log = logging.getLogger("agl_trainer.store_server")  # a 5xx is logged where the server logs
-
-
-class BodyTooLarge(Exception):
-    """A request body over the server's limit."""
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        super().__init__(f"request body exceeds the limit of {limit} bytes")
-
-
-class UnsupportedEncoding(Exception):
-    """A ``Content-Encoding`` the server does not inflate."""
-
-    def __init__(self, encoding: str):
-        self.encoding = encoding
-        super().__init__(f"Content-Encoding {encoding!r} is not supported: send identity, gzip or deflate")
-
-
-class BadEncoding(Exception):
-    """A body that does not decompress by its ``Content-Encoding``."""
 
 
 def _dotted(loc: tuple) -> str:
@@ -75,12 +57,9 @@ def error_payload(exc: BaseException) -> tuple[int, dict[str, Any]]:
         return 409, {"type": "InvalidTransition", "reason": str(exc)}
     if isinstance(exc, StoreUnavailable):
         return _internal(503, "StoreUnavailable", "the store's database is unavailable; retry shortly", exc)
-    if isinstance(exc, BodyTooLarge):
-        return 413, {"type": "BodyTooLarge", "field": "body", "reason": str(exc), "limit": exc.limit}
-    if isinstance(exc, UnsupportedEncoding):
-        return 415, {"type": "UnsupportedEncoding", "field": "Content-Encoding", "reason": str(exc)}
-    if isinstance(exc, BadEncoding):
-        return 400, {"type": "BadEncoding", "field": "body", "reason": str(exc)}
+    if isinstance(exc, BODY_ERRORS):  # BodyTooLarge, UnsupportedEncoding, BadEncoding
+        payload = {"type": type(exc).__name__, "field": exc.field, "reason": str(exc)}
+        return exc.status, payload | ({"limit": exc.limit} if isinstance(exc, BodyTooLarge) else {})
     if isinstance(exc, RecursionError):
         return 422, {"type": "ValidationError", "field": "body", "reason": "nested too deeply"}
     if isinstance(exc, ValueError):
@@ -109,3 +88,28 @@ def error_item(exc: BaseException) -> bytes:
 def error_response(exc: BaseException) -> Response:
     status, payload = error_payload(exc)
     return JSONResponse({"error": payload}, status_code=status, headers=error_headers(status, payload))
+
+
+class CatchUnexpected:
+    """ASGI middleware: an exception no handler took becomes a 500 without the server's
+    details (see :func:`error_payload`), unless the answer had started."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        started = False
+
+        async def tracked(message: dict) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except ClientDisconnect:
+            return  # the client hung up before its body was in: no one to answer, nothing went wrong here
+        except Exception as exc:
+            if started or scope["type"] != "http":
+                raise
+            await error_response(exc)(scope, receive, send)

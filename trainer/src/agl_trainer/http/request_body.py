@@ -1,17 +1,101 @@
-"""The store server's limit on request bodies, compressed ones included (:class:`BodyLimits`)."""
+"""Request bodies read with a limit, compressed ones included: :func:`read_body` and :class:`BodyLimits`.
+
+Each server answers the three errors here in its own error shape; each error carries the
+HTTP ``status`` it stands for and the ``field`` at fault.
+"""
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import anyio.to_thread
+from starlette.requests import ClientDisconnect
 
-from agl_trainer.store_errors import BadEncoding, BodyTooLarge, UnsupportedEncoding, error_response
-
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+"""The largest request body, and the most a compressed body may inflate to (413 beyond)."""
 INFLATE_CHUNK = 64 * 1024
 """Inflated bytes made at a time from a compressed body."""
+IDENTITY = (b"", b"identity")
+"""``Content-Encoding`` values of a body sent as it is."""
+COMPRESSED = (b"gzip", b"x-gzip", b"deflate")
+"""``Content-Encoding`` values :func:`inflate` reads."""
+
+
+class BodyTooLarge(Exception):
+    """A request body over the server's limit (413)."""
+
+    status = 413
+    field = "body"
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        super().__init__(f"request body exceeds the limit of {limit} bytes")
+
+
+class UnsupportedEncoding(Exception):
+    """A ``Content-Encoding`` the server does not read (415)."""
+
+    status = 415
+    field = "Content-Encoding"
+
+    def __init__(self, encoding: str, accepted: Iterable[bytes] = IDENTITY + COMPRESSED):
+        self.encoding = encoding
+        send = "identity, gzip or deflate" if set(COMPRESSED) <= set(accepted) else "the body uncompressed"
+        super().__init__(f"Content-Encoding {encoding!r} is not supported: send {send}")
+
+
+class BadEncoding(Exception):
+    """A body that does not decompress by its ``Content-Encoding`` (400)."""
+
+    status = 400
+    field = "body"
+
+
+def body_encoding(headers: Iterable[tuple[bytes, bytes]], limit: int, accepted: Iterable[bytes] = IDENTITY) -> bytes:
+    """The body's ``Content-Encoding`` (lower case, ``b""`` if none), once the headers allow the body.
+
+    Raises :class:`BodyTooLarge` for a declared ``Content-Length`` past ``limit``, and
+    :class:`UnsupportedEncoding` for an encoding not in ``accepted``.
+    """
+    encoding = b""
+    for name, value in headers:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise BodyTooLarge(limit)
+        if name == b"content-encoding":
+            encoding = value.strip().lower()
+    if encoding not in accepted:
+        raise UnsupportedEncoding(encoding.decode("latin-1"), accepted)
+    return encoding
+
+
+async def read_body(receive: Callable[[], Any], limit: int) -> bytes:
+    """The whole request body from an ASGI ``receive``.
+
+    Raises :class:`BodyTooLarge` as soon as more than ``limit`` bytes have come, and
+    ``ClientDisconnect`` (starlette's) if the client goes away first.
+    """
+    message = await receive()
+    if message["type"] != "http.request":
+        raise ClientDisconnect()
+    body = message.get("body", b"")
+    if len(body) > limit:
+        raise BodyTooLarge(limit)
+    if not message.get("more_body"):
+        return body  # the usual case: the whole body in one message
+    chunks = [body]
+    size = len(body)
+    while message.get("more_body"):
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _inflater(encoding: bytes, head: bytes) -> Any:
@@ -62,24 +146,8 @@ def _measure(data: bytes, encoding: bytes, limit: int) -> Exception | None:
     return None
 
 
-async def read_whole(receive: Callable[[], Any], limit: int) -> bytes | None:
-    """The whole request body from an ASGI ``receive``, or None if the client went away first.
-
-    Raises :class:`BodyTooLarge` as soon as more than ``limit`` bytes have come.
-    """
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return None
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(limit)
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+BODY_ERRORS = (BodyTooLarge, UnsupportedEncoding, BadEncoding)
+"""What :class:`BodyLimits` answers itself, through its ``answer``."""
 
 
 class BodyLimits:
@@ -90,39 +158,37 @@ class BodyLimits:
     body is read whole (compressed, so within the limit), inflated once in a worker thread
     only to measure it (a piece at a time, so a small "zip bomb" is refused having held
     no more than its own size), then handed on inflated, a piece at a time, without its
-    ``Content-Encoding``.
+    ``Content-Encoding``. ``answer(error)`` is the ASGI app that answers one of
+    :data:`BODY_ERRORS` (the server's error shape); an error raised while the app reads
+    a plain body reaches the app's own error handling instead.
     """
 
-    def __init__(self, app: Any, max_bytes: int):
+    def __init__(self, app: Any, max_bytes: int, answer: Callable[[Exception], Any]):
+        if max_bytes < 1:
+            raise ValueError(f"max_body_bytes: must be positive, got {max_bytes}")
         self.app = app
         self.max_bytes = max_bytes
+        self.answer = answer
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        encoding, declared = b"", b""
-        for name, value in scope["headers"]:
-            if name == b"content-encoding":
-                encoding = value.strip().lower()
-            elif name == b"content-length":
-                declared = value
         try:
-            if declared.isdigit() and int(declared) > self.max_bytes:
-                raise BodyTooLarge(self.max_bytes)
-            if encoding in (b"", b"identity"):
+            encoding = body_encoding(scope["headers"], self.max_bytes, IDENTITY + COMPRESSED)
+            if encoding in IDENTITY:
                 await self.app(scope, self._counted(receive), send)
                 return
-            if encoding not in (b"gzip", b"x-gzip", b"deflate"):
-                raise UnsupportedEncoding(encoding.decode("latin-1"))
-            compressed = await self._read(receive)
-        except (BodyTooLarge, UnsupportedEncoding, BadEncoding) as exc:
-            await error_response(exc)(scope, receive, send)
+            compressed = await read_body(receive, self.max_bytes)
+        except BODY_ERRORS as exc:
+            await self.answer(exc)(scope, receive, send)
             return
+        except ClientDisconnect:
+            return  # gone before its compressed body was in: no one to answer
         problem = await anyio.to_thread.run_sync(_measure, compressed, encoding, self.max_bytes)
         if problem is not None:
             del compressed  # not kept while the answer goes out
-            await error_response(problem)(scope, receive, send)
+            await self.answer(problem)(scope, receive, send)
             return
         headers = [(n, v) for n, v in scope["headers"] if n not in (b"content-encoding", b"content-length")]
         pieces = inflate(compressed, encoding, self.max_bytes)
@@ -140,12 +206,6 @@ class BodyLimits:
             return message
 
         return counted
-
-    async def _read(self, receive: Callable[[], Any]) -> bytes:
-        body = await read_whole(receive, self.max_bytes)
-        if body is None:
-            raise BadEncoding("the client went away before the end of its body")
-        return body
 
     @staticmethod
     def _inflated(pieces: Iterator[bytes], receive: Callable[[], Any]) -> Callable[[], Any]:

@@ -1,0 +1,40 @@
+"""HTTP plumbing that the store server, the gateway and the engines' server share.
+
+- :mod:`~agl_trainer.http.request_body`: request bodies read within a limit
+  (:func:`read_body`, the :class:`BodyLimits` middleware, which also inflates ``gzip`` and
+  ``deflate`` bodies), and the errors each server answers in its own shape;
+- :mod:`~agl_trainer.http.sse`: server-sent events written to a client;
+- :mod:`~agl_trainer.http.thread`: :class:`BackgroundServer`, ASGI apps served by uvicorn in a
+  background thread.
+"""
+
+from agl_trainer.http.request_body import (
+    BODY_ERRORS,
+    DEFAULT_MAX_BODY_BYTES,
+    BadEncoding,
+    BodyLimits,
+    BodyTooLarge,
+    ClientDisconnect,
+    UnsupportedEncoding,
+    body_encoding,
+    read_body,
+)
+from agl_trainer.http.sse import DONE_EVENT, SSE_HEADERS, data_event, named_event
+from agl_trainer.http.thread import BackgroundServer
+
+__all__ = [
+    "BODY_ERRORS",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DONE_EVENT",
+    "SSE_HEADERS",
+    "BackgroundServer",
+    "BadEncoding",
+    "BodyLimits",
+    "BodyTooLarge",
+    "ClientDisconnect",
+    "UnsupportedEncoding",
+    "body_encoding",
+    "data_event",
+    "named_event",
+    "read_body",
+]
