@@ -28,7 +28,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Unpack
 
 from pydantic import BaseModel
 
@@ -48,7 +48,7 @@ from agl.schema import (
     new_id,
     now,
 )
-from agl.store.base import Store, step_record_row
+from agl.store.base import FinishOptions, Store, step_record_row, with_defaults
 from agl.store.claims import Claim, Finish, RolloutQueue
 from agl.tokens import float32_array, int32_array, to_bytes
 
@@ -923,16 +923,8 @@ class SqlStore(Store):
 
         self._write(run)
 
-    def finish(
-        self,
-        rollout_id: str,
-        status: RolloutStatus,
-        *,
-        error: str | None = None,
-        output: object = None,
-        attempt: int | None = None,
-    ) -> Rollout:
-        fn, post = self._finish_op(rollout_id, status, error, output, attempt)
+    def finish(self, rollout_id: str, status: RolloutStatus, **options: Unpack[FinishOptions]) -> Rollout:
+        fn, post = self._finish_op(rollout_id, status, **with_defaults(FinishOptions, options, "finish"))
         return post(self._write(fn))
 
     def _finish_op(
