@@ -23,16 +23,7 @@ from typing import Any, TypedDict, Unpack
 
 from agl.env import STORE_URL
 from agl.errors import ConfigError
-from agl.schema import (
-    LLMCall,
-    ModelVersion,
-    Reward,
-    Rollout,
-    RolloutStatus,
-    Span,
-    StoreStats,
-    Task,
-)
+from agl.schema import LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, StoreStats, Task
 
 
 class RolloutQuery(TypedDict, total=False):
