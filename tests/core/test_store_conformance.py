@@ -171,6 +171,23 @@ def test_query_rollouts_filters(store):
     assert list(store.query_rollouts(since=time.time() + 60)) == []
 
 
+def test_a_query_or_finish_with_a_keyword_it_does_not_take_is_refused(store):
+    [task] = _tasks(store, 1)
+    [rollout] = store.enqueue([Rollout(task_id=task.task_id)])
+    store.claim("r")
+    for query, misspelt in [
+        (store.query_rollouts, "task"),
+        (store.query_spans, "kinds"),
+        (store.query_llm_calls, "call_id"),
+        (store.query_rewards, "productions"),
+    ]:
+        with pytest.raises(TypeError, match=f"{query.__name__}.*'{misspelt}'"):
+            next(iter(query(**{misspelt: "x"})))
+    with pytest.raises(TypeError, match="finish.*'outputs'"):
+        store.finish(rollout.rollout_id, RolloutStatus.SUCCEEDED, outputs={"answer": 1})
+    assert store.get_rollout(rollout.rollout_id).status == RolloutStatus.RUNNING
+
+
 def test_wait_returns_when_all_ended(store):
     _tasks(store, 1)
     rollouts = store.enqueue([Rollout(task_id="train-0") for _ in range(3)])

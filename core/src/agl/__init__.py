@@ -25,17 +25,7 @@ from agl.capture import (
 )
 from agl.hookspecs import hookimpl
 from agl.plugins import register as register_plugin
-from agl.schema import (
-    Attempt,
-    LLMCall,
-    ModelVersion,
-    Reward,
-    Rollout,
-    RolloutStatus,
-    Span,
-    Task,
-    Transition,
-)
+from agl.schema import Attempt, LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, Task, Transition
 from agl.store import Store, open_store
 
 __version__ = "0.1.0"

@@ -17,21 +17,84 @@ from __future__ import annotations
 import abc
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any, TypedDict, Unpack
 
 from agl.env import STORE_URL
 from agl.errors import ConfigError
-from agl.schema import (
-    LLMCall,
-    ModelVersion,
-    Reward,
-    Rollout,
-    RolloutStatus,
-    Span,
-    StoreStats,
-    Task,
-)
+from agl.schema import LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, StoreStats, Task
+
+
+class RolloutQuery(TypedDict, total=False):
+    """The filters of :meth:`Store.query_rollouts`, each None (matching every rollout) when left out."""
+
+    task_id: str | None
+    status: RolloutStatus | Sequence[RolloutStatus] | None
+    step: int | None
+    since: float | None
+    """Created at or after (epoch seconds)."""
+    until: float | None
+    """Created before (epoch seconds)."""
+    rollout_ids: Sequence[str] | None
+
+
+class SpanQuery(TypedDict, total=False):
+    """The filters of :meth:`Store.query_spans`: None (or False for ``production``) when left out."""
+
+    rollout_id: str | None
+    rollout_ids: Sequence[str] | None
+    kind: str | None
+    production: bool
+    """Only the spans of no rollout."""
+    since: float | None
+    """Started at or after (epoch seconds)."""
+    until: float | None
+    """Started before (epoch seconds)."""
+
+
+class LLMCallQuery(TypedDict, total=False):
+    """The filters of :meth:`Store.query_llm_calls`: None (or False for ``production``) when left out."""
+
+    rollout_id: str | None
+    rollout_ids: Sequence[str] | None
+    call_ids: Sequence[str] | None
+    production: bool
+    """Only the records of no rollout."""
+
+
+class RewardQuery(TypedDict, total=False):
+    """The filters of :meth:`Store.query_rewards`: None (or False for ``production``) when left out."""
+
+    rollout_id: str | None
+    rollout_ids: Sequence[str] | None
+    production: bool
+    """Only the rewards of no rollout."""
+
+
+class FinishOptions(TypedDict, total=False):
+    """The options of :meth:`Store.finish`, each None when left out."""
+
+    error: str | None
+    output: object
+    """The rollout's output: anything JSON can hold."""
+    attempt: int | None
+
+
+_OPTION_DEFAULTS: dict[str, Any] = {"production": False}
+
+
+def with_defaults(options: type[Mapping[str, Any]], given: Mapping[str, Any], method: str) -> dict[str, Any]:
+    """Every key of the TypedDict ``options``, in its order, with ``given``'s value or its default.
+
+    Raises :class:`TypeError`, as Python does for a keyword argument ``method`` does
+    not take, where ``given`` holds a key the TypedDict has not.
+    """
+    names = options.__annotations__
+    for name in given:
+        if name not in names:
+            raise TypeError(f"{method}() got an unexpected keyword argument {name!r}")
+    return {name: given.get(name, _OPTION_DEFAULTS.get(name)) for name in names}
 
 
 class Store(abc.ABC):
@@ -69,16 +132,8 @@ class Store(abc.ABC):
         """Record that the runner is still working on these rollouts."""
 
     @abc.abstractmethod
-    def finish(
-        self,
-        rollout_id: str,
-        status: RolloutStatus,
-        *,
-        error: str | None = None,
-        output: object = None,
-        attempt: int | None = None,
-    ) -> Rollout:
-        """End the current attempt of a running rollout.
+    def finish(self, rollout_id: str, status: RolloutStatus, **options: Unpack[FinishOptions]) -> Rollout:
+        """End the current attempt of a running rollout, keeping ``error`` and ``output`` (:class:`FinishOptions`).
 
         A ``failed`` or ``timed_out`` attempt with attempts left puts the rollout
         back in the queue (the retry policy); the returned rollout shows which.
@@ -107,17 +162,8 @@ class Store(abc.ABC):
         """The rollout with this id; raises :class:`agl.errors.NotFound`."""
 
     @abc.abstractmethod
-    def query_rollouts(
-        self,
-        *,
-        task_id: str | None = None,
-        status: RolloutStatus | Sequence[RolloutStatus] | None = None,
-        step: int | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        rollout_ids: Sequence[str] | None = None,
-    ) -> Iterator[Rollout]:
-        """Rollouts matching every given filter, oldest first, streamed."""
+    def query_rollouts(self, **query: Unpack[RolloutQuery]) -> Iterator[Rollout]:
+        """Rollouts matching every given filter (:class:`RolloutQuery`), oldest first, streamed."""
 
     @abc.abstractmethod
     def attempts(self, rollout_id: str) -> list:
@@ -155,38 +201,18 @@ class Store(abc.ABC):
         """Store rewards; idempotent by ``reward_id``."""
 
     @abc.abstractmethod
-    def query_spans(
-        self,
-        *,
-        rollout_id: str | None = None,
-        rollout_ids: Sequence[str] | None = None,
-        kind: str | None = None,
-        production: bool = False,
-        since: float | None = None,
-        until: float | None = None,
-    ) -> Iterator[Span]:
-        """Spans in order of ``(rollout, seq)``, streamed. ``production`` selects spans of no rollout."""
+    def query_spans(self, **query: Unpack[SpanQuery]) -> Iterator[Span]:
+        """Spans matching every given filter (:class:`SpanQuery`) in order of ``(rollout, seq)``, streamed.
+        ``production`` selects spans of no rollout."""
 
     @abc.abstractmethod
-    def query_llm_calls(
-        self,
-        *,
-        rollout_id: str | None = None,
-        rollout_ids: Sequence[str] | None = None,
-        call_ids: Sequence[str] | None = None,
-        production: bool = False,
-    ) -> Iterator[LLMCall]:
-        """Gateway records in order of ``(rollout, seq)``, streamed."""
+    def query_llm_calls(self, **query: Unpack[LLMCallQuery]) -> Iterator[LLMCall]:
+        """Gateway records matching every given filter (:class:`LLMCallQuery`) in order of ``(rollout, seq)``,
+        streamed."""
 
     @abc.abstractmethod
-    def query_rewards(
-        self,
-        *,
-        rollout_id: str | None = None,
-        rollout_ids: Sequence[str] | None = None,
-        production: bool = False,
-    ) -> Iterator[Reward]:
-        """Rewards in order of ``(rollout, seq)``, streamed."""
+    def query_rewards(self, **query: Unpack[RewardQuery]) -> Iterator[Reward]:
+        """Rewards matching every given filter (:class:`RewardQuery`) in order of ``(rollout, seq)``, streamed."""
 
     # -- model versions ------------------------------------------------------------
     @abc.abstractmethod

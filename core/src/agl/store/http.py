@@ -60,7 +60,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -70,7 +70,16 @@ from agl.env import ROLLOUT_KEY, STORE_TOKEN
 from agl.errors import AglError, InvalidTransition, NotFound, Refused, StoreUnavailable, Transient
 from agl.retry import Attempts, RetryPolicy
 from agl.schema import Attempt, LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, StoreStats, Task
-from agl.store.base import Store, step_record_row
+from agl.store.base import (
+    FinishOptions,
+    LLMCallQuery,
+    RewardQuery,
+    RolloutQuery,
+    SpanQuery,
+    Store,
+    step_record_row,
+    with_defaults,
+)
 
 log = logging.getLogger(__name__)
 
@@ -565,18 +574,11 @@ class HttpStore(Store):
     def heartbeat(self, rollout_ids: Sequence[str], runner_id: str) -> None:
         self._post("/v1/heartbeats", {"runner_id": runner_id, "rollout_ids": list(rollout_ids)})
 
-    def finish(
-        self,
-        rollout_id: str,
-        status: RolloutStatus,
-        *,
-        error: str | None = None,
-        output: object = None,
-        attempt: int | None = None,
-    ) -> Rollout:
-        payload = {"rollout_id": rollout_id, "status": RolloutStatus(status).value, "error": error, "output": output}
-        if attempt is not None:
-            payload["attempt"] = attempt
+    def finish(self, rollout_id: str, status: RolloutStatus, **options: Unpack[FinishOptions]) -> Rollout:
+        payload = {"rollout_id": rollout_id, "status": RolloutStatus(status).value}
+        payload.update(with_defaults(FinishOptions, options, "finish"))
+        if payload["attempt"] is None:
+            del payload["attempt"]
         try:
             encoded = json.dumps(payload, separators=(",", ":")).encode()
         except (TypeError, ValueError) as exc:
@@ -594,27 +596,12 @@ class HttpStore(Store):
     def get_rollout(self, rollout_id: str) -> Rollout:
         return Rollout.model_validate_json(self._request("GET", f"/v1/rollouts/{_seg(rollout_id)}").content)
 
-    def query_rollouts(
-        self,
-        *,
-        task_id: str | None = None,
-        status: RolloutStatus | Sequence[RolloutStatus] | None = None,
-        step: int | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        rollout_ids: Sequence[str] | None = None,
-    ) -> Iterator[Rollout]:
+    def query_rollouts(self, **query: Unpack[RolloutQuery]) -> Iterator[Rollout]:
+        filters = _id_lists(with_defaults(RolloutQuery, query, "query_rollouts"))
+        status = filters["status"]
         if status is not None:
             statuses = [status] if isinstance(status, (str, RolloutStatus)) else list(status)
-            status = [RolloutStatus(s).value for s in statuses]
-        filters = {
-            "task_id": task_id,
-            "status": status,
-            "step": step,
-            "since": since,
-            "until": until,
-            "rollout_ids": None if rollout_ids is None else list(rollout_ids),
-        }
+            filters["status"] = [RolloutStatus(s).value for s in statuses]
         return self._stream("/v1/rollouts/query", filters, Rollout)
 
     def attempts(self, rollout_id: str) -> list[Attempt]:
@@ -631,50 +618,16 @@ class HttpStore(Store):
     def add_rewards(self, rewards: Iterable[Reward]) -> None:
         self._observations("rewards", rewards)
 
-    def query_spans(
-        self,
-        *,
-        rollout_id: str | None = None,
-        rollout_ids: Sequence[str] | None = None,
-        kind: str | None = None,
-        production: bool = False,
-        since: float | None = None,
-        until: float | None = None,
-    ) -> Iterator[Span]:
-        filters = {
-            "rollout_id": rollout_id,
-            "rollout_ids": _list(rollout_ids),
-            "kind": kind,
-            "production": production,
-            "since": since,
-            "until": until,
-        }
+    def query_spans(self, **query: Unpack[SpanQuery]) -> Iterator[Span]:
+        filters = _id_lists(with_defaults(SpanQuery, query, "query_spans"))
         return self._stream("/v1/spans/query", filters, Span)
 
-    def query_llm_calls(
-        self,
-        *,
-        rollout_id: str | None = None,
-        rollout_ids: Sequence[str] | None = None,
-        call_ids: Sequence[str] | None = None,
-        production: bool = False,
-    ) -> Iterator[LLMCall]:
-        filters = {
-            "rollout_id": rollout_id,
-            "rollout_ids": _list(rollout_ids),
-            "call_ids": _list(call_ids),
-            "production": production,
-        }
+    def query_llm_calls(self, **query: Unpack[LLMCallQuery]) -> Iterator[LLMCall]:
+        filters = _id_lists(with_defaults(LLMCallQuery, query, "query_llm_calls"))
         return self._stream("/v1/llm_calls/query", filters, LLMCall)
 
-    def query_rewards(
-        self,
-        *,
-        rollout_id: str | None = None,
-        rollout_ids: Sequence[str] | None = None,
-        production: bool = False,
-    ) -> Iterator[Reward]:
-        filters = {"rollout_id": rollout_id, "rollout_ids": _list(rollout_ids), "production": production}
+    def query_rewards(self, **query: Unpack[RewardQuery]) -> Iterator[Reward]:
+        filters = _id_lists(with_defaults(RewardQuery, query, "query_rewards"))
         return self._stream("/v1/rewards/query", filters, Reward)
 
     # -- model versions ------------------------------------------------------------
@@ -735,5 +688,10 @@ def _seg(value: str) -> str:
     return quote(value, safe="")
 
 
-def _list(values: Sequence[str] | None) -> list[str] | None:
-    return None if values is None else list(values)
+def _id_lists(filters: dict[str, Any]) -> dict[str, Any]:
+    """``filters`` with its sequences of ids (``rollout_ids``, ``call_ids``) as JSON lists."""
+    for name in ("rollout_ids", "call_ids"):
+        if name in filters:
+            ids = filters[name]
+            filters[name] = None if ids is None else list(ids)
+    return filters

@@ -28,7 +28,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Unpack
 
 from pydantic import BaseModel
 
@@ -48,7 +48,7 @@ from agl.schema import (
     new_id,
     now,
 )
-from agl.store.base import Store, step_record_row
+from agl.store.base import FinishOptions, Store, step_record_row, with_defaults
 from agl.store.claims import Claim, Finish, RolloutQueue
 from agl.tokens import float32_array, int32_array, to_bytes
 
@@ -277,31 +277,30 @@ class _Insert:
         self.store._insert_ignore(cur, self.table, self.columns, self.rows)
 
 
-class _ClaimJob:
-    """A claim as a write: run alone on a cursor, or with the group's other claims (see :mod:`agl.store.claims`)."""
+class _QueueJob:
+    """A claim or a finish as a write: run alone on a cursor, or merged with the group's other
+    claims or finishes (see :mod:`agl.store.claims`)."""
 
-    __slots__ = ("claim", "store")
+    __slots__ = ("op", "store")
 
-    def __init__(self, store: SqlStore, claim: Claim):
+    def __init__(self, store: SqlStore, op: Claim | Finish):
         self.store = store
-        self.claim = claim
+        self.op = op
+
+
+class _ClaimJob(_QueueJob):
+    __slots__ = ()
 
     def __call__(self, cur):
         store = self.store
-        return store._with_tasks(cur, store._queue.claim(cur, self.claim, now()))
+        return store._with_tasks(cur, store._queue.claim(cur, self.op, now()))
 
 
-class _FinishJob:
-    """A finish as a write: run alone on a cursor, or with the group's other finishes."""
-
-    __slots__ = ("finish", "store")
-
-    def __init__(self, store: SqlStore, finish: Finish):
-        self.store = store
-        self.finish = finish
+class _FinishJob(_QueueJob):
+    __slots__ = ()
 
     def __call__(self, cur):
-        return self.store._queue.finish(cur, self.finish, now())
+        return self.store._queue.finish(cur, self.op, now())
 
 
 class _Job:
@@ -598,8 +597,8 @@ class SqlStore(Store):
         orders they could have run in; what cannot be merged runs alone afterwards."""
         if len(jobs) < 2:
             return {}
-        claims = [(i, job.fn.claim) for i, job in enumerate(jobs) if type(job.fn) is _ClaimJob]
-        finishes = [(i, job.fn.finish) for i, job in enumerate(jobs) if type(job.fn) is _FinishJob]
+        claims = [(i, job.fn.op) for i, job in enumerate(jobs) if type(job.fn) is _ClaimJob]
+        finishes = [(i, job.fn.op) for i, job in enumerate(jobs) if type(job.fn) is _FinishJob]
         merged: dict[int, Any] = {}
         if len(claims) < 2 and len(finishes) < 2:
             return merged
@@ -739,12 +738,18 @@ class SqlStore(Store):
         where.append(f"{column} IN ({', '.join('?' for _ in values)})" if values else "1 = 0")
         params.extend(values)
 
+    @staticmethod
+    def _where_given(where: list[str], params: list[Any], *conditions: tuple[str, Any]) -> None:
+        """Add each ``(condition, value)`` whose value is not None (a condition with one ``?``)."""
+        for condition, value in conditions:
+            if value is not None:
+                where.append(condition)
+                params.append(value)
+
     def _filter_rollout(self, where, params, rollout_id, rollout_ids, production) -> None:
         if production:
             where.append("rollout_id IS NULL")
-        if rollout_id is not None:
-            where.append("rollout_id = ?")
-            params.append(rollout_id)
+        self._where_given(where, params, ("rollout_id = ?", rollout_id))
         if rollout_ids is not None:
             self._in("rollout_id", list(rollout_ids), where, params)
 
@@ -923,16 +928,8 @@ class SqlStore(Store):
 
         self._write(run)
 
-    def finish(
-        self,
-        rollout_id: str,
-        status: RolloutStatus,
-        *,
-        error: str | None = None,
-        output: object = None,
-        attempt: int | None = None,
-    ) -> Rollout:
-        fn, post = self._finish_op(rollout_id, status, error, output, attempt)
+    def finish(self, rollout_id: str, status: RolloutStatus, **options: Unpack[FinishOptions]) -> Rollout:
+        fn, post = self._finish_op(rollout_id, status, **with_defaults(FinishOptions, options, "finish"))
         return post(self._write(fn))
 
     def _finish_op(
@@ -1002,21 +999,11 @@ class SqlStore(Store):
 
     def query_rollouts(self, *, task_id=None, status=None, step=None, since=None, until=None, rollout_ids=None):
         where, params = ["1 = 1"], []
-        if task_id is not None:
-            where.append("task_id = ?")
-            params.append(task_id)
+        given = ("task_id = ?", task_id), ("step = ?", step), ("created_at >= ?", since), ("created_at < ?", until)
+        self._where_given(where, params, *given)
         if status is not None:
             statuses = [status] if isinstance(status, (str, RolloutStatus)) else list(status)
             self._in("status", [RolloutStatus(s).value for s in statuses], where, params)
-        if step is not None:
-            where.append("step = ?")
-            params.append(step)
-        if since is not None:
-            where.append("created_at >= ?")
-            params.append(since)
-        if until is not None:
-            where.append("created_at < ?")
-            params.append(until)
         if rollout_ids is not None:
             ids = list(rollout_ids)
             for i in range(0, max(len(ids), 1), PAGE_SIZE):
@@ -1165,15 +1152,7 @@ class SqlStore(Store):
     def query_spans(self, *, rollout_id=None, rollout_ids=None, kind=None, production=False, since=None, until=None):
         where, params = ["1 = 1"], []
         self._filter_rollout(where, params, rollout_id, rollout_ids, production)
-        if kind is not None:
-            where.append("kind = ?")
-            params.append(kind)
-        if since is not None:
-            where.append("start_time >= ?")
-            params.append(since)
-        if until is not None:
-            where.append("start_time < ?")
-            params.append(until)
+        self._where_given(where, params, ("kind = ?", kind), ("start_time >= ?", since), ("start_time < ?", until))
         for (body,) in self._paged("spans", "body", where, params):
             yield Span.model_validate_json(body)
 
