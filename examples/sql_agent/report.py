@@ -1,6 +1,6 @@
 """Build the README's results tables from ``results/*.json`` (written by train.py).
 
-    python examples/sql_agent/report.py [--results DIR] [--readme FILE] [--check]
+    python -m examples.sql_agent.report [--results DIR] [--readme FILE] [--check]
 
 Rewrites what lies between ``<!-- results:start -->`` and ``<!-- results:end -->``
 in README.md; ``--check`` only prints the tables. Figures are mean ± sample standard
@@ -15,10 +15,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from examples.reporting import RESULTS, half_mean, pm, report_main
 
-from reporting import RESULTS, half_mean, pm, report_main  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 ARM_ORDER = ["main", "broadcast", "last", "emitted", "all-agents"]
 
