@@ -74,7 +74,11 @@ def run_agent(
 def evaluate_parser(spec: ExampleSpec, description: str | None) -> argparse.ArgumentParser:
     """The options of an example's ``evaluate`` command."""
     noun = spec.noun
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {spec.package}.evaluate",
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--checkpoint", type=Path, help="LoRA adapter or training workdir (default: the base model)")
     parser.add_argument("--split", choices=["train", "val", "test"], default="test")
     parser.add_argument("--limit", type=int, help=f"only the first N {noun} of the split")
@@ -103,7 +107,7 @@ def evaluate_main(spec: ExampleSpec, argv: list[str] | None = None, description:
             items = spec.subset.select(items, tuple(values))
         except ValueError as exc:
             parser.error(f"--{exc}")
-    spec.prepare(args)
+    spec.prepare_or_exit(parser, args)
 
     import torch
 

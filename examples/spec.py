@@ -87,7 +87,8 @@ class ExampleSpec:
     train_options: Callable[[argparse.ArgumentParser], None] = _nothing
     """Options only training takes (``--lr``, ``--arm``)."""
     prepare: Callable[[argparse.Namespace], None] = _nothing
-    """Checks and settings from the options, before anything runs (the SQL agent's database)."""
+    """Checks and settings from the options, before anything runs (the SQL agent's database); a
+    ``ValueError`` or ``OSError`` it raises is the command's usage error."""
 
     @property
     def name(self) -> str:
@@ -120,6 +121,13 @@ class ExampleSpec:
     def run_split(self, items: list[dict], **options: Any) -> dict[str, Any]:
         """The agent on a split outside training, summarized (``evaluation.run_split``)."""
         return self.part("evaluation").run_split(items, **options)
+
+    def prepare_or_exit(self, parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+        """:attr:`prepare` the parsed options; a ``ValueError`` or ``OSError`` it raises is ``parser``'s usage error."""
+        try:
+            self.prepare(args)
+        except (ValueError, OSError) as exc:
+            parser.error(str(exc))
 
     def register_reward(self) -> None:
         """Register the reward plugin once (the user's way: ``agl.register_plugin``)."""

@@ -24,7 +24,11 @@ from examples.spec import ExampleSpec
 
 def train_parser(spec: ExampleSpec, description: str | None) -> argparse.ArgumentParser:
     """The options of an example's ``train`` command."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {spec.package}.train",
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=spec.defaults["steps"])
     parser.add_argument("--batch-size", type=int, default=spec.defaults["batch_size"], help="tasks per step")
@@ -56,7 +60,7 @@ def parse_train_args(
         train = spec.subset.select(spec.load_split("train"), tuple(getattr(args, spec.subset.option)))
     except ValueError as exc:
         parser.error(f"--{exc}")
-    spec.prepare(args)
+    spec.prepare_or_exit(parser, args)
     return args, train
 
 
