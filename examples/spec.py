@@ -37,14 +37,14 @@ class Subset:
 
     def add_to(self, parser: argparse.ArgumentParser, noun: str, *, training: bool) -> None:
         """``--<option>``: the training tasks (default: the config's), or an evaluation's filter (default: all)."""
-        help_text = f"train on the train split's {noun} of these {self.values}" if training else None
+        what = f"train on the train split's {noun}" if training else f"only {noun}"
         parser.add_argument(
             f"--{self.option}",
             type=self.type,
             nargs="+",
             choices=self.choices,
             default=list(self.default) if training else None,
-            help=help_text or f"only {noun} of these {self.values}",
+            help=f"{what} of these {self.values}",
         )
 
 
