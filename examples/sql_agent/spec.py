@@ -27,9 +27,9 @@ def db_option(parser: argparse.ArgumentParser) -> None:
 
 def use_db(args: argparse.Namespace) -> None:
     """Point the agent and the rewards at ``--db``; no database, no rewards: say so now, not as a run of zeros."""
+    path = db_path(args.db)
     if args.db:
-        os.environ[DB_ENV] = str(Path(args.db).resolve())
-    db_path()
+        os.environ[DB_ENV] = str(path)
 
 
 def train_figures(store: Any, rollouts: list) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,13 +73,17 @@ def test_evaluate_takes_its_options_and_refuses_samples_without_a_temperature(sp
     assert "--samples: more than one sample needs a --temperature above 0" in capsys.readouterr().err
 
 
-def test_a_missing_database_is_the_sql_commands_usage_error(tmp_path, capsys):
+def test_a_missing_database_is_the_sql_commands_usage_error(tmp_path, capsys, monkeypatch):
     from examples.sql_agent import evaluate, train
+    from examples.sql_agent.database import DB_ENV
+
+    monkeypatch.delenv(DB_ENV, raising=False)
 
     for main in (train.main, evaluate.main):
         with pytest.raises(SystemExit) as exit_:
             main(["--db", str(tmp_path / "missing.db")])
         assert exit_.value.code == 2 and "Chinook database not found" in capsys.readouterr().err
+        assert DB_ENV not in os.environ  # a refused --db is not left for the agent to find
 
 
 def test_the_commands_run_as_modules_from_the_repository_root():
