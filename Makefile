@@ -29,10 +29,10 @@ setup-vllm:
 	scripts/setup-vllm.sh
 
 train: setup
-	$(BIN)/python examples/first_digit/train.py --fresh
+	$(BIN)/python -m examples.first_digit.train --fresh
 
 train-smollm2: setup
-	$(BIN)/python examples/first_digit/train.py --preset smollm2 --fresh
+	$(BIN)/python -m examples.first_digit.train --preset smollm2 --fresh
 
 LINTED := core trainer integrations plugins tests examples
 

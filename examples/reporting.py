@@ -12,7 +12,7 @@ import argparse
 import json
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,28 @@ def seed_rows(label: str, records: list[dict], cells: Callable[[list[dict]], lis
     if len(records) > 1:
         rows.append(f"| {label} | **mean ± std** | " + " | ".join(cells(records)) + " |")
     return rows
+
+
+def table_head(first_column: str, columns: Sequence[str]) -> list[str]:
+    """A table's header and separator rows: ``first_column``, ``seed``, then ``columns``."""
+    return [f"| {first_column} | seed | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
+
+
+def seed_table(
+    arms: Iterable[tuple[str, list[dict]]],
+    heading: Callable[[dict], str],
+    first_column: str,
+    columns: Sequence[str],
+    cells: Callable[[list[dict]], list[str]],
+) -> str:
+    """A results block: ``heading(first record)``, then a table of :func:`seed_rows` per ``(label, records)`` arm."""
+    arms = list(arms)
+    if not arms:
+        return "No trained seed yet: run train.py (see above), then this script."
+    lines = [heading(arms[0][1][0]), "", *table_head(first_column, columns)]
+    for label, records in arms:
+        lines += seed_rows(label, records, cells)
+    return "\n".join(lines)
 
 
 def half_mean(by_step: list[float] | None, half: int) -> float | None:

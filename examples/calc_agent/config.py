@@ -7,10 +7,9 @@ episode's reward. The choices below were made on the validation split, never on 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from learner import backend_config
+from examples.learner import run_config
 
 STEPS = 10
 BATCH_SIZE = 3
@@ -34,47 +33,18 @@ LR = 3e-4
 seeds of each trained, each adapter evaluated greedily on the 60 validation problems; mean success
 1.7 ± 2.9% at 1e-3 (the base model's 1.7%), and at 3e-4 the higher (``results/lr-choice/``, the
 README's table)."""
-CONCURRENCY = 16
 TRANSITIONS = {"credit": "broadcast", "agents": None}
+DEFAULTS = dict(steps=STEPS, batch_size=BATCH_SIZE, n_rollouts=N_ROLLOUTS, max_response_tokens=MAX_RESPONSE_TOKENS)
+"""What a run may override: ``--steps``, ``--batch-size``, ``--n-rollouts``, ``--max-response-tokens``."""
 
 
-def trainer_config(
-    *,
-    seed: int,
-    workdir: Path,
-    model_path: str | Path,
-    steps: int = STEPS,
-    batch_size: int = BATCH_SIZE,
-    n_rollouts: int = N_ROLLOUTS,
-    max_response_tokens: int = MAX_RESPONSE_TOKENS,
-    lr: float = LR,
-    steps_without_signal: str = "step",
-) -> dict[str, Any]:
-    """The :class:`agl_trainer.TrainerConfig` dict of one run.
+def trainer_config(*, lr: float = LR, steps_without_signal: str = "step", **run: Any) -> dict[str, Any]:
+    """The :class:`agl_trainer.TrainerConfig` dict of one run (``run``: see :func:`examples.learner.run_config`).
 
     ``steps_without_signal="skip"``: no optimizer step on a step where no group has signal
     (the backend's default, as verl's, is an AdamW step on zero gradients).
     """
-    backend = backend_config(model_path=model_path, lr=lr, seed=seed, workdir=workdir, temperature=TEMPERATURE)
+    config = run_config(run, DEFAULTS, lr=lr, temperature=TEMPERATURE, transitions=TRANSITIONS, timeout_s=1800)
     if steps_without_signal != "step":
-        backend["steps_without_signal"] = steps_without_signal
-    return {
-        "workdir": str(workdir),
-        "store": f"sqlite:///{Path(workdir).resolve() / 'agl.db'}",
-        "seed": seed,
-        "steps": steps,
-        "batch_size": batch_size,
-        "n_rollouts": n_rollouts,
-        "val_every": 0,
-        "val_temperature": 0.0,
-        "transitions": dict(TRANSITIONS),
-        "backend": {"name": "verl", "config": backend},
-        "engine": {"name": "transformers", "config": {"model_path": str(model_path), "seed": seed}},
-        "rollout": {
-            "concurrency": min(batch_size * n_rollouts, CONCURRENCY),
-            "timeout_s": 1800,
-            "max_attempts": 1,
-            "max_response_tokens": max_response_tokens,
-            "resources": {"temperature": TEMPERATURE},
-        },
-    }
+        config["backend"]["config"]["steps_without_signal"] = steps_without_signal
+    return config

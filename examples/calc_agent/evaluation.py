@@ -15,13 +15,11 @@ temperature, to see how many problems a GRPO group of that size would carry a si
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 from typing import Any
-
-from sampling import group_by_item, sampled_tasks
 
 from agl.schema import Rollout, RolloutStatus
 from agl.store.base import Store
+from examples.sampling import group_by_item
 
 from .rewards import final_reply, numeric_match
 from .tool_calls import tool_call_figures
@@ -70,47 +68,18 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
 
 
 def run_split(
-    items: list[dict],
-    *,
-    model_path: str | Path,
-    workdir: Path,
-    adapter: str | Path | None = None,
-    split: str = "test",
-    concurrency: int = 16,
-    timeout_s: float = 600.0,
-    max_response_tokens: int | None = 64,
-    temperature: float = 0.0,
-    samples: int = 1,
+    items: list[dict], *, max_response_tokens: int | None = 64, timeout_s: float = 600.0, **options: Any
 ) -> dict[str, Any]:
-    """Run the agent ``samples`` times on each task at ``temperature`` and summarize.
+    """Run the agent on each task and summarize (:func:`examples.evaluation.run_agent` takes ``options``).
 
     With ``samples`` above 1 the summary adds ``problems_with_a_success``: the fraction
     of problems on which at least one sample succeeded (a GRPO group of that size
     learns only from those).
-
-    Everything the run records (rollouts, spans, gateway calls) goes to a SQLite store in
-    ``workdir``.
     """
-    from agl.store.base import open_store
-    from agl_trainer.evaluation import evaluate
+    from examples.evaluation import run_agent
 
     from .agent import calc_agent
 
-    workdir.mkdir(parents=True, exist_ok=True)
-    store = open_store(f"sqlite:///{workdir.resolve() / 'agl.db'}")
-    try:
-        tasks = sampled_tasks(items, samples=samples, split=split)
-        ended = evaluate(
-            calc_agent,
-            tasks,
-            store=store,
-            model_path=model_path,
-            adapter=adapter,
-            concurrency=concurrency,
-            timeout_s=timeout_s,
-            max_response_tokens=max_response_tokens,
-            temperature=temperature,
-        )
-        return summarize(ended, {t.task_id: t.input for t in tasks}, store)
-    finally:
-        store.close()
+    return run_agent(
+        calc_agent, summarize, items, max_response_tokens=max_response_tokens, timeout_s=timeout_s, **options
+    )

@@ -10,7 +10,7 @@ arithmetic for a small model but one calculator expression away::
 Every step is a template that turns the running quantity into a new one; divisions
 are chosen to be exact, so every answer is an integer. Splits are disjoint by
 construction: every problem's ``(story, numbers)`` is unique across the three splits,
-and ``python -m calc_agent.problems`` (from ``examples/``) writes
+and ``python -m examples.calc_agent.problems`` (from the repository root) writes
 ``data/train.jsonl``, ``data/val.jsonl`` and ``data/test.jsonl`` again, identically.
 """
 

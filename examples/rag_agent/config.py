@@ -8,10 +8,9 @@ the validation split, never on test (``results/val-samples/``).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from learner import backend_config
+from examples.learner import run_config
 
 STEPS = 10
 BATCH_SIZE = 1
@@ -40,40 +39,13 @@ were cut at 48 and 6 at 96, and 10 of 20 questions had samples whose F1 differ a
 for 24% more wall time (368 s against 297 s)."""
 LR = 3e-4
 """This example's value from before any run; not tuned."""
-CONCURRENCY = 16
+TRANSITIONS = {"credit": "broadcast"}
+DEFAULTS = dict(steps=STEPS, batch_size=BATCH_SIZE, n_rollouts=N_ROLLOUTS, max_response_tokens=MAX_RESPONSE_TOKENS)
+"""What a run may override: ``--steps``, ``--batch-size``, ``--n-rollouts``, ``--max-response-tokens``."""
 
 
-def trainer_config(
-    *,
-    seed: int,
-    workdir: Path,
-    model_path: str | Path,
-    steps: int = STEPS,
-    batch_size: int = BATCH_SIZE,
-    n_rollouts: int = N_ROLLOUTS,
-    max_response_tokens: int = MAX_RESPONSE_TOKENS,
-) -> dict[str, Any]:
-    """The :class:`agl_trainer.TrainerConfig` dict of one seed."""
-    return {
-        "workdir": str(workdir),
-        "store": f"sqlite:///{Path(workdir).resolve() / 'agl.db'}",
-        "seed": seed,
-        "steps": steps,
-        "batch_size": batch_size,
-        "n_rollouts": n_rollouts,
-        "val_every": 0,
-        "val_temperature": 0.0,
-        "transitions": {"credit": "broadcast"},
-        "backend": {
-            "name": "verl",
-            "config": backend_config(model_path=model_path, lr=LR, seed=seed, workdir=workdir, temperature=TEMPERATURE),
-        },
-        "engine": {"name": "transformers", "config": {"model_path": str(model_path), "seed": seed}},
-        "rollout": {
-            "concurrency": min(batch_size * n_rollouts, CONCURRENCY),
-            "timeout_s": 1800,
-            "max_attempts": 1,
-            "max_response_tokens": max_response_tokens,
-            "resources": {"temperature": TEMPERATURE, "max_tokens": max_response_tokens},
-        },
-    }
+def trainer_config(**run: Any) -> dict[str, Any]:
+    """The :class:`agl_trainer.TrainerConfig` dict of one seed (``run``: see :func:`examples.learner.run_config`)."""
+    return run_config(
+        run, DEFAULTS, lr=LR, temperature=TEMPERATURE, transitions=TRANSITIONS, timeout_s=1800, agent_max_tokens=True
+    )

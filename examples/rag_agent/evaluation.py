@@ -17,13 +17,11 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter
-from pathlib import Path
 from typing import Any
-
-from sampling import group_by_item, sampled_tasks
 
 from agl.schema import LLMCall, Rollout, RolloutStatus
 from agl.store.base import Store
+from examples.sampling import group_by_item
 
 from .rewards import exact_match, predicted_answer, token_f1
 
@@ -149,45 +147,27 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
 def run_split(
     items: list[dict],
     *,
-    model_path: str | Path,
-    workdir: Path,
-    adapter: str | Path | None = None,
-    split: str = "test",
+    max_response_tokens: int | None = None,
     concurrency: int = 6,
     timeout_s: float = 1800.0,
-    max_response_tokens: int | None = None,
-    temperature: float = 0.0,
-    samples: int = 1,
+    **options: Any,
 ) -> dict[str, Any]:
-    """Run the agent ``samples`` times on each task at ``temperature`` and summarize; returns the summary.
+    """Run the agent on each task and summarize (:func:`examples.evaluation.run_agent` takes ``options``).
 
     ``max_response_tokens`` caps every response at the gateway and is the agent's own cap
     (``resources["max_tokens"]``) too.
-
-    Everything the run records (rollouts, spans, gateway calls) goes to a SQLite store in
-    ``workdir``.
     """
-    from agl.store.base import open_store
-    from agl_trainer.evaluation import evaluate
+    from examples.evaluation import run_agent
 
     from .agent import rag_agent
 
-    workdir.mkdir(parents=True, exist_ok=True)
-    store = open_store(f"sqlite:///{workdir.resolve() / 'agl.db'}")
-    try:
-        tasks = sampled_tasks(items, samples=samples, split=split)
-        ended = evaluate(
-            rag_agent,
-            tasks,
-            store=store,
-            model_path=model_path,
-            adapter=adapter,
-            concurrency=concurrency,
-            timeout_s=timeout_s,
-            max_response_tokens=max_response_tokens,
-            temperature=temperature,
-            resources={"max_tokens": max_response_tokens} if max_response_tokens else None,
-        )
-        return summarize(ended, {t.task_id: t.input for t in tasks}, store)
-    finally:
-        store.close()
+    return run_agent(
+        rag_agent,
+        summarize,
+        items,
+        max_response_tokens=max_response_tokens,
+        concurrency=concurrency,
+        timeout_s=timeout_s,
+        resources={"max_tokens": max_response_tokens} if max_response_tokens else None,
+        **options,
+    )

@@ -7,8 +7,8 @@ two, val and test only the third, so the test split also measures whether the ag
 copes with wording it was never trained on.
 
 Three templates of seven need two hops (the company's passage, then the founder's or
-the city's), and they make 60% of every split. ``python -m rag_agent.questions`` (from
-``examples/``) writes ``data/passages.jsonl``, ``train.jsonl``, ``val.jsonl`` and
+the city's), and they make 60% of every split. ``python -m examples.rag_agent.questions`` (from the
+repository root) writes ``data/passages.jsonl``, ``train.jsonl``, ``val.jsonl`` and
 ``test.jsonl``; running it again writes the same bytes.
 """
 

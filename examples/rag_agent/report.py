@@ -1,6 +1,6 @@
 """Build the README's results table from ``results/rag_agent*-seed*.json`` (written by train.py).
 
-    python examples/rag_agent/report.py [--results DIR] [--readme FILE] [--check]
+    python -m examples.rag_agent.report [--results DIR] [--readme FILE] [--check]
 
 Rewrites what lies between ``<!-- results:start -->`` and ``<!-- results:end -->`` in
 README.md; ``--check`` only prints the table. One row per seed, then mean ± sample
@@ -12,10 +12,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from examples.reporting import RESULTS, half_mean, load_arms, pm, report_main, seed_table
 
-from reporting import RESULTS, half_mean, load_arms, pm, report_main, seed_rows  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 COLUMNS = (
     "test F1 before",
@@ -84,22 +83,14 @@ def cells(records: list[dict]) -> list[str]:
 
 
 def render(runs: dict[str, list[dict]]) -> str:
-    """The block that goes between the markers: a row per seed, and mean ± std per arm."""
-    if not runs:
-        return "No trained seed yet: run train.py (see above), then this script."
-    first = next(iter(runs.values()))[0]
-    lines = [
-        f"Test split ({first['eval_questions']} questions of both hops, greedy), before and after "
-        f"{first['steps']} steps at temperature {first['temperature']:g}, lr {first['lr']:g}. "
-        "The first column says what an arm trained on: which training questions, and questions a step x "
-        "rollouts of each.",
-        "",
-        "| trained on | seed | " + " | ".join(COLUMNS) + " |",
-        "|---" * (len(COLUMNS) + 2) + "|",
-    ]
-    for records in runs.values():
-        lines += seed_rows(trained_on(records[0]), records, cells)
-    return "\n".join(lines)
+    """The block that goes between the markers: a row per seed, and mean ± std per arm (by :func:`trained_on`)."""
+    arms = [(trained_on(records[0]), records) for records in runs.values()]
+    heading = (
+        "Test split ({eval_questions} questions of both hops, greedy), before and after {steps} steps at "
+        "temperature {temperature:g}, lr {lr:g}. The first column says what an arm trained on: which training "
+        "questions, and questions a step x rollouts of each."
+    )
+    return seed_table(arms, lambda first: heading.format(**first), "trained on", COLUMNS, cells)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,10 +14,9 @@ LoRA and learning rate.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from learner import backend_config
+from examples.learner import run_config
 
 TRAINED_AGENTS = ["write_query", "rewrite_query"]
 MAIN_CREDIT = {"credit": "discounted", "credit_options": {"gamma": 0.9}}
@@ -49,45 +48,12 @@ invented tables and prose (README)."""
 MAX_RESPONSE_TOKENS = 80
 LR = 1e-3
 """High for LoRA, for ten steps; not tuned (no run was made to pick it)."""
-CONCURRENCY = 16
-"""Rollouts at once. On 2 cores prompt prefill dominates, so more at once adds little throughput and makes
-every call wait longer (at 32, some base-model val rollouts ran past a 600 s timeout)."""
+DEFAULTS = dict(steps=STEPS, batch_size=BATCH_SIZE, n_rollouts=N_ROLLOUTS, max_response_tokens=MAX_RESPONSE_TOKENS)
+"""What a run may override: ``--steps``, ``--batch-size``, ``--n-rollouts``, ``--max-response-tokens``."""
 
 
-def trainer_config(
-    arm: str,
-    *,
-    seed: int,
-    workdir: Path,
-    model_path: str | Path,
-    steps: int = STEPS,
-    batch_size: int = BATCH_SIZE,
-    n_rollouts: int = N_ROLLOUTS,
-    max_response_tokens: int = MAX_RESPONSE_TOKENS,
-) -> dict[str, Any]:
-    """The :class:`agl_trainer.TrainerConfig` dict of ``arm``."""
+def trainer_config(arm: str, **run: Any) -> dict[str, Any]:
+    """The :class:`agl_trainer.TrainerConfig` dict of ``arm`` (``run``: see :func:`examples.learner.run_config`)."""
     if arm not in ARMS:
         raise ValueError(f"arm: one of {', '.join(ARMS)}, not {arm!r}")
-    return {
-        "workdir": str(workdir),
-        "store": f"sqlite:///{Path(workdir).resolve() / 'agl.db'}",
-        "seed": seed,
-        "steps": steps,
-        "batch_size": batch_size,
-        "n_rollouts": n_rollouts,
-        "val_every": 0,
-        "val_temperature": 0.0,
-        "transitions": dict(ARMS[arm]),
-        "backend": {
-            "name": "verl",
-            "config": backend_config(model_path=model_path, lr=LR, seed=seed, workdir=workdir, temperature=TEMPERATURE),
-        },
-        "engine": {"name": "transformers", "config": {"model_path": str(model_path), "seed": seed}},
-        "rollout": {
-            "concurrency": min(batch_size * n_rollouts, CONCURRENCY),
-            "timeout_s": 1200,
-            "max_attempts": 1,
-            "max_response_tokens": max_response_tokens,
-            "resources": {"temperature": TEMPERATURE},
-        },
-    }
+    return run_config(run, DEFAULTS, lr=LR, temperature=TEMPERATURE, transitions=ARMS[arm], timeout_s=1200)

@@ -17,14 +17,15 @@ from pathlib import Path
 DB_ENV = "SQL_AGENT_DB"
 """Environment variable that overrides where Chinook.db is."""
 
-DEFAULT_DB = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "chinook" / "Chinook.db"
+DEFAULT_DB = Path(__file__).resolve().parent / "data" / "chinook" / "Chinook.db"
+"""The bundled copy of the database (MIT licence and provenance beside it)."""
 
 TIMEOUT_S = 2.0
 MAX_ROWS = 1000
 
 
 def db_path(path: str | os.PathLike | None = None) -> Path:
-    """The database file: ``path``, else ``$SQL_AGENT_DB``, else ``../shared/data/chinook/Chinook.db``."""
+    """The database file: ``path``, else ``$SQL_AGENT_DB``, else the bundled ``data/chinook/Chinook.db``."""
     chosen = Path(path or os.environ.get(DB_ENV) or DEFAULT_DB).resolve()
     if not chosen.is_file():
         raise FileNotFoundError(f"Chinook database not found at {chosen} (set ${DB_ENV} or pass --db)")

@@ -8,20 +8,17 @@ Success is the reward plugin's execution match, recomputed from the stored outpu
 
 :func:`run_split` serves a model (the base, or the base with a LoRA adapter) with an
 engine (the transformers engine unless the caller brings another, such as ``vllm``)
-behind the agl gateway and runs the agent on every task once, greedily, the
-way the trainer's evaluation does.
+behind the agl gateway and runs the agent on every task, once and greedily by
+default, the way the trainer's evaluation does (:func:`examples.evaluation.run_agent`).
 """
 
 from __future__ import annotations
 
-import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-from agl.schema import Rollout, RolloutStatus, Task
+from agl.schema import Rollout, RolloutStatus
 from agl.store.base import Store
-from agl_trainer.engine import Engine
 
 from .database import run_query
 from .prompts import extract_sql
@@ -92,52 +89,18 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
 
 
 def run_split(
-    items: list[dict],
-    *,
-    model_path: str | Path,
-    workdir: Path,
-    adapter: str | Path | None = None,
-    split: str = "test",
-    concurrency: int = 16,
-    resources: dict[str, Any] | None = None,
-    timeout_s: float = 1200.0,
-    max_response_tokens: int | None = 64,
-    engine: Engine | None = None,
+    items: list[dict], *, max_response_tokens: int | None = 64, timeout_s: float = 1200.0, **options: Any
 ) -> dict[str, Any]:
-    """Run the agent once on each task (temperature 0) and summarize; returns the summary.
+    """Run the agent on each task (once and greedily by default) and summarize.
 
-    ``engine`` serves ``model_path``; the caller that brings one starts and stops it
-    (default: a transformers engine made, started and stopped here). Everything the run
-    records (rollouts, spans, gateway calls) goes to a SQLite store in ``workdir``.
+    :func:`examples.evaluation.run_agent` takes ``options``: ``engine`` (another engine to
+    serve the model, such as ``vllm``, started and stopped by the caller), ``resources``,
+    ``temperature`` and ``samples`` among them.
     """
-    from agl.store.base import open_store
-    from agl_trainer.evaluation import evaluate
+    from examples.evaluation import run_agent
 
     from .agent import sql_agent
 
-    workdir.mkdir(parents=True, exist_ok=True)
-    store = open_store(f"sqlite:///{workdir.resolve() / 'agl.db'}")
-    try:
-        tasks = [Task(task_id=t["task_id"], input=t["input"], split=split) for t in items]
-        ended = evaluate(
-            sql_agent,
-            tasks,
-            store=store,
-            model_path=model_path,
-            adapter=adapter,
-            engine=engine,
-            resources=resources,
-            concurrency=concurrency,
-            timeout_s=timeout_s,
-            max_response_tokens=max_response_tokens,
-        )
-        return summarize(ended, {t.task_id: t.input for t in tasks}, store)
-    finally:
-        store.close()
-
-
-def timed(fn, *args, **kwargs) -> tuple[Any, float]:
-    """``fn(*args, **kwargs)`` and the seconds it took."""
-    started = time.monotonic()
-    value = fn(*args, **kwargs)
-    return value, time.monotonic() - started
+    return run_agent(
+        sql_agent, summarize, items, max_response_tokens=max_response_tokens, timeout_s=timeout_s, **options
+    )

@@ -13,8 +13,8 @@ Tiers:
 - ``hard``: joins over two or three tables, some with ``GROUP BY``.
 
 A question is kept only when its gold query returns rows (and, for ordered ones with
-a ``LIMIT``, no tie at the cut). ``python -m sql_agent.questions --out DIR`` (from
-``examples/``) writes ``train.jsonl``, ``val.jsonl`` and ``test.jsonl``, and
+a ``LIMIT``, no tie at the cut). ``python -m examples.sql_agent.questions --out DIR`` (from the
+repository root) writes ``train.jsonl``, ``val.jsonl`` and ``test.jsonl``, and
 ``train-easy.jsonl``: the easy tier of train, which training uses by default.
 """
 
@@ -440,7 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     """Generate the splits and write them as JSONL."""
     parser = argparse.ArgumentParser(description="Generate the Chinook text-to-SQL questions.")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "data")
-    parser.add_argument("--db", help="Chinook.db (default: $SQL_AGENT_DB or ../shared/data/chinook/Chinook.db)")
+    parser.add_argument(
+        "--db", help="Chinook.db (default: $SQL_AGENT_DB or examples/sql_agent/data/chinook/Chinook.db)"
+    )
     parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args(argv)
     splits = generate(args.db, args.seed)

@@ -1,6 +1,6 @@
 """Build the README's results tables from ``results/*.json`` (written by train.py).
 
-    python examples/sql_agent/report.py [--results DIR] [--readme FILE] [--check]
+    python -m examples.sql_agent.report [--results DIR] [--readme FILE] [--check]
 
 Rewrites what lies between ``<!-- results:start -->`` and ``<!-- results:end -->``
 in README.md; ``--check`` only prints the tables. Figures are mean ± sample standard
@@ -13,12 +13,12 @@ import json
 import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from examples.reporting import RESULTS, half_mean, pm, report_main
 
-from reporting import RESULTS, half_mean, pm, report_main  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 ARM_ORDER = ["main", "broadcast", "last", "emitted", "all-agents"]
 
@@ -50,50 +50,65 @@ def per_agent(records: list[dict], key: str) -> str:
     return ", ".join(f"{a} {statistics.fmean(r.get(key, {}).get(a, 0) for r in records):.0f}" for a in agents)
 
 
+def arm_table(columns: Sequence[str], arms: dict[str, list[dict]], row: Callable[[list[dict]], list[str]]) -> list[str]:
+    """A table of a row per arm: the arm's name, then ``row(its records)``; ``columns`` name them all."""
+    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+    return lines + ["| " + " | ".join([arm, *row(records)]) + " |" for arm, records in arms.items()]
+
+
+MAIN_COLUMNS = (
+    "arm", "credit", "trained agents", "seeds", "steps", "test success before (%)", "after (%)", "easy before",
+    "easy after", "medium after", "hard after", "training success, first half of the steps (%)", "second half (%)",
+    "wall min/seed",
+)  # fmt: skip
+
+
 def main_table(arms: dict[str, list[dict]]) -> list[str]:
     """Test success before and after, overall and per tier, per arm."""
-    lines = [
-        "| arm | credit | trained agents | seeds | steps | test success before (%) | after (%) "
-        "| easy before | easy after | medium after | hard after "
-        "| training success, first half of the steps (%) | second half (%) | wall min/seed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for arm, records in arms.items():
+
+    def row(records: list[dict]) -> list[str]:
         cfg = records[0]["transitions_config"]
-        agents = ", ".join(cfg.get("agents") or ["all"])
-        lines.append(
-            f"| {arm} | {cfg['credit']} | {agents} | {', '.join(str(r['seed']) for r in records)} "
-            f"| {records[0]['steps']} | {pm([r['before']['success'] for r in records], 100)} "
-            f"| {pm([r['after']['success'] for r in records], 100)} | {tier(records, 'before', 'easy')} "
-            f"| {tier(records, 'after', 'easy')} | {tier(records, 'after', 'medium')} "
-            f"| {tier(records, 'after', 'hard')} "
-            f"| {training_success(records, 0)} | {training_success(records, 1)} "
-            f"| {pm([r['wall_s'] for r in records], 1 / 60)} |"
-        )
-    return lines
+        return [
+            cfg["credit"],
+            ", ".join(cfg.get("agents") or ["all"]),
+            ", ".join(str(r["seed"]) for r in records),
+            str(records[0]["steps"]),
+            pm([r["before"]["success"] for r in records], 100),
+            pm([r["after"]["success"] for r in records], 100),
+            tier(records, "before", "easy"),
+            tier(records, "after", "easy"),
+            tier(records, "after", "medium"),
+            tier(records, "after", "hard"),
+            training_success(records, 0),
+            training_success(records, 1),
+            pm([r["wall_s"] for r in records], 1 / 60),
+        ]
+
+    return arm_table(MAIN_COLUMNS, arms, row)
+
+
+BEHAVIOUR_COLUMNS = (
+    "arm", "rewrites/question before", "after", "checker acceptance before (%)", "after (%)",
+    "final query runs before (%)", "after (%)", "writer's query on one line before (%)", "after (%)",
+    "training LLM calls per agent (mean/seed)", "trained transitions per agent (mean/seed)",
+)  # fmt: skip
 
 
 def behaviour_table(arms: dict[str, list[dict]]) -> list[str]:
     """Rewrite rounds per question, checker acceptance and calls per agent, before and after."""
-    lines = [
-        "| arm | rewrites/question before | after | checker acceptance before (%) | after (%) "
-        "| final query runs before (%) | after (%) | writer's query on one line before (%) | after (%) "
-        "| training LLM calls per agent (mean/seed) | trained transitions per agent (mean/seed) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for arm, records in arms.items():
-        lines.append(
-            f"| {arm} | {pm([r['before']['rewrites_per_question'] for r in records], digits=2)} "
-            f"| {pm([r['after']['rewrites_per_question'] for r in records], digits=2)} "
-            f"| {pm([r['before']['checker_acceptance'] for r in records], 100)} "
-            f"| {pm([r['after']['checker_acceptance'] for r in records], 100)} "
-            f"| {pm([r['before'].get('final_query_runs') for r in records], 100)} "
-            f"| {pm([r['after'].get('final_query_runs') for r in records], 100)} "
-            f"| {pm([r['before'].get('writer_one_line') for r in records], 100)} "
-            f"| {pm([r['after'].get('writer_one_line') for r in records], 100)} "
-            f"| {per_agent(records, 'train_agent_calls')} | {per_agent(records, 'trained_transitions')} |"
-        )
-    return lines
+
+    def row(records: list[dict]) -> list[str]:
+        cells = []
+        for key, scale, digits in (
+            ("rewrites_per_question", 1.0, 2),
+            ("checker_acceptance", 100, 1),
+            ("final_query_runs", 100, 1),
+            ("writer_one_line", 100, 1),
+        ):
+            cells += [pm([r[when].get(key) for r in records], scale, digits) for when in ("before", "after")]
+        return cells + [per_agent(records, "train_agent_calls"), per_agent(records, "trained_transitions")]
+
+    return arm_table(BEHAVIOUR_COLUMNS, arms, row)
 
 
 def solved_table(arms: dict[str, list[dict]]) -> list[str]:

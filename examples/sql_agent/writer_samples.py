@@ -6,8 +6,8 @@ alone (no checker, no rewriter), with transformers' ``generate`` on the base mod
 scores each query by execution match. It is how the training temperature and the worked
 examples were chosen, on validation (see the README):
 
-    python examples/sql_agent/writer_samples.py --split val --tier easy --limit 16 --runs 0:1 0.5:8 1.0:8
-    python examples/sql_agent/writer_samples.py ... --examples 1    # the first worked example only
+    python -m examples.sql_agent.writer_samples --split val --tier easy --limit 16 --runs 0:1 0.5:8 1.0:8
+    python -m examples.sql_agent.writer_samples ... --examples 1    # the first worked example only
 
 ``--runs T:N`` samples N answers per question at temperature T (0: greedy, one answer).
 """
@@ -15,18 +15,12 @@ examples were chosen, on validation (see the README):
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from sql_agent import prompts  # noqa: E402
-from sql_agent.questions import TIERS, load_split, of_tiers  # noqa: E402
-from sql_agent.rewards import execution_match  # noqa: E402
+from . import prompts
+from .questions import TIERS, load_split, of_tiers
+from .rewards import execution_match
 
 ROLES = {"system": "system", "human": "user", "ai": "assistant"}
 

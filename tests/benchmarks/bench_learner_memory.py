@@ -32,7 +32,7 @@ from tests.benchmarks.smollm2_learner import lora_backend, smollm2_vocab
 
 PROMPT = 342
 RESPONSES = [64, 41, 41, 41, 41, 41, 37, 41]
-"""The step's lengths: ``examples/calc_agent/train.py --seed 0``, step 1, group 0."""
+"""The step's lengths: ``python -m examples.calc_agent.train --seed 0``, step 1, group 0."""
 
 
 def calc_batch(vocab: list[int], seed: int = 0):

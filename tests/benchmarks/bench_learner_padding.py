@@ -36,7 +36,7 @@ STEP_LENGTHS = [
     ((251, 50), (361, 42)),
 ]
 """(prompt, response) lengths of each rollout's two calls in a real step: seed 0's second step of
-``examples/rag_agent/train.py --steps 15``."""
+``python -m examples.rag_agent.train --steps 15``."""
 
 
 def rag_batch(vocab: list[int], seed: int = 0):

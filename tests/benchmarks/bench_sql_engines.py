@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "examples"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ENGINES = {
@@ -41,12 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from sql_agent.config import MAX_RESPONSE_TOKENS
-    from sql_agent.evaluation import run_split
-    from sql_agent.questions import load_split
-
     from agl.plugins import resolve
     from agl_verl.models import smollm2_dir
+    from examples.sql_agent.config import MAX_RESPONSE_TOKENS
+    from examples.sql_agent.evaluation import run_split
+    from examples.sql_agent.questions import load_split
 
     items = load_split("val")[: args.limit]
     print(f"load average before: {os.getloadavg()[0]:.2f}; {len(items)} val questions, concurrency {args.concurrency}")

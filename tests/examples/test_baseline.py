@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
-def test_the_base_is_evaluated_once_and_evaluated_again_for_another_cap(monkeypatch, tmp_path):
-    monkeypatch.syspath_prepend(str(EXAMPLES))
-    from baseline import shared_base
+def test_the_base_is_evaluated_once_and_evaluated_again_for_another_cap(tmp_path):
+    from examples.baseline import shared_base
 
     runs = []
 
@@ -28,14 +26,12 @@ def test_the_base_is_evaluated_once_and_evaluated_again_for_another_cap(monkeypa
     assert first["wall_s"] >= 0
     other_cap = shared_base(path, evaluate, n=20, split="test", max_response_tokens=48)
     assert len(runs) == 2 and other_cap["f1"] == 0.5 and json.loads(path.read_text())["max_response_tokens"] == 48
-    sys.modules.pop("baseline", None)
 
 
-def test_a_run_shares_the_base_only_on_the_bundled_model_and_the_whole_test_split(monkeypatch, tmp_path):
+def test_a_run_shares_the_base_only_on_the_bundled_model_and_the_whole_test_split(tmp_path):
     import argparse
 
-    monkeypatch.syspath_prepend(str(EXAMPLES))
-    from baseline import add_before_argument, shared_before
+    from examples.baseline import add_before_argument, shared_before
 
     parser = argparse.ArgumentParser()
     add_before_argument(parser)
@@ -61,4 +57,3 @@ def test_a_run_shares_the_base_only_on_the_bundled_model_and_the_whole_test_spli
     again, _ = run()
     assert before == again and (before["n"], before["f1"], before["max_response_tokens"]) == (2, 0.5, 96)
     assert config == {"val_before": False} and calls == [(2, tmp_path / "base-test", 96)]
-    sys.modules.pop("baseline", None)

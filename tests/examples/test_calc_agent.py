@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -29,18 +28,15 @@ EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
 @pytest.fixture
-def example(monkeypatch):
-    monkeypatch.syspath_prepend(str(EXAMPLES))
-    import calc_agent.agent
-    import calc_agent.config
-    import calc_agent.evaluation
-    import calc_agent.problems
-    import calc_agent.prompts
-    import calc_agent.train
+def example():
+    import examples.calc_agent.agent
+    import examples.calc_agent.config
+    import examples.calc_agent.evaluation
+    import examples.calc_agent.problems
+    import examples.calc_agent.prompts
+    import examples.calc_agent.train
 
-    yield calc_agent
-    for name in [m for m in sys.modules if m == "calc_agent" or m.startswith("calc_agent.")]:
-        sys.modules.pop(name, None)
+    return examples.calc_agent
 
 
 def scripted(*answers):
@@ -190,4 +186,4 @@ def test_one_training_step_end_to_end(example, tmp_path):
 
 def test_train_yaml_is_the_run_train_py_makes(example):
     made = example.config.trainer_config(seed=0, workdir=Path("runs/calc-agent/yaml-seed0"), model_path="MODEL")
-    assert_yaml_is_the_config(EXAMPLES / "calc_agent" / "train.yaml", made, "calc_agent.rewards")
+    assert_yaml_is_the_config(EXAMPLES / "calc_agent" / "train.yaml", made, "examples.calc_agent.rewards")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,24 +13,20 @@ EXAMPLES = Path(__file__).parents[2] / "examples"
 
 @pytest.fixture(scope="module")
 def calc():
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        import calc_agent.config
-        import calc_agent.evaluation
-        import calc_agent.problems
-        import calc_agent.prompts
-        import calc_agent.rewards
-        import calc_agent.tool_calls
+    import examples.calc_agent.config
+    import examples.calc_agent.evaluation
+    import examples.calc_agent.problems
+    import examples.calc_agent.prompts
+    import examples.calc_agent.rewards
+    import examples.calc_agent.tool_calls
 
-        yield SimpleNamespace(
-            config=calc_agent.config,
-            problems=calc_agent.problems,
-            prompts=calc_agent.prompts,
-            rewards=calc_agent.rewards,
-            tool_calls=calc_agent.tool_calls,
-        )
-    finally:
-        sys.path.remove(str(EXAMPLES))
+    return SimpleNamespace(
+        config=examples.calc_agent.config,
+        problems=examples.calc_agent.problems,
+        prompts=examples.calc_agent.prompts,
+        rewards=examples.calc_agent.rewards,
+        tool_calls=examples.calc_agent.tool_calls,
+    )
 
 
 def rollout(output, answer=27838):
@@ -209,10 +204,9 @@ def test_tool_call_figures_of_nothing(calc):
 
 
 def test_a_sampled_summary_counts_the_problems_a_grpo_group_would_learn_from(calc):
-    from calc_agent.evaluation import summarize
-    from sampling import item_id
-
     from agl.schema import Rollout, RolloutStatus
+    from examples.calc_agent.evaluation import summarize
+    from examples.sampling import item_id
 
     problems = {"calc-val-000": 100, "calc-val-001": 200}
     tasks = {
@@ -236,9 +230,8 @@ def test_a_sampled_summary_counts_the_problems_a_grpo_group_would_learn_from(cal
 
 
 def test_the_report_is_built_from_the_results_files(calc, tmp_path):
-    import calc_agent.report
-    import calc_agent.train
-    from reporting import END, START, markers
+    from examples.calc_agent import report, spec
+    from examples.reporting import END, START, markers
 
     def figures(success, two, validity):
         return {
@@ -250,7 +243,7 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
 
     def record(seed, after, lr=1e-3, steps_without_signal="step"):
         return {
-            "name": calc_agent.train.arm(lr, steps_without_signal),
+            "name": spec.arm(lr, steps_without_signal),
             "seed": seed,
             "lr": lr,
             "steps_without_signal": steps_without_signal,
@@ -290,7 +283,7 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{START}\nold\n{END}\nmiddle\n{lr_start}\nold\n{lr_end}\noutro\n")
 
-    assert calc_agent.report.main(["--results", str(results), "--readme", str(readme)]) == 0
+    assert report.main(["--results", str(results), "--readme", str(readme)]) == 0
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text
     results_block, lr_block = text.split("middle")
@@ -305,7 +298,7 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
         ["0.001", "1", "0.0"],
         ["0.001", "**mean ± std**", "2.5 ± 3.5"],
     ]
-    assert f"not yet evaluated on val (no val-{calc_agent.train.arm(3e-4, 'step')}-seed2.json)" in lr_block
+    assert f"not yet evaluated on val (no val-{spec.arm(3e-4, 'step')}-seed2.json)" in lr_block
     rows = [[c.strip() for c in r.strip("|").split("|")] for r in results_block.splitlines() if r.startswith("| ")]
     other_lr, seed0, seed1, mean, skip = rows[1:]  # the config's lr (3e-4) first; at one lr, skipping after
     assert seed0[:3] == ["0.001", "0", "0.0"] and (seed0[3], seed0[5]) == ("5.0", "20.0")  # after; on 2 operations
@@ -315,17 +308,17 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
     assert mean[12:] == ["5.0 ± 0.0", "25.0 ± 0.0", "90.0 ± 0.0", "21.0 ± 1.4"]  # training halves, validity, minutes
     for unmarked in ("no markers\n", f"{START}\nold\n{END}\n"):  # the second lacks the lr-choice block
         (tmp_path / "unmarked.md").write_text(unmarked)
-        assert calc_agent.report.main(["--results", str(results), "--readme", str(tmp_path / "unmarked.md")]) == 1
+        assert report.main(["--results", str(results), "--readme", str(tmp_path / "unmarked.md")]) == 1
         assert (tmp_path / "unmarked.md").read_text() == unmarked
 
 
 def test_train_py_names_its_arm_by_what_differs_from_the_config(calc):
-    import calc_agent.train
+    from examples.calc_agent import spec
 
     lr = calc.config.LR
-    assert calc_agent.train.arm(lr, "step") == "calc_agent"
-    assert calc_agent.train.arm(1e-3, "step") == "calc_agent-lr0.001"
-    assert calc_agent.train.arm(lr, "skip") == "calc_agent-skip"
+    assert spec.arm(lr, "step") == "calc_agent"
+    assert spec.arm(1e-3, "step") == "calc_agent-lr0.001"
+    assert spec.arm(lr, "skip") == "calc_agent-skip"
     config = calc.config.trainer_config(seed=0, workdir=Path("w"), model_path="m", steps_without_signal="skip")
     assert config["backend"]["config"]["steps_without_signal"] == "skip"
     assert "steps_without_signal" not in calc.config.trainer_config(seed=0, workdir=Path("w"), model_path="m")

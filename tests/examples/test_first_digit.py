@@ -9,15 +9,11 @@ fixed; the rise asked for is far beyond what sampling noise gives on 64 tasks.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 import agl
 from agl_trainer import Trainer
 
-EXAMPLE = Path(__file__).parents[2] / "examples" / "first_digit"
 pytestmark = pytest.mark.slow
 
 
@@ -31,15 +27,10 @@ class DigitFormatReward:
 
 
 @pytest.fixture
-def example(monkeypatch):
-    monkeypatch.syspath_prepend(str(EXAMPLE))
-    import agent
-    import tasks
-    import warmup
+def example():
+    from examples.first_digit import agent, tasks, warmup
 
-    yield agent, tasks, warmup
-    for name in ("agent", "tasks", "warmup"):
-        sys.modules.pop(name, None)
+    return agent, tasks, warmup
 
 
 def test_held_out_reward_rises_in_a_few_steps(example, tmp_path):

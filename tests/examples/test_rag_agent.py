@@ -13,7 +13,6 @@ SmolLM2, so the step takes seconds: what is checked is the whole path, not learn
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -24,16 +23,13 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def example(monkeypatch):
-    monkeypatch.syspath_prepend(str(EXAMPLES))
-    import rag_agent.evaluation
-    import rag_agent.prompts
-    import rag_agent.questions
-    import rag_agent.train
+def example():
+    import examples.rag_agent.evaluation
+    import examples.rag_agent.prompts
+    import examples.rag_agent.questions
+    import examples.rag_agent.train
 
-    yield rag_agent
-    for name in [m for m in sys.modules if m == "rag_agent" or m.startswith("rag_agent.")]:
-        sys.modules.pop(name, None)
+    return examples.rag_agent
 
 
 def stored(workdir: Path):
@@ -86,9 +82,8 @@ def test_smollm2_episode_on_the_responses_path(example, tmp_path):
             outputs = [i.get("output") for i in second.request["input"] if i.get("type") == "function_call_output"]
             assert outputs[0] == result
         # every call becomes a transition with the engine's token ids, rewarded by the F1 plugin
-        from rag_agent import rewards
-
         import agl
+        from examples.rag_agent import rewards
 
         agl.register_plugin(rewards, name="rag-test-f1")
         try:

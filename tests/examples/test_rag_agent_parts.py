@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,27 +16,23 @@ EXAMPLES = Path(__file__).parents[2] / "examples"
 
 @pytest.fixture(scope="module")
 def rag():
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        import rag_agent.agent
-        import rag_agent.collection
-        import rag_agent.config
-        import rag_agent.evaluation
-        import rag_agent.questions
-        import rag_agent.retrieval
-        import rag_agent.rewards
+    import examples.rag_agent.agent
+    import examples.rag_agent.collection
+    import examples.rag_agent.config
+    import examples.rag_agent.evaluation
+    import examples.rag_agent.questions
+    import examples.rag_agent.retrieval
+    import examples.rag_agent.rewards
 
-        yield SimpleNamespace(
-            agent=rag_agent.agent,
-            collection=rag_agent.collection,
-            config=rag_agent.config,
-            evaluation=rag_agent.evaluation,
-            questions=rag_agent.questions,
-            retrieval=rag_agent.retrieval,
-            rewards=rag_agent.rewards,
-        )
-    finally:
-        sys.path.remove(str(EXAMPLES))
+    return SimpleNamespace(
+        agent=examples.rag_agent.agent,
+        collection=examples.rag_agent.collection,
+        config=examples.rag_agent.config,
+        evaluation=examples.rag_agent.evaluation,
+        questions=examples.rag_agent.questions,
+        retrieval=examples.rag_agent.retrieval,
+        rewards=examples.rag_agent.rewards,
+    )
 
 
 def committed(name: str) -> list[dict]:
@@ -282,12 +277,12 @@ def test_a_sampled_summary_counts_the_questions_a_grpo_group_would_learn_from(ra
 
 def test_train_yaml_is_the_run_train_py_makes(rag):
     made = rag.config.trainer_config(seed=0, workdir=Path("runs/rag-agent/yaml-seed0"), model_path="MODEL")
-    assert_yaml_is_the_config(EXAMPLES / "rag_agent" / "train.yaml", made, "rag_agent.rewards")
+    assert_yaml_is_the_config(EXAMPLES / "rag_agent" / "train.yaml", made, "examples.rag_agent.rewards")
 
 
 def test_the_report_is_built_from_the_results_files(rag, tmp_path):
-    import rag_agent.report
-    from reporting import END, START
+    from examples.rag_agent import report
+    from examples.reporting import END, START
 
     def figures(f1, validity, cut):
         return {
@@ -326,7 +321,7 @@ def test_the_report_is_built_from_the_results_files(rag, tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{START}\nold\n{END}\noutro\n")
 
-    assert rag_agent.report.main(["--results", str(results), "--readme", str(readme)]) == 0
+    assert report.main(["--results", str(results), "--readme", str(readme)]) == 0
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text
     assert "before and after 10 steps at temperature 0.5, lr 0.0003" in text
@@ -339,7 +334,7 @@ def test_the_report_is_built_from_the_results_files(rag, tmp_path):
     assert mean[13:] == ["4.0 ± 0.0", "0.0 ± 0.0", "0.050 ± 0.000", "0.300 ± 0.000", "25.5 ± 0.7"]
     assert other_arm[:4] == ["all hops, 2 questions x 8", "0", "0.020", "0.050"]
     (tmp_path / "unmarked.md").write_text("no markers\n")
-    assert rag_agent.report.main(["--results", str(results), "--readme", str(tmp_path / "unmarked.md")]) == 1
+    assert report.main(["--results", str(results), "--readme", str(tmp_path / "unmarked.md")]) == 1
 
 
 def test_questions_are_chosen_by_hops_and_unknown_hops_are_refused(rag):
@@ -354,13 +349,13 @@ def test_questions_are_chosen_by_hops_and_unknown_hops_are_refused(rag):
 
 
 def test_train_py_names_its_arm_and_refuses_unknown_hops_before_it_loads_anything(rag, tmp_path, capsys):
-    import rag_agent.train
+    from examples.rag_agent import spec, train
 
-    assert rag_agent.train.arm((1,), 1) == "rag_agent"  # the config's
-    assert rag_agent.train.arm((2, 1), 2) == "rag_agent-hops1-2-batch2"
-    assert rag_agent.train.arm((2,), 1) == "rag_agent-hops2"
-    assert rag_agent.train.arm((1,), 1, 15) == "rag_agent-steps15"
+    assert spec.arm((1,), 1) == "rag_agent"  # the config's
+    assert spec.arm((2, 1), 2) == "rag_agent-hops1-2-batch2"
+    assert spec.arm((2,), 1) == "rag_agent-hops2"
+    assert spec.arm((1,), 1, 15) == "rag_agent-steps15"
     with pytest.raises(SystemExit) as exit_:
-        rag_agent.train.main(["--hops", "3", "--fresh", "--workdir", str(tmp_path / "run")])
+        train.main(["--hops", "3", "--fresh", "--workdir", str(tmp_path / "run")])
     assert exit_.value.code == 2 and "--hops: [3] not among 1 and 2" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()

@@ -12,7 +12,6 @@ figures report.py needs.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -25,16 +24,13 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def example(monkeypatch):
-    monkeypatch.syspath_prepend(str(EXAMPLES))
-    import sql_agent.config
-    import sql_agent.prompts
-    import sql_agent.questions
-    import sql_agent.train
+def example():
+    import examples.sql_agent.config
+    import examples.sql_agent.prompts
+    import examples.sql_agent.questions
+    import examples.sql_agent.train
 
-    yield sql_agent
-    for name in [m for m in sys.modules if m == "sql_agent" or m.startswith("sql_agent.")]:
-        sys.modules.pop(name, None)
+    return examples.sql_agent
 
 
 def tiny_model(example, path: Path) -> Path:
@@ -78,10 +74,10 @@ def test_one_training_step_end_to_end(example, tmp_path):
     assert json.loads((tmp_path / "results" / "main-seed0.json").read_text()) == record
 
     # evaluate.py's path: the trained adapter on the engine, the agent under a runner with rollout keys
-    import sql_agent.evaluation
+    from examples.sql_agent import evaluation
 
     items = example.questions.load_split("test")[:2]
-    summary = sql_agent.evaluation.run_split(
+    summary = evaluation.run_split(
         items,
         model_path=model,
         adapter=tmp_path / "run" / "verl" / "versions" / "step-1",
@@ -95,7 +91,7 @@ def test_one_training_step_end_to_end(example, tmp_path):
 def test_train_yaml_is_the_main_arm_train_py_makes(example):
     workdir = Path("runs/sql-agent/yaml-main-seed0")
     made = example.config.trainer_config("main", seed=0, workdir=workdir, model_path="MODEL")
-    assert_yaml_is_the_config(EXAMPLES / "sql_agent" / "train.yaml", made, "sql_agent.rewards")
+    assert_yaml_is_the_config(EXAMPLES / "sql_agent" / "train.yaml", made, "examples.sql_agent.rewards")
     # and the tasks it names are the ones train.py trains on
     easy = example.questions.of_tiers(example.questions.load_split("train"), example.config.TRAIN_TIERS)
     assert example.questions.load_split("train-easy") == easy

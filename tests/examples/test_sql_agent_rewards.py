@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,23 +14,19 @@ EXAMPLES = Path(__file__).parents[2] / "examples"
 
 @pytest.fixture(scope="module")
 def sql():
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        import sql_agent.database
-        import sql_agent.prompts
-        import sql_agent.questions
-        import sql_agent.report
-        import sql_agent.rewards
+    import examples.sql_agent.database
+    import examples.sql_agent.prompts
+    import examples.sql_agent.questions
+    import examples.sql_agent.report
+    import examples.sql_agent.rewards
 
-        yield SimpleNamespace(
-            database=sql_agent.database,
-            prompts=sql_agent.prompts,
-            questions=sql_agent.questions,
-            report=sql_agent.report,
-            rewards=sql_agent.rewards,
-        )
-    finally:
-        sys.path.remove(str(EXAMPLES))
+    return SimpleNamespace(
+        database=examples.sql_agent.database,
+        prompts=examples.sql_agent.prompts,
+        questions=examples.sql_agent.questions,
+        report=examples.sql_agent.report,
+        rewards=examples.sql_agent.rewards,
+    )
 
 
 def rollout(output, gold: str, ordered: bool = False):
@@ -193,7 +188,7 @@ def test_the_report_is_built_from_the_results_files(sql, tmp_path):
     for seed, after in ((1, 0.1), (0, 0.2)):
         (results / f"main-seed{seed}.json").write_text(json.dumps(record("main", seed, after)))
     readme = tmp_path / "README.md"
-    from reporting import END, START
+    from examples.reporting import END, START
 
     readme.write_text(f"intro\n{START}\nold\n{END}\noutro\n")
 
@@ -226,9 +221,8 @@ def test_the_report_compares_the_questions_each_arm_solved_with_the_main_arms(sq
 
 
 def test_a_summary_counts_successes_and_final_queries_that_run(sql):
-    from sql_agent.evaluation import summarize
-
     from agl.schema import Rollout, RolloutStatus
+    from examples.sql_agent.evaluation import summarize
 
     tasks = {f"t{i}": {"gold_sql": GOLD, "tier": "easy"} for i in range(4)}
     outputs = [
@@ -252,10 +246,9 @@ def test_a_summary_counts_successes_and_final_queries_that_run(sql):
 
 
 def test_a_summary_with_the_store_counts_the_writers_one_line_queries(sql, tmp_path):
-    from sql_agent.evaluation import summarize
-
     from agl.schema import Rollout, RolloutStatus, Span
     from agl.store.base import open_store
+    from examples.sql_agent.evaluation import summarize
 
     answers = {
         "write_query": ["```sql\nSELECT Name FROM Artist", "```sql\nSELECT Name\nFROM Artist", "Artists are bands."],
@@ -284,7 +277,7 @@ def test_a_summary_with_the_store_counts_the_writers_one_line_queries(sql, tmp_p
 
 
 def test_writer_samples_shows_the_writer_its_messages_with_as_many_examples_as_asked(sql):
-    import sql_agent.writer_samples as samples
+    from examples.sql_agent import writer_samples as samples
 
     question = "How many customers are from Italy?"
     for n in (1, len(sql.prompts.WRITER_EXAMPLES)):

@@ -1,0 +1,66 @@
+"""The calculator agent as the shared runner runs it (:class:`examples.spec.ExampleSpec`).
+
+Arms: the config's lr and optimizer steps make ``calc_agent``; another ``--lr`` or
+``--steps-without-signal skip`` is named in the arm (``calc_agent-lr0.001``, ``calc_agent-skip``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from examples.spec import ExampleSpec, Subset
+
+from .config import LR, TRAIN_OPERATIONS, trainer_config
+from .problems import load_split, of_operations
+from .tool_calls import tool_call_figures
+
+NAME = "calc_agent"
+
+
+def arm(lr: float, steps_without_signal: str) -> str:
+    """The run's name in its results file: ``calc_agent``, plus what differs from the config."""
+    name = NAME if lr == LR else f"{NAME}-lr{lr:g}"
+    return name if steps_without_signal == "step" else f"{name}-{steps_without_signal}"
+
+
+def train_options(parser: argparse.ArgumentParser) -> None:
+    """``--lr`` and ``--steps-without-signal``."""
+    parser.add_argument(
+        "--lr", type=float, default=LR, help=f"LoRA learning rate (not {LR:g}: named in the results file)"
+    )
+    parser.add_argument(
+        "--steps-without-signal",
+        choices=["step", "skip"],
+        default="step",
+        help="on a step where no group has signal: step (AdamW on zero gradients, as verl) or skip "
+        "(no optimizer step); skip is named in the results file",
+    )
+
+
+def train_figures(store: Any, rollouts: list) -> dict[str, Any]:
+    """The training rollouts' count and tool-call figures."""
+    ids = [r.rollout_id for r in rollouts]
+    return {
+        "train_rollouts": len(ids),
+        "train_tool_calls": tool_call_figures(store.query_llm_calls(rollout_ids=ids), len(ids)),
+    }
+
+
+SPEC = ExampleSpec(
+    __package__,
+    noun="problems",
+    trainer_config=lambda args, **run: trainer_config(
+        **run, lr=args.lr, steps_without_signal=args.steps_without_signal
+    ),
+    reward_plugin="calc-numeric-match",
+    load_split=load_split,
+    train_figures=train_figures,
+    subset=Subset("operations", "numbers of operations", TRAIN_OPERATIONS, of_operations),
+    arm=lambda args: arm(args.lr, args.steps_without_signal),
+    record_extras=lambda args, train: {
+        "train_operations": list(args.operations),
+        "steps_without_signal": args.steps_without_signal,
+    },
+    train_options=train_options,
+)

@@ -1,0 +1,210 @@
+"""One training seed of an example: its command line, the run, and its results file.
+
+SmolLM2-135M-Instruct with a LoRA adapter, the transformers engine behind the agl
+gateway, verl's GRPO advantages and PPO loss in the local backend, all in this process.
+The test split is evaluated greedily after the last step; the base model's figures are
+evaluated once and shared by every seed (``results/base/test.json``, :mod:`examples.baseline`).
+Nothing is evaluated, selected or tuned on test in between (``val_every: 0``). The
+figures go to ``results/<arm>-seed<N>.json``, which the example's ``report.py`` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from examples.baseline import BASE_FILE, add_before_argument, shared_before
+from examples.spec import ExampleSpec
+
+
+def train_parser(spec: ExampleSpec, description: str | None) -> argparse.ArgumentParser:
+    """The options of an example's ``train`` command."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {spec.package}.train",
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=spec.defaults["steps"])
+    parser.add_argument("--batch-size", type=int, default=spec.defaults["batch_size"], help="tasks per step")
+    parser.add_argument(
+        "--n-rollouts", type=int, default=spec.defaults["n_rollouts"], help="rollouts per task (the GRPO group)"
+    )
+    spec.subset.add_to(parser, spec.noun, training=True)
+    spec.train_options(parser)
+    parser.add_argument("--workdir", type=Path, help=f"default: runs/{spec.runs}/<arm>-seed<N>")
+    here = Path(__file__).resolve().parent / spec.name
+    parser.add_argument("--results", type=Path, default=here / "results", help="where <arm>-seed<N>.json goes")
+    spec.options(parser)
+    parser.add_argument("--model", type=Path, help="model directory (default: the bundled SmolLM2-135M-Instruct)")
+    parser.add_argument("--max-response-tokens", type=int, default=spec.defaults["max_response_tokens"])
+    parser.add_argument("--eval-limit", type=int, help=f"evaluate on the first N test {spec.noun} only (smoke runs)")
+    add_before_argument(parser)
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--fresh", action="store_true", help="start over instead of resuming the workdir")
+    return parser
+
+
+def parse_train_args(
+    spec: ExampleSpec, argv: list[str] | None, description: str | None, parser: argparse.ArgumentParser | None = None
+) -> tuple[argparse.Namespace, list[dict]]:
+    """The options and the training tasks they pick; a usage error for bad ones, before anything runs."""
+    parser = parser or train_parser(spec, description)
+    args = parser.parse_args(argv)
+    try:
+        train = spec.subset.select(spec.load_split("train"), tuple(getattr(args, spec.subset.option)))
+    except ValueError as exc:
+        parser.error(f"--{exc}")
+    spec.prepare_or_exit(parser, args)
+    return args, train
+
+
+def train_main(spec: ExampleSpec, argv: list[str] | None = None, description: str | None = None) -> int:
+    """An example's ``train`` command: train one seed and write its results file."""
+    args, train = parse_train_args(spec, argv, description)
+    return train_seed(spec, args, train)
+
+
+def train_command(spec: ExampleSpec, description: str | None) -> Callable[[list[str] | None], int]:
+    """An example's ``train`` command as a ``main(argv=None)`` function (``description``: its ``--help`` text)."""
+
+    def main(argv: list[str] | None = None) -> int:
+        """Train one seed and write its results file."""
+        return train_main(spec, argv, description)
+
+    return main
+
+
+def fresh_workdir(spec: ExampleSpec, args: argparse.Namespace, name: str) -> Path:
+    """The run's work directory (emptied first with ``--fresh``)."""
+    workdir = (args.workdir or Path("runs") / spec.runs / f"{name}-seed{args.seed}").resolve()
+    if args.fresh and workdir.exists():
+        import shutil
+
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    return workdir
+
+
+def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -> int:
+    """Train one seed on ``train`` and write ``<arm>-seed<N>.json`` into ``args.results``."""
+    started = time.monotonic()
+    import torch
+
+    import agl
+    from agl_trainer import Trainer
+    from agl_trainer.transition_counts import TransitionCounts
+    from agl_verl.models import smollm2_dir
+
+    torch.set_num_threads(args.threads)
+    name = spec.arm(args)
+    workdir = fresh_workdir(spec, args, name)
+    spec.register_reward()
+    counter = TransitionCounts()
+    agl.register_plugin(counter, name=f"{spec.runs}-transition-counts")
+    test = spec.load_split("test")[: args.eval_limit]
+    config = spec.trainer_config(
+        args,
+        seed=args.seed,
+        workdir=workdir,
+        model_path=args.model or smollm2_dir(),
+        steps=args.steps,
+        batch_size=args.batch_size,
+        n_rollouts=args.n_rollouts,
+        max_response_tokens=args.max_response_tokens,
+    )
+    config["progress"] = sys.stderr.isatty()
+    before = shared_before(args, config, test, spec.run_split, workdir.parent / "base-test")
+    try:
+        result = Trainer(config).fit(spec.agent, train_tasks=train, val_tasks=test)
+    finally:
+        agl.plugins.unregister(counter)
+    wall_s = time.monotonic() - started
+
+    figures = collect(spec, workdir, args.steps, {t["task_id"]: t["input"] for t in test}, len(test))
+    if before is not None:
+        figures["before"] = before
+    figures["before_source"] = BASE_FILE if before is not None else "this run"
+    run = {"name": name, "steps": result.steps_completed, "wall_s": wall_s, "eval_tasks": len(test)}
+    record = results_record(spec, args, train, config, run, counter.by_agent, figures, workdir)
+    args.results.mkdir(parents=True, exist_ok=True)
+    out = args.results / f"{name}-seed{args.seed}.json"
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    print(result.summary())
+    b, a = record["before"][spec.score], record["after"][spec.score]
+    print(f"test {spec.score} {b:.3f} -> {a:.3f}; wall {wall_s:.0f}s; results in {out}")
+    return 0
+
+
+def results_record(
+    spec: ExampleSpec,
+    args: argparse.Namespace,
+    train: list[dict],
+    config: dict[str, Any],
+    run: dict[str, Any],
+    trained_transitions: dict[str, int],
+    figures: dict[str, Any],
+    workdir: Path,
+) -> dict[str, Any]:
+    """The results file of a finished run (``run``: its arm's name, steps completed, wall seconds, test tasks)."""
+    metrics = train_metrics(workdir)
+    step_times = [r["time_step_s"] for r in metrics if "time_step_s" in r]
+    curve, metric = spec.curve
+    return {
+        spec.arm_key: run["name"],
+        "seed": args.seed,
+        "steps": run["steps"],
+        "batch_size": args.batch_size,
+        "n_rollouts": args.n_rollouts,
+        **spec.record_extras(args, train),
+        "temperature": config["rollout"]["resources"]["temperature"],
+        "lr": config["backend"]["config"]["lr"],
+        "transitions_config": config["transitions"],
+        "wall_s": round(run["wall_s"], 1),
+        "step_s": [round(s, 1) for s in step_times],
+        "step_s_mean": round(sum(step_times) / len(step_times), 1) if step_times else None,
+        curve: [round(r.get(metric, 0.0), 4) for r in metrics],
+        "max_response_tokens": args.max_response_tokens,
+        "eval_split": "test",
+        f"eval_{spec.noun}": run["eval_tasks"],
+        "trained_transitions": dict(sorted(trained_transitions.items())),
+        **figures,
+        "workdir": str(workdir),
+    }
+
+
+def train_metrics(workdir: Path) -> list[dict[str, Any]]:
+    """The training steps' records of the run's ``metrics.jsonl``, in order."""
+    lines = (workdir / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    return [r for r in records if r.get("kind") == "train"]
+
+
+def collect(spec: ExampleSpec, workdir: Path, steps: int, tasks: dict[str, dict], n_val: int) -> dict[str, Any]:
+    """Before/after summaries of the test split and the training rollouts' figures, read from the run's store.
+
+    The trainer's evaluations are the rollouts ``<run>-val0-<i>`` (before the first step)
+    and ``<run>-val<steps + 1>-<i>`` (after the last).
+    """
+    from agl.store.base import open_store
+
+    state = json.loads((workdir / "trainer_state.json").read_text())
+    run = state["run_id"]
+    store = open_store(f"sqlite:///{workdir / 'agl.db'}", create=False)
+    try:
+        before = list(store.query_rollouts(rollout_ids=[f"{run}-val0-{i}" for i in range(n_val)]))
+        after = list(store.query_rollouts(rollout_ids=[f"{run}-val{steps + 1}-{i}" for i in range(n_val)]))
+        train = [r for r in store.query_rollouts() if r.mode == "train"]
+        return {
+            "run_id": run,
+            "before": spec.summarize(before, tasks, store) if before else None,
+            "after": spec.summarize(after, tasks, store),
+            **spec.train_figures(store, train),
+        }
+    finally:
+        store.close()

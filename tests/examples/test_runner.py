@@ -1,0 +1,99 @@
+"""The examples' shared runner: each spec finds its parts, and each command keeps its options."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from examples.calc_agent.spec import SPEC as CALC
+from examples.evaluation import evaluate_parser
+from examples.rag_agent.spec import SPEC as RAG
+from examples.sql_agent.spec import SPEC as SQL
+from examples.training import parse_train_args
+
+ROOT = Path(__file__).parents[2]
+SPECS = pytest.mark.parametrize("spec", [CALC, RAG, SQL], ids=lambda spec: spec.name)
+
+
+@SPECS
+def test_a_spec_finds_its_parts_by_their_module_names(spec):
+    package = importlib.import_module(spec.package)
+    assert spec.package == f"examples.{spec.name}" and Path(package.__file__).parent == ROOT / "examples" / spec.name
+    assert spec.agent is getattr(importlib.import_module(f"{spec.package}.agent"), spec.name)
+    assert spec.runs == spec.name.replace("_", "-")
+    assert set(spec.defaults) == {"steps", "batch_size", "n_rollouts", "max_response_tokens"}
+    assert spec.part("rewards").agl_reward
+
+
+@SPECS
+def test_train_takes_the_common_options_and_picks_the_configs_training_tasks(spec, tmp_path):
+    argv = ["--seed", "2", "--steps", "3", "--batch-size", "1", "--n-rollouts", "2", "--fresh"]
+    argv += ["--results", str(tmp_path / "r"), "--workdir", str(tmp_path / "w"), "--model", str(tmp_path / "m")]
+    argv += ["--max-response-tokens", "9", "--eval-limit", "1", "--before", "run", "--threads", "1"]
+    args, train = parse_train_args(spec, argv, None)
+    assert (args.seed, args.steps, args.batch_size, args.n_rollouts, args.fresh) == (2, 3, 1, 2, True)
+    assert (args.results, args.workdir, args.model) == (tmp_path / "r", tmp_path / "w", tmp_path / "m")
+    assert (args.max_response_tokens, args.eval_limit, args.before, args.threads) == (9, 1, "run", 1)
+    subset = spec.subset
+    assert train == subset.select(spec.load_split("train"), subset.default) and train
+    defaults, _ = parse_train_args(spec, [], None)
+    assert [defaults.steps, defaults.batch_size, defaults.n_rollouts, defaults.max_response_tokens] == list(
+        spec.defaults[k] for k in ("steps", "batch_size", "n_rollouts", "max_response_tokens")
+    )
+    assert spec.arm(defaults) == ("main" if spec is SQL else spec.name)
+
+
+def test_each_examples_own_options_name_its_arm():
+    calc, _ = parse_train_args(CALC, ["--lr", "1e-3", "--steps-without-signal", "skip", "--operations", "2", "3"], None)
+    assert CALC.arm(calc) == "calc_agent-lr0.001-skip" and calc.operations == [2, 3]
+    rag, _ = parse_train_args(RAG, ["--hops", "1", "2", "--batch-size", "2"], None)
+    assert RAG.arm(rag) == "rag_agent-hops1-2-batch2"
+    sql, easy_and_hard = parse_train_args(SQL, ["--arm", "broadcast", "--tiers", "easy", "hard"], None)
+    assert SQL.arm(sql) == "broadcast" and {t["input"]["tier"] for t in easy_and_hard} == {"easy", "hard"}
+
+
+@SPECS
+def test_evaluate_takes_its_options_and_refuses_samples_without_a_temperature(spec, tmp_path, capsys):
+    parser = evaluate_parser(spec, None)
+    argv = ["--checkpoint", "ckpt", "--split", "val", "--limit", "3", "--out", str(tmp_path / "o.json")]
+    argv += ["--temperature", "0.5", "--samples", "4", "--workdir", "w", "--concurrency", "2", "--threads", "1"]
+    args = parser.parse_args([*argv, f"--{spec.subset.option}", str(spec.subset.default[0])])
+    assert (args.checkpoint, args.split, args.limit, args.out) == (Path("ckpt"), "val", 3, tmp_path / "o.json")
+    assert (args.temperature, args.samples, args.concurrency) == (0.5, 4, 2)
+    assert getattr(args, spec.subset.option) == [spec.subset.default[0]]
+    assert parser.parse_args([]).max_response_tokens == spec.defaults["max_response_tokens"]
+    evaluate = importlib.import_module(f"{spec.package}.evaluate")
+    with pytest.raises(SystemExit):
+        evaluate.main(["--samples", "2"])
+    assert "--samples: more than one sample needs a --temperature above 0" in capsys.readouterr().err
+
+
+def test_a_missing_database_is_the_sql_commands_usage_error(tmp_path, capsys, monkeypatch):
+    from examples.sql_agent import evaluate, train
+    from examples.sql_agent.database import DB_ENV
+
+    monkeypatch.delenv(DB_ENV, raising=False)
+
+    for main in (train.main, evaluate.main):
+        with pytest.raises(SystemExit) as exit_:
+            main(["--db", str(tmp_path / "missing.db")])
+        assert exit_.value.code == 2 and "Chinook database not found" in capsys.readouterr().err
+        assert DB_ENV not in os.environ  # a refused --db is not left for the agent to find
+
+
+def test_the_commands_run_as_modules_from_the_repository_root():
+    commands = {
+        "examples.calc_agent.train": "--steps-without-signal",
+        "examples.sql_agent.evaluate": "--db",
+        "examples.rag_agent.report": "--readme",
+        "examples.first_digit.train": "--preset",
+    }
+    for module, option in commands.items():
+        done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert option in done.stdout, module
