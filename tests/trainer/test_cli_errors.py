@@ -74,8 +74,8 @@ def test_agl_run_and_agl_rollouts_and_the_trainer_share_one_default_store(workdi
 
 
 def test_agl_store_url_comes_first_for_the_trainer_too(workdir, monkeypatch):
-    monkeypatch.setenv("AGL_STORE_URL", "sqlite:///shared/agl.db")
-    assert TrainerConfig().store_url() == sqlite_url(workdir / "shared" / "agl.db")
+    monkeypatch.setenv("AGL_STORE_URL", "sqlite:///team/agl.db")
+    assert TrainerConfig().store_url() == sqlite_url(workdir / "team" / "agl.db")
     assert TrainerConfig(store="http://127.0.0.1:4317").store_url() == "http://127.0.0.1:4317"
 
 
