@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import hmac
 import json
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -86,29 +86,31 @@ def create_app(replica: Replica, *, api_key: str | None = None, max_body_bytes: 
             }
         )
 
-    async def chat(request: Request) -> Response:
-        if not authorized(request):
-            return error(RequestError(None, "missing or wrong bearer token", 401))
-        try:
-            req = parse_chat(await read_json(request))
-            if req.sampling.stream:
-                stream = _until_disconnected(request, await replica.chat_stream(req))
-                return StreamingResponse(stream, media_type=SSE_MEDIA_TYPE)
-            return await _answer_unless_disconnected(request, replica.chat(req))
-        except RequestError as exc:
-            return error(exc)
+    def generation_route(
+        parse: Callable[[Any], Any],
+        answer: Callable[[Any], Awaitable[dict]],
+        stream: Callable[[Any], Awaitable[AsyncIterator[bytes]]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """The handler of a generation route: check the token, parse the body, then answer as JSON or SSE."""
 
-    async def completions(request: Request) -> Response:
-        if not authorized(request):
-            return error(RequestError(None, "missing or wrong bearer token", 401))
-        try:
-            req = parse_completion(await read_json(request), replica.vocab_size)
-            if req.sampling.stream:
-                stream = _until_disconnected(request, await replica.completion_stream(req))
-                return StreamingResponse(stream, media_type=SSE_MEDIA_TYPE)
-            return await _answer_unless_disconnected(request, replica.completion(req))
-        except RequestError as exc:
-            return error(exc)
+        async def handle(request: Request) -> Response:
+            if not authorized(request):
+                return error(RequestError(None, "missing or wrong bearer token", 401))
+            try:
+                req = parse(await read_json(request))
+                if req.sampling.stream:
+                    chunks = _until_disconnected(request, await stream(req))
+                    return StreamingResponse(chunks, media_type=SSE_MEDIA_TYPE)
+                return await _answer_unless_disconnected(request, answer(req))
+            except RequestError as exc:
+                return error(exc)
+
+        return handle
+
+    chat = generation_route(parse_chat, replica.chat, replica.chat_stream)
+    completions = generation_route(
+        lambda body: parse_completion(body, replica.vocab_size), replica.completion, replica.completion_stream
+    )
 
     async def server_error(request: Request, exc: Exception) -> Response:
         return JSONResponse(RequestError(None, f"engine error: {type(exc).__name__}: {exc}", 500).body(), 500)
