@@ -42,10 +42,7 @@ _guard = error_guard("agl_autogen")
 
 
 def check_framework_version() -> bool:
-    """Whether the installed AgentChat is in :data:`TESTED`; outside it warns once (see below).
-
-    With ``AGL_STRICT_VERSIONS=1`` an untested version raises
-    :class:`~agl.capture.versions.UnsupportedVersionError` instead.
+    """Whether AgentChat is in :data:`TESTED`; outside it warns once (raises if ``AGL_STRICT_VERSIONS=1``).
 
     Called by :func:`install_structure_hooks` (and so by :func:`instrument` and
     :class:`~agl_autogen.AglChatCompletionClient`) before any hook goes in.

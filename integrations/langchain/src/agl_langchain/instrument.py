@@ -40,10 +40,7 @@ _guard = error_guard("agl_langchain")
 
 
 def check_framework_version() -> bool:
-    """Whether the installed langchain-core is in :data:`TESTED`; outside it warns once (see below).
-
-    With ``AGL_STRICT_VERSIONS=1`` an untested version raises
-    :class:`~agl.capture.versions.UnsupportedVersionError` instead.
+    """Whether langchain-core is in :data:`TESTED`; outside it warns once (raises if ``AGL_STRICT_VERSIONS=1``).
 
     Called by :func:`instrument` and, when ``AGL_LANGCHAIN_INSTRUMENT`` is on, by :func:`autoload`.
     """

@@ -121,8 +121,10 @@ def retire_token_flags(parser: argparse.ArgumentParser, credential: Credential, 
     retire_flag(parser, f"{old}-file", f"use {credential.flag}-file ({credential.what})")
 
 
-def add_store_token_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--store-token TOKEN`` and ``--store-token-file PATH``: the token for an ``http://`` store."""
+def add_store_client_arguments(parser: argparse.ArgumentParser) -> None:
+    """What a command that opens a store takes: ``--store URL``, and ``--store-token TOKEN`` or
+    ``--store-token-file PATH`` for an ``http://`` store (read back by :func:`store_options`)."""
+    add_store_argument(parser)
     STORE_CLIENT.add_to(parser)
 
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agl_trainer.cli._common import add_store_argument, add_store_token_arguments, store_options
+from agl_trainer.cli._common import add_store_client_arguments, store_options
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("export", help="export training data from a store")
     sub = p.add_subparsers(dest="export_command", metavar="WHAT", required=True)
     t = sub.add_parser("transitions", help="transitions (text and token ids) of ended rollouts")
-    add_store_argument(t)
-    add_store_token_arguments(t)
+    add_store_client_arguments(t)
     t.add_argument("--step", type=int, default=None, help="only rollouts of this training step")
     t.add_argument("--mode", choices=["train", "val", "production"], default=None, help="only rollouts of this mode")
     t.add_argument("--format", choices=["jsonl", "parquet"], default=None, help="default: from the file name")

@@ -29,8 +29,7 @@ from agl.credentials import RolloutKeys, new_token
 from agl_trainer.cli._common import (
     ENGINE_TOKEN,
     Credential,
-    add_store_argument,
-    add_store_token_arguments,
+    add_store_client_arguments,
     retire_flag,
     retire_token_flags,
     store_options,
@@ -45,8 +44,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("gateway", help="the model gateway that records token ids")
     sub = p.add_subparsers(dest="gateway_command", metavar="ACTION", required=True)
     s = sub.add_parser("serve", help="serve the OpenAI-compatible gateway")
-    add_store_argument(s)
-    add_store_token_arguments(s)
+    add_store_client_arguments(s)
     s.add_argument(
         "--upstream",
         action="append",

@@ -46,8 +46,7 @@ from urllib.parse import urlsplit, urlunsplit
 from agl import env
 from agl_trainer.cli._common import (
     Credential,
-    add_store_argument,
-    add_store_token_arguments,
+    add_store_client_arguments,
     retire_flag,
     store_options,
 )
@@ -92,8 +91,7 @@ def add_gateway_arguments(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("run", help="run an unmodified command as one rollout (agl run -- python agent.py)")
-    add_store_argument(p)
-    add_store_token_arguments(p)
+    add_store_client_arguments(p)
     add_gateway_arguments(p)
     for flag in (GATEWAY_TOKEN.flag, f"{GATEWAY_TOKEN.flag}-file"):
         retire_flag(p, flag, "leave it out: agl run needs no gateway token (the child gets its rollout's key)")

@@ -14,15 +14,14 @@ import json
 import signal
 from pathlib import Path
 
-from agl_trainer.cli._common import add_store_argument, add_store_token_arguments, store_options
+from agl_trainer.cli._common import add_store_client_arguments, store_options
 from agl_trainer.cli.run import GATEWAY_TOKEN, NO_KEY, add_gateway_arguments
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("runner", help="run an agent on rollouts claimed from a store")
     p.add_argument("agent", help="the agent function, as module:function or path/to/file.py:function")
-    add_store_argument(p)
-    add_store_token_arguments(p)
+    add_store_client_arguments(p)
     add_gateway_arguments(p)
     GATEWAY_TOKEN.add_to(p, "none; the agent's api key only when no rollout key can be had")
     p.add_argument("--model", default="agl-policy", help="model name the agent is told to ask for")

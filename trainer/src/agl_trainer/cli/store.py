@@ -20,7 +20,7 @@ from agl_trainer.cli._common import (
     STORE_HELP,
     Credential,
     add_store_argument,
-    add_store_token_arguments,
+    add_store_client_arguments,
     retire_token_flags,
     store_options,
 )
@@ -39,8 +39,7 @@ RUNNER_TOKEN = Credential(
 
 
 def _store_arg(parser: argparse.ArgumentParser) -> None:
-    add_store_argument(parser)
-    add_store_token_arguments(parser)
+    add_store_client_arguments(parser)
     retire_token_flags(parser, STORE_CLIENT)
 
 

@@ -18,20 +18,12 @@ too); see :mod:`agl.credentials` for why keys are an HMAC and not a stored rando
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-from agl.credentials import RolloutKeys, bearer_of, looks_like_rollout_key, same_token
+from agl.credentials import RolloutKeys, bearer_of, looks_like_rollout_key
 from agl_trainer.gateway.errors import GatewayError
+from agl_trainer.http.bearer import ADMIN, ROLLOUT, Caller, caller_by_bearer
 
-ADMIN, PRODUCTION, ROLLOUT = "admin", "production", "rollout"
-
-
-class Caller(NamedTuple):
-    """Who sent a request: ``scope`` is admin, production or rollout (with its rollout and attempt)."""
-
-    scope: str
-    rollout_id: str | None = None
-    attempt: int | None = None
+PRODUCTION = "production"
+"""The gateway token's scope (beside :data:`ADMIN` and :data:`ROLLOUT`)."""
 
 
 OPEN = Caller(ADMIN)
@@ -65,14 +57,10 @@ class GatewayAuth:
         given = bearer_of(headers)
         if given is None:
             raise unauthorized("missing bearer token (Authorization: Bearer <rollout key or token>)")
-        if same_token(given, self.admin_token):
-            return Caller(ADMIN)
-        if same_token(given, self.token):
-            return Caller(PRODUCTION)
+        caller = caller_by_bearer(given, {ADMIN: self.admin_token, PRODUCTION: self.token}, self.keys)
+        if caller is not None:
+            return caller
         if self.keys is not None and looks_like_rollout_key(given):
-            found = self.keys.check(given)
-            if found is not None:
-                return Caller(ROLLOUT, found[0], found[1])
             raise unauthorized("not a rollout key of this gateway", code="invalid_rollout_key")
         raise unauthorized("wrong bearer token")
 

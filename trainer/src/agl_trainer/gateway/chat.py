@@ -9,6 +9,7 @@ and is stripped of the token-id extras unless the client asked for them itself
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from agl_trainer.gateway.recorder import TOKEN_ID_EXTRAS, ChoiceTokens, chat_logprobs, completion_logprobs, no_ids_error
@@ -83,43 +84,47 @@ def take_chat_tokens(resp: dict, *, keep_ids: bool, keep_logprobs: bool) -> tupl
     prompt = resp.get("prompt_token_ids")
     if prompt is None:
         raise no_ids_error("prompt_token_ids")
-    tokens = []
-    for choice in resp.get("choices") or []:
-        ids = choice.get("token_ids")
-        if ids is None:
-            raise no_ids_error("choices[].token_ids")
-        tokens.append(ChoiceTokens(choice.get("index", len(tokens)), ids, chat_logprobs(choice)))
-        if not keep_ids:
-            choice.pop("token_ids", None)
-        if not keep_logprobs:
-            choice["logprobs"] = None
+    choices = resp.get("choices") or []
+    tokens = [_take_choice(c, i, chat_logprobs, keep_ids, keep_logprobs) for i, c in enumerate(choices)]
     if not keep_ids:
-        for key in TOKEN_ID_EXTRAS:
-            resp.pop(key, None)
+        _drop_id_extras(resp)
     return prompt, tokens
 
 
 def take_completion_tokens(resp: dict, *, keep_ids: bool, keep_logprobs: bool) -> tuple[list[int], list[ChoiceTokens]]:
-    """Pull prompt and response ids out of a text completion answer."""
+    """Pull prompt and response ids out of a text completion answer (the prompt's may be on each choice)."""
     prompt = resp.get("prompt_token_ids")
     tokens = []
-    for choice in resp.get("choices") or []:
+    for i, choice in enumerate(resp.get("choices") or []):
         prompt = choice.get("prompt_token_ids") or prompt
-        ids = choice.get("token_ids")
-        if ids is None:
-            raise no_ids_error("choices[].token_ids")
-        tokens.append(ChoiceTokens(choice.get("index", len(tokens)), ids, completion_logprobs(choice)))
+        tokens.append(_take_choice(choice, i, completion_logprobs, keep_ids, keep_logprobs))
         if not keep_ids:
-            choice.pop("token_ids", None)
             choice.pop("prompt_token_ids", None)
-        if not keep_logprobs:
-            choice["logprobs"] = None
     if prompt is None:
         raise no_ids_error("prompt_token_ids")
     if not keep_ids:
-        for key in TOKEN_ID_EXTRAS:
-            resp.pop(key, None)
+        _drop_id_extras(resp)
     return prompt, tokens
+
+
+def _take_choice(
+    choice: dict, position: int, logprobs_of: Callable[[dict], Any], keep_ids: bool, keep_logprobs: bool
+) -> ChoiceTokens:
+    """One choice's ids and logprobs; its ids and logprobs are then stripped unless kept."""
+    ids = choice.get("token_ids")
+    if ids is None:
+        raise no_ids_error("choices[].token_ids")
+    taken = ChoiceTokens(choice.get("index", position), ids, logprobs_of(choice))
+    if not keep_ids:
+        choice.pop("token_ids", None)
+    if not keep_logprobs:
+        choice["logprobs"] = None
+    return taken
+
+
+def _drop_id_extras(resp: dict) -> None:
+    for key in TOKEN_ID_EXTRAS:
+        resp.pop(key, None)
 
 
 class StreamAccumulator:

@@ -5,9 +5,12 @@
   ``deflate`` bodies), and the errors each server answers in its own shape;
 - :mod:`~agl_trainer.http.sse`: server-sent events written to a client;
 - :mod:`~agl_trainer.http.thread`: :class:`BackgroundServer`, ASGI apps served by uvicorn in a
-  background thread.
+  background thread;
+- :mod:`~agl_trainer.http.bearer`: who sent a request (:class:`Caller`), found by its bearer
+  credential among the server's tokens and rollout keys (:func:`caller_by_bearer`).
 """
 
+from agl_trainer.http.bearer import Caller, caller_by_bearer
 from agl_trainer.http.request_body import (
     BODY_ERRORS,
     DEFAULT_MAX_BODY_BYTES,
@@ -31,9 +34,11 @@ __all__ = [
     "BadEncoding",
     "BodyLimits",
     "BodyTooLarge",
+    "Caller",
     "ClientDisconnect",
     "UnsupportedEncoding",
     "body_encoding",
+    "caller_by_bearer",
     "data_event",
     "named_event",
     "read_body",

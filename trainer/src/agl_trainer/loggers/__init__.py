@@ -45,7 +45,7 @@ BUILTIN: tuple[type[Logger], ...] = (TensorBoardLogger, WandbLogger)
 def agl_register_loggers(register: Register) -> None:
     """The built-in loggers; asked last, so a plugin can register one of the same name."""
     for cls in BUILTIN:
-        register(cls.name, cls, description=f"pip install 'agl-trainer[{cls.extra}]'")
+        register(cls.name, cls, description=cls.install_hint())
 
 
 def logger_class(name: str) -> type[Logger]:
@@ -92,7 +92,7 @@ def build_loggers(entries: Sequence[Any]) -> list[Logger]:
         if importlib.util.find_spec(cls.package) is None:
             raise ConfigError(
                 f"loggers[{i}]: the {name!r} logger needs the {cls.package} package, which is not installed: "
-                f"pip install 'agl-trainer[{cls.extra}]'"
+                + cls.install_hint()
             )
         out.append(cls(checked))
     return out

@@ -115,6 +115,11 @@ class Logger(ABC):
     extra: str = ""
     """The agl-trainer extra that installs that library (``pip install 'agl-trainer[<extra>]'``)."""
 
+    @classmethod
+    def install_hint(cls) -> str:
+        """The pip command that installs this logger's library."""
+        return f"pip install 'agl-trainer[{cls.extra}]'"
+
     def __init__(self, options: LoggerOptions | Mapping[str, Any] | None = None):
         if not isinstance(options, LoggerOptions):
             options = self.options_model.model_validate(dict(options or {}))

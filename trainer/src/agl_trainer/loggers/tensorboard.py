@@ -45,11 +45,9 @@ class TensorBoardLogger(Logger):
     package = "tensorboard"
     extra = "tensorboard"
     options: TensorBoardOptions
-
-    def __init__(self, options: Any = None):
-        super().__init__(options)
-        self._writer: Any = None
-        self.logdir: Path | None = None
+    logdir: Path | None = None
+    """Where the event files go, once open."""
+    _writer: Any = None
 
     def open(self, run: RunInfo) -> None:
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog

@@ -46,10 +46,7 @@ class WandbLogger(Logger):
     package = "wandb"
     extra = "wandb"
     options: WandbOptions
-
-    def __init__(self, options: Any = None):
-        super().__init__(options)
-        self._run: Any = None
+    _run: Any = None
 
     @property
     def run_dir(self) -> Path | None:

@@ -24,16 +24,18 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 import anyio.to_thread
 from starlette.responses import JSONResponse
 
-from agl.credentials import RolloutKeys, bearer_of, looks_like_rollout_key, same_token
+from agl.credentials import RolloutKeys, bearer_of, same_token
 from agl.schema import RolloutStatus
 from agl.store.base import Store
+from agl_trainer.http.bearer import ADMIN, ROLLOUT, Caller, caller_by_bearer
 
-ADMIN, RUNNER, ROLLOUT = "admin", "runner", "rollout"
+RUNNER = "runner"
+"""The runner token's scope (beside :data:`ADMIN` and :data:`ROLLOUT`)."""
 
 _RUNNER_ROUTES = frozenset(
     {
@@ -56,14 +58,6 @@ _ROLLOUT_ROUTES = frozenset(
         ("POST", "/v1/rewards"),
     }
 )
-
-
-class Caller(NamedTuple):
-    """Who sent a request: its scope, and for a rollout key the rollout and attempt."""
-
-    scope: str
-    rollout_id: str | None = None
-    attempt: int | None = None
 
 
 class Refused(Exception):
@@ -120,15 +114,7 @@ class StoreAuth:
         given = bearer_of(headers)
         if given is None:
             return None
-        if same_token(given, self.token):
-            return Caller(ADMIN)
-        if same_token(given, self.runner_token):
-            return Caller(RUNNER)
-        if self.keys is not None and looks_like_rollout_key(given):
-            found = self.keys.check(given)
-            if found is not None:
-                return Caller(ROLLOUT, found[0], found[1])
-        return None
+        return caller_by_bearer(given, {ADMIN: self.token, RUNNER: self.runner_token}, self.keys)
 
     def allows_route(self, caller: Caller, method: str, path: str) -> bool:
         """Whether the route is in the caller's scope (what it may send there is checked later)."""

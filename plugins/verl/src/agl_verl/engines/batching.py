@@ -34,19 +34,16 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from agl_verl.engines.protocol import Decoding
 
-@dataclass
-class SamplingParams:
-    """How one row is decoded. ``temperature == 0`` means greedy."""
+
+@dataclass(kw_only=True)
+class SamplingParams(Decoding):
+    """How one row is decoded: its request's :class:`~agl_verl.engines.protocol.Decoding`, how
+    many tokens at most, and how many top logprobs to report per token."""
 
     max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
     top_logprobs: int = 0
-    seed: int | None = None
-    stop: list[str] = field(default_factory=list)
-    stop_token_ids: list[int] = field(default_factory=list)
-    ignore_eos: bool = False
 
 
 @dataclass

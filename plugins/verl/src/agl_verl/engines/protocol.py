@@ -11,7 +11,7 @@ ignored; fields it cannot honour with a non-default value (``frequency_penalty``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from agl_trainer import openai_requests as oai
@@ -32,18 +32,29 @@ class RequestError(Exception):
         return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.status}}
 
 
-@dataclass
-class Sampling:
+@dataclass(kw_only=True)
+class Decoding:
+    """How a request's rows are decoded: what a request asks for and each of its rows
+    (:class:`agl_verl.engines.batching.SamplingParams`) keeps. ``temperature == 0`` means greedy."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+
+    def decoding(self) -> dict[str, Any]:
+        """These settings alone, as keyword arguments (of a row's ``SamplingParams``)."""
+        return {f.name: getattr(self, f.name) for f in fields(Decoding)}
+
+
+@dataclass(kw_only=True)
+class Sampling(Decoding):
     """Sampling fields shared by chat and completion requests (max_tokens None: fill the context)."""
 
     n: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
     max_tokens: int | None = None
-    stop: list[str] = field(default_factory=list)
-    stop_token_ids: list[int] = field(default_factory=list)
-    seed: int | None = None
-    ignore_eos: bool = False
     stream: bool = False
     include_usage: bool = False
     return_token_ids: bool = False

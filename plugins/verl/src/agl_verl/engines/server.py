@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import hmac
 import json
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -47,6 +47,48 @@ def _refused_body(exc: Exception) -> JSONResponse:
     return JSONResponse(RequestError(None, str(exc), exc.status).body(), status_code=exc.status)
 
 
+def _error(exc: RequestError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+def _unauthorized() -> JSONResponse:
+    return _error(RequestError(None, "missing or wrong bearer token", 401))
+
+
+async def _read_json(request: Request) -> Any:
+    try:
+        return json.loads(await request.body())
+    except ValueError as exc:
+        raise RequestError(None, f"the request body is not valid JSON: {exc}") from exc
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    return JSONResponse(RequestError(None, f"engine error: {type(exc).__name__}: {exc}", 500).body(), 500)
+
+
+def _generation_route(
+    authorized: Callable[[Request], bool],
+    parse: Callable[[Any], Any],
+    answer: Callable[[Any], Awaitable[dict]],
+    stream: Callable[[Any], Awaitable[AsyncIterator[bytes]]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """The handler of a generation route: check the token, parse the body, then answer as JSON or SSE."""
+
+    async def handle(request: Request) -> Response:
+        if not authorized(request):
+            return _unauthorized()
+        try:
+            req = parse(await _read_json(request))
+            if req.sampling.stream:
+                chunks = _until_disconnected(request, await stream(req))
+                return StreamingResponse(chunks, media_type=SSE_MEDIA_TYPE)
+            return await _answer_unless_disconnected(request, answer(req))
+        except RequestError as exc:
+            return _error(exc)
+
+    return handle
+
+
 def create_app(replica: Replica, *, api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Any:
     """The OpenAI-compatible ASGI app for one replica; bodies past ``max_body_bytes`` get 413."""
 
@@ -56,21 +98,12 @@ def create_app(replica: Replica, *, api_key: str | None = None, max_body_bytes: 
         header = request.headers.get("authorization", "")
         return hmac.compare_digest(header.encode(), f"Bearer {api_key}".encode())
 
-    def error(exc: RequestError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
-
-    async def read_json(request: Request) -> Any:
-        try:
-            return json.loads(await request.body())
-        except ValueError as exc:
-            raise RequestError(None, f"the request body is not valid JSON: {exc}") from exc
-
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "model_version": replica.slot.get()[1]})
 
     async def models(request: Request) -> Response:
         if not authorized(request):
-            return error(RequestError(None, "missing or wrong bearer token", 401))
+            return _unauthorized()
         return JSONResponse(
             {
                 "object": "list",
@@ -86,33 +119,13 @@ def create_app(replica: Replica, *, api_key: str | None = None, max_body_bytes: 
             }
         )
 
-    async def chat(request: Request) -> Response:
-        if not authorized(request):
-            return error(RequestError(None, "missing or wrong bearer token", 401))
-        try:
-            req = parse_chat(await read_json(request))
-            if req.sampling.stream:
-                stream = _until_disconnected(request, await replica.chat_stream(req))
-                return StreamingResponse(stream, media_type=SSE_MEDIA_TYPE)
-            return await _answer_unless_disconnected(request, replica.chat(req))
-        except RequestError as exc:
-            return error(exc)
-
-    async def completions(request: Request) -> Response:
-        if not authorized(request):
-            return error(RequestError(None, "missing or wrong bearer token", 401))
-        try:
-            req = parse_completion(await read_json(request), replica.vocab_size)
-            if req.sampling.stream:
-                stream = _until_disconnected(request, await replica.completion_stream(req))
-                return StreamingResponse(stream, media_type=SSE_MEDIA_TYPE)
-            return await _answer_unless_disconnected(request, replica.completion(req))
-        except RequestError as exc:
-            return error(exc)
-
-    async def server_error(request: Request, exc: Exception) -> Response:
-        return JSONResponse(RequestError(None, f"engine error: {type(exc).__name__}: {exc}", 500).body(), 500)
-
+    chat = _generation_route(authorized, parse_chat, replica.chat, replica.chat_stream)
+    completions = _generation_route(
+        authorized,
+        lambda body: parse_completion(body, replica.vocab_size),
+        replica.completion,
+        replica.completion_stream,
+    )
     app = Starlette(
         routes=[
             Route("/health", health),
@@ -122,7 +135,7 @@ def create_app(replica: Replica, *, api_key: str | None = None, max_body_bytes: 
         ],
         exception_handlers={
             **{kind: lambda request, exc: _refused_body(exc) for kind in BODY_ERRORS},  # a body cut off as it came
-            Exception: server_error,
+            Exception: _server_error,
         },
     )
     return BodyLimits(app, max_body_bytes, _refused_body)

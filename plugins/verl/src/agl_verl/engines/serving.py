@@ -109,16 +109,7 @@ class Replica:
                 f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
                 f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} for the completion).",
             )
-        return SamplingParams(
-            max_tokens=max_tokens,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_logprobs=top_logprobs,
-            seed=s.seed,
-            stop=s.stop,
-            stop_token_ids=s.stop_token_ids,
-            ignore_eos=s.ignore_eos,
-        )
+        return SamplingParams(max_tokens=max_tokens, top_logprobs=top_logprobs, **s.decoding())
 
     def _rows(
         self, prompt_ids: list[int], params: SamplingParams, n: int, forced: list[int], attempt: int = 0
