@@ -22,7 +22,7 @@ from agl.errors import ConfigError
 from agl.plugins import register, unregister
 from agl_trainer.cli import main
 from agl_trainer.config import parse_config
-from agl_trainer.loggers import TensorBoardLogger, WandbLogger, build_loggers, metric_name, scalars
+from agl_trainer.loggers import Logger, TensorBoardLogger, WandbLogger, build_loggers, metric_name, scalars
 from agl_trainer.trainer import Trainer
 from tests.fake_engine import FakeEngine
 from tests.trainer.test_trainer import TinyBackend, _tasks, agent, small_config
@@ -345,3 +345,31 @@ def test_the_logged_config_hides_secrets_and_keeps_the_rest():
         "backend": {"config": {"tokenizer_path": "./model", "hf_token": "***", "api_key": "***", "lr": 1e-6}},
         "rollout": {"max_response_tokens": 64, "resources": {"client-secret": "***", "keys": ["a", "b"]}},
     }
+
+
+class _ListLogger(Logger):
+    """A plugin's logger that needs no library: it keeps what it is sent in a list."""
+
+    name = "in-memory"
+
+    def open(self, run) -> None:
+        self.seen: list[tuple[int, dict[str, float]]] = []
+
+    def write(self, step, values):
+        self.seen.append((step, dict(values)))
+
+
+class _ListLoggerPlugin:
+    @agl.hookimpl
+    def agl_register_loggers(self, register):
+        register("in-memory", _ListLogger)
+
+
+def test_a_plugin_logger_that_names_no_package_is_built():
+    register(_ListLoggerPlugin(), name="test-loggers-in-memory")
+    try:
+        (logger,) = build_loggers(["in-memory"])
+    finally:
+        unregister(name="test-loggers-in-memory")
+    assert isinstance(logger, _ListLogger)
+    assert _ListLogger.install_hint() == ""

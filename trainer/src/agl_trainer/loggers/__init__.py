@@ -89,7 +89,7 @@ def build_loggers(entries: Sequence[Any]) -> list[Logger]:
         except ValueError as exc:
             raise ConfigError(f"loggers[{i}]: {exc}") from None
         cls = logger_class(name)
-        if importlib.util.find_spec(cls.package) is None:
+        if cls.package and importlib.util.find_spec(cls.package) is None:
             raise ConfigError(
                 f"loggers[{i}]: the {name!r} logger needs the {cls.package} package, which is not installed: "
                 + cls.install_hint()

@@ -111,14 +111,16 @@ class Logger(ABC):
     options_model: type[LoggerOptions] = LoggerOptions
     """The model of its options."""
     package: str = ""
-    """The Python package its library is imported as (checked before training starts)."""
+    """The Python package its library is imported as (checked before training starts; empty: none)."""
     extra: str = ""
-    """The agl-trainer extra that installs that library (``pip install 'agl-trainer[<extra>]'``)."""
+    """The agl-trainer extra that installs that library (``pip install 'agl-trainer[<extra>]'``), if one does."""
 
     @classmethod
     def install_hint(cls) -> str:
-        """The pip command that installs this logger's library."""
-        return f"pip install 'agl-trainer[{cls.extra}]'"
+        """The pip command that installs this logger's library (empty when it names none)."""
+        if cls.extra:
+            return f"pip install 'agl-trainer[{cls.extra}]'"
+        return f"pip install {cls.package}" if cls.package else ""
 
     def __init__(self, options: LoggerOptions | Mapping[str, Any] | None = None):
         if not isinstance(options, LoggerOptions):
