@@ -21,15 +21,14 @@ tuned) and through this module, all in the same run. Eleven such runs on the sha
 2-core host (2026-11-27, load average 3.7-18, so every absolute figure is well under
 a quiet host's): aiohttp added +0.064-0.091 ms p50 at 1 client over the hand-written
 client and made 1.5k-6.2k calls/s at 64 clients (the hand-written client: 4.9k-13.6k);
-httpx added +0.46-0.61 ms and made 131-381 calls/s. The README's targets (<= 1 ms
-added p50 at 1 client, >= 1.5k calls/s at 64) leave room for aiohttp and not for
-httpx, so the gateway uses aiohttp rather than its own client. The whole gateway, the
-two engine clients taking turns in the same runs (six turns each, load average 5.4-15):
-added p50 +0.40-0.50 ms with aiohttp against +0.29-0.38 ms with the hand-written
-client; at 64 clients 0.47k-1.7k calls/s against 0.53k-2.5k (turn by turn 0.46-1.27x,
-median 0.75x). On that loaded host the gateway made 1.5k calls/s in 1 of 6 turns with
-aiohttp and 3 of 6 with the hand-written client; a quiet host, where the hand-written
-client made 6.8k-6.9k, has not measured aiohttp yet.
+httpx added +0.46-0.61 ms and made 131-381 calls/s. Two more runs on the quiet host the
+same day (load average 0.8): aiohttp +0.057-0.059 ms and 15.5k-16.2k calls/s, the
+hand-written client 12.0k-18.1k, httpx +0.32-0.34 ms and 423-425 calls/s. The README's
+targets (<= 1 ms added p50 at 1 client, >= 1.5k calls/s at 64) leave room for aiohttp
+and not for httpx, so the gateway uses aiohttp rather than its own client. What it costs
+the whole gateway, measured on the quiet host against the code before the switch, the
+two taking turns (two turns each): added p50 +0.41 ms against +0.34-0.41 ms at 1 client,
+2.6k-2.8k calls/s against 3.7k-3.9k at 64 clients (0.72x), inside both targets.
 """
 
 from __future__ import annotations
