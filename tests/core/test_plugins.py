@@ -259,6 +259,17 @@ def _loaded_plugins(env_value: str | None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
 
 
+def test_a_plugin_that_imports_agl_trainer_while_the_registry_loads_adds_its_built_ins():
+    # agl_verl's command registration imports agl_trainer, which adds built-ins while the
+    # registry is being made (this deadlocked once): they are registered all the same.
+    code = "import json, agl.plugins as p; print(json.dumps(sorted(r['name'] for r in p.list_plugins())))"
+    env = {k: v for k, v in os.environ.items() if k != "AGL_LOAD_PLUGINS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    names = json.loads(out.stdout)
+    assert "verl" in names and "agl_trainer.credit" in names and "agl_trainer.loggers" in names, names
+
+
 def test_agl_load_plugins_limits_the_installed_plugins_loaded():
     from importlib.metadata import entry_points
 

@@ -47,7 +47,7 @@ __all__ = [
 ENTRY_POINT_GROUP = "agl"
 
 _manager: pluggy.PluginManager | None = None
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered when loading a plugin imports agl-trainer, which adds its built-ins
 
 _BUILTINS: list[str] = ["agl.store.schemes"]
 """Modules of agl's own packages that are always registered, whatever ``AGL_LOAD_PLUGINS`` says."""
@@ -218,13 +218,18 @@ def get_plugin_manager() -> pluggy.PluginManager:
         if _manager is None:
             pm = _Manager("agl")
             pm.add_hookspecs(hookspecs)
-            for module_name in _BUILTINS:
-                module = __import__(module_name, fromlist=["_"])
-                pm.register(module, name=module_name)
+            _register_builtins(pm)
             _load_entry_points(pm)
+            _register_builtins(pm)  # those added while the entry points loaded (a plugin that imports agl-trainer)
             _check_pending(pm)
             _manager = pm
         return _manager
+
+
+def _register_builtins(pm: pluggy.PluginManager) -> None:
+    for module_name in list(_BUILTINS):
+        if not pm.has_plugin(module_name):
+            pm.register(__import__(module_name, fromlist=["_"]), name=module_name)
 
 
 def builtin_modules() -> list[str]:
