@@ -8,25 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.examples.modules import example_modules
+
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
 @pytest.fixture(scope="module")
 def calc():
-    import examples.calc_agent.config
-    import examples.calc_agent.evaluation
-    import examples.calc_agent.problems
-    import examples.calc_agent.prompts
-    import examples.calc_agent.rewards
-    import examples.calc_agent.tool_calls
-
-    return SimpleNamespace(
-        config=examples.calc_agent.config,
-        problems=examples.calc_agent.problems,
-        prompts=examples.calc_agent.prompts,
-        rewards=examples.calc_agent.rewards,
-        tool_calls=examples.calc_agent.tool_calls,
-    )
+    return example_modules("calc_agent", "config", "evaluation", "problems", "prompts", "rewards", "tool_calls")
 
 
 def rollout(output, answer=27838):

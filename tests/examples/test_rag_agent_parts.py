@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.examples.modules import example_modules
 from tests.examples.train_yaml import assert_yaml_is_the_config
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -16,22 +17,8 @@ EXAMPLES = Path(__file__).parents[2] / "examples"
 
 @pytest.fixture(scope="module")
 def rag():
-    import examples.rag_agent.agent
-    import examples.rag_agent.collection
-    import examples.rag_agent.config
-    import examples.rag_agent.evaluation
-    import examples.rag_agent.questions
-    import examples.rag_agent.retrieval
-    import examples.rag_agent.rewards
-
-    return SimpleNamespace(
-        agent=examples.rag_agent.agent,
-        collection=examples.rag_agent.collection,
-        config=examples.rag_agent.config,
-        evaluation=examples.rag_agent.evaluation,
-        questions=examples.rag_agent.questions,
-        retrieval=examples.rag_agent.retrieval,
-        rewards=examples.rag_agent.rewards,
+    return example_modules(
+        "rag_agent", "agent", "collection", "config", "evaluation", "questions", "retrieval", "rewards"
     )
 
 

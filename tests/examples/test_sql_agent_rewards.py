@@ -9,24 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.examples.modules import example_modules
+
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
 @pytest.fixture(scope="module")
 def sql():
-    import examples.sql_agent.database
-    import examples.sql_agent.prompts
-    import examples.sql_agent.questions
-    import examples.sql_agent.report
-    import examples.sql_agent.rewards
-
-    return SimpleNamespace(
-        database=examples.sql_agent.database,
-        prompts=examples.sql_agent.prompts,
-        questions=examples.sql_agent.questions,
-        report=examples.sql_agent.report,
-        rewards=examples.sql_agent.rewards,
-    )
+    return example_modules("sql_agent", "database", "prompts", "questions", "report", "rewards")
 
 
 def rollout(output, gold: str, ordered: bool = False):
