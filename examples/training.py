@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -64,18 +65,13 @@ def parse_train_args(
     return args, train
 
 
-def train_main(spec: ExampleSpec, argv: list[str] | None = None, description: str | None = None) -> int:
-    """An example's ``train`` command: train one seed and write its results file."""
-    args, train = parse_train_args(spec, argv, description)
-    return train_seed(spec, args, train)
-
-
 def train_command(spec: ExampleSpec, description: str | None) -> Callable[[list[str] | None], int]:
     """An example's ``train`` command as a ``main(argv=None)`` function (``description``: its ``--help`` text)."""
 
     def main(argv: list[str] | None = None) -> int:
         """Train one seed and write its results file."""
-        return train_main(spec, argv, description)
+        args, train = parse_train_args(spec, argv, description)
+        return train_seed(spec, args, train)
 
     return main
 
@@ -84,8 +80,6 @@ def fresh_workdir(spec: ExampleSpec, args: argparse.Namespace, name: str) -> Pat
     """The run's work directory (emptied first with ``--fresh``)."""
     workdir = (args.workdir or Path("runs") / spec.runs / f"{name}-seed{args.seed}").resolve()
     if args.fresh and workdir.exists():
-        import shutil
-
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     return workdir

@@ -4,10 +4,10 @@ Built-in plugins (agl-core's store schemes; agl's own packages add theirs with
 :func:`add_builtin`: agl-trainer's credit strategies and loggers) always load.
 Installed plugins come from the ``agl`` entry-point group; ``AGL_LOAD_PLUGINS``
 limits which: a comma-separated list of entry-point names loads only those, an
-empty string loads none, and unset loads all. Every plugin is checked when it is registered: an ``agl_*``
-function that matches no hook of :mod:`agl.hookspecs`, an implementation whose
-arguments the hook does not have, an ``async def`` one, or a provider hook
-(``agl_register_*``) that registers a bad name or factory is a
+empty string loads none, and unset loads all. Every plugin is checked when it is
+registered: an ``agl_*`` function that matches no hook of :mod:`agl.hookspecs`,
+an implementation whose arguments the hook does not have, an ``async def`` one,
+or a provider hook (``agl_register_*``) that registers a bad name or factory is a
 :class:`~agl.errors.ConfigError` naming the plugin and the hook.
 
 What plugins provide (backends, engines, credit strategies, store schemes, loggers,
