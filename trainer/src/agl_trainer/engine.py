@@ -45,6 +45,13 @@ class Engine(abc.ABC):
     def stop(self) -> None:
         """Stop the replicas."""
 
+    def counters(self) -> dict[str, int]:
+        """Running totals the engine keeps (token counts, cache hits), by name; none by default.
+
+        The trainer logs each step's increase of every counter as ``engine/<name>``.
+        """
+        return {}
+
     def __enter__(self) -> Engine:
         self.start()
         return self

@@ -532,16 +532,18 @@ class Trainer:
             for b, task in enumerate(batch)
             for k in range(cfg.n_rollouts)
         ]
+        counted = self._engine_counters()
         t0 = time.perf_counter()
         ended = self._run_rollouts(rollouts, f"step {step}/{cfg.steps}")
         t1 = time.perf_counter()
+        engine_metrics = {f"engine/{k}": v - counted.get(k, 0) for k, v in self._engine_counters().items()}
         for r in ended:
             self._hook("agl_rollout_ended", rollout=r)
         builder = TransitionBuilder(self._store, cfg.transitions)
         transitions = [t for t in builder.iter(ended) if t.token_source == "engine"]
         self._hook("agl_transitions_built", step=step, transitions=transitions)
         t2 = time.perf_counter()
-        record: dict[str, Any] = {"kind": "train", "step": step, "model_version": version}
+        record: dict[str, Any] = {"kind": "train", "step": step, "model_version": version, **engine_metrics}
         record.update(reward_metrics(builder.finals, ended, cfg.success_threshold))
         report = builder.report.as_metrics()
         record.update({f"build_{k}": v for k, v in report.items() if v})
@@ -574,6 +576,9 @@ class Trainer:
             record["time_val_s"] = time.perf_counter() - tv
         record["time_step_s"] = time.perf_counter() - t0
         return record
+
+    def _engine_counters(self) -> dict[str, int]:
+        return self._engine.counters() if self._engine is not None else {}
 
     def _publish(self, step: int) -> ModelVersion:
         gw = self.gateway

@@ -25,6 +25,7 @@ from pathlib import Path
 from agl import env
 from agl.credentials import new_token
 from agl_trainer.cli._common import ENGINE_TOKEN, retire_flag, retire_token_flags
+from agl_verl.engines import DEFAULT_PREFIX_CACHE_MB
 
 #: The environment variable the engine's token is read from (and the gateway's upstream key).
 TOKEN_ENV = env.ENGINE_API_KEY
@@ -40,6 +41,7 @@ ENGINE_OPTIONS = (
     "seed",
     "max_model_len",
     "served_model_name",
+    "prefix_cache_mb",
 )
 
 #: Names of the bundled models ``--preset`` and ``model-path`` know.
@@ -77,6 +79,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's)")
     parser.add_argument("--served-model-name", default=None, help="model name in /v1/models (default: from the model)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument(
+        "--prefix-cache-mb",
+        type=float,
+        default=DEFAULT_PREFIX_CACHE_MB,
+        help=f"each replica's cache of prompt KV blocks, MiB; 0 computes every prompt whole "
+        f"(default {DEFAULT_PREFIX_CACHE_MB})",
+    )
 
 
 def preset_dir(name: str) -> Path:

@@ -6,10 +6,12 @@ TGI: before every decoding step the worker admits queued rows (up to ``max_batch
 running), prefills them together, left-pads their KV cache to the running batch's width
 and concatenates it on the batch dimension; after the step, rows that finished or were
 cancelled leave the batch (``index_select`` on the cache), and all-padding columns on the
-left are trimmed. Each row has its own sampling parameters, stop conditions and random
-generator. New weights, published through a :class:`WeightSlot`, are picked up only when
-no row is running: once a swap is pending the worker stops admitting, drains the running
-rows on the old weights, then switches, so a request never sees two models.
+left are trimmed. With a prefix cache (:mod:`agl_verl.engines.prefix_cache`), an admission
+computes each distinct prompt once and only past the blocks already cached. Each row has its
+own sampling parameters, stop conditions and random generator. New weights, published through
+a :class:`WeightSlot`, are picked up only when no row is running: once a swap is pending the
+worker stops admitting, drains the running rows on the old weights, then switches, so a
+request never sees two models.
 
 Logprobs are the log-softmax of the model's raw logits (fp32) at the chosen token, before
 temperature or top-p: what a training forward pass over the same ids computes, whatever
@@ -34,6 +36,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from agl_verl.engines.prefix_cache import PrefixCache, shared_blocks
 from agl_verl.engines.protocol import Decoding
 
 
@@ -110,13 +113,17 @@ class _Batch:
 
     def select(self, keep: list[int], device: torch.device) -> None:
         """Keep only the rows at ``keep``; trim cache columns that are padding in every row."""
-        index = torch.tensor(keep, dtype=torch.long, device=device)
         self.rows = [self.rows[b] for b in keep]
-        if not keep:
+        self.take(keep, device)
+
+    def take(self, index: list[int], device: torch.device) -> None:
+        """Cache, mask and positions of the rows at ``index`` (repeats allowed); trims padding columns."""
+        if not index:
             self.cache, self.mask, self.next_pos = None, None, None
             return
-        self.cache.batch_select_indices(index)
-        self.mask, self.next_pos = self.mask[index], self.next_pos[index]
+        picked = torch.tensor(index, dtype=torch.long, device=device)
+        self.cache.batch_select_indices(picked)
+        self.mask, self.next_pos = self.mask[picked], self.next_pos[picked]
         used = self.mask.any(dim=0).nonzero()
         start = int(used[0]) if len(used) else 0
         if start > 0:
@@ -126,7 +133,7 @@ class _Batch:
 
     def merge(self, other: _Batch) -> None:
         """Append ``other``'s rows, left-padding the narrower cache and mask to the wider width."""
-        if not self.rows:
+        if self.mask is None:
             self.rows, self.cache, self.mask, self.next_pos = other.rows, other.cache, other.mask, other.next_pos
             return
         width = max(self.mask.shape[1], other.mask.shape[1])
@@ -164,9 +171,12 @@ class Batcher:
         seed: int = 0,
         device: str = "cpu",
         name: str = "batcher",
+        prefix_cache_bytes: int = 0,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError("max_batch_size: must be at least 1")
+        if prefix_cache_bytes < 0:
+            raise ValueError(f"prefix_cache_bytes: must be 0 (off) or more, got {prefix_cache_bytes}")
         self.slot = slot
         self.tokenizer = tokenizer
         self.eos_token_ids = set(eos_token_ids)
@@ -180,9 +190,16 @@ class Batcher:
         self._closed = threading.Event()
         self._pending: list[Sequence] = []
         self._running_count = 0
-        #: counters for tests and benchmarks: prefills run, most rows seen running together
+        #: the KV blocks of prompts computed before; None: every prompt is computed whole
+        self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes else None
+        #: counters: prefills run, most rows seen running together, prompt tokens of every row,
+        #: prompt tokens computed (the rest came from the cache or a row with the same prompt),
+        #: tokens generated
         self.batches = 0
         self.max_rows_seen = 0
+        self.prompt_tokens = 0
+        self.prompt_tokens_computed = 0
+        self.generated_tokens = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -209,6 +226,11 @@ class Batcher:
             self._fail(row, RuntimeError("engine stopped"))
         for row in self._pending:
             self._fail(row, RuntimeError("engine stopped"))
+
+    @property
+    def prompt_tokens_cached(self) -> int:
+        """Prompt tokens not computed: found in the prefix cache or shared with a row of the same prompt."""
+        return self.prompt_tokens - self.prompt_tokens_computed
 
     @property
     def running_rows(self) -> int:
@@ -292,34 +314,107 @@ class Batcher:
                 self._fail(seq, exc)
 
     def _prefill(self, batch: _Batch, seqs: list[Sequence]) -> None:
+        """Compute the prompts of ``seqs``, choose each row's first token and merge the rows into ``batch``.
+
+        With a prefix cache, rows with the same prompt are computed once, each prompt only past
+        its cached blocks, and prompts that share blocks nobody has computed yet go in waves: the
+        first wave computes the shared blocks, the next finds them cached.
+        """
         self.batches += 1
-        width = max(len(seq.prompt_ids) for seq in seqs)
-        input_ids = torch.full((len(seqs), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for i, seq in enumerate(seqs):
+        for seq in seqs:
             seq.model_version = batch.version
-            input_ids[i, width - len(seq.prompt_ids) :] = torch.tensor(seq.prompt_ids, dtype=torch.long)
-            mask[i, width - len(seq.prompt_ids) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        self.prompt_tokens += sum(len(seq.prompt_ids) for seq in seqs)
+        if self.prefix_cache is None:
+            piece, logits = self._compute(batch.model, [seq.prompt_ids for seq in seqs])
+        else:
+            self.prefix_cache.use(batch.model)
+            prompts, prompt_of_row = _unique_prompts(seqs)
+            piece, logits, where = self._compute_in_waves(batch.model, prompts)
+            index = [where[p] for p in prompt_of_row]
+            piece.take(index, self.device)
+            logits = logits[index]
+        rows = [_Row(seq, self._generator_for(seq)) for seq in seqs]
+        piece.rows = rows
+        keep = self._choose_and_advance(logits, rows)
+        if len(keep) < len(rows):
+            piece.select(keep, self.device)
+        batch.merge(piece)
+        self.max_rows_seen = max(self.max_rows_seen, len(batch.rows))
+
+    def _compute_in_waves(self, model: Any, prompts: list[list[int]]) -> tuple[_Batch, torch.Tensor, list[int]]:
+        """:meth:`_compute` of ``prompts`` in waves that share no uncached block.
+
+        Returns the rows' cache in the order computed, their last logits in the same order,
+        and where each prompt's row is in it.
+        """
+        cache = self.prefix_cache
+        piece, logits, where = _Batch(model, None), [], [0] * len(prompts)
+        remaining, done = list(range(len(prompts))), 0
+        while remaining:
+            wave, later = [], []
+            for i in remaining:
+                cached = len(cache.lookup(prompts[i]))
+                shares = any(shared_blocks(prompts[i], prompts[j], cache.block_tokens) > cached for j in wave)
+                (later if shares else wave).append(i)
+            part, part_logits = self._compute(model, [prompts[i] for i in wave])
+            piece.merge(part)
+            logits.append(part_logits)
+            for k, i in enumerate(wave):
+                where[i] = done + k
+            done += len(wave)
+            remaining = later
+        return piece, torch.cat(logits), where
+
+    def _compute(self, model: Any, prompts: list[list[int]]) -> tuple[_Batch, torch.Tensor]:
+        """One forward pass over ``prompts`` past their cached blocks; their cache (right-aligned,
+        no rows yet) and each prompt's last logits. New whole blocks go into the prefix cache."""
+        cache = self.prefix_cache
+        hits = [cache.lookup(p) for p in prompts] if cache is not None else [[] for _ in prompts]
+        block = cache.block_tokens if cache is not None else 0
+        prefix_width = max(len(hit) for hit in hits) * block
+        suffixes = [p[len(hit) * block :] for p, hit in zip(prompts, hits, strict=True)]
+        width = max(len(suffix) for suffix in suffixes)
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), prefix_width + width), dtype=torch.long)
+        for i, (hit, suffix) in enumerate(zip(hits, suffixes, strict=True)):
+            input_ids[i, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+            mask[i, prefix_width - len(hit) * block : prefix_width] = 1
+            mask[i, prefix_width + width - len(suffix) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, prefix_width:]
         input_ids, mask, positions = input_ids.to(self.device), mask.to(self.device), positions.to(self.device)
-        cache = DynamicCache()
-        out = batch.model(
+        kv = self._cache_of(hits, prefix_width)
+        out = model(
             input_ids=input_ids,
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=cache,
+            past_key_values=kv,
             use_cache=True,
             logits_to_keep=1,
         )
-        rows = [_Row(seq, self._generator_for(seq)) for seq in seqs]
-        keep = self._choose_and_advance(out.logits[:, -1, :].float(), rows)
-        if not keep:
-            return
-        newcomer = _Batch(batch.model, batch.version, rows, cache, mask, positions[:, -1])
-        if len(keep) < len(rows):
-            newcomer.select(keep, self.device)
-        batch.merge(newcomer)
-        self.max_rows_seen = max(self.max_rows_seen, len(batch.rows))
+        self.prompt_tokens_computed += sum(len(suffix) for suffix in suffixes)
+        if cache is not None:
+            mask = _right_align(kv, mask)
+            for i, prompt in enumerate(prompts):
+                if cache.reusable_blocks(prompt) > len(hits[i]):
+                    tail = slice(mask.shape[1] - len(prompt), None)
+                    layers = [(layer.keys[i, :, tail, :], layer.values[i, :, tail, :]) for layer in kv.layers]
+                    cache.insert(prompt, layers, start=len(hits[i]))
+        return _Batch(model, None, [], kv, mask, positions[:, -1]), out.logits[:, -1, :].float()
+
+    def _cache_of(self, hits: list[list], width: int) -> DynamicCache:
+        """A KV cache holding each row's cached blocks, left-padded to ``width`` columns."""
+        kv = DynamicCache()
+        if width == 0:
+            return kv
+        reference = next(hit for hit in hits if hit)[0].layers
+        for layer, (ref_keys, ref_values) in enumerate(reference):
+            keys, values = [], []
+            for hit in hits:
+                k, v = self.prefix_cache.gather(hit, layer) if hit else (ref_keys[..., :0, :], ref_values[..., :0, :])
+                keys.append(_left_pad(k, width, -2))
+                values.append(_left_pad(v, width, -2))
+            kv.update(torch.stack(keys), torch.stack(values), layer)
+        return kv
 
     def _generator_for(self, seq: Sequence) -> torch.Generator:
         if seq.params.seed is None:
@@ -417,6 +512,7 @@ class Batcher:
     def _advance(self, row: Sequence, choice: tuple[int, float, list[tuple[int, float]]]) -> bool:
         """Append the chosen token; return whether the row goes on."""
         token, logprob, top = choice
+        self.generated_tokens += 1
         row.token_ids.append(token)
         row.logprobs.append(logprob)
         row.top_logprobs.append(top)
@@ -442,6 +538,35 @@ class Batcher:
         if row.on_token is not None:
             row.on_token(row)
         return row.finish_reason is None
+
+
+def _unique_prompts(seqs: list[Sequence]) -> tuple[list[list[int]], list[int]]:
+    """The distinct prompts of ``seqs``, and which of them each row has."""
+    index: dict[tuple[int, ...], int] = {}
+    prompts: list[list[int]] = []
+    of_row = []
+    for seq in seqs:
+        key = tuple(seq.prompt_ids)
+        if key not in index:
+            index[key] = len(prompts)
+            prompts.append(seq.prompt_ids)
+        of_row.append(index[key])
+    return prompts, of_row
+
+
+def _right_align(cache: DynamicCache, mask: torch.Tensor) -> torch.Tensor:
+    """Move each row's padding columns to the left of its tokens (in place on ``cache``); the new mask.
+
+    A prompt computed past a cached prefix has padding between the two parts when the batch's
+    rows differ in length; the running batch keeps every row's tokens contiguous on the right.
+    """
+    order = torch.argsort(mask, dim=1, stable=True)
+    if torch.equal(order, torch.arange(mask.shape[1], device=mask.device).expand_as(order)):
+        return mask
+    for layer in cache.layers:
+        index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+        layer.keys, layer.values = layer.keys.gather(2, index), layer.values.gather(2, index)
+    return mask.gather(1, order)
 
 
 def _top_p_filter(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

@@ -1,8 +1,9 @@
 """The engine's HTTP face: an OpenAI-compatible Starlette app per replica, served by uvicorn.
 
 Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions``,
-``POST /v1/completions`` (plain JSON or SSE with ``"stream": true``). With an
-``api_key`` every ``/v1`` route wants ``Authorization: Bearer <api_key>``.
+``POST /v1/completions`` (plain JSON or SSE with ``"stream": true``), and ``GET /metrics``
+(prompt tokens computed and cached, tokens generated, in Prometheus' text format). With an
+``api_key`` every route but ``/health`` wants ``Authorization: Bearer <api_key>``.
 
 A request body past ``max_body_bytes`` is answered 413 (a ``gzip`` or ``deflate`` body is
 inflated within the same limit: :class:`agl_trainer.http.BodyLimits`).
@@ -30,7 +31,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from agl_trainer.http import BODY_ERRORS, DEFAULT_MAX_BODY_BYTES, BackgroundServer, BodyLimits
@@ -119,6 +120,11 @@ def create_app(replica: Replica, *, api_key: str | None = None, max_body_bytes: 
             }
         )
 
+    async def metrics(request: Request) -> Response:
+        if not authorized(request):
+            return _unauthorized()
+        return PlainTextResponse(prometheus_text(replica.batcher), media_type="text/plain; version=0.0.4")
+
     chat = _generation_route(authorized, parse_chat, replica.chat, replica.chat_stream)
     completions = _generation_route(
         authorized,
@@ -130,6 +136,7 @@ def create_app(replica: Replica, *, api_key: str | None = None, max_body_bytes: 
         routes=[
             Route("/health", health),
             Route("/v1/models", models),
+            Route("/metrics", metrics),
             Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/v1/completions", completions, methods=["POST"]),
         ],
@@ -139,6 +146,35 @@ def create_app(replica: Replica, *, api_key: str | None = None, max_body_bytes: 
         },
     )
     return BodyLimits(app, max_body_bytes, _refused_body)
+
+
+#: The counters ``GET /metrics`` reports, as (Batcher attribute, Prometheus name, help).
+METRICS = (
+    ("prompt_tokens", "agl_engine_prompt_tokens_total", "prompt tokens of every row admitted"),
+    ("prompt_tokens_computed", "agl_engine_prompt_tokens_computed_total", "prompt tokens prefilled"),
+    (
+        "prompt_tokens_cached",
+        "agl_engine_prefix_cache_hit_tokens_total",
+        "prompt tokens taken from the prefix cache or a row with the same prompt",
+    ),
+    ("generated_tokens", "agl_engine_generation_tokens_total", "tokens generated"),
+    ("batches", "agl_engine_prefills_total", "prefill passes run"),
+)
+
+
+def prometheus_text(batcher: Any) -> str:
+    """The replica's counters, and its prefix cache's size, in Prometheus' text format."""
+    lines = []
+    for attribute, name, help_text in METRICS:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter", f"{name} {getattr(batcher, attribute)}"]
+    cache = batcher.prefix_cache
+    gauges = (
+        ("agl_engine_prefix_cache_blocks", "KV blocks held", cache.blocks if cache else 0),
+        ("agl_engine_prefix_cache_bytes", "bytes the blocks hold", cache.nbytes if cache else 0),
+    )
+    for name, help_text, value in gauges:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value}"]
+    return "\n".join(lines) + "\n"
 
 
 #: how often a waiting handler checks whether its client went away

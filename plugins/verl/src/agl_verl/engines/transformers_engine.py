@@ -20,10 +20,13 @@ from pathlib import Path
 from agl.schema import ModelVersion
 from agl_trainer.engine import Engine
 from agl_trainer.http import BackgroundServer
+from agl_verl.engines import DEFAULT_PREFIX_CACHE_MB
 from agl_verl.engines.batching import Batcher, WeightSlot
 from agl_verl.engines.server import create_app, serve_in_thread
 from agl_verl.engines.serving import Replica
 from agl_verl.engines.weights import load_model, load_weights, resolve_dtype
+
+COUNTERS = ("prompt_tokens", "prompt_tokens_computed", "prompt_tokens_cached", "generated_tokens")
 
 
 class TransformersEngine(Engine):
@@ -35,6 +38,8 @@ class TransformersEngine(Engine):
     at a time. ``dtype`` is float32 (default, exact logprobs on CPU), bfloat16 or float16.
     ``max_model_len`` defaults to the model's ``max_position_embeddings``. ``api_key``, if
     given, is required as a bearer token. ``version`` names the initial weights.
+    ``prefix_cache_mb`` bounds each replica's cache of prompt KV blocks (0: no cache, every
+    prompt computed whole); see :mod:`agl_verl.engines.prefix_cache`.
     """
 
     def __init__(
@@ -53,6 +58,7 @@ class TransformersEngine(Engine):
         served_model_name: str | None = None,
         version: str = "base",
         batch_wait_ms: float = 2.0,
+        prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB,
     ) -> None:
         self.model_path = Path(model_path)
         if not self.model_path.is_dir():
@@ -61,6 +67,8 @@ class TransformersEngine(Engine):
             raise ValueError(f"replicas: must be at least 1, got {replicas}")
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size: must be at least 1, got {max_batch_size}")
+        if prefix_cache_mb < 0:
+            raise ValueError(f"prefix_cache_mb: must be 0 (no cache) or more, got {prefix_cache_mb}")
         self.device = device
         self.replicas = replicas
         self.host = host
@@ -73,6 +81,7 @@ class TransformersEngine(Engine):
         self._max_model_len = max_model_len
         self._initial_version = version
         self.batch_wait_s = batch_wait_ms / 1000.0
+        self.prefix_cache_bytes = int(prefix_cache_mb * 2**20)
         self._slot: WeightSlot | None = None
         self._batchers: list[Batcher] = []
         self._server: BackgroundServer | None = None
@@ -105,6 +114,7 @@ class TransformersEngine(Engine):
                 seed=self.seed + k,
                 device=self.device,
                 name=f"agl-engine-batcher-{k}",
+                prefix_cache_bytes=self.prefix_cache_bytes,
             )
             self._batchers.append(batcher)
             replica = Replica(
@@ -147,6 +157,16 @@ class TransformersEngine(Engine):
     def batchers(self) -> list[Batcher]:
         """The replicas' batching workers (counters for tests and benchmarks)."""
         return list(self._batchers)
+
+    def counters(self) -> dict[str, int]:
+        """Totals over the replicas since start: prompt tokens (``prompt_tokens``), of them computed
+        (``prompt_tokens_computed``) and taken from the prefix cache or a row with the same prompt
+        (``prompt_tokens_cached``), and ``generated_tokens``."""
+        totals = dict.fromkeys(COUNTERS, 0)
+        for batcher in self._batchers:
+            for name in COUNTERS:
+                totals[name] += getattr(batcher, name)
+        return totals
 
     def stop(self) -> None:
         """Stop the servers and the batching workers."""
