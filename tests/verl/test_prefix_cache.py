@@ -211,3 +211,19 @@ def test_metrics_report_the_cache_hits_behind_the_token(tiny_model_dir):
         assert values["agl_engine_prefix_cache_blocks"] == "5"
     finally:
         engine.stop()
+
+
+def test_a_next_turn_finds_the_last_answer_cached(engines):
+    cached, whole = engines
+    first = SHARED[:44] + [77]  # 2 whole blocks, and a third once the 6-token answer is in
+    [(answer, _)] = complete(cached.urls[0], first)
+    assert complete(whole.urls[0], first)[0][0] == answer
+    next_turn = first + answer + [5, 6, 7] + SHARED[: 2 * BLOCK_TOKENS]
+    before = cached.counters()
+    got = complete(cached.urls[0], next_turn)
+    reused = cached.counters()["prompt_tokens_cached"] - before["prompt_tokens_cached"]
+    assert reused == (len(first) + len(answer) - 1) // BLOCK_TOKENS * BLOCK_TOKENS  # past the first prompt
+    assert reused > (len(first) - 1) // BLOCK_TOKENS * BLOCK_TOKENS
+    [(tokens, logprobs)] = complete(whole.urls[0], next_turn)
+    assert got[0][0] == tokens
+    assert got[0][1] == pytest.approx(logprobs, abs=TOL)

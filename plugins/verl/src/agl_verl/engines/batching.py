@@ -448,7 +448,23 @@ class Batcher:
         )
         keep = self._choose_and_advance(out.logits[:, -1, :].float(), batch.rows)
         if len(keep) < len(batch.rows):
+            self._cache_finished(batch, keep)
             batch.select(keep, self.device)
+
+    def _cache_finished(self, batch: _Batch, keep: list[int]) -> None:
+        """Cache the blocks of the rows leaving ``batch``, generated tokens too: an agent's next
+        call usually begins with this call's prompt and answer."""
+        cache = self.prefix_cache
+        if cache is None:
+            return
+        width, kept = batch.mask.shape[1], set(keep)
+        for b, row in enumerate(batch.rows):
+            ids = row.seq.prompt_ids + row.seq.token_ids[:-1]  # the last token chosen was never fed
+            if b in kept or cache.reusable_blocks(ids) <= cache.reusable_blocks(row.seq.prompt_ids):
+                continue
+            tail = slice(width - len(ids), None)
+            layers = [(layer.keys[b, :, tail, :], layer.values[b, :, tail, :]) for layer in batch.cache.layers]
+            cache.insert(ids, layers)
 
     def _choose_and_advance(self, logits: torch.Tensor, rows: list[_Row]) -> list[int]:
         """Pick each row's next token; return the batch indices of rows that go on."""

@@ -1,7 +1,9 @@
 """Prefix caching: the keys and values of prompt tokens already computed, reused by later prompts.
 
 Agents send the same long beginning over and over: a system message, tool schemas, worked
-examples, then the conversation so far; a GRPO group sends the same prompt ``n`` times. A
+examples, then the conversation so far; a GRPO group sends the same prompt ``n`` times. The
+batcher caches each prompt it computes, and each finished answer with its prompt, since an
+agent's next call begins with both. A
 :class:`PrefixCache` keeps the KV of whole prompt *blocks* (:data:`BLOCK_TOKENS` tokens)
 keyed by the block's token ids and the block before it, as vLLM's automatic prefix caching
 does, so a block is found only behind the very same prefix. A prompt's lookup walks its
@@ -94,11 +96,12 @@ class PrefixCache:
         values = torch.cat([block.layers[layer][1] for block in chain], dim=-2)
         return keys, values
 
-    def insert(self, prompt_ids: list[int], layers: list[tuple[torch.Tensor, torch.Tensor]], start: int) -> None:
-        """Cache the prompt's blocks from block ``start`` on.
+    def insert(self, prompt_ids: list[int], layers: list[tuple[torch.Tensor, torch.Tensor]], start: int = 0) -> None:
+        """Cache the blocks of ``prompt_ids`` (a prompt, or a prompt and its answer) not cached yet.
 
-        ``layers``: per layer, the keys and values of the whole prompt, (heads, len(prompt_ids),
-        head_dim) each. Blocks ``0 .. start-1`` must be in the cache already (the lookup's hit).
+        ``layers``: per layer, the keys and values of all of ``prompt_ids``, (heads,
+        len(prompt_ids), head_dim) each; those of blocks ``0 .. start-1``, which the caller
+        found cached, may be anything: if one was evicted since, nothing is inserted.
         """
         keys: list[_Key] = []
         parent = -1
