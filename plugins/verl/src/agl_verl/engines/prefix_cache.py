@@ -22,6 +22,7 @@ agree with a full prefill to float tolerance (``tests/verl/test_prefix_cache.py`
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,19 +77,7 @@ class PrefixCache:
 
     def lookup(self, prompt_ids: list[int]) -> list[_Block]:
         """The cached blocks ``prompt_ids`` begins with, in order (marked recently used)."""
-        chain: list[_Block] = []
-        keys: list[_Key] = []
-        parent = -1
-        for i in range(self.reusable_blocks(prompt_ids)):
-            key = self._key(parent, prompt_ids, i)
-            block = self._blocks.get(key)
-            if block is None:
-                break
-            chain.append(block)
-            keys.append(key)
-            parent = block.id
-        self._refresh(keys)
-        return chain
+        return self._walk(prompt_ids, make=None)
 
     def gather(self, chain: list[_Block], layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of ``chain`` at ``layer``: (heads, len(chain) × BLOCK_TOKENS, head_dim) each."""
@@ -103,24 +92,37 @@ class PrefixCache:
         len(prompt_ids), head_dim) each; those of blocks ``0 .. start-1``, which the caller
         found cached, may be anything: if one was evicted since, nothing is inserted.
         """
+
+        def make(i: int) -> _Block | None:
+            if i < start:
+                return None  # evicted since the caller's lookup: the chain is broken here
+            cut = slice(i * self.block_tokens, (i + 1) * self.block_tokens)
+            kv = [(k[..., cut, :].clone(), v[..., cut, :].clone()) for k, v in layers]
+            self._next_id += 1
+            return _Block(self._next_id, kv, sum(k.nbytes + v.nbytes for k, v in kv))
+
+        self._walk(prompt_ids, make)
+        self._evict()
+
+    def _walk(self, prompt_ids: list[int], make: Callable[[int], _Block | None] | None) -> list[_Block]:
+        """The chain of blocks ``prompt_ids`` begins with. At the first one missing, ``make(i)``
+        makes block ``i`` (it is added and the walk goes on), or the walk ends there."""
+        chain: list[_Block] = []
         keys: list[_Key] = []
         parent = -1
         for i in range(self.reusable_blocks(prompt_ids)):
             key = self._key(parent, prompt_ids, i)
             block = self._blocks.get(key)
-            if block is None:
-                if i < start:
-                    break  # evicted since the lookup: the chain is broken here
-                cut = slice(i * self.block_tokens, (i + 1) * self.block_tokens)
-                kv = [(k[..., cut, :].clone(), v[..., cut, :].clone()) for k, v in layers]
-                block = _Block(self._next_id, kv, sum(k.nbytes + v.nbytes for k, v in kv))
-                self._next_id += 1
+            if block is None and make is not None and (block := make(i)) is not None:
                 self._blocks[key] = block
                 self.nbytes += block.nbytes
+            if block is None:
+                break
+            chain.append(block)
             keys.append(key)
             parent = block.id
         self._refresh(keys)
-        self._evict()
+        return chain
 
     def _key(self, parent: int, prompt_ids: list[int], i: int) -> _Key:
         return parent, tuple(prompt_ids[i * self.block_tokens : (i + 1) * self.block_tokens])
