@@ -1,7 +1,7 @@
 """The transformers engine's CPU seconds per generated token, on an idle machine and a busy one.
 
     .venv/bin/python -m tests.benchmarks.bench_engine_cpu [--case serve beside] [--policy passive default]
-        [--load idle bursts cores] [--requests 24] [--prompt-tokens 300] [--tokens 40] [--budget 90]
+        [--load idle bursts cores] [--requests 16] [--prompt-tokens 300] [--tokens 40] [--budget 120]
 
 What runs (SmolLM2-135M-Instruct, ``agl_verl.models.smollm2_dir()``, fp32, torch's default thread count):
 
@@ -22,7 +22,8 @@ sleeps).
 The request set: ``--requests`` completions sent at once over loopback HTTP with a bearer
 token, each a ``--prompt-tokens`` token-id prefix shared by all plus 8 ids of its own,
 ``--tokens`` sampled tokens with ``ignore_eos``, streamed so that tokens are counted as they
-come. A run stops at ``--budget`` seconds (the figures then cover the tokens so far). The
+come. A run stops at ``--budget`` seconds and is marked cut (its figures then cover the
+tokens so far, and overstate CPU per token: the prefill comes first). The
 engine's CPU time is its process's utime+stime from /proc (every thread, OpenMP workers
 included), taken just before the requests and when the last token arrives. Printed: tokens,
 wall seconds, tokens/s, CPU ms per token, and per case and policy the ratio of busy to idle
@@ -260,10 +261,10 @@ def main() -> None:
     parser.add_argument("--case", nargs="+", choices=("serve", "beside"), default=["serve", "beside"])
     parser.add_argument("--policy", nargs="+", choices=tuple(POLICIES), default=["passive", "default"])
     parser.add_argument("--load", nargs="+", choices=tuple(NEIGHBOURS), default=["idle", "bursts", "cores"])
-    parser.add_argument("--requests", type=int, default=24)
+    parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--prompt-tokens", type=int, default=300)
     parser.add_argument("--tokens", type=int, default=40)
-    parser.add_argument("--budget", type=float, default=90.0, help="seconds one load may take (default 90)")
+    parser.add_argument("--budget", type=float, default=120.0, help="seconds one load may take (default 120)")
     args = parser.parse_args()
     bodies = request_bodies(args)
     print(
@@ -275,7 +276,10 @@ def main() -> None:
     all_results = {}
     for case in args.case:
         for policy in args.policy:
-            all_results[(case, policy)] = run_case(case, policy, args, bodies)
+            try:
+                all_results[(case, policy)] = run_case(case, policy, args, bodies)
+            except (RuntimeError, httpx.HTTPError, OSError, subprocess.SubprocessError) as exc:
+                print(f"{case} {policy}: failed: {exc}", flush=True)
     print_ratios(all_results)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
