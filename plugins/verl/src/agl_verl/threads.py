@@ -8,8 +8,11 @@ spin most of the time: on a machine where another process (an agent's tool serve
 a second engine, the learner) wants the cores, the spinning takes the core from the
 thread that has the work, and generation gets several times slower. Measured on two
 shared cores: one training step's 24 calls against a lone engine took 194 s with the
-default and 29 s with ``OMP_WAIT_POLICY=passive``; with passive, workers sleep at once
-and cost nothing while they wait (``tests/benchmarks/bench_engine_cpu.py``).
+default and 29 s with ``OMP_WAIT_POLICY=passive``. ``tests/benchmarks/bench_engine_cpu.py``:
+with passive, ``agl engine serve`` spends 0.94–1.08× the CPU per generated token on a busy
+machine as on an idle one, against 1.50–1.79× with libgomp's default; on an idle machine
+passive costs about 9% of tokens/s (a sleeping worker takes microseconds to wake), which
+``OMP_WAIT_POLICY=active`` buys back where the engine has the machine to itself.
 
 libgomp reads ``OMP_WAIT_POLICY`` and ``GOMP_SPINCOUNT`` once, when it is loaded (when
 torch is first imported), so :func:`prefer_passive_wait` must run before the first
