@@ -12,3 +12,7 @@ import os
 # The examples run on the bundled model files only: no download, and no hub lookups that
 # would wait on a network that is not there. Set before anything imports huggingface_hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# torch's OpenMP threads sleep while they wait instead of spinning (agl_verl.threads): libgomp reads
+# the policy when torch loads, so agl_verl is imported here, before anything of an example imports torch.
+import agl_verl  # noqa: E402, F401

