@@ -4,7 +4,8 @@ The batch has the lengths of a real calculator-agent step (``examples/calc_agent
 step 1, its first group): 8 rollouts of one call, a 342-token prompt and
 responses of 37 to 64 tokens; one micro-batch of 8, as in the example's config. The model
 is the bundled SmolLM2-135M-Instruct with the examples' LoRA adapter, at their temperature,
-so old log-probs are recomputed first, as in their runs.
+where old log-probs come from the policy, as in their runs (from the update's own forward pass:
+``bench_old_log_probs``).
 
 Each configuration runs in a fresh process, which reports its resident memory once the
 learner is set up, its peak (``ru_maxrss``) over an untimed warm-up update and ``--steps``

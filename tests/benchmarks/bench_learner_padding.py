@@ -7,7 +7,8 @@ The batch has the lengths of a real retrieval-agent step (``examples/rag_agent``
 batch's longest, 27% of it is padding.
 
 The model is the bundled SmolLM2-135M-Instruct with the examples' LoRA adapter, at the examples'
-temperature, so old log-probs are recomputed as in their runs. Each configuration trains a fresh
+temperature, where old log-probs come from the policy (the update's own forward pass since
+``bench_old_log_probs``'s change; a pass of their own before it). Each configuration trains a fresh
 learner for ``--steps`` timed steps after one untimed warm-up step.
 
     .venv/bin/python -m tests.benchmarks.bench_learner_padding [--steps 1] [--runs padded-16 trimmed-8 current-8]

@@ -19,7 +19,7 @@ def smollm2_vocab(model_dir: Path) -> list[int]:
 
 def lora_backend(model_dir: Path, workdir: Path | str, micro: int, **settings):
     """A set-up local learner as the examples run it (lr 3e-4, temperature 0.5, so old log-probs
-    are recomputed), with ``settings`` on top."""
+    come from the policy, not the engine), with ``settings`` on top."""
     from agl_verl.backend import VerlBackend
 
     backend = VerlBackend(

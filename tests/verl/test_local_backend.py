@@ -243,7 +243,8 @@ def test_groups_without_signal_get_no_forward_pass_and_the_same_update(tiny_mode
     def train(skip: bool) -> tuple[dict, list[torch.Tensor], int]:
         if not skip:
             monkeypatch.setattr(agl_verl.local, "ZERO_FREE_LOSSES", frozenset())
-        backend = make_backend(tiny_model, tmp_path / str(skip))
+        # old log-probs in a pass of their own, which skips the same transitions
+        backend = make_backend(tiny_model, tmp_path / str(skip), old_log_probs="recompute")
         rows = []
         hook = backend.learner.model.register_forward_hook(
             lambda m, args, kw, out: rows.append(len(kw["input_ids"])), with_kwargs=True
@@ -415,6 +416,84 @@ def test_at_a_temperature_other_than_1_old_log_probs_are_recomputed_at_it(tiny_m
     assert cold["ppo_kl"] == pytest.approx(0.0, abs=1e-6) and cold["pg_clipfrac"] == 0.0
     with pytest.raises(ConfigError, match=r"old_log_probs 'engine' needs temperature 1, not 0.5"):
         VerlBackend(model_path="m", temperature=0.5, old_log_probs="engine")
+
+
+def counted_update(backend: VerlBackend, batch: list[Transition]) -> dict:
+    """One train step, with the rows of every forward pass of the policy (a forward hook) and the
+    old and current log-probs of the response tokens in every policy-loss call (verl's loss
+    function, called through)."""
+    learner = backend.learner
+    rows: list[int] = []
+    losses: list[tuple[torch.Tensor, torch.Tensor]] = []
+    real_loss = learner.policy_loss_fn
+
+    def recording_loss(*, old_log_prob, log_prob, response_mask, **kwargs):
+        # where the mask is 0 (padding) the values are whatever the pass left there: set to 0
+        kept = response_mask.bool()
+        losses.append((old_log_prob.where(kept, 0.0), log_prob.detach().where(kept, 0.0)))
+        return real_loss(old_log_prob=old_log_prob, log_prob=log_prob, response_mask=response_mask, **kwargs)
+
+    learner.policy_loss_fn = recording_loss
+    hook = learner.model.register_forward_hook(
+        lambda m, a, kw, out: rows.append(len(kw["input_ids"])), with_kwargs=True
+    )
+    metrics = backend.train_step(batch, step=0)
+    hook.remove()
+    learner.policy_loss_fn = real_loss
+    weights = [p.detach().clone() for p in learner.trainable]
+    return {"metrics": metrics, "rows": rows, "losses": losses, "weights": weights}
+
+
+@pytest.mark.parametrize("lora", [None, {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}])
+def test_one_mini_batch_takes_old_log_probs_from_its_loss_forward_pass(tiny_model, digit_ids, tmp_path, lora):
+    """At temperature 0.5 with one mini-batch and one epoch, old log-probs are the loss forward
+    pass's own, detached: one forward pass per micro-batch instead of two, and the update a
+    separate pass (``old_log_probs="recompute"``) gives, up to float noise."""
+    batch = ragged_batch(digit_ids)
+    settings = dict(temperature=0.5, micro_batch_size=4, lora=lora, gradient_checkpointing=lora is not None)
+    runs = {
+        mode: counted_update(make_backend(tiny_model, tmp_path / mode, old_log_probs=mode, **settings), batch)
+        for mode in ("auto", "recompute")
+    }
+    folded, separate = runs["auto"], runs["recompute"]
+    assert folded["rows"] == [4, 4] and separate["rows"] == [4, 4, 4, 4]  # (old pass,) then loss pass
+    for old, current in folded["losses"]:
+        assert torch.equal(old, current)  # the ratio is exactly 1
+    for (folded_old, _), (separate_old, _) in zip(folded["losses"], separate["losses"], strict=True):
+        torch.testing.assert_close(folded_old, separate_old, rtol=1e-5, atol=1e-6)
+    assert folded["metrics"]["ppo_kl"] == 0.0 and folded["metrics"]["pg_clipfrac"] == 0.0
+    assert folded["metrics"]["loss"] == pytest.approx(separate["metrics"]["loss"], rel=1e-5)
+    assert folded["metrics"]["grad_norm"] == pytest.approx(separate["metrics"]["grad_norm"], rel=1e-4)
+    for a, b in zip(folded["weights"], separate["weights"], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=3e-5)  # a hundredth of AdamW's first step (lr 3e-3)
+
+
+def test_later_mini_batches_keep_the_rollouts_old_log_probs(tiny_model, digit_ids, tmp_path):
+    """Two mini-batches: the first folds, the second's old log-probs come from a pass before the
+    first optimizer step (the rollout's policy), not from its own forward pass after it. With two
+    epochs every row is seen after a step, so every row gets that pass, as with "recompute"."""
+    batch = ragged_batch(digit_ids)
+    settings = dict(temperature=0.5, micro_batch_size=4, mini_batch_size=4)
+    folded = counted_update(make_backend(tiny_model, tmp_path / "auto", **settings), batch)
+    separate = counted_update(make_backend(tiny_model, tmp_path / "sep", old_log_probs="recompute", **settings), batch)
+    assert folded["rows"] == [4, 4, 4] and separate["rows"] == [4, 4, 4, 4]
+    (first_old, first_current), (second_old, second_current) = folded["losses"]
+    assert torch.equal(first_old, first_current)
+    torch.testing.assert_close(second_old, separate["losses"][1][0], rtol=1e-5, atol=1e-6)
+    assert (second_old - second_current).abs().max() > 1e-3  # the first step moved the policy
+    assert folded["metrics"]["loss"] == pytest.approx(separate["metrics"]["loss"], rel=1e-5)
+    # two AdamW steps of about lr (3e-3) each where the gradient is not 0: agreement to a tenth of one
+    for a, b in zip(folded["weights"], separate["weights"], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=3e-4)
+
+    two_epochs = dict(settings, ppo_epochs=2)
+    folded = counted_update(make_backend(tiny_model, tmp_path / "auto2", **two_epochs), batch)
+    separate = counted_update(
+        make_backend(tiny_model, tmp_path / "sep2", old_log_probs="recompute", **two_epochs), batch
+    )
+    assert folded["rows"] == separate["rows"] == [4, 4] + [4] * 4
+    for a, b in zip(folded["weights"], separate["weights"], strict=True):
+        assert torch.equal(a, b)
 
 
 def test_text_transitions_skipped_and_counted_or_rejected(tiny_model, digit_ids, tmp_path):

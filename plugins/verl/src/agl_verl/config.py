@@ -115,9 +115,16 @@ class VerlSettings(BaseModel):
     )
     old_log_probs: Literal["auto", "engine", "recompute"] = Field(
         default="auto",
-        description="engine: the logprobs the engine recorded; recompute: a forward pass at `temperature`; "
-        "auto: the engine's at temperature 1, a forward pass at any other (the engines record logprobs "
-        "before temperature, so at another they are not the probabilities the tokens were sampled with)",
+        description="engine: the logprobs the engine recorded; recompute: a forward pass of their own at "
+        "`temperature`, in eval mode, over every transition with signal before the first optimizer step; auto: "
+        "the engine's at temperature 1, the policy's at `temperature` at any other (the engines record logprobs "
+        "before temperature, so at another they are not the probabilities the tokens were sampled with). "
+        "Where auto (or engine, for a batch without the engine's logprobs) needs the policy's, the first "
+        "mini-batch takes them from its own loss forward pass, detached (its weights are still the rollout's), "
+        "and only the transitions of later mini-batches get a pass of their own: with one mini-batch and "
+        "ppo_epochs 1 there is none; with ppo_epochs above 1 every transition gets one, as with recompute. "
+        "The same update up to float noise, except with lora.dropout above 0: the loss forward pass is in "
+        "train mode, so auto's first ratio is exactly 1 where recompute's carries dropout's noise",
     )
     text_transitions: Literal["skip", "error"] = "skip"
     lora: LoraSettings | None = None

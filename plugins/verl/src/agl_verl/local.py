@@ -241,24 +241,30 @@ class LocalLearner:
         data.batch["advantages"] = adv * data.batch["weights"].unsqueeze(1)
         data.batch["has_signal"] = self._has_signal(data)
         metrics["transitions_with_signal"] = float(data.batch["has_signal"].sum().item())
-        if "old_log_probs" not in data.batch or s.recompute_old_log_probs:
-            data.batch["old_log_probs"] = self._log_probs_where_needed(data)
+        mini_size = s.mini_batch_size or len(data)
+        generator = torch.Generator().manual_seed(s.seed)
+        orders = [
+            torch.randperm(len(data), generator=generator) if mini_size < len(data) else None
+            for _ in range(s.ppo_epochs)
+        ]
+        first_mini = (orders[0] if orders[0] is not None else torch.arange(len(data)))[:mini_size]
+        fold = self._set_old_log_probs(data, first_mini)
         if s.kl_coef > 0:
             data.batch["ref_log_prob"] = self.log_probs(data, reference=True)
         if "rollout_log_probs" in data.batch and s.recompute_old_log_probs and s.temperature == 1.0:
-            # recomputed only where there is signal; at another temperature the two are not comparable
+            # recomputed where there is signal, all in the separate pass (old_log_probs="recompute" is the
+            # only way here: the engine's are present at temperature 1); at another temperature the two
+            # are not comparable
             diff = (data.batch["old_log_probs"] - data.batch["rollout_log_probs"]).abs()
             metrics["engine_logprob_diff"] = masked_mean(diff, mask * data.batch["has_signal"].unsqueeze(1)).item()
 
         totals: dict[str, list[float]] = {}
         config = actor_config(s, rollout_n=max(1, len(data) // n_groups))
-        mini_size = s.mini_batch_size or len(data)
-        generator = torch.Generator().manual_seed(s.seed)
-        for _epoch in range(s.ppo_epochs):
-            order = torch.randperm(len(data), generator=generator) if mini_size < len(data) else None
+        for epoch, order in enumerate(orders):
             shuffled = data.select_idxs(order) if order is not None else data
-            for mini in shuffled.split(mini_size):
-                for key, value in self._mini_step(mini, config).items():
+            for index, mini in enumerate(shuffled.split(mini_size)):
+                on_policy = fold and epoch == 0 and index == 0
+                for key, value in self._mini_step(mini, config, old_from_forward=on_policy).items():
                     totals.setdefault(key, []).append(value)
         metrics.update({key: float(np.mean(values)) for key, values in totals.items()})
 
@@ -281,20 +287,49 @@ class LocalLearner:
         nonzero = (data.batch["advantages"] != 0) & data.batch["response_mask"].bool()
         return nonzero.any(dim=-1)
 
-    def _log_probs_where_needed(self, data: DataProto) -> torch.Tensor:
-        """Recomputed log-probs of the transitions with signal; 0 for the rest, which the loss never reads."""
+    def _set_old_log_probs(self, data: DataProto, first_mini: torch.Tensor) -> bool:
+        """Fill ``data``'s old log-probs where a forward pass must give them; whether the first
+        mini-batch (rows ``first_mini``) takes its own from its loss forward pass instead.
+
+        A forward pass gives them when the engine's are missing or ``old_log_probs`` asks for
+        one at this temperature. Before the first optimizer step the weights are the rollout's,
+        so the first mini-batch's loss forward pass, detached, gives the old policy's: it folds
+        unless ``old_log_probs="recompute"`` forces a pass of their own or ``ppo_epochs`` > 1
+        (its rows are seen again after a step). verl's actor takes the same shortcut when the
+        whole update is one mini-batch of one epoch. The other mini-batches' rows get a
+        separate pass here, before any step, as their old policy is the rollout's too.
+        """
+        s = self.settings
+        if "old_log_probs" in data.batch and not s.recompute_old_log_probs:
+            return False
+        fold = s.old_log_probs != "recompute" and s.ppo_epochs == 1
+        data.batch["old_log_probs"] = self._log_probs_where_needed(data, first_mini if fold else first_mini[:0])
+        return fold
+
+    def _log_probs_where_needed(self, data: DataProto, folded: torch.Tensor) -> torch.Tensor:
+        """Log-probs from a pass of their own, in eval mode, of the transitions with signal but for
+        the rows ``folded`` (whose loss forward pass gives their own); 0 for the rest, which the
+        loss never reads."""
         self.model.eval()
         try:
             old = torch.zeros_like(data.batch["responses"], dtype=torch.float32)
-            rows = data.batch["has_signal"].nonzero().flatten()
+            needed = data.batch["has_signal"].clone()
+            needed[folded] = False
+            rows = needed.nonzero().flatten()
             if len(rows):
                 old[rows] = self.log_probs(data.select_idxs(rows))
             return old
         finally:
             self.model.train()
 
-    def _mini_step(self, mini: DataProto, config: ActorConfig) -> dict[str, float]:
+    def _mini_step(self, mini: DataProto, config: ActorConfig, *, old_from_forward: bool = False) -> dict[str, float]:
         """One optimizer step over a mini-batch, accumulating gradients over micro-batches.
+
+        ``old_from_forward``: the weights are still the rollout's, and the PPO ratio's old
+        log-probs are the loss forward pass's own, detached (see :meth:`_set_old_log_probs`):
+        the ratio is exactly 1 and no pass of their own is needed. That forward pass is in
+        train mode: with LoRA dropout above 0 its dropout mask is in both, where the separate
+        pass (eval mode, no dropout) would put dropout's noise into the first ratio.
 
         Transitions without signal (see :meth:`_has_signal`) count in the loss's
         normalization but get no forward pass: the gradient is the same as with them. A
@@ -324,8 +359,9 @@ class LocalLearner:
             share = len(micro) / len(active)
             mask = micro.batch["response_mask"].to(self.device)
             log_prob, entropy = self._forward(micro, with_entropy=True)
+            old = log_prob.detach() if old_from_forward else micro.batch["old_log_probs"].to(self.device)
             pg_loss, pg_metrics = self.policy_loss_fn(
-                old_log_prob=micro.batch["old_log_probs"].to(self.device),
+                old_log_prob=old,
                 log_prob=log_prob,
                 advantages=micro.batch["advantages"].to(self.device),
                 response_mask=mask,
