@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -9,6 +10,9 @@ from collections.abc import Callable
 
 import httpx
 import pytest
+
+# Test modules import torch before agl_verl; OpenMP workers should sleep here as in agl (agl_verl.threads).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def free_port() -> int:
