@@ -1,6 +1,6 @@
 """A training step against its measured-parts floor, on recorded steps of the examples.
 
-    python -m tests.benchmarks.bench_step [--agent calc_agent] [--cache-mb 256]
+    python -m tests.benchmarks.bench_step [--agent calc_agent] [--step 1 3] [--cache-mb MB]
     python -m tests.benchmarks.bench_step --record calc_agent --steps 3
 
 Replay (default) takes each committed fixture (``tests/benchmarks/data/steps``, written by
@@ -14,8 +14,9 @@ Replay (default) takes each committed fixture (``tests/benchmarks/data/steps``, 
    engine's counters give the prompt tokens computed and cached.
 2. **update alone** (once a fixture): the examples' verl learner (``examples/learner.py``)
    ``train_step`` on the step's recorded transitions.
-3. **step**: both in one process as the synchronous trainer has them: the learner set up
-   first, then the engine, the rollouts replayed, then the update. Its floor is 1 + 2.
+3. **step**: both in one process as the synchronous trainer has them: the engine started,
+   the learner set up (the trainer's order), the rollouts replayed, then the update. Its
+   floor is 1 + 2.
 
 The replay leaves out the agents' own work and the gateway; the recorded step's wall time
 (``time_step_s`` of the run) is printed against the same floor for reference.
@@ -42,7 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=3, help="steps to record")
     parser.add_argument("--seed", type=int, default=0, help="the recorded run's seed")
     parser.add_argument("--agent", help="replay this agent's fixtures only (default: all)")
-    parser.add_argument("--cache-mb", type=int, default=256, help="the prefix cache measured against 0")
+    parser.add_argument("--step", type=int, nargs="+", help="replay these steps only (default: every fixture)")
+    parser.add_argument(
+        "--cache-mb", type=float, help="the prefix cache measured against 0 (default: the engine's default)"
+    )
     parser.add_argument("--concurrency", type=int, help="rollouts at once (default: the recorded run's)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (the examples' default)")
     args = parser.parse_args(argv)

@@ -60,7 +60,7 @@ def has_prefix_cache() -> bool:
 
 
 @contextmanager
-def started_engine(model_dir: Path, cache_mb: int | None, seed: int = 0, **options: Any):
+def started_engine(model_dir: Path, cache_mb: float | None, seed: int = 0, **options: Any):
     """A started transformers engine, the examples' (``cache_mb`` None: as the engine is built by default)."""
     from agl_verl.engines.transformers_engine import TransformersEngine
 
@@ -144,7 +144,7 @@ def measure_update(fixture: StepFixture, model_dir: Path) -> float:
 
 
 def measure_step(
-    fixture: StepFixture, model_dir: Path, cache_mb: int | None, concurrency: int
+    fixture: StepFixture, model_dir: Path, cache_mb: float | None, concurrency: int
 ) -> tuple[EngineRun, float]:
     """The step as the synchronous trainer runs it, in one process: the engine started, the learner set
     up (the trainer's order), the rollouts replayed, then the update. Returns the replay and the
@@ -182,7 +182,7 @@ def check_counts(fixture: StepFixture, run: EngineRun) -> None:
 
 
 def measure_fixture(
-    fixture: StepFixture, model_dir: Path, arms: dict[str, int | None], concurrency: int
+    fixture: StepFixture, model_dir: Path, arms: dict[str, float | None], concurrency: int
 ) -> tuple[list[Arm], float]:
     """Every arm's engine alone, the update alone, then every arm's step (arms in the given order)."""
     results = []
@@ -238,12 +238,18 @@ def replay_all(args: argparse.Namespace) -> int:
     from agl_verl.models import smollm2_dir
 
     torch.set_num_threads(args.threads)
-    paths = fixtures_of(args.agent)
+    paths = [p for p in fixtures_of(args.agent) if not args.step or load_fixture(p).step in args.step]
     if not paths:
         print(f"no fixtures for {args.agent or 'any agent'}: record some with --record AGENT")
         return 2
     cache = has_prefix_cache()
-    arms = {f"cache {args.cache_mb}MB": args.cache_mb, "baseline": 0} if cache else {"baseline": None}
+    if cache:
+        import agl_verl.engines
+
+        cache_mb = agl_verl.engines.DEFAULT_PREFIX_CACHE_MB if args.cache_mb is None else args.cache_mb
+        arms = {f"cache {cache_mb:g}MB": cache_mb, "baseline": 0}
+    else:
+        arms = {"baseline": None}
     print(
         f"SmolLM2-135M-Instruct, fp32 CPU, {torch.get_num_threads()} torch threads; engine arms: {', '.join(arms)}"
         f"{'' if cache else ' (this engine has no prefix_cache_mb: the baseline alone)'}; "
