@@ -47,6 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cache-mb", type=float, help="the prefix cache measured against 0 (default: the engine's default)"
     )
+    parser.add_argument(
+        "--no-baseline-step",
+        action="store_true",
+        help="time the step with the cache only (the baseline's engine still)",
+    )
     parser.add_argument("--concurrency", type=int, help="rollouts at once (default: the recorded run's)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (the examples' default)")
     args = parser.parse_args(argv)

@@ -184,7 +184,7 @@ class Arm:
     name: str
     engine: EngineRun
     step: EngineRun | None = None
-    step_s: float = 0.0
+    step_s: float | None = None
 
 
 def check_counts(fixture: StepFixture, run: EngineRun) -> None:
@@ -197,9 +197,10 @@ def check_counts(fixture: StepFixture, run: EngineRun) -> None:
 
 
 def measure_fixture(
-    fixture: StepFixture, model_dir: Path, arms: dict[str, float | None], concurrency: int
+    fixture: StepFixture, model_dir: Path, arms: dict[str, float | None], concurrency: int, step_arms: set[str]
 ) -> tuple[list[Arm], float]:
-    """Every arm's engine alone, the update alone, then every arm's step (arms in the given order)."""
+    """Every arm's engine alone, the update alone, then the step of each arm in ``step_arms`` (arms in
+    the given order)."""
     results = []
     for name, cache_mb in arms.items():
         with started_engine(model_dir, cache_mb, fixture.settings["seed"]) as engine:
@@ -208,7 +209,8 @@ def measure_fixture(
         results.append(Arm(name, run))
     update_s = measure_update(fixture, model_dir)
     for arm, cache_mb in zip(results, arms.values(), strict=True):
-        arm.step, arm.step_s = measure_step(fixture, model_dir, cache_mb, concurrency)
+        if arm.name in step_arms:
+            arm.step, arm.step_s = measure_step(fixture, model_dir, cache_mb, concurrency)
     return results, update_s
 
 
@@ -219,7 +221,7 @@ def report(fixture: StepFixture, arms: list[Arm], update_s: float) -> list[str]:
     lines = [
         f"{fixture.agent} step {fixture.step}: {len(fixture.rollouts)} rollouts, {len(fixture.calls)} calls, "
         f"{total} prompt tokens, {fixture.response_tokens()} generated, {len(fixture.transitions)} transitions",
-        f"  {'engine':<10}{'computed':>9}{'cached':>8}{'% base':>8}{'gen tok/s':>10}{'engine s':>9}"
+        f"  {'engine':<13}{'computed':>9}{'cached':>8}{'% base':>8}{'gen tok/s':>10}{'engine s':>9}"
         f"{'update s':>9}{'step s':>8}{'floor s':>8}{'step/floor':>11}",
     ]
     for arm in arms:
@@ -228,9 +230,13 @@ def report(fixture: StepFixture, arms: list[Arm], update_s: float) -> list[str]:
         share = f"{100 * computed / base:.0f}%" if computed is not None and base else "n/a"
         floor = arm.engine.wall_s + update_s
         lines.append(
-            f"  {arm.name:<10}{'n/a' if computed is None else computed:>9}{'n/a' if cached is None else cached:>8}"
+            f"  {arm.name:<13}{'n/a' if computed is None else computed:>9}{'n/a' if cached is None else cached:>8}"
             f"{share:>8}{arm.engine.generated / arm.engine.wall_s:>10.1f}{arm.engine.wall_s:>9.1f}{update_s:>9.1f}"
-            f"{arm.step_s:>8.1f}{floor:>8.1f}{arm.step_s / floor:>10.2f}x"
+            + (
+                f"{arm.step_s:>8.1f}{floor:>8.1f}{arm.step_s / floor:>10.2f}x"
+                if arm.step_s
+                else f"{'-':>8}{floor:>8.1f}"
+            )
         )
     measured = fixture.measured
     if "time_step_s" in measured:
@@ -277,9 +283,9 @@ def replay_all(args: argparse.Namespace) -> int:
         if k == 0:
             warm_up_learner(fixture, model_dir)
         order = dict(list(arms.items())[:: -1 if k % 2 else 1])  # alternate, so drift hits both arms alike
-        results, update_s = measure_fixture(
-            fixture, model_dir, order, args.concurrency or fixture.settings["concurrency"]
-        )
+        step_arms = set(arms) - ({"baseline"} if args.no_baseline_step and len(arms) > 1 else set())
+        concurrency = args.concurrency or fixture.settings["concurrency"]
+        results, update_s = measure_fixture(fixture, model_dir, order, concurrency, step_arms)
         results.sort(key=lambda arm: arm.name == "baseline")
         print("\n".join(report(fixture, results, update_s)), flush=True)
     print(f"load average {os.getloadavg()[0]:.2f} at end")
