@@ -18,6 +18,10 @@ Replay (default) takes each committed fixture (``tests/benchmarks/data/steps``, 
    the learner set up (the trainer's order), the rollouts replayed, then the update. Its
    floor is 1 + 2.
 
+``--device auto`` (the default) runs both on the GPU in bfloat16 where torch sees one, else on
+the CPU in float32; ``--model llama-1b`` replaces SmolLM2 by a 1B-parameter Llama of random
+weights on SmolLM2's tokenizer (nothing is downloaded), for timings on a GPU.
+
 The replay leaves out the agents' own work and the gateway; the recorded step's wall time
 (``time_step_s`` of the run) is printed against the same floor for reference.
 ``--record AGENT --steps K`` trains the example K steps from its own config (seed
@@ -31,6 +35,9 @@ import os
 import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import agl_verl  # noqa: E402, F401 - its OpenMP wait policy (agl_verl.threads), set before torch loads
+from tests.benchmarks.step_replay import RANDOM_MODELS  # noqa: E402 - after the offline switch; no torch yet
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +61,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--concurrency", type=int, help="rollouts at once (default: the recorded run's)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (the examples' default)")
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="auto: the GPU in bfloat16 where torch sees one, else the CPU in float32",
+    )
+    parser.add_argument(
+        "--model",
+        choices=["smollm2", *RANDOM_MODELS],
+        default="smollm2",
+        help="SmolLM2-135M-Instruct, or a larger Llama built from a config with random weights (timings only)",
+    )
     args = parser.parse_args(argv)
     if args.record:
         from tests.benchmarks.step_recording import record

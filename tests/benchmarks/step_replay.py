@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import inspect
 import tempfile
 import time
 from contextlib import contextmanager
@@ -20,6 +19,62 @@ from typing import Any
 from tests.benchmarks.step_fixtures import Call, StepFixture, completion_body, fixtures_of, load_fixture
 
 COUNTER_KEYS = ("prompt_tokens", "prompt_tokens_computed", "prompt_tokens_cached", "generated_tokens")
+
+RANDOM_MODELS = {
+    "llama-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32),
+    "llama-tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4),
+}
+"""Models ``--model`` builds from a transformers config with random weights (nothing can be
+downloaded), on SmolLM2's tokenizer so the fixtures' token ids stay valid: timings only."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the engine and the learner run: a model directory, a torch device and a dtype."""
+
+    model_dir: Path
+    device: str
+    dtype: str
+    label: str
+
+    @classmethod
+    def choose(cls, model: str, device: str) -> Setup:
+        """``device`` "auto": the GPU in bfloat16 where torch sees one, else the CPU in float32."""
+        import torch
+
+        from agl_verl.models import smollm2_dir
+
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        dtype = "float32" if device == "cpu" else "bfloat16"
+        model_dir = smollm2_dir() if model == "smollm2" else random_model_dir(model, smollm2_dir())
+        name = "SmolLM2-135M-Instruct" if model == "smollm2" else f"{model} (random weights)"
+        return cls(model_dir, device, dtype, f"{name}, {dtype} on {device}")
+
+
+def random_model_dir(name: str, tokenizer_dir: Path) -> Path:
+    """A Llama of ``RANDOM_MODELS[name]``'s shape with random weights and SmolLM2's tokenizer, saved once."""
+    import torch
+    from transformers import AutoConfig, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = Path(tempfile.gettempdir()) / f"agl-bench-{name}"
+    if (out / "config.json").exists():
+        return out
+    source = AutoConfig.from_pretrained(tokenizer_dir)
+    shape = RANDOM_MODELS[name]
+    config = LlamaConfig(
+        vocab_size=source.vocab_size,
+        num_key_value_heads=max(1, shape["num_attention_heads"] // 4),
+        max_position_embeddings=source.max_position_embeddings,
+        bos_token_id=source.bos_token_id,
+        eos_token_id=source.eos_token_id,
+        tie_word_embeddings=True,
+        **shape,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(out)
+    AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(out)
+    return out
 
 
 async def replay_calls(
@@ -47,26 +102,17 @@ async def replay_calls(
         return list(await asyncio.gather(*(one(rollout) for rollout in rollouts)))
 
 
-def engine_counters(engine: Any) -> dict[str, int]:
-    """The engine's token counters (empty for an engine without them)."""
-    return dict(getattr(engine, "counters", dict)())
-
-
-def has_prefix_cache() -> bool:
-    """Whether this checkout's transformers engine takes ``prefix_cache_mb``."""
-    from agl_verl.engines.transformers_engine import TransformersEngine
-
-    return "prefix_cache_mb" in inspect.signature(TransformersEngine).parameters
-
-
 @contextmanager
-def started_engine(model_dir: Path, cache_mb: float | None, seed: int = 0, **options: Any):
-    """A started transformers engine, the examples' (``cache_mb`` None: as the engine is built by default)."""
+def started_engine(setup: Setup | Path, cache_mb: float | None, seed: int = 0, **options: Any):
+    """A started transformers engine, the examples' (``cache_mb`` None: the engine's default cache);
+    ``setup`` a :class:`Setup` or a model directory on the CPU."""
     from agl_verl.engines.transformers_engine import TransformersEngine
 
+    if isinstance(setup, Setup):
+        setup, options = setup.model_dir, {"device": setup.device, "dtype": setup.dtype, **options}
     if cache_mb is not None:
         options["prefix_cache_mb"] = cache_mb
-    engine = TransformersEngine(model_dir, seed=seed, **options)
+    engine = TransformersEngine(setup, seed=seed, **options)
     engine.start()
     try:
         yield engine
@@ -99,28 +145,28 @@ def warm_up(engine: Any, fixture: StepFixture) -> None:
 def measure_engine(engine: Any, fixture: StepFixture, concurrency: int) -> EngineRun:
     """Replay ``fixture``'s rollouts on a started ``engine``; wall time and counters of the replay alone."""
     warm_up(engine, fixture)
-    before = engine_counters(engine)
+    before = engine.counters()
     started = time.perf_counter()
     counts = asyncio.run(replay_calls(engine.urls[0], engine.served_model_name, fixture.rollouts, concurrency))
     wall_s = time.perf_counter() - started
-    after = engine_counters(engine)
+    after = engine.counters()
     return EngineRun(wall_s, counts, {k: after[k] - before.get(k, 0) for k in after})
 
 
-def learner(fixture: StepFixture, model_dir: Path, workdir: Path, engine: Any = None) -> Any:
+def learner(fixture: StepFixture, setup: Setup, workdir: Path, engine: Any = None) -> Any:
     """The examples' verl learner (``examples/learner.py``) at the recorded run's settings, set up."""
     from agl_verl.backend import VerlBackend
     from examples.learner import backend_config
 
     settings = fixture.settings
     config = backend_config(
-        model_path=model_dir,
+        model_path=setup.model_dir,
         lr=settings["lr"],
         seed=settings["seed"],
         workdir=workdir,
         temperature=settings["temperature"],
     )
-    backend = VerlBackend(**config)
+    backend = VerlBackend(**config, device=setup.device, dtype=setup.dtype)
     backend.setup(engine)
     return backend
 
@@ -133,7 +179,7 @@ def timed_update(backend: Any, fixture: StepFixture) -> float:
     return time.perf_counter() - started
 
 
-def warm_up_learner(fixture: StepFixture, model_dir: Path) -> None:
+def warm_up_learner(fixture: StepFixture, setup: Setup) -> None:
     """One small update first (two of the step's transitions, one rewarded, so there is a gradient):
     the process's one-time costs of a learner stay out of the first timed update."""
     pair = [
@@ -141,17 +187,17 @@ def warm_up_learner(fixture: StepFixture, model_dir: Path) -> None:
         for k, t in enumerate(fixture.build_transitions()[:2])
     ]
     with tempfile.TemporaryDirectory(prefix="agl-bench-step-") as tmp:
-        backend = learner(fixture, model_dir, Path(tmp))
+        backend = learner(fixture, setup, Path(tmp))
         try:
             backend.train_step(pair, 0)
         finally:
             backend.close()
 
 
-def measure_update(fixture: StepFixture, model_dir: Path) -> float:
+def measure_update(fixture: StepFixture, setup: Setup) -> float:
     """The update alone: a fresh learner, no engine, one ``train_step``."""
     with tempfile.TemporaryDirectory(prefix="agl-bench-step-") as tmp:
-        backend = learner(fixture, model_dir, Path(tmp))
+        backend = learner(fixture, setup, Path(tmp))
         try:
             return timed_update(backend, fixture)
         finally:
@@ -159,16 +205,16 @@ def measure_update(fixture: StepFixture, model_dir: Path) -> float:
 
 
 def measure_step(
-    fixture: StepFixture, model_dir: Path, cache_mb: float | None, concurrency: int
+    fixture: StepFixture, setup: Setup, cache_mb: float | None, concurrency: int
 ) -> tuple[EngineRun, float]:
     """The step as the synchronous trainer runs it, in one process: the engine started, the learner set
     up (the trainer's order), the rollouts replayed, then the update. Returns the replay and the
     step's seconds (replay + update)."""
     with (
-        started_engine(model_dir, cache_mb, fixture.settings["seed"]) as engine,
+        started_engine(setup, cache_mb, fixture.settings["seed"]) as engine,
         tempfile.TemporaryDirectory(prefix="agl-bench-step-") as tmp,
     ):
-        backend = learner(fixture, model_dir, Path(tmp), engine)
+        backend = learner(fixture, setup, Path(tmp), engine)
         try:
             run = measure_engine(engine, fixture, concurrency)
             update_s = timed_update(backend, fixture)
@@ -197,20 +243,20 @@ def check_counts(fixture: StepFixture, run: EngineRun) -> None:
 
 
 def measure_fixture(
-    fixture: StepFixture, model_dir: Path, arms: dict[str, float | None], concurrency: int, step_arms: set[str]
+    fixture: StepFixture, setup: Setup, arms: dict[str, float | None], concurrency: int, step_arms: set[str]
 ) -> tuple[list[Arm], float]:
     """Every arm's engine alone, the update alone, then the step of each arm in ``step_arms`` (arms in
     the given order)."""
     results = []
     for name, cache_mb in arms.items():
-        with started_engine(model_dir, cache_mb, fixture.settings["seed"]) as engine:
+        with started_engine(setup, cache_mb, fixture.settings["seed"]) as engine:
             run = measure_engine(engine, fixture, concurrency)
         check_counts(fixture, run)
         results.append(Arm(name, run))
-    update_s = measure_update(fixture, model_dir)
+    update_s = measure_update(fixture, setup)
     for arm, cache_mb in zip(results, arms.values(), strict=True):
         if arm.name in step_arms:
-            arm.step, arm.step_s = measure_step(fixture, model_dir, cache_mb, concurrency)
+            arm.step, arm.step_s = measure_step(fixture, setup, cache_mb, concurrency)
     return results, update_s
 
 
@@ -256,36 +302,29 @@ def replay_all(args: argparse.Namespace) -> int:
 
     import torch
 
-    from agl_verl.models import smollm2_dir
+    import agl_verl.engines
 
     torch.set_num_threads(args.threads)
     paths = [p for p in fixtures_of(args.agent) if not args.step or load_fixture(p).step in args.step]
     if not paths:
         print(f"no fixtures for {args.agent or 'any agent'}: record some with --record AGENT")
         return 2
-    cache = has_prefix_cache()
-    if cache:
-        import agl_verl.engines
-
-        cache_mb = agl_verl.engines.DEFAULT_PREFIX_CACHE_MB if args.cache_mb is None else args.cache_mb
-        arms = {f"cache {cache_mb:g}MB": cache_mb, "baseline": 0}
-    else:
-        arms = {"baseline": None}
+    cache_mb = agl_verl.engines.DEFAULT_PREFIX_CACHE_MB if args.cache_mb is None else args.cache_mb
+    arms = {f"cache {cache_mb:g}MB": cache_mb, "baseline": 0}
+    setup = Setup.choose(args.model, args.device)
     print(
-        f"SmolLM2-135M-Instruct, fp32 CPU, {torch.get_num_threads()} torch threads; engine arms: {', '.join(arms)}"
-        f"{'' if cache else ' (this engine has no prefix_cache_mb: the baseline alone)'}; "
+        f"{setup.label}, {torch.get_num_threads()} torch threads; engine arms: {', '.join(arms)}; "
         f"load average {os.getloadavg()[0]:.2f} at start",
         flush=True,
     )
-    model_dir = smollm2_dir()
     for k, path in enumerate(paths):
         fixture = load_fixture(path)
         if k == 0:
-            warm_up_learner(fixture, model_dir)
+            warm_up_learner(fixture, setup)
         order = dict(list(arms.items())[:: -1 if k % 2 else 1])  # alternate, so drift hits both arms alike
-        step_arms = set(arms) - ({"baseline"} if args.no_baseline_step and len(arms) > 1 else set())
+        step_arms = set(arms) - ({"baseline"} if args.no_baseline_step else set())
         concurrency = args.concurrency or fixture.settings["concurrency"]
-        results, update_s = measure_fixture(fixture, model_dir, order, concurrency, step_arms)
+        results, update_s = measure_fixture(fixture, setup, order, concurrency, step_arms)
         results.sort(key=lambda arm: arm.name == "baseline")
         print("\n".join(report(fixture, results, update_s)), flush=True)
     print(f"load average {os.getloadavg()[0]:.2f} at end")
