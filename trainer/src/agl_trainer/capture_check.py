@@ -3,8 +3,8 @@
 A rollout whose LLM calls went through the gateway but whose agent sent no LLM span
 still trains (on the gateway's records), only without agent names or span messages,
 so capture that silently does nothing looks like success. The usual causes: an
-instrumentor that failed to load (``opentelemetry-instrument`` logs the failure and
-goes on), tracing switched off, or a misspelled switch. ``agl run`` and the trainer
+instrumentor that failed to load (``opentelemetry-instrument`` skips it, silently when
+a module is missing), tracing switched off, or a misspelled switch. ``agl run`` and the trainer
 ask :func:`capture_switched_on` what was on, count the rollouts in
 :attr:`~agl_trainer.transitions.BuildReport.rollouts_without_spans`, and say
 :func:`silent_capture_warning` once per run.
@@ -39,9 +39,10 @@ _IN_PROCESS = {
 """Integrations that can be instrumented in this process: module, name, and the function saying so."""
 
 CAUSES = (
-    "an instrumentor that failed to load (opentelemetry-instrument logs it and goes on: look for "
-    "'Instrumenting of ... failed' in the agent's output, often a version clash such as "
-    "opentelemetry-util-genai's), tracing switched off (OTEL_SDK_DISABLED, "
+    "an instrumentor that failed to load (opentelemetry-instrument skips one that fails to import, "
+    "without a word when a module is missing: often a version clash, such as "
+    "opentelemetry-instrumentation-openai-v2 2.4b0 next to opentelemetry-util-genai 1.3b0; "
+    "import the instrumentor in the agent's Python to see), tracing switched off (OTEL_SDK_DISABLED, "
     "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS), a misspelled switch, or LLM calls made through a "
     "client the integration does not see"
 )
