@@ -27,6 +27,11 @@ child's ``OPENAI_*`` variables are left as they are. What the child gets is prin
 stderr (the key shortened, a store password hidden). Exit code 0 marks the rollout ``succeeded``; any other
 code (or a signal) marks it ``failed`` with the code and the tail of the child's
 stderr; running past ``--timeout`` kills it and marks it ``timed_out``.
+
+With a gateway, when capture was switched on for the child (an ``AGL_<FRAMEWORK>_INSTRUMENT``
+switch, ``opentelemetry-instrument`` as the command, or an ``AGL_*`` variable that looks like a
+misspelled switch) and no LLM span joined any of the rollout's gateway calls, one line on stderr
+says so, naming what was on and the likely causes (:mod:`agl_trainer.capture_check`).
 """
 
 from __future__ import annotations
