@@ -1,4 +1,5 @@
-"""agl-otel as a user runs it: ``agl run --gateway ... -- opentelemetry-instrument python agent.py``.
+"""agl-otel as a user runs it: ``agl run --gateway ... -- opentelemetry-instrument python agent.py``,
+and what ``agl run`` says when capture that was switched on recorded no LLM span.
 
 Everything is real: the gateway on 127.0.0.1 (in front of tests/fake_engine.py, the model's
 test double), a SQLite store, ``agl run`` and ``agl export`` as commands, OpenTelemetry's own
@@ -54,8 +55,9 @@ def rig(sqlite_store):
             gateway.stop()
 
 
-def agl_run(store, gateway, tmp_path: Path, **child_env: str) -> subprocess.CompletedProcess:
-    """``agl run`` the agent under ``opentelemetry-instrument``; ``child_env`` added to its environment."""
+def agl_run(store, gateway, tmp_path: Path, *, launcher: bool = True, **child_env: str) -> subprocess.CompletedProcess:
+    """``agl run`` the agent (under ``opentelemetry-instrument`` unless ``launcher`` is false);
+    ``child_env`` added to its environment."""
     script = tmp_path / "agent.py"
     script.write_text(AGENT)
     environ = dict(
@@ -68,7 +70,7 @@ def agl_run(store, gateway, tmp_path: Path, **child_env: str) -> subprocess.Comp
     )
     args = ["run", "--store", f"sqlite:///{store.path}", "--gateway", gateway.url, "--timeout", "60"]
     return subprocess.run(
-        [*CLI, *args, "--", LAUNCHER, sys.executable, str(script)],
+        [*CLI, *args, "--", *([LAUNCHER] if launcher else []), sys.executable, str(script)],
         env=environ,
         capture_output=True,
         text=True,
@@ -145,3 +147,25 @@ def test_an_instrumentor_that_fails_to_load_is_said_once_and_counted_unjoined(ri
     assert export.returncode == 0, export.stderr
     assert "0 calls joined to their span by id, 0 by order, 2 unjoined (no LLM span)" in export.stderr
     assert f"1 rollouts had gateway calls and no LLM span joined (e.g. {rollout.rollout_id})" in export.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_misspelled_switch_is_named_when_its_rollout_has_no_span(rig, tmp_path):
+    """``AGL_LANGCHAIN_INSTRUMNT=1``: agl-langchain's ``.pth`` file never sees its switch."""
+    store, gateway = rig
+    done = agl_run(store, gateway, tmp_path, launcher=False, AGL_LANGCHAIN_INSTRUMNT="1")
+    assert done.returncode == 0, done.stderr
+    (warning,) = [line for line in done.stderr.splitlines() if line.startswith("agl run: warning:")]
+    assert warning.startswith(
+        "agl run: warning: capture was on ($AGL_LANGCHAIN_INSTRUMNT (agl reads no such variable; "
+        "did you mean $AGL_LANGCHAIN_INSTRUMENT?)) but 1 finished rollout(s) with gateway calls had no LLM span"
+    )
+
+
+@pytest.mark.timeout(300)
+def test_no_capture_switched_on_says_nothing(rig, tmp_path):
+    store, gateway = rig
+    done = agl_run(store, gateway, tmp_path, launcher=False)
+    assert done.returncode == 0, done.stderr
+    assert len(list(store.query_llm_calls())) == 2
+    assert "warning" not in done.stderr, done.stderr  # calls with no spans are what a plain agent records
