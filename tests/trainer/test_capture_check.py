@@ -5,6 +5,9 @@ tests/fake_engine.py as the model, TinyBackend as the backend)."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -62,3 +65,24 @@ def test_the_trainer_says_nothing_when_no_capture_is_on(tmp_path, monkeypatch, c
     with FakeEngine() as engine, caplog.at_level(logging.WARNING, logger="agl_trainer.trainer"):
         Trainer(small_config(tmp_path, engine), backend=TinyBackend(tmp_path / "calls.jsonl")).fit(agent, _tasks(2))
     assert not [r for r in caplog.records if "capture was on" in r.getMessage()]
+
+
+IN_PROCESS = """
+import agl_otel
+from agl_trainer.capture_check import capture_switched_on
+print(capture_switched_on())
+agl_otel.instrument()
+print(capture_switched_on())
+agl_otel.uninstrument()
+print(capture_switched_on())
+"""
+
+
+def test_an_integration_instrumented_in_code_counts_as_on():
+    """agl_otel.instrument() in the trainer's own process (a fresh one: it sets the global tracer provider)."""
+    environ = {k: v for k, v in os.environ.items() if not k.endswith("_INSTRUMENT")}
+    done = subprocess.run(
+        [sys.executable, "-c", IN_PROCESS], env=environ, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "['agl-otel (instrumented in this process)']", "[]"]
