@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from examples.baseline import BASE_FILE, add_before_argument, shared_before
+from examples.loggers import add_logger_argument, with_loggers
 from examples.spec import ExampleSpec
 
 
@@ -48,6 +49,7 @@ def train_parser(spec: ExampleSpec, description: str | None) -> argparse.Argumen
     add_before_argument(parser)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--fresh", action="store_true", help="start over instead of resuming the workdir")
+    add_logger_argument(parser)
     return parser
 
 
@@ -113,6 +115,7 @@ def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -
         max_response_tokens=args.max_response_tokens,
     )
     config["progress"] = sys.stderr.isatty()
+    config = with_loggers(config, args)
     before = shared_before(args, config, test, spec.run_split, workdir.parent / "base-test")
     try:
         result = Trainer(config).fit(spec.agent, train_tasks=train, val_tasks=test)

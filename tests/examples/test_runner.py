@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import subprocess
@@ -10,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from agl_trainer.config import TrainerConfig
 from examples.calc_agent.spec import SPEC as CALC
 from examples.evaluation import evaluate_parser
+from examples.loggers import with_loggers
 from examples.rag_agent.spec import SPEC as RAG
 from examples.sql_agent.spec import SPEC as SQL
 from examples.training import parse_train_args
@@ -93,7 +96,38 @@ def test_the_commands_run_as_modules_from_the_repository_root():
         "examples.rag_agent.report": "--readme",
         "examples.first_digit.train": "--preset",
     }
+    for module in ("examples.calc_agent.train", "examples.first_digit.train"):
+        commands[module] += " --logger {tensorboard,wandb}"  # each its own --logger too
     for module, option in commands.items():
         done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
-        assert option in done.stdout, module
+        for each in option.split(" "):
+            assert each in done.stdout, (module, each)
+
+
+@SPECS
+def test_logger_switches_the_trainers_loggers_on(spec, tmp_path):
+    args, _ = parse_train_args(spec, ["--logger", "tensorboard", "--logger", "wandb", "--logger", "tensorboard"], None)
+    config = spec.trainer_config(
+        args,
+        seed=0,
+        workdir=tmp_path,
+        model_path=tmp_path / "m",
+        steps=1,
+        batch_size=1,
+        n_rollouts=2,
+        max_response_tokens=8,
+    )
+    logged = with_loggers(config, args)
+    assert logged["loggers"] == [*config.get("loggers", []), "tensorboard", "wandb"]
+    assert [entry.name for entry in TrainerConfig.model_validate(logged).loggers] == ["tensorboard", "wandb"]
+    none, _ = parse_train_args(spec, [], None)
+    assert none.logger == [] and with_loggers(config, none) is config
+    with pytest.raises(SystemExit):
+        parse_train_args(spec, ["--logger", "mlflow"], None)
+
+
+def test_logger_adds_only_loggers_the_config_does_not_have():
+    config = {"loggers": [{"name": "wandb", "project": "p"}]}
+    args = argparse.Namespace(logger=["wandb", "tensorboard"])
+    assert with_loggers(config, args)["loggers"] == [{"name": "wandb", "project": "p"}, "tensorboard"]

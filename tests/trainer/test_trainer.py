@@ -199,7 +199,7 @@ def test_a_short_loop_end_to_end(tmp_path, engine):
         ("train", 1),
         ("train", 2),
         ("train", 3),
-        ("val", 4),
+        ("val", 3),  # the final validation, at the last training step
     ]
     step2 = records[2]
     # the trainer's tokens/s (every transition's tokens over the update's time), unless the backend gave its own

@@ -99,6 +99,7 @@ def test_join_by_response_id_keeps_agent_names_and_engine_tokens(store, reader):
     assert [t.step for t in ts] == [0, 1]
     assert all(t.task_id == "t-1" and t.model_version == "v1" for t in ts)
     assert report.joined_by_id == 2 and report.gateway_only == 0 and report.transitions == 2
+    assert report.rollouts_without_spans == 0
 
 
 def test_fallback_by_order_needs_matching_messages(store, reader):
@@ -125,6 +126,7 @@ def test_fallback_by_order_needs_matching_messages(store, reader):
     ts, report = build_transitions(store, [r], reader=reader)
     assert [(t.call_id, t.agent) for t in ts] == [("c1", "a"), ("c2", None), ("c3", "b")]
     assert report.joined_by_order == 2 and report.gateway_only == 1 and report.unmatched_spans == 0
+    assert report.rollouts_without_spans == 0  # one call with no span, but spans joined the others
 
 
 def test_unmatched_span_is_reported_not_guessed(store, reader, caplog):
@@ -138,6 +140,8 @@ def test_unmatched_span_is_reported_not_guessed(store, reader, caplog):
     assert "could not be matched" in caplog.text and "ro-1/s1" in caplog.text
     # The gateway's record is still training data, but it was not given the span's agent.
     assert [(t.call_id, t.agent) for t in ts] == [("c1", None)]
+    # spans came, none joined a call: counted as a rollout whose calls no span joined
+    assert report.rollouts_without_spans == 1 and report.without_spans == ["ro-1"]
 
 
 def test_span_without_gateway_record_is_text_only(store, reader):
@@ -149,6 +153,7 @@ def test_span_without_gateway_record_is_text_only(store, reader):
     assert t.token_source == "text" and len(t.prompt_ids) == 0 and t.response_logprobs is None
     assert t.prompt_messages == _msgs("hi") and t.response_text == "out s1"
     assert t.reward == 0.5 and t.agent == "a" and report.text_only == 1
+    assert report.rollouts_without_spans == 0  # no gateway call: nothing to join
     ts, _ = build_transitions(store, [r], TransitionConfig(text_only=False), reader=reader)
     assert ts == []
 
@@ -160,6 +165,10 @@ def test_gateway_records_without_spans_become_transitions(store, reader):
     ts, report = build_transitions(store, [r], reader=reader)
     assert [t.call_id for t in ts] == ["c0", "c1", "c2"] and all(t.agent is None for t in ts)
     assert report.gateway_only == 3
+    assert report.rollouts_without_spans == 1 and report.without_spans == ["ro-1"]
+    assert report.joins() == (
+        "0 calls joined to their span by id, 0 by order, 3 unjoined (no LLM span), 0 text-only spans (no gateway call)"
+    )
 
 
 def test_aborted_calls_are_left_out_and_counted(store, reader):

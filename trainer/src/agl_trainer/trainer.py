@@ -56,6 +56,7 @@ from agl.runner import Agent, Runner
 from agl.schema import ModelVersion, Rollout, RolloutStatus, Task, Transition, short_id
 from agl.store.base import Store, open_store
 from agl_trainer.backend import Backend
+from agl_trainer.capture_check import capture_switched_on, silent_capture_warning
 from agl_trainer.config import TrainerConfig, parse_config
 from agl_trainer.engine import Engine
 from agl_trainer.loggers import Logger, RunInfo, build_loggers, redacted
@@ -69,9 +70,12 @@ from agl_trainer.metrics import (
     reward_metrics,
     transition_metrics,
 )
-from agl_trainer.transitions import TransitionBuilder
+from agl_trainer.transitions import BuildReport, TransitionBuilder
 
 log = logging.getLogger(__name__)
+
+JOIN_COUNTS = ("joined_by_id", "joined_by_order", "gateway_only", "text_only")
+"""The build report's join counts: in every step record (``build_*``), zeros too."""
 
 STATE_FILE = "trainer_state.json"
 # Fields a resumed run may change: more steps extend it; output switches change nothing trained.
@@ -190,6 +194,8 @@ class Trainer:
         self._runner_thread: threading.Thread | None = None
         self._version_steps: dict[str | None, int] = {}
         self._writer: BufferedWriter | None = None
+        self._capture_warned = False
+        """Whether this run said already that capture was on and recorded nothing (said once a run)."""
         self.console: Any = None
         self.loggers: list[Logger] = []
         """The experiment-tracker loggers of the config's ``loggers``, registered as plugins while ``fit`` runs."""
@@ -251,10 +257,11 @@ class Trainer:
                 width = self.console.width if self.console.is_terminal else None  # a log file: one line a step
                 self.console.print(console_line(record, cfg.steps, width), soft_wrap=True, highlight=False)
             if val and state.get("after") is None:
+                # Its rollouts are <run>-val<steps + 1>-<i>; its metrics go at the last training step.
                 state["after"] = self._evaluate(val, cfg.steps + 1, state, label="after")
                 self._save_state(state)
-                metrics.append({"kind": "val", "step": cfg.steps + 1, **state["after"]})
-                self._log_evaluation(cfg.steps + 1, state["after"])
+                metrics.append({"kind": "val", "step": cfg.steps, **state["after"]})
+                self._log_evaluation(cfg.steps, state["after"])
             return self._report(state, metrics)
         except BaseException:
             self._stop_loggers(failed=True)  # W&B marks the run failed
@@ -546,7 +553,8 @@ class Trainer:
         record: dict[str, Any] = {"kind": "train", "step": step, "model_version": version, **engine_metrics}
         record.update(reward_metrics(builder.finals, ended, cfg.success_threshold))
         report = builder.report.as_metrics()
-        record.update({f"build_{k}": v for k, v in report.items() if v})
+        record.update({f"build_{k}": v for k, v in report.items() if v or k in JOIN_COUNTS})
+        self._check_capture(builder.report)
         update_metrics: dict[str, float] = {}
         if self.backend is not None and transitions:
             update_metrics = dict(self.backend.train_step(transitions, step))
@@ -576,6 +584,15 @@ class Trainer:
             record["time_val_s"] = time.perf_counter() - tv
         record["time_step_s"] = time.perf_counter() - t0
         return record
+
+    def _check_capture(self, report: BuildReport) -> None:
+        """Warn, once a run, when capture is on here and rollouts had gateway calls but no LLM span joined."""
+        if self._capture_warned or not report.rollouts_without_spans:
+            return
+        capture = capture_switched_on()
+        if capture:
+            self._capture_warned = True
+            log.warning(silent_capture_warning(capture, report.rollouts_without_spans, report.without_spans[0]))
 
     def _engine_counters(self) -> dict[str, int]:
         return self._engine.counters() if self._engine is not None else {}

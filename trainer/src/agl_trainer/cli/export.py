@@ -31,7 +31,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``agl export transitions``: write the file, then say on stderr what was left out and why."""
+    """``agl export transitions``: write the file, then say on stderr how calls and spans joined,
+    what was left out and why."""
     from agl.store import open_store
     from agl.store.base import default_store_url
     from agl_trainer.export import drop_notes, export_transitions, format_for
@@ -47,11 +48,14 @@ def run(args: argparse.Namespace) -> int:
         n, report = export_transitions(store, args.output, step=args.step, mode=args.mode, format=fmt, config=config)
     finally:
         store.close()
-    print(
-        f"agl export: {n} transitions from {report.rollouts} rollouts to {args.output} ({fmt})"
-        + (f"; {report.unmatched_spans} unmatched spans" if report.unmatched_spans else ""),
-        file=sys.stderr,
-    )
+    print(f"agl export: {n} transitions from {report.rollouts} rollouts to {args.output} ({fmt})", file=sys.stderr)
+    print(f"agl export: {report.joins()}", file=sys.stderr)
+    if report.rollouts_without_spans:
+        print(
+            f"agl export: {report.rollouts_without_spans} rollouts had gateway calls and no LLM span joined "
+            f"(e.g. {report.without_spans[0]}): where capture was on for them it recorded nothing",
+            file=sys.stderr,
+        )
     for note in drop_notes(report):
         print(f"agl export: {note}", file=sys.stderr)
     return 0

@@ -27,6 +27,11 @@ child's ``OPENAI_*`` variables are left as they are. What the child gets is prin
 stderr (the key shortened, a store password hidden). Exit code 0 marks the rollout ``succeeded``; any other
 code (or a signal) marks it ``failed`` with the code and the tail of the child's
 stderr; running past ``--timeout`` kills it and marks it ``timed_out``.
+
+With a gateway, when capture was switched on for the child (an ``AGL_<FRAMEWORK>_INSTRUMENT``
+switch, ``opentelemetry-instrument`` as the command, or an ``AGL_*`` variable that looks like a
+misspelled switch) and no LLM span joined any of the rollout's gateway calls, one line on stderr
+says so, naming what was on and the likely causes (:mod:`agl_trainer.capture_check`).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from agl import env
+from agl_trainer.capture_check import switched_on_by
 from agl_trainer.cli._common import (
     Credential,
     add_store_client_arguments,
@@ -298,9 +304,28 @@ def run(args) -> int:
             file=sys.stderr,
             flush=True,
         )
+        if args.gateway:
+            warn_silent_capture(store, ended, switched_on_by(child_environ, command))
         return code if code >= 0 else 128 - code
     finally:
         store.close()
+
+
+def warn_silent_capture(store, ended: Rollout, capture: list[str]) -> None:
+    """Say on stderr, in one line, when capture was on and no LLM span joined the rollout's gateway calls."""
+    from agl_trainer.capture_check import silent_capture_warning
+    from agl_trainer.transitions import TransitionBuilder, TransitionConfig
+
+    if not capture or not ended.status.terminal:
+        return
+    builder = TransitionBuilder(store, TransitionConfig(missing_reward=0.0, reward_plugins=False))
+    try:
+        builder.build([ended])
+    except Exception as exc:  # the rollout is recorded already; only the check is lost, and said so
+        print(f"agl run: could not check what capture recorded: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    if builder.report.rollouts_without_spans:
+        print(f"agl run: warning: {silent_capture_warning(capture, 1, ended.rollout_id)}", file=sys.stderr)
 
 
 def _run_child(command, environ, timeout, beat, heartbeat_s) -> tuple[int, bool, str]:

@@ -14,7 +14,7 @@ loggers plugins register (``agl_register_loggers``); the two here are registered
 that way too, as a built-in plugin, ``trylast`` so that a plugin may replace one. The trainer makes one
 :class:`~agl_trainer.loggers.base.Logger` per entry and registers it as an ``agl``
 plugin on ``agl_step_ended`` for the length of the run; it also hands them the
-before/after evaluations (steps 0 and ``steps + 1``, as in ``metrics.jsonl``).
+before/after evaluations (at step 0 and at the last training step, as in ``metrics.jsonl``).
 Their libraries are extras: ``pip install 'agl-trainer[tensorboard,wandb]'``.
 
 A logger of your own can be registered the same way (a :class:`Logger` subclass),

@@ -365,6 +365,8 @@ class TransitionBuilder:
             calls.sort(key=_by_seq)
         if not spans:
             report.gateway_only += len(calls)
+            if calls:
+                report.spanless(rid)
             return _Joined(calls, [None] * len(calls), [None] * len(calls), None)
         if len(spans) == len(calls):
             # The common case: every call has its span, joined by response id; the gateway's order stands.
@@ -432,6 +434,8 @@ class TransitionBuilder:
             if c.call_id not in taken:
                 report.gateway_only += 1
                 steps.append(make_step(c.time, c, None))
+        if calls and not taken:
+            report.spanless(rid)
         if any(steps[k].time > steps[k + 1].time for k in range(len(steps) - 1)):
             steps.sort(key=lambda s: (s.time, s.call.seq if s.call else 0))
         return steps

@@ -37,10 +37,17 @@ class BuildReport:
     rollouts: int = 0
     transitions: int = 0
     joined_by_id: int = 0
+    """Gateway calls joined to their LLM span by response id."""
     joined_by_order: int = 0
+    """Gateway calls joined to an LLM span with no response id, by their messages, in order."""
     unmatched_spans: int = 0
     text_only: int = 0
+    """LLM spans with no gateway call (their transitions carry text, no token ids)."""
     gateway_only: int = 0
+    """Gateway calls no LLM span joined (unjoined: no agent name, no span messages)."""
+    rollouts_without_spans: int = 0
+    """Ended rollouts with gateway calls of which no LLM span joined a single one: where capture
+    was on, it captured nothing for them (:mod:`agl_trainer.capture_check` says so)."""
     filtered_out: int = 0
     stale_records: int = 0
     aborted_calls: int = 0
@@ -49,6 +56,22 @@ class BuildReport:
     dropped_rollouts: dict[str, int] = field(default_factory=dict)
     unmatched: list[tuple[str, str]] = field(default_factory=list)
     """``(rollout_id, span_id)`` of unmatched spans (the first 100)."""
+    without_spans: list[str] = field(default_factory=list)
+    """Ids of rollouts counted in ``rollouts_without_spans`` (the first 100)."""
+
+    def spanless(self, rollout_id: str) -> None:
+        """Count a rollout whose gateway calls no LLM span joined."""
+        self.rollouts_without_spans += 1
+        if len(self.without_spans) < 100:
+            self.without_spans.append(rollout_id)
+
+    def joins(self) -> str:
+        """The join counts in words: by id, by order, unjoined calls, text-only spans."""
+        return (
+            f"{self.joined_by_id} calls joined to their span by id, {self.joined_by_order} by order, "
+            f"{self.gateway_only} unjoined (no LLM span), {self.text_only} text-only spans (no gateway call)"
+            + (f", {self.unmatched_spans} unmatched spans left out" if self.unmatched_spans else "")
+        )
 
     def drop(self, reason: str) -> None:
         self.dropped_rollouts[reason] = self.dropped_rollouts.get(reason, 0) + 1
