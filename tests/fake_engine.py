@@ -18,7 +18,8 @@ Its "model" works on bytes: a token id is a byte of UTF-8.
   rendered as ``<tool_call>{"name": …, "arguments": …}</tool_call>``, so the next
   turn's prompt extends this one's prompt + response exactly.
 - Each response token's logprob is ``-0.1 - (id % 10) / 100``.
-- ``max_tokens`` cuts the answer (finish ``length``), ``stop`` cuts it at a stop string,
+- ``max_tokens`` cuts the answer (finish ``length``), ``stop`` cuts it at a stop string
+  (named in the choice's ``stop_reason``, as vLLM does),
   ``n`` gives choices suffixed `` [i]``, and a prompt plus ``max_tokens`` over
   ``max_model_len`` is refused with vLLM's 400 message.
 - ``response_format`` json_schema is honoured (a JSON object) only with ``structured_output=True``.
@@ -165,6 +166,7 @@ class FakeEngine:
         return reply, None
 
     def _choice_tokens(self, req: dict, body: str, calls: list[dict] | None, budget: int):
+        """(text, tool calls, ids, finish_reason, the stop string that ended it or None) of one choice."""
         full = body + "".join(render_tool_call(c) for c in calls or []) + END
         ids = list(full.encode())
         stop = req.get("stop")
@@ -175,11 +177,11 @@ class FakeEngine:
                 if cut >= 0:
                     body = body[:cut]
                     ids = list(body.encode())
-                    return body, None, ids, "stop"
+                    return body, None, ids, "stop", s
         if len(ids) > budget:
             ids = ids[:budget]
-            return bytes(ids).decode("utf-8", "ignore"), None, ids, "length"
-        return body, calls, ids, "tool_calls" if calls else "stop"
+            return bytes(ids).decode("utf-8", "ignore"), None, ids, "length", None
+        return body, calls, ids, "tool_calls" if calls else "stop", None
 
     def _check(self, req: dict, prompt_len: int) -> tuple[int, dict] | None:
         fmt = req.get("response_format") or {}
@@ -218,7 +220,7 @@ class FakeEngine:
         n = req.get("n") or 1
         choices, completion = [], 0
         for i in range(n):
-            body, calls, ids, finish = self._choice_tokens(
+            body, calls, ids, finish, matched = self._choice_tokens(
                 req, *self._answer(req, i, n), self._budget(req, len(prompt))
             )
             completion += len(ids)
@@ -229,6 +231,7 @@ class FakeEngine:
                 "index": i,
                 "message": message,
                 "finish_reason": finish,
+                "stop_reason": matched,
                 "logprobs": {"content": self._lp_content(ids)} if req.get("logprobs") else None,
             }
             if req.get("return_token_ids"):
@@ -260,7 +263,7 @@ class FakeEngine:
         choices, completion = [], 0
         for i in range(n):
             body = f"echo {len(prompt_ids)}" + (f" [{i}]" if n > 1 else "")
-            body, _, ids, finish = self._choice_tokens(req, body, None, self._budget(req, len(prompt_ids)))
+            body, _, ids, finish, _ = self._choice_tokens(req, body, None, self._budget(req, len(prompt_ids)))
             completion += len(ids)
             choice = {"index": i, "text": body, "finish_reason": finish, "logprobs": None}
             if req.get("logprobs") is not None:
@@ -364,6 +367,7 @@ class FakeEngine:
                 "index": c["index"],
                 "delta": {},
                 "finish_reason": c["finish_reason"],
+                "stop_reason": c["stop_reason"],
                 "logprobs": {"content": self._lp_content(rest)} if lp_wanted else None,
             }
             if ids_wanted:
