@@ -94,8 +94,12 @@ def normalize_messages(messages: Any) -> list[tuple[str, str]]:
 
 
 def request_messages(request: dict) -> Any:
-    """The prompt of a gateway request: chat ``messages``, or the Responses API's ``instructions`` + ``input``."""
+    """The prompt of a gateway request: chat ``messages`` (after an Anthropic request's ``system``),
+    or the Responses API's ``instructions`` + ``input``."""
     if "messages" in request:
+        system = request.get("system")
+        if system and isinstance(request["messages"], list):
+            return [{"role": "system", "content": system}, *request["messages"]]
         return request["messages"]
     if "input" in request:
         items = request["input"]
@@ -109,7 +113,7 @@ def request_messages(request: dict) -> Any:
 
 
 def response_text(response: dict) -> str | None:
-    """The text of a gateway response (chat completion, completion or Responses API)."""
+    """The text of a gateway response (chat completion, completion, Responses API or Anthropic Message)."""
     choices = response.get("choices")
     if choices:
         first = choices[0]
@@ -121,6 +125,8 @@ def response_text(response: dict) -> str | None:
         return response["output_text"]
     if isinstance(response.get("output"), list):
         return "".join(_content_text(item.get("content")) for item in response["output"] if isinstance(item, dict))
+    if response.get("type") == "message" and isinstance(response.get("content"), list):
+        return _content_text([b for b in response["content"] if isinstance(b, dict) and b.get("type") == "text"])
     return None
 
 
