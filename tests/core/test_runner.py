@@ -419,7 +419,8 @@ def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
 def _agl_env(**extra: str) -> dict[str, str]:
     """The caller's environment without agl's variables, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGL_")}
-    return env | {"PYTHONPATH": str(REPO / "core" / "src")} | extra
+    path = os.pathsep.join(filter(None, [str(REPO / "core" / "src"), os.environ.get("PYTHONPATH")]))
+    return env | {"PYTHONPATH": path} | extra  # the caller's path after: a worktree's own packages
 
 
 def test_agl_run_and_the_gateway_read_the_same_key_secret_variable(tmp_path):
@@ -475,11 +476,12 @@ def test_agl_run_with_a_gateway_and_no_key_secret_says_which_flag(tmp_path):
 
 def test_agl_run_without_a_gateway_leaves_the_callers_openai_variables(tmp_path):
     out = tmp_path / "seen.json"
-    keys = ("OPENAI_API_KEY", "OPENAI_BASE_URL")
+    keys = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")
     code = f"import json, os; json.dump({{k: os.environ.get(k) for k in {keys!r}}}, open({str(out)!r}, 'w'))"
+    theirs = {"OPENAI_BASE_URL": "https://example.invalid/v1", "ANTHROPIC_API_KEY": "their-anthropic-key"}
     proc = subprocess.run(
         [*AGL, "run", "--store", f"sqlite:///{tmp_path}/a.db", "--", sys.executable, "-c", code],
-        env=_agl_env(OPENAI_API_KEY="users-own-key") | {"OPENAI_BASE_URL": "https://example.invalid/v1"},
+        env=_agl_env(OPENAI_API_KEY="users-own-key") | theirs | {"ANTHROPIC_BASE_URL": "https://example.invalid"},
         capture_output=True,
         text=True,
         timeout=60,
@@ -488,8 +490,10 @@ def test_agl_run_without_a_gateway_leaves_the_callers_openai_variables(tmp_path)
     assert json.loads(out.read_text()) == {
         "OPENAI_API_KEY": "users-own-key",
         "OPENAI_BASE_URL": "https://example.invalid/v1",
+        "ANTHROPIC_API_KEY": "their-anthropic-key",
+        "ANTHROPIC_BASE_URL": "https://example.invalid",
     }
-    assert "no gateway (--gateway or $AGL_GATEWAY_URL): OPENAI_* left as they are" in proc.stderr
+    assert "no gateway (--gateway or $AGL_GATEWAY_URL): OPENAI_* and ANTHROPIC_* left as they are" in proc.stderr
     assert "users-own-key" not in proc.stderr
 
 
