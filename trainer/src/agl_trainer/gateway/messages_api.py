@@ -364,9 +364,7 @@ class EventStream:
         stop_reason, stop_sequence = _stop(self.finish_reason, self.matched, self.stops, bool(self.calls))
         self.message.update(stop_reason=stop_reason, stop_sequence=stop_sequence, usage=_usage(usage))
         delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
-        out.append(
-            self._event("message_delta", delta=delta, usage={"output_tokens": self.message["usage"]["output_tokens"]})
-        )
+        out.append(self._event("message_delta", delta=delta, usage=dict(self.message["usage"])))  # cumulative
         out.append(self._event("message_stop"))
         return out
 

@@ -62,7 +62,9 @@ def normalize_messages(messages: Any) -> list[tuple[str, str]]:
     Responses API input (a string, or items with ``role`` and ``content``). A Responses
     ``function_call`` item is an assistant turn (consecutive ones are one turn, as a chat
     model makes them and as the integrations record them) and a ``function_call_output``
-    a tool turn. Other items with no role (reasoning) keep their type as role.
+    a tool turn. Other items with no role (reasoning) keep their type as role. An Anthropic
+    user message's ``tool_result`` blocks are tool turns, in order with its other blocks
+    (as the gateway renders them).
     """
     if messages is None:
         return []
@@ -88,8 +90,32 @@ def normalize_messages(messages: Any) -> list[tuple[str, str]]:
             continue
         role = m.get("role") or m.get("type") or ""
         role = _ROLE_ALIASES.get(role, role)
+        if role == "user" and _has_tool_results(m.get("content")):
+            out += _tool_result_turns(m["content"])
+            continue
         text = _content_text(m["parts"]) if "parts" in m and "content" not in m else _content_text(m.get("content"))
         out.append((role, text.strip()))
+    return out
+
+
+def _has_tool_results(content: Any) -> bool:
+    return isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+
+
+def _tool_result_turns(blocks: list) -> list[tuple[str, str]]:
+    """An Anthropic user message's blocks as turns: each ``tool_result`` a tool turn, other runs user turns."""
+    out: list[tuple[str, str]] = []
+    run: list = []
+    for block in blocks:
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            if run:
+                out.append(("user", _content_text(run).strip()))
+                run = []
+            out.append(("tool", _content_text(block.get("content")).strip()))
+        else:
+            run.append(block)
+    if run:
+        out.append(("user", _content_text(run).strip()))
     return out
 
 
