@@ -18,23 +18,10 @@ from agl.capture import BufferedWriter
 from agl.schema import Rollout, RolloutStatus, Task
 from agl_trainer.gateway import Gateway
 from agl_trainer.transitions import TransitionConfig, build_transitions
+from tests.gateway.test_messages import CHAT_TOOLS, TOOLS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-TOOLS = [
-    {
-        "name": "get_weather",
-        "description": "Get the current weather in a city",
-        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    }
-]
-CHAT_TOOLS = [
-    {
-        "type": "function",
-        "function": {"name": t["name"], "parameters": t["input_schema"], "description": t["description"]},
-    }
-    for t in TOOLS
-]
 GREEDY = {"temperature": 0}  # the API takes it; this SDK version no longer names it
 
 

@@ -33,7 +33,7 @@ from urllib.parse import parse_qs
 from agl.credentials import RolloutKeys
 from agl.errors import StoreUnavailable
 from agl.schema import RolloutStatus
-from agl_trainer.gateway import chat, messages_api, responses_api, validate
+from agl_trainer.gateway import chat, messages_api, responses_api, translated, validate
 from agl_trainer.gateway.auth import ROLLOUT, Caller, GatewayAuth
 from agl_trainer.gateway.errors import (
     GatewayError,
@@ -377,10 +377,9 @@ class GatewayApp:
                     raise server_error(
                         502, "the engine's answer was cut short", str(exc), type="upstream_error", code="engine_error"
                     ) from None
-            if kind == "responses":
-                await responses_api.serve(self.recorder, meta, req, resp, shown, send)
-            elif kind == "messages":
-                await messages_api.serve(self.recorder, meta, req, resp, shown, send)
+            if kind in ("responses", "messages"):
+                api = responses_api if kind == "responses" else messages_api
+                await translated.serve(self.recorder, meta, req, resp, send, api.translators(meta, req, shown))
             elif req.get("stream"):
                 await self._relay_stream(kind == "chat.completions", meta, req, resp, shown, send)
             else:

@@ -40,17 +40,13 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from agl_trainer import anthropic_requests
-from agl_trainer.gateway import validate
-from agl_trainer.gateway.chat import StreamAccumulator, engine_json, take_chat_tokens
-from agl_trainer.gateway.errors import GatewayError, server_error
-from agl_trainer.gateway.recorder import CallMeta, Recorder
-from agl_trainer.gateway.sse import iter_engine_chunks
-from agl_trainer.gateway.upstream import UpstreamResponse
-from agl_trainer.http import SSE_HEADERS, named_event
+from agl_trainer.gateway import translated, validate
+from agl_trainer.gateway.errors import GatewayError
+from agl_trainer.gateway.recorder import CallMeta
+from agl_trainer.http import named_event
 
 log = logging.getLogger(__name__)
 
@@ -297,6 +293,16 @@ class EventStream:
     def _event(name: str, **fields: Any) -> bytes:
         return named_event(name, {"type": name, **fields})
 
+    def start(self) -> list[bytes]:
+        return []  # message_start waits for the first chunk: it carries the prompt's ids, its input_tokens
+
+    def failed(self, message: str) -> bytes:
+        return self._event("error", error={"type": "api_error", "message": message})
+
+    @property
+    def result(self) -> dict:
+        return self.message
+
     def _start(self, chunk: dict) -> list[bytes]:
         self.started = True
         prompt = chunk.get("prompt_token_ids")
@@ -369,35 +375,9 @@ class EventStream:
         return out
 
 
-async def serve(
-    recorder: Recorder, meta: CallMeta, req: dict, upstream: UpstreamResponse, model: str | None, send: Callable
-) -> None:
-    """Answer a Messages request from the engine's chat answer ``upstream`` (status 200), and record it."""
-    if not req.get("stream"):
-        chat = engine_json(await upstream.read())
-        prompt_ids, tokens = take_chat_tokens(chat, keep_ids=False, keep_logprobs=False)
-        message = from_chat_response(chat, req, meta.call_id, model)
-        payload = json.dumps(message).encode()
-        recorder.record(meta, prompt_ids, tokens[:1], message)
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
-        return
-    events = EventStream(req, meta.call_id, model)
-    acc = StreamAccumulator(chat=True)
-    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-    try:
-        async for chunk in iter_engine_chunks(upstream):
-            acc.feed(chunk)
-            out = events.feed(chunk)
-            if out:
-                await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
-    except ConnectionError as exc:
-        hidden = server_error(502, "the engine dropped the stream", str(exc))  # no engine URL for the client
-        failed = EventStream._event("error", error=error_body(hidden)["error"])
-        await send({"type": "http.response.body", "body": failed, "more_body": False})
-        log.warning("gateway: stream of %s cut short, not recorded: %s", meta.call_id, exc)
-        return
-    await send({"type": "http.response.body", "body": b"".join(events.finish(acc.usage)), "more_body": False})
-    prompt_ids, tokens = acc.tokens()
-    recorder.record(meta, prompt_ids, tokens[:1], events.message)
+def translators(meta: CallMeta, req: dict, model: str | None) -> translated.Translators:
+    """How to answer a Messages request from the engine's chat answer (for :func:`translated.serve`)."""
+    return translated.Translators(
+        lambda chat: from_chat_response(chat, req, meta.call_id, model),
+        lambda: EventStream(req, meta.call_id, model),
+    )
