@@ -307,6 +307,36 @@ def test_agents_reach_the_gateway_and_calls_become_transitions(sqlite_store):
     assert {t.rollout_id for t in ts} == {"ro0", "ro1", "ro2"}
 
 
+def test_set_env_points_openai_and_anthropic_clients_at_the_rollouts_route(sqlite_store, monkeypatch):
+    import anthropic
+    import openai
+
+    from agl_trainer.gateway import Gateway
+
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_URL", "ANTHROPIC_AUTH_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    _enqueue(sqlite_store, 1)
+
+    def agent(task_input, ctx):  # clients made as scripts make them: everything from the environment
+        claude = anthropic.Anthropic(max_retries=0)
+        said = claude.messages.create(model="claude-x", max_tokens=32, messages=[{"role": "user", "content": "hi"}])
+        gpt = openai.OpenAI(max_retries=0).chat.completions.create(
+            model="gpt-x", messages=[{"role": "user", "content": "hey"}]
+        )
+        assert os.environ["ANTHROPIC_BASE_URL"] == ctx.base_url.removesuffix("/v1")
+        return 1.0 if (said.content[0].text, gpt.choices[0].message.content) == ("echo: hi", "echo: hey") else 0.0
+
+    with FakeEngine() as engine, Gateway(sqlite_store, [engine.url], token="secret", model_version="v0") as gw:
+        runner = Runner(agent, sqlite_store, gateway_url=gw.url, rollout_keys=gw.keys, concurrency=1, set_env=True)
+        assert _run(runner) == {"succeeded": 1}
+        gw.flush()
+    [rollout] = sqlite_store.query_rollouts()
+    calls = sorted(sqlite_store.query_llm_calls(rollout_id=rollout.rollout_id), key=lambda c: c.seq)
+    assert [c.endpoint for c in calls] == ["messages", "chat.completions"]
+    assert [r.value for r in sqlite_store.query_rewards(rollout_id=rollout.rollout_id)] == [1.0]
+    assert "ANTHROPIC_API_KEY" not in os.environ  # put back as it was
+
+
 RUN_TOKEN = "run-token-0123456789abcdefg"
 
 
