@@ -40,6 +40,8 @@ def test_the_sdks_tool_use_example_runs_unmodified_through_agl_run(tmp_path):
         ):
             env = {k: v for k, v in os.environ.items() if not k.startswith(("AGL_", "ANTHROPIC_", "OPENAI_"))}
             env |= {
+                "ANTHROPIC_AUTH_TOKEN": "the-callers-own-token",  # would be sent beside the key: left out
+                "ANTHROPIC_BASE_URL": "https://api.anthropic.invalid",  # replaced by the rollout's route
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "core" / "src"), os.environ.get("PYTHONPATH")])),
                 "AGL_ROLLOUT_KEY_SECRET": gw.keys.secret,
                 "AGL_GATEWAY_TOKEN": TOKEN,
@@ -56,6 +58,7 @@ def test_the_sdks_tool_use_example_runs_unmodified_through_agl_run(tmp_path):
             [rollout] = store.query_rollouts()
             rid = rollout.rollout_id
             assert f"ANTHROPIC_BASE_URL=ANTHROPIC_API_URL={gw.url}/rollouts/{rid}," in proc.stderr
+            assert "the-callers-own-token" not in proc.stderr + proc.stdout
             assert "Initial response" in proc.stdout and '"type": "tool_use"' in proc.stdout
             assert "result: The weather is 73f" in proc.stdout  # the answer to its tool_result
             sent = list(engine.requests)

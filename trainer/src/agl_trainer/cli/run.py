@@ -15,10 +15,10 @@ task's input as JSON) and ``AGL_ROLLOUT_KEY`` (the rollout's own key, see
 (this rollout's gateway route) and ``OPENAI_API_KEY``: the rollout's key again; for
 Anthropic clients ``ANTHROPIC_BASE_URL`` and ``ANTHROPIC_API_URL`` (LangChain's
 ``ChatAnthropic`` reads that one first) are the same route without ``/v1`` (the
-``anthropic`` SDK appends ``/v1/messages``), and ``ANTHROPIC_API_KEY`` and
-``ANTHROPIC_AUTH_TOKEN`` the rollout's key (so a token of the caller's cannot take the
-key's place). The child never gets a token that opens more than its rollout: ``AGL_STORE_TOKEN``, the
-gateway's tokens and the key secret are taken out of its environment (a child that
+``anthropic`` SDK appends ``/v1/messages``), and ``ANTHROPIC_API_KEY`` the rollout's
+key; a caller's ``ANTHROPIC_AUTH_TOKEN`` is left out then (a client sending it as well
+would be refused by the gateway). The child never gets a token that opens more than its
+rollout: ``AGL_STORE_TOKEN``, the gateway's tokens and the key secret are taken out of its environment (a child that
 writes to a store server authenticates with its rollout key, which the server accepts
 for that rollout's own observations).
 
@@ -198,8 +198,8 @@ def rollout_key(store, args: argparse.Namespace, rollout: Rollout) -> str | None
 
 ANTHROPIC_URLS = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_URL")
 """What Anthropic clients read their base URL from (the ``anthropic`` SDK, LangChain's ``ChatAnthropic``)."""
-ANTHROPIC_KEYS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
-"""What Anthropic clients read their credential from; both get the rollout's key."""
+SHADOWING = {"ANTHROPIC_API_KEY": "ANTHROPIC_AUTH_TOKEN"}
+"""A credential ``agl run`` hands the child → the caller's variable left out with it (clients send both)."""
 
 
 def child_env(args: argparse.Namespace, rollout: Rollout, store_url: str, key: str | None) -> dict[str, str]:
@@ -215,13 +215,15 @@ def child_env(args: argparse.Namespace, rollout: Rollout, store_url: str, key: s
     if args.gateway:
         route = f"{args.gateway.rstrip('/')}/rollouts/{rollout.rollout_id}"
         handed |= {"OPENAI_BASE_URL": f"{route}/v1", "OPENAI_API_BASE": f"{route}/v1", "OPENAI_API_KEY": key}
-        handed |= {name: route for name in ANTHROPIC_URLS} | {name: key for name in ANTHROPIC_KEYS}
+        handed |= {name: route for name in ANTHROPIC_URLS} | {"ANTHROPIC_API_KEY": key}
     return handed
 
 
 def full_child_env(handed: dict[str, str]) -> dict[str, str]:
-    """The child's whole environment: the caller's, less every token that opens more than one rollout."""
-    return {k: v for k, v in os.environ.items() if k not in SECRET_VARIABLES} | handed
+    """The child's whole environment: the caller's, less every token that opens more than one rollout
+    and less a credential of the caller's that a handed one replaces (:data:`SHADOWING`)."""
+    left_out = set(SECRET_VARIABLES) | {SHADOWING[k] for k in handed if k in SHADOWING}
+    return {k: v for k, v in os.environ.items() if k not in left_out} | handed
 
 
 def shorten_secret(secret: str) -> str:
@@ -253,7 +255,7 @@ def describe_env(handed: dict[str, str], args: argparse.Namespace) -> str:
         )
         lines.append(
             f"agl run: the child gets ANTHROPIC_BASE_URL=ANTHROPIC_API_URL={handed['ANTHROPIC_BASE_URL']}, "
-            f"ANTHROPIC_API_KEY=ANTHROPIC_AUTH_TOKEN=this rollout's key"
+            "ANTHROPIC_API_KEY=this rollout's key (ANTHROPIC_AUTH_TOKEN left out)"
         )
     else:
         lines.append(
