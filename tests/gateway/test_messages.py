@@ -284,3 +284,17 @@ def test_count_tokens_is_the_rendered_prompts_length(claude, engine, gateway, st
     with pytest.raises(anthropic.BadRequestError) as caught:
         claude.messages.count_tokens(model="m", messages=[])
     assert caught.value.body["error"]["message"].startswith("messages: ")
+
+
+def test_a_tool_call_whose_arguments_are_no_object_is_answered_as_text():
+    """tool_use.input must be an object: a call the engine parsed with other arguments stays the model's text."""
+    from agl_trainer.gateway.messages_api import from_chat_response
+
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "[1, 2]"}}
+    chat = {
+        "choices": [{"message": {"content": None, "tool_calls": [call]}, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+    }
+    msg = from_chat_response(chat, {"model": "m"}, "msg_x", None)
+    assert msg["content"] == [{"type": "text", "text": json.dumps({"name": "f", "arguments": "[1, 2]"})}]
+    assert msg["stop_reason"] == "end_turn" and msg["usage"] == {"input_tokens": 3, "output_tokens": 2}

@@ -211,7 +211,7 @@ def _stop(finish_reason: str | None, matched: Any, stops: list[str], used_tools:
     """``(stop_reason, stop_sequence)`` for a chat choice's ``finish_reason`` (and vLLM's ``stop_reason``)."""
     if finish_reason == "length":
         return "max_tokens", None
-    if used_tools or finish_reason == "tool_calls":
+    if used_tools:  # a call whose arguments were no object is text, and the turn ends
         return "tool_use", None
     if isinstance(matched, str) and matched in stops:
         return "stop_sequence", matched
@@ -240,10 +240,9 @@ def _tool_use(call: dict) -> dict:
     return {"type": "tool_use", "id": call_id, "name": fn.get("name", ""), "input": args}
 
 
-def _usage(usage: dict | None, prompt_len: int | None = None) -> dict:
+def _usage(usage: dict | None) -> dict:
     usage = usage or {}
-    inp = usage.get("prompt_tokens", prompt_len) or 0
-    return {"input_tokens": inp, "output_tokens": usage.get("completion_tokens") or 0}
+    return {"input_tokens": usage.get("prompt_tokens") or 0, "output_tokens": usage.get("completion_tokens") or 0}
 
 
 def _shell(msg_id: str, model: str | None, req: dict) -> dict:
