@@ -18,10 +18,14 @@ Its "model" works on bytes: a token id is a byte of UTF-8.
   rendered as ``<tool_call>{"name": …, "arguments": …}</tool_call>``, so the next
   turn's prompt extends this one's prompt + response exactly.
 - Each response token's logprob is ``-0.1 - (id % 10) / 100``.
-- ``max_tokens`` cuts the answer (finish ``length``), ``stop`` cuts it at a stop string,
+- ``max_tokens`` cuts the answer (finish ``length``), ``stop`` cuts it at a stop string
+  (named in the choice's ``stop_reason``, as vLLM does),
   ``n`` gives choices suffixed `` [i]``, and a prompt plus ``max_tokens`` over
   ``max_model_len`` is refused with vLLM's 400 message.
 - ``response_format`` json_schema is honoured (a JSON object) only with ``structured_output=True``.
+- With ``eager_tools=True`` the first tool is called whenever tools are given (``tool_choice``
+  not ``none``) and the last message is the user's, as a model keen on its tools would
+  (for agent programs that expect a tool call to any question).
 
 Run one for benchmarks: ``python -m tests.fake_engine --port 8100``.
 """
@@ -96,6 +100,7 @@ class FakeEngine:
         port: int = 0,
         max_model_len: int = 8192,
         structured_output: bool = False,
+        eager_tools: bool = False,
         delay_s: float = 0.0,
         chunk_delay_s: float = 0.0,
         api_key: str | None = None,
@@ -105,6 +110,7 @@ class FakeEngine:
         self.port = port
         self.max_model_len = max_model_len
         self.structured_output = structured_output
+        self.eager_tools = eager_tools
         self.delay_s = delay_s
         self.chunk_delay_s = chunk_delay_s
         self.api_key = api_key
@@ -149,6 +155,8 @@ class FakeEngine:
                 tool = tools[0]
             elif last["role"] == "user":
                 tool = next((t for t in tools if f"call {t['function']['name']}" in text), None)
+                if tool is None and self.eager_tools:
+                    tool = tools[0]
         if tool is not None:
             call = {
                 "id": f"call_{index}_{len(messages)}",
@@ -165,6 +173,7 @@ class FakeEngine:
         return reply, None
 
     def _choice_tokens(self, req: dict, body: str, calls: list[dict] | None, budget: int):
+        """(text, tool calls, ids, finish_reason, the stop string that ended it or None) of one choice."""
         full = body + "".join(render_tool_call(c) for c in calls or []) + END
         ids = list(full.encode())
         stop = req.get("stop")
@@ -175,11 +184,11 @@ class FakeEngine:
                 if cut >= 0:
                     body = body[:cut]
                     ids = list(body.encode())
-                    return body, None, ids, "stop"
+                    return body, None, ids, "stop", s
         if len(ids) > budget:
             ids = ids[:budget]
-            return bytes(ids).decode("utf-8", "ignore"), None, ids, "length"
-        return body, calls, ids, "tool_calls" if calls else "stop"
+            return bytes(ids).decode("utf-8", "ignore"), None, ids, "length", None
+        return body, calls, ids, "tool_calls" if calls else "stop", None
 
     def _check(self, req: dict, prompt_len: int) -> tuple[int, dict] | None:
         fmt = req.get("response_format") or {}
@@ -218,7 +227,7 @@ class FakeEngine:
         n = req.get("n") or 1
         choices, completion = [], 0
         for i in range(n):
-            body, calls, ids, finish = self._choice_tokens(
+            body, calls, ids, finish, matched = self._choice_tokens(
                 req, *self._answer(req, i, n), self._budget(req, len(prompt))
             )
             completion += len(ids)
@@ -229,6 +238,7 @@ class FakeEngine:
                 "index": i,
                 "message": message,
                 "finish_reason": finish,
+                "stop_reason": matched,
                 "logprobs": {"content": self._lp_content(ids)} if req.get("logprobs") else None,
             }
             if req.get("return_token_ids"):
@@ -260,7 +270,7 @@ class FakeEngine:
         choices, completion = [], 0
         for i in range(n):
             body = f"echo {len(prompt_ids)}" + (f" [{i}]" if n > 1 else "")
-            body, _, ids, finish = self._choice_tokens(req, body, None, self._budget(req, len(prompt_ids)))
+            body, _, ids, finish, _ = self._choice_tokens(req, body, None, self._budget(req, len(prompt_ids)))
             completion += len(ids)
             choice = {"index": i, "text": body, "finish_reason": finish, "logprobs": None}
             if req.get("logprobs") is not None:
@@ -364,6 +374,7 @@ class FakeEngine:
                 "index": c["index"],
                 "delta": {},
                 "finish_reason": c["finish_reason"],
+                "stop_reason": c["stop_reason"],
                 "logprobs": {"content": self._lp_content(rest)} if lp_wanted else None,
             }
             if ids_wanted:

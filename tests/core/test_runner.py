@@ -307,6 +307,36 @@ def test_agents_reach_the_gateway_and_calls_become_transitions(sqlite_store):
     assert {t.rollout_id for t in ts} == {"ro0", "ro1", "ro2"}
 
 
+def test_set_env_points_openai_and_anthropic_clients_at_the_rollouts_route(sqlite_store, monkeypatch):
+    import anthropic
+    import openai
+
+    from agl_trainer.gateway import Gateway
+
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_URL", "ANTHROPIC_AUTH_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    _enqueue(sqlite_store, 1)
+
+    def agent(task_input, ctx):  # clients made as scripts make them: everything from the environment
+        claude = anthropic.Anthropic(max_retries=0)
+        said = claude.messages.create(model="claude-x", max_tokens=32, messages=[{"role": "user", "content": "hi"}])
+        gpt = openai.OpenAI(max_retries=0).chat.completions.create(
+            model="gpt-x", messages=[{"role": "user", "content": "hey"}]
+        )
+        assert os.environ["ANTHROPIC_BASE_URL"] == ctx.base_url.removesuffix("/v1")
+        return 1.0 if (said.content[0].text, gpt.choices[0].message.content) == ("echo: hi", "echo: hey") else 0.0
+
+    with FakeEngine() as engine, Gateway(sqlite_store, [engine.url], token="secret", model_version="v0") as gw:
+        runner = Runner(agent, sqlite_store, gateway_url=gw.url, rollout_keys=gw.keys, concurrency=1, set_env=True)
+        assert _run(runner) == {"succeeded": 1}
+        gw.flush()
+    [rollout] = sqlite_store.query_rollouts()
+    calls = sorted(sqlite_store.query_llm_calls(rollout_id=rollout.rollout_id), key=lambda c: c.seq)
+    assert [c.endpoint for c in calls] == ["messages", "chat.completions"]
+    assert [r.value for r in sqlite_store.query_rewards(rollout_id=rollout.rollout_id)] == [1.0]
+    assert "ANTHROPIC_API_KEY" not in os.environ  # put back as it was
+
+
 RUN_TOKEN = "run-token-0123456789abcdefg"
 
 
@@ -419,7 +449,8 @@ def test_agl_run_wraps_an_unmodified_script_as_one_rollout(tmp_path):
 def _agl_env(**extra: str) -> dict[str, str]:
     """The caller's environment without agl's variables, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGL_")}
-    return env | {"PYTHONPATH": str(REPO / "core" / "src")} | extra
+    path = os.pathsep.join(filter(None, [str(REPO / "core" / "src"), os.environ.get("PYTHONPATH")]))
+    return env | {"PYTHONPATH": path} | extra  # the caller's path after: a worktree's own packages
 
 
 def test_agl_run_and_the_gateway_read_the_same_key_secret_variable(tmp_path):
@@ -475,11 +506,12 @@ def test_agl_run_with_a_gateway_and_no_key_secret_says_which_flag(tmp_path):
 
 def test_agl_run_without_a_gateway_leaves_the_callers_openai_variables(tmp_path):
     out = tmp_path / "seen.json"
-    keys = ("OPENAI_API_KEY", "OPENAI_BASE_URL")
+    keys = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")
     code = f"import json, os; json.dump({{k: os.environ.get(k) for k in {keys!r}}}, open({str(out)!r}, 'w'))"
+    theirs = {"OPENAI_BASE_URL": "https://example.invalid/v1", "ANTHROPIC_API_KEY": "their-anthropic-key"}
     proc = subprocess.run(
         [*AGL, "run", "--store", f"sqlite:///{tmp_path}/a.db", "--", sys.executable, "-c", code],
-        env=_agl_env(OPENAI_API_KEY="users-own-key") | {"OPENAI_BASE_URL": "https://example.invalid/v1"},
+        env=_agl_env(OPENAI_API_KEY="users-own-key") | theirs | {"ANTHROPIC_BASE_URL": "https://example.invalid"},
         capture_output=True,
         text=True,
         timeout=60,
@@ -488,8 +520,10 @@ def test_agl_run_without_a_gateway_leaves_the_callers_openai_variables(tmp_path)
     assert json.loads(out.read_text()) == {
         "OPENAI_API_KEY": "users-own-key",
         "OPENAI_BASE_URL": "https://example.invalid/v1",
+        "ANTHROPIC_API_KEY": "their-anthropic-key",
+        "ANTHROPIC_BASE_URL": "https://example.invalid",
     }
-    assert "no gateway (--gateway or $AGL_GATEWAY_URL): OPENAI_* left as they are" in proc.stderr
+    assert "no gateway (--gateway or $AGL_GATEWAY_URL): OPENAI_* and ANTHROPIC_* left as they are" in proc.stderr
     assert "users-own-key" not in proc.stderr
 
 

@@ -9,7 +9,9 @@ surrogate, a megabyte string, 100,000-deep nesting, the wrong type), unknown or
 missing fields, malformed or truncated JSON, gzip/deflate bodies (good, corrupt,
 or mislabelled), the wrong method, odd ids in the path, junk in the query string,
 and missing or garbled credentials. A few requests lie about their length and
-hang up halfway.
+hang up halfway, and a few hang up after the first bytes of the answer (a stream
+cut short by its client). A route may take its credential in ``x-api-key`` (as the
+``anthropic`` SDK sends it) rather than ``Authorization``.
 
 The same seed gives the same requests, credentials are named (``admin``,
 ``none``, ...) and looked up only when sending, so a failure report
@@ -72,6 +74,7 @@ class Route:
     auth: str = "admin"
     good_auth_ok: bool = True  # False: only ever sent with a credential that must be refused (admin actions)
     content_type: str = "application/json"
+    auth_header: str = "Authorization"  # or "x-api-key": the credential alone, no scheme
 
 
 @dataclass
@@ -87,12 +90,18 @@ class FuzzRequest:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes | None = None
     declared_length: int | None = None  # set: the request claims this length, sends less and hangs up
+    read_then_hang_up: int | None = None  # set: read this many bytes of the answer, then hang up
+    auth_header: str = "Authorization"
 
     def describe(self) -> str:
         body = self.body
         if body is not None and len(body) > 400:
             body = body[:400] + f"... ({len(body)} bytes in all)".encode()
         lie = f" claiming Content-Length {self.declared_length}" if self.declared_length is not None else ""
+        if self.read_then_hang_up is not None:
+            lie += f" hanging up after {self.read_then_hang_up} bytes of the answer"
+        if self.auth_header != "Authorization":
+            lie += f" credential in {self.auth_header}"
         return (
             f"request #{self.index} [{self.mutation}]: {self.method} {self.path} auth={self.auth}"
             f" headers={self.headers}{lie} body={body!r}"
@@ -157,7 +166,9 @@ class Fuzzer:
         r = self.rng
         route = r.choice(self.routes)
         valid = route.body(r) if route.body is not None else None
-        request = FuzzRequest(index, "valid", route.method, route.path, "good", route.auth)
+        request = FuzzRequest(
+            index, "valid", route.method, route.path, "good", route.auth, auth_header=route.auth_header
+        )
         if route.body is not None:
             request.headers["Content-Type"] = route.content_type
             request.body = valid if isinstance(valid, bytes) else _dumps(valid)
@@ -185,6 +196,9 @@ class Fuzzer:
             request.mutation = "truncated on the wire"
             request.declared_length = len(request.body) + r.randint(1, 1000)
             request.body = request.body[: r.randint(0, len(request.body))]
+        elif roll < 0.94 and request.body:
+            request.mutation = "answer cut short by the client"
+            request.read_then_hang_up = r.choice([1, 64, 300])
         return request
 
     # -- mutations -------------------------------------------------------------------------
@@ -361,9 +375,21 @@ class Target:
             return self._send_truncated(request, path, headers, auth)
         raw_headers = [(k.encode(), v.encode()) for k, v in headers.items()]
         if auth is not None:
-            raw_headers.append((b"Authorization", auth))
+            raw_headers.append(_credential_header(request.auth_header, auth))
+        if request.read_then_hang_up is not None:
+            return self._hang_up_mid_answer(request, path, raw_headers)
         response = self.client.request(request.method, path, headers=raw_headers, content=request.body)
         return response.status_code
+
+    def _hang_up_mid_answer(self, request: FuzzRequest, path: str, headers: list) -> int:
+        """Send ``request``, read the first bytes of its answer and close the connection."""
+        with (
+            httpx.Client(base_url=self.url, timeout=self.client.timeout) as once,
+            once.stream(request.method, path, headers=headers, content=request.body) as response,
+        ):
+            for _ in response.iter_raw(request.read_then_hang_up):
+                break
+            return response.status_code
 
     def _send_truncated(
         self, request: FuzzRequest, path: str, headers: dict[str, str], auth: bytes | None
@@ -371,7 +397,8 @@ class Target:
         lines = [f"{request.method} {path} HTTP/1.1".encode(), f"Host: {self.host}:{self.port}".encode()]
         lines += [f"{k}: {v}".encode() for k, v in headers.items()]
         if auth is not None:
-            lines.append(b"Authorization: " + auth)
+            name, value = _credential_header(request.auth_header, auth)
+            lines.append(name + b": " + value)
         lines.append(f"Content-Length: {request.declared_length}".encode())
         with socket.create_connection((self.host, self.port), timeout=10) as s:
             s.sendall(b"\r\n".join(lines) + b"\r\n\r\n" + (request.body or b""))
@@ -385,6 +412,14 @@ class Target:
         if not answer.startswith(b"HTTP/1.1 "):
             return None  # the server hung up: right for a request that never arrived whole
         return int(answer[9:12])
+
+
+def _credential_header(name: str, authorization: bytes) -> tuple[bytes, bytes]:
+    """The header carrying a credential: ``Authorization`` as made, or ``x-api-key`` with the scheme left out."""
+    if name.lower() == "authorization":
+        return b"Authorization", authorization
+    scheme, _, rest = authorization.partition(b" ")
+    return name.encode(), rest if scheme.lower() == b"bearer" else authorization
 
 
 def run(fuzzer: Fuzzer, target: Target, n: int) -> Outcome:

@@ -183,6 +183,52 @@ def _responses(r: random.Random) -> dict:
     return body
 
 
+def _messages(r: random.Random) -> dict:
+    """An Anthropic Messages body: text, or a tool_use / tool_result round trip, some of it streamed."""
+    body: dict = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": r.randint(1, 16),
+        "messages": [{"role": "user", "content": f"hi {_n(r)}"}],
+    }
+    if r.random() < 0.4:
+        body["messages"] += [
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": 1}}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "42"}]}
+                ],
+            },
+        ]
+    if r.random() < 0.3:
+        schema = {"type": "object", "properties": {"q": {"type": "integer"}}}
+        body |= {
+            "tools": [{"name": "lookup", "input_schema": schema}],
+            "tool_choice": {"type": r.choice(["auto", "any"])},
+        }
+    if r.random() < 0.3:
+        body |= {
+            "system": [{"type": "text", "text": "be brief"}],
+            "stop_sequences": ["\n"],
+            "temperature": 0.5,
+            "top_k": 5,
+        }
+    if r.random() < 0.4:
+        body["stream"] = True
+    return body
+
+
+def _count_tokens(r: random.Random) -> dict:
+    return {
+        "model": "claude-sonnet-4-5",
+        "system": "be brief",
+        "messages": [{"role": "user", "content": f"hi {_n(r)}"}],
+    }
+
+
 def _completion(r: random.Random) -> dict:
     return {"model": MODEL, "prompt": r.choice(["hello", [104, 105]]), "max_tokens": r.randint(1, 16)}
 
@@ -198,6 +244,10 @@ def gateway_routes() -> list[Route]:
         Route("POST", "/v1/completions", _completion, "production"),
         Route("POST", "/rollouts/{rollout}/v1/responses", _responses, "key"),
         Route("POST", "/v1/responses", _responses, "production"),
+        Route("POST", "/rollouts/{rollout}/v1/messages", _messages, "key", auth_header="x-api-key"),
+        Route("POST", "/v1/messages", _messages, "key", auth_header="x-api-key"),
+        Route("POST", "/v1/messages", _messages, "production"),
+        Route("POST", "/rollouts/{rollout}/v1/messages/count_tokens", _count_tokens, "key", auth_header="x-api-key"),
         Route("GET", "/v1/models", auth="production"),
         Route("GET", "/rollouts/{rollout}/v1/models", auth="key"),
         Route("GET", "/admin/status"),
@@ -211,8 +261,9 @@ def gateway_routes() -> list[Route]:
 
 
 @contextlib.contextmanager
-def gateway_target(tmp: Path) -> Iterator[tuple[Target, object]]:
-    """The gateway in front of the fake engine, over a SQLite store with one claimed rollout (``ro-gw``)."""
+def gateway_target(tmp: Path, engine: object | None = None) -> Iterator[tuple[Target, object]]:
+    """The gateway in front of the fake engine (``engine``, a started one, or a new one), over a
+    SQLite store with one claimed rollout (``ro-gw``)."""
     from agl_trainer.gateway import Gateway
     from tests.fake_engine import FakeEngine
 
@@ -220,7 +271,7 @@ def gateway_target(tmp: Path) -> Iterator[tuple[Target, object]]:
     store.add_tasks([Task(task_id="task-1", input={"q": 1})])
     store.enqueue([Rollout(rollout_id="ro-gw", task_id="task-1")])
     [running] = store.claim("runner-0", limit=1)
-    with FakeEngine() as engine:
+    with contextlib.nullcontext(engine) if engine is not None else FakeEngine() as engine:
         gateway = Gateway(store, [engine.url], token=new_token(16), admin_token=new_token(16), model_version="v1")
         gateway.start()
         credentials = {

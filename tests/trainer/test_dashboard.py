@@ -347,3 +347,26 @@ def test_the_pages_read_a_postgresql_store(tmp_path):
     finally:
         store.close()
         drop_database(url)
+
+
+def test_a_call_card_shows_an_anthropic_calls_system_answer_and_tool_use():
+    from agl_trainer.dashboard.rollout import _call_card
+
+    use = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Oslo"}}
+    call = LLMCall(
+        call_id="msg_1",
+        rollout_id="ro-1",
+        endpoint="messages",
+        request={
+            "model": "claude-x",
+            "max_tokens": 9,
+            "system": "be brief",
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+        response={"id": "msg_1", "type": "message", "content": [{"type": "text", "text": "checking"}, use]},
+        prompt_ids=[1, 2],
+        response_ids=[3],
+    )
+    card = _call_card(call, 1, {}, trained_known=False)
+    assert card.index("be brief") < card.index("hi") and "checking" in card
+    assert "tool calls" in card and "get_weather" in card and "Oslo" in card

@@ -214,7 +214,9 @@ class Runner:
     ``default_timeout_s`` applies to rollouts enqueued without a timeout.
     With ``set_env=True`` (allowed only with ``concurrency=1``, since the
     environment is process-wide) ``OPENAI_BASE_URL``, ``OPENAI_API_BASE`` and
-    ``OPENAI_API_KEY`` are set for each rollout, for agents that read them.
+    ``OPENAI_API_KEY`` are set for each rollout, for agents that read them, and for
+    Anthropic clients ``ANTHROPIC_BASE_URL`` and ``ANTHROPIC_API_URL`` (the rollout's
+    route without ``/v1``) and ``ANTHROPIC_API_KEY`` (its key), as ``agl run`` sets them.
     """
 
     def __init__(
@@ -500,11 +502,15 @@ class Runner:
     def _env(self, ctx: RolloutContext):
         if not self.set_env or ctx.base_url is None:
             return contextlib.nullcontext()
+        route = ctx.base_url.removesuffix("/v1")  # the anthropic SDK appends /v1/messages itself
         return _environment(
             {
                 "OPENAI_BASE_URL": ctx.base_url,
                 "OPENAI_API_BASE": ctx.base_url,
                 "OPENAI_API_KEY": ctx.api_key,
+                "ANTHROPIC_BASE_URL": route,
+                "ANTHROPIC_API_URL": route,
+                "ANTHROPIC_API_KEY": ctx.api_key,
                 ROLLOUT_ID: ctx.rollout_id or "",
             }
         )

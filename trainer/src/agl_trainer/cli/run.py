@@ -12,9 +12,13 @@ The child gets ``AGL_ROLLOUT_ID``, ``AGL_STORE_URL``, ``AGL_TASK_INPUT`` (the
 task's input as JSON) and ``AGL_ROLLOUT_KEY`` (the rollout's own key, see
 :mod:`agl.credentials`) on top of the caller's environment and, with a gateway
 (``--gateway`` or ``$AGL_GATEWAY_URL``), ``OPENAI_BASE_URL`` and ``OPENAI_API_BASE``
-(this rollout's gateway route) and ``OPENAI_API_KEY``: the rollout's key again. The
-child never gets a token that opens more than its rollout: ``AGL_STORE_TOKEN``, the
-gateway's tokens and the key secret are taken out of its environment (a child that
+(this rollout's gateway route) and ``OPENAI_API_KEY``: the rollout's key again; for
+Anthropic clients ``ANTHROPIC_BASE_URL`` and ``ANTHROPIC_API_URL`` (LangChain's
+``ChatAnthropic`` reads that one first) are the same route without ``/v1`` (the
+``anthropic`` SDK appends ``/v1/messages``), and ``ANTHROPIC_API_KEY`` the rollout's
+key; a caller's ``ANTHROPIC_AUTH_TOKEN`` is left out then (a client sending it as well
+would be refused by the gateway). The child never gets a token that opens more than its
+rollout: ``AGL_STORE_TOKEN``, the gateway's tokens and the key secret are taken out of its environment (a child that
 writes to a store server authenticates with its rollout key, which the server accepts
 for that rollout's own observations).
 
@@ -23,7 +27,7 @@ key secret), else is made here with the secret in ``--rollout-key-secret-file`` 
 ``$AGL_ROLLOUT_KEY_SECRET`` (the one ``agl gateway serve`` uses), else, with
 ``--rollout-id``, is ``$AGL_ROLLOUT_KEY`` (from whoever claimed the rollout). A
 gateway and no key is an error rather than a 401 in the child; with no gateway the
-child's ``OPENAI_*`` variables are left as they are. What the child gets is printed on
+child's ``OPENAI_*`` and ``ANTHROPIC_*`` variables are left as they are. What the child gets is printed on
 stderr (the key shortened, a store password hidden). Exit code 0 marks the rollout ``succeeded``; any other
 code (or a signal) marks it ``failed`` with the code and the tail of the child's
 stderr; running past ``--timeout`` kills it and marks it ``timed_out``.
@@ -198,6 +202,12 @@ def rollout_key(store, args: argparse.Namespace, rollout: Rollout) -> str | None
     return None
 
 
+ANTHROPIC_URLS = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_URL")
+"""What Anthropic clients read their base URL from (the ``anthropic`` SDK, LangChain's ``ChatAnthropic``)."""
+SHADOWING = {"ANTHROPIC_API_KEY": "ANTHROPIC_AUTH_TOKEN"}
+"""A credential ``agl run`` hands the child → the caller's variable left out with it (clients send both)."""
+
+
 def child_env(args: argparse.Namespace, rollout: Rollout, store_url: str, key: str | None) -> dict[str, str]:
     """The variables ``agl run`` sets for the child (on top of the caller's environment, less
     :data:`SECRET_VARIABLES`)."""
@@ -209,14 +219,17 @@ def child_env(args: argparse.Namespace, rollout: Rollout, store_url: str, key: s
     if key:
         handed[env.ROLLOUT_KEY] = key
     if args.gateway:
-        base = f"{args.gateway.rstrip('/')}/rollouts/{rollout.rollout_id}/v1"
-        handed |= {"OPENAI_BASE_URL": base, "OPENAI_API_BASE": base, "OPENAI_API_KEY": key}
+        route = f"{args.gateway.rstrip('/')}/rollouts/{rollout.rollout_id}"
+        handed |= {"OPENAI_BASE_URL": f"{route}/v1", "OPENAI_API_BASE": f"{route}/v1", "OPENAI_API_KEY": key}
+        handed |= {name: route for name in ANTHROPIC_URLS} | {"ANTHROPIC_API_KEY": key}
     return handed
 
 
 def full_child_env(handed: dict[str, str]) -> dict[str, str]:
-    """The child's whole environment: the caller's, less every token that opens more than one rollout."""
-    return {k: v for k, v in os.environ.items() if k not in SECRET_VARIABLES} | handed
+    """The child's whole environment: the caller's, less every token that opens more than one rollout
+    and less a credential of the caller's that a handed one replaces (:data:`SHADOWING`)."""
+    left_out = set(SECRET_VARIABLES) | {SHADOWING[k] for k in handed if k in SHADOWING}
+    return {k: v for k, v in os.environ.items() if k not in left_out} | handed
 
 
 def shorten_secret(secret: str) -> str:
@@ -246,9 +259,13 @@ def describe_env(handed: dict[str, str], args: argparse.Namespace) -> str:
             f"OPENAI_API_KEY={env.ROLLOUT_KEY}=this rollout's key: {shorten_secret(handed['OPENAI_API_KEY'])} "
             "(no store or gateway token)"
         )
+        lines.append(
+            f"agl run: the child gets ANTHROPIC_BASE_URL=ANTHROPIC_API_URL={handed['ANTHROPIC_BASE_URL']}, "
+            "ANTHROPIC_API_KEY=this rollout's key (ANTHROPIC_AUTH_TOKEN left out)"
+        )
     else:
         lines.append(
-            f"agl run: no gateway (--gateway or ${env.GATEWAY_URL}): OPENAI_* left as they are, "
+            f"agl run: no gateway (--gateway or ${env.GATEWAY_URL}): OPENAI_* and ANTHROPIC_* left as they are, "
             "so the child's LLM calls are not recorded with token ids"
         )
     return "\n".join(lines)

@@ -41,7 +41,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--set-env",
         action="store_true",
-        help="set OPENAI_BASE_URL/OPENAI_API_BASE/OPENAI_API_KEY per rollout (needs --concurrency 1)",
+        help="set OPENAI_BASE_URL/OPENAI_API_BASE/OPENAI_API_KEY and ANTHROPIC_BASE_URL/ANTHROPIC_API_KEY per rollout "
+        "(needs --concurrency 1)",
     )
     p.set_defaults(func=run)
 

@@ -68,6 +68,9 @@ def _tool_calls(response: dict) -> Any:
     if isinstance(output, list):
         calls = [o for o in output if isinstance(o, dict) and o.get("type") == "function_call"]
         return calls or None
+    content = response.get("content")  # an Anthropic Message: its tool_use blocks
+    if response.get("type") == "message" and isinstance(content, list):
+        return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"] or None
     return None
 
 

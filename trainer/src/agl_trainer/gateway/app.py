@@ -7,6 +7,7 @@ Routes (all behind a bearer credential, except ``/health``; who may call what is
 :mod:`agl_trainer.gateway.auth`)::
 
     POST /v1/chat/completions | /v1/completions | /v1/responses   production traffic, or the key's rollout
+    POST /v1/messages | /v1/messages/count_tokens                 the same, in Anthropic's API
     POST /rollouts/{rollout_id}/v1/...                              traffic of one rollout (its key's)
     GET  /v1/models, /rollouts/{rollout_id}/v1/models
     GET  /admin/status        POST /admin/pause?timeout_s=S   POST /admin/resume
@@ -14,7 +15,9 @@ Routes (all behind a bearer credential, except ``/health``; who may call what is
     POST /admin/flush         POST /admin/rollout_keys {"rollout_id": ...}   GET  /health
 
 A rollout key names its rollout; a path segment or ``X-Agl-Rollout-Id`` header naming
-another one is refused with 403. Admin routes take the admin token only.
+another one is refused with 403. Admin routes take the admin token only. Errors are in
+OpenAI's shape, except on the Anthropic routes (:mod:`agl_trainer.gateway.messages_api`),
+whose clients read Anthropic's.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from urllib.parse import parse_qs
 from agl.credentials import RolloutKeys
 from agl.errors import StoreUnavailable
 from agl.schema import RolloutStatus
-from agl_trainer.gateway import chat, responses_api, validate
+from agl_trainer.gateway import chat, messages_api, responses_api, translated, validate
 from agl_trainer.gateway.auth import ROLLOUT, Caller, GatewayAuth
 from agl_trainer.gateway.errors import (
     GatewayError,
@@ -64,7 +67,13 @@ _JSON = [(b"content-type", b"application/json")]
 _ROLLOUT_HEADER = b"x-agl-rollout-id"
 FLUSH_TIMEOUT_S = 20.0
 """How long ``POST /admin/flush`` waits for the store by default (``timeout_s`` overrides it)."""
-_ENDPOINTS = {"chat/completions": "chat.completions", "completions": "completions", "responses": "responses"}
+_ENDPOINTS = {
+    "chat/completions": "chat.completions",
+    "completions": "completions",
+    "responses": "responses",
+    "messages": "messages",
+}
+_ID_PREFIXES = {"chat.completions": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "messages": "msg_"}
 
 
 async def _read_body(scope: dict, receive: Callable, limit: int) -> bytes:
@@ -87,9 +96,16 @@ async def send_json(send: Callable, status: int, payload: bytes, headers: list |
     await send({"type": "http.response.body", "body": payload})
 
 
-async def send_error(send: Callable, err: GatewayError) -> None:
+async def send_error(send: Callable, err: GatewayError, *, anthropic: bool = False) -> None:
+    """Answer ``err``: in OpenAI's error shape, or in Anthropic's for a client of the Messages API."""
     headers = [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
-    await send_json(send, err.status, err.encode(), headers)
+    payload = json.dumps(messages_api.error_body(err)).encode() if anthropic else err.encode()
+    await send_json(send, err.status, payload, headers)
+
+
+def speaks_anthropic(path: str) -> bool:
+    """Whether ``path`` is one of the Anthropic routes (its errors are in Anthropic's shape)."""
+    return path.rstrip("/").endswith(tuple(f"/v1/{route}" for route in messages_api.ROUTES))
 
 
 def upstream_error(status: int, body: bytes, req: dict) -> GatewayError:
@@ -183,22 +199,22 @@ class GatewayApp:
         except ClientDisconnect:
             return  # gone before its body was in: no one to answer
         except Exception as exc:
+            anthropic = speaks_anthropic(scope["path"])
             if started:  # the answer is under way: all that is left is to end it
                 log.exception("gateway: error after the response started")
                 with contextlib.suppress(Exception):
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
             elif isinstance(exc, GatewayError):
-                await send_error(send, exc)
+                await send_error(send, exc, anthropic=anthropic)
             elif isinstance(exc, StoreUnavailable):  # the store could not say whose key this is
-                await send_error(
-                    send,
-                    server_error(
-                        503, "the store is unavailable; retry shortly", str(exc), headers={"Retry-After": "1"}
-                    ),
+                err = server_error(
+                    503, "the store is unavailable; retry shortly", str(exc), headers={"Retry-After": "1"}
                 )
+                await send_error(send, err, anthropic=anthropic)
             else:  # a bug: answer 500 (its details go to the log) rather than dropping the connection
                 log.exception("gateway: internal error")
-                await send_error(send, server_error(500, "internal gateway error", f"{type(exc).__name__}: {exc}"))
+                err = server_error(500, "internal gateway error", f"{type(exc).__name__}: {exc}")
+                await send_error(send, err, anthropic=anthropic)
 
     async def _dispatch(self, scope: dict, receive: Callable, send: Callable) -> None:
         path: str = scope["path"]
@@ -234,6 +250,13 @@ class GatewayApp:
             return await self._serve(
                 kind, rollout_id, await _read_body(scope, receive, self.max_body_bytes), receive, send
             )
+        if endpoint == "messages/count_tokens":
+            if method != "POST":
+                raise GatewayError(405, f"{path}: use POST", code="method_not_allowed")
+            if rollout_id is not None:
+                await self.registry.check(rollout_id)
+            body = await _read_body(scope, receive, self.max_body_bytes)
+            return await send_json(send, 200, json.dumps(await self._count_tokens(rollout_id, body)).encode())
         if endpoint == "models":
             if rollout_id is not None:
                 await self.registry.check(rollout_id)
@@ -266,25 +289,22 @@ class GatewayApp:
         return {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "agl", "created": 0}]}
 
     async def _serve(self, kind: str, rollout_id: str | None, body: bytes, receive: Callable, send: Callable) -> None:
-        try:
-            req = json.loads(body)
-        except ValueError as exc:
-            raise GatewayError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
-        except RecursionError:
-            raise invalid("body", "nests too deeply", code="invalid_json") from None
-        validate.check_body(req)
+        req = _json_body(body)
         if kind == "chat.completions":
             validate.check_chat(req)
         elif kind == "completions":
             validate.check_completion(req)
-        chat_req = responses_api.to_chat_request(req) if kind == "responses" else None
+        chat_req = None
+        if kind == "responses":
+            chat_req = responses_api.to_chat_request(req)
+        elif kind == "messages":
+            chat_req = messages_api.to_chat_request(req)
         requested = req.get("model")
         n = req.get("n") or 1
         seqs = [await self.registry.next_seq(rollout_id) for _ in range(n)]
-        prefix = {"chat.completions": "chatcmpl-", "completions": "cmpl-", "responses": "resp_"}[kind]
         settings = self.registry.settings(rollout_id)
         meta = CallMeta(
-            prefix + uuid.uuid4().hex,
+            _ID_PREFIXES[kind] + uuid.uuid4().hex,
             rollout_id,
             seqs,
             kind,
@@ -318,9 +338,14 @@ class GatewayApp:
             upstream = chat.upstream_chat_request(req, model, meta.max_response_tokens)
         if meta.seed is not None and upstream.get("seed") is None:
             upstream["seed"] = meta.seed  # the client's own seed wins
-        path = "/completions" if kind == "completions" else "/chat/completions"
+        return await self._post(
+            meta.rollout_id, "/completions" if kind == "completions" else "/chat/completions", upstream
+        )
+
+    async def _post(self, rollout_id: str | None, path: str, upstream: dict) -> tuple[Replica, UpstreamResponse]:
+        """POST ``upstream`` to a replica's ``path``: ``(replica, response)``; 429 or 5xx when none can take it."""
         try:
-            return await self.router.send(meta.rollout_id, path, json.dumps(upstream).encode())
+            return await self.router.send(rollout_id, path, json.dumps(upstream).encode())
         except Saturated:
             raise GatewayError(
                 429,
@@ -352,8 +377,9 @@ class GatewayApp:
                     raise server_error(
                         502, "the engine's answer was cut short", str(exc), type="upstream_error", code="engine_error"
                     ) from None
-            if kind == "responses":
-                await responses_api.serve(self.recorder, meta, req, resp, shown, send)
+            if kind in ("responses", "messages"):
+                api = responses_api if kind == "responses" else messages_api
+                await translated.serve(self.recorder, meta, req, resp, send, api.translators(meta, req, shown))
             elif req.get("stream"):
                 await self._relay_stream(kind == "chat.completions", meta, req, resp, shown, send)
             else:
@@ -403,6 +429,30 @@ class GatewayApp:
         await send({"type": "http.response.body", "body": DONE_EVENT, "more_body": False})
         prompt_ids, tokens = acc.tokens()
         self.recorder.record(meta, prompt_ids, tokens, acc.response(meta.call_id, model))
+
+    async def _count_tokens(self, rollout_id: str | None, body: bytes) -> dict:
+        """``/v1/messages/count_tokens``: the length of the prompt the engine renders (nothing recorded)."""
+        chat_req = messages_api.count_chat_request(_json_body(body))
+        upstream = chat.upstream_chat_request(chat_req, await self.served_model(), 1)
+        await self.gate.enter()
+        try:
+            replica, resp = await self._post(rollout_id, "/chat/completions", upstream)
+            try:
+                try:
+                    raw = await resp.read()
+                except ConnectionError as exc:
+                    raise server_error(
+                        502, "the engine's answer was cut short", str(exc), type="upstream_error", code="engine_error"
+                    ) from None
+                if resp.status != 200:
+                    raise upstream_error(resp.status, raw, chat_req)
+            finally:
+                resp.aclose()
+                Router.done(replica)
+        finally:
+            self.gate.exit()
+        prompt_ids, _ = chat.take_chat_tokens(chat.engine_json(raw), keep_ids=False, keep_logprobs=False)
+        return {"input_tokens": len(prompt_ids)}
 
     # -- admin -----------------------------------------------------------------------------
     async def _admin(self, action: str, method: str, scope: dict, receive: Callable, send: Callable) -> None:
@@ -532,6 +582,18 @@ class _Watch:
     def __init__(self) -> None:
         self.complete = False
         self.disconnected = False
+
+
+def _json_body(body: bytes) -> dict:
+    """A request body as JSON, checked by :func:`validate.check_body`; 400 for anything else."""
+    try:
+        req = json.loads(body)
+    except ValueError as exc:
+        raise GatewayError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        raise invalid("body", "nests too deeply", code="invalid_json") from None
+    validate.check_body(req)
+    return req
 
 
 def _replica_status(r: Replica) -> dict:

@@ -1,6 +1,9 @@
 """Who is calling the gateway, and what they may do.
 
-Three credentials, each in ``Authorization: Bearer <credential>`` (the scheme in any case):
+Three credentials, each in ``Authorization: Bearer <credential>`` (the scheme in any case)
+or, as the ``anthropic`` SDK sends its key, in ``x-api-key: <credential>`` (read when no
+``Authorization`` header carries a bearer token; a credential opens the same routes
+whichever header carries it):
 
 - a **rollout key** (:class:`agl.credentials.RolloutKeys`), the only thing an agent holds.
   The rollout is the key's: a ``/rollouts/{id}/v1/...`` path or an ``X-Agl-Rollout-Id``
@@ -38,6 +41,14 @@ def forbidden(message: str) -> GatewayError:
     return GatewayError(403, message, type="permission_error", code="forbidden")
 
 
+def api_key_of(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The credential of the first ``x-api-key`` header among raw (lower-cased) ASGI headers, if any."""
+    for name, value in headers:
+        if name == b"x-api-key":
+            return value.decode("latin-1").strip() or None
+    return None
+
+
 class GatewayAuth:
     """Tells callers apart by their bearer credential."""
 
@@ -56,7 +67,11 @@ class GatewayAuth:
             return OPEN
         given = bearer_of(headers)
         if given is None:
-            raise unauthorized("missing bearer token (Authorization: Bearer <rollout key or token>)")
+            given = api_key_of(headers)
+        if given is None:
+            raise unauthorized(
+                "missing credential (Authorization: Bearer <rollout key or token>, or x-api-key: <the same>)"
+            )
         caller = caller_by_bearer(given, {ADMIN: self.admin_token, PRODUCTION: self.token}, self.keys)
         if caller is not None:
             return caller

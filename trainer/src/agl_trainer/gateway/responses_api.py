@@ -15,23 +15,14 @@ Agents SDK does by default).
 
 from __future__ import annotations
 
-import json
-import logging
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
-from agl_trainer.gateway import validate
-from agl_trainer.gateway.chat import StreamAccumulator, engine_json, take_chat_tokens
-from agl_trainer.gateway.errors import server_error
-from agl_trainer.gateway.recorder import CallMeta, Recorder
-from agl_trainer.gateway.sse import iter_engine_chunks
-from agl_trainer.gateway.upstream import UpstreamResponse
-from agl_trainer.http import SSE_HEADERS, named_event
+from agl_trainer.gateway import translated, validate
+from agl_trainer.gateway.recorder import CallMeta
+from agl_trainer.http import named_event
 from agl_trainer.openai_requests import ResponsesRequest
-
-log = logging.getLogger(__name__)
 
 _PASSED = ("temperature", "top_p", "parallel_tool_calls", "stream", "seed", "stop", "user")
 
@@ -379,45 +370,19 @@ class EventStream:
         out.append(self._event(name, response=self.resp))
         return out
 
+    def failed(self, message: str) -> bytes:
+        self.resp["status"] = "failed"
+        self.resp["error"] = {"code": "server_error", "message": message}
+        return self._event("response.failed", response=self.resp)
 
-async def serve(
-    recorder: Recorder, meta: CallMeta, req: dict, upstream: UpstreamResponse, model: str | None, send: Callable
-) -> None:
-    """Answer a Responses request from the engine's chat answer ``upstream`` (status 200), and record it."""
-    if not req.get("stream"):
-        chat = engine_json(await upstream.read())
-        prompt_ids, tokens = take_chat_tokens(chat, keep_ids=False, keep_logprobs=False)
-        resp = from_chat_response(chat, req, meta.call_id, model, meta.max_response_tokens)
-        payload = json.dumps(resp).encode()
-        recorder.record(meta, prompt_ids, tokens[:1], resp)
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
-        return
-    events = EventStream(req, meta.call_id, model, meta.max_response_tokens)
-    acc = StreamAccumulator(chat=True)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": SSE_HEADERS,
-        }
+    @property
+    def result(self) -> dict:
+        return self.resp
+
+
+def translators(meta: CallMeta, req: dict, model: str | None) -> translated.Translators:
+    """How to answer a Responses request from the engine's chat answer (for :func:`translated.serve`)."""
+    return translated.Translators(
+        lambda chat: from_chat_response(chat, req, meta.call_id, model, meta.max_response_tokens),
+        lambda: EventStream(req, meta.call_id, model, meta.max_response_tokens),
     )
-    await send({"type": "http.response.body", "body": b"".join(events.start()), "more_body": True})
-    try:
-        async for chunk in iter_engine_chunks(upstream):
-            acc.feed(chunk)
-            out = events.feed(chunk)
-            if out:
-                await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
-    except ConnectionError as exc:
-        events.resp["status"] = "failed"
-        hidden = server_error(502, "the engine dropped the stream", str(exc))  # no engine URL for the client
-        events.resp["error"] = {"code": "server_error", "message": hidden.message}
-        failed = events._event("response.failed", response=events.resp)
-        await send({"type": "http.response.body", "body": failed, "more_body": False})
-        log.warning("gateway: stream of %s cut short, not recorded: %s", meta.call_id, exc)
-        return
-    await send({"type": "http.response.body", "body": b"".join(events.finish(acc.usage)), "more_body": False})
-    prompt_ids, tokens = acc.tokens()
-    recorder.record(meta, prompt_ids, tokens[:1], events.resp)

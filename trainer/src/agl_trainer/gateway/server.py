@@ -155,6 +155,11 @@ class Gateway:
         """The OpenAI base URL an agent uses inside one rollout."""
         return f"{self.url}/rollouts/{rollout_id}/v1"
 
+    def rollout_anthropic_url(self, rollout_id: str) -> str:
+        """The Anthropic base URL an agent uses inside one rollout (``ANTHROPIC_BASE_URL``: the
+        ``anthropic`` SDK appends ``/v1/messages`` itself)."""
+        return f"{self.url}/rollouts/{rollout_id}"
+
     def rollout_key(self, rollout_id: str, attempt: int) -> str:
         """The key of attempt ``attempt`` of a rollout: the agent's api key while that attempt runs."""
         return self.keys.mint(rollout_id, attempt)

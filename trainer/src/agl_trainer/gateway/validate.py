@@ -3,6 +3,7 @@
 Each check raises a 400 naming the field and the reason. The request's fields are
 checked by the models in :mod:`agl_trainer.openai_requests`, which the engine uses too;
 unknown fields of chat and completion requests are passed through to the engine untouched.
+Anthropic Messages bodies are checked by :mod:`agl_trainer.anthropic_requests`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from agl.schema import json_problem
-from agl_trainer import openai_requests
+from agl_trainer import anthropic_requests, openai_requests
 from agl_trainer.gateway.errors import invalid
 
 
@@ -86,3 +87,13 @@ def check_completion(req: dict) -> openai_requests.CompletionRequest:
 def check_responses(req: dict) -> openai_requests.ResponsesRequest:
     """A ``/v1/responses`` request body (:class:`agl_trainer.openai_requests.ResponsesRequest`)."""
     return _checked(openai_requests.ResponsesRequest, req)
+
+
+def check_messages(req: dict) -> anthropic_requests.MessagesRequest:
+    """A ``/v1/messages`` request body (:class:`agl_trainer.anthropic_requests.MessagesRequest`)."""
+    return _checked(anthropic_requests.MessagesRequest, req)
+
+
+def check_count_tokens(req: dict) -> anthropic_requests.CountTokensRequest:
+    """A ``/v1/messages/count_tokens`` body (:class:`agl_trainer.anthropic_requests.CountTokensRequest`)."""
+    return _checked(anthropic_requests.CountTokensRequest, req)

@@ -62,7 +62,9 @@ def normalize_messages(messages: Any) -> list[tuple[str, str]]:
     Responses API input (a string, or items with ``role`` and ``content``). A Responses
     ``function_call`` item is an assistant turn (consecutive ones are one turn, as a chat
     model makes them and as the integrations record them) and a ``function_call_output``
-    a tool turn. Other items with no role (reasoning) keep their type as role.
+    a tool turn. Other items with no role (reasoning) keep their type as role. An Anthropic
+    user message's ``tool_result`` blocks are tool turns, in order with its other blocks
+    (as the gateway renders them).
     """
     if messages is None:
         return []
@@ -88,14 +90,42 @@ def normalize_messages(messages: Any) -> list[tuple[str, str]]:
             continue
         role = m.get("role") or m.get("type") or ""
         role = _ROLE_ALIASES.get(role, role)
+        if role == "user" and _has_tool_results(m.get("content")):
+            out += _tool_result_turns(m["content"])
+            continue
         text = _content_text(m["parts"]) if "parts" in m and "content" not in m else _content_text(m.get("content"))
         out.append((role, text.strip()))
     return out
 
 
+def _has_tool_results(content: Any) -> bool:
+    return isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+
+
+def _tool_result_turns(blocks: list) -> list[tuple[str, str]]:
+    """An Anthropic user message's blocks as turns: each ``tool_result`` a tool turn, other runs user turns."""
+    out: list[tuple[str, str]] = []
+    run: list = []
+    for block in blocks:
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            if run:
+                out.append(("user", _content_text(run).strip()))
+                run = []
+            out.append(("tool", _content_text(block.get("content")).strip()))
+        else:
+            run.append(block)
+    if run:
+        out.append(("user", _content_text(run).strip()))
+    return out
+
+
 def request_messages(request: dict) -> Any:
-    """The prompt of a gateway request: chat ``messages``, or the Responses API's ``instructions`` + ``input``."""
+    """The prompt of a gateway request: chat ``messages`` (after an Anthropic request's ``system``),
+    or the Responses API's ``instructions`` + ``input``."""
     if "messages" in request:
+        system = request.get("system")
+        if system and isinstance(request["messages"], list):
+            return [{"role": "system", "content": system}, *request["messages"]]
         return request["messages"]
     if "input" in request:
         items = request["input"]
@@ -109,7 +139,7 @@ def request_messages(request: dict) -> Any:
 
 
 def response_text(response: dict) -> str | None:
-    """The text of a gateway response (chat completion, completion or Responses API)."""
+    """The text of a gateway response (chat completion, completion, Responses API or Anthropic Message)."""
     choices = response.get("choices")
     if choices:
         first = choices[0]
@@ -121,6 +151,8 @@ def response_text(response: dict) -> str | None:
         return response["output_text"]
     if isinstance(response.get("output"), list):
         return "".join(_content_text(item.get("content")) for item in response["output"] if isinstance(item, dict))
+    if response.get("type") == "message" and isinstance(response.get("content"), list):
+        return _content_text([b for b in response["content"] if isinstance(b, dict) and b.get("type") == "text"])
     return None
 
 
