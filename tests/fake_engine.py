@@ -23,9 +23,6 @@ Its "model" works on bytes: a token id is a byte of UTF-8.
   ``n`` gives choices suffixed `` [i]``, and a prompt plus ``max_tokens`` over
   ``max_model_len`` is refused with vLLM's 400 message.
 - ``response_format`` json_schema is honoured (a JSON object) only with ``structured_output=True``.
-- With ``eager_tools=True`` the first tool is called whenever tools are given (``tool_choice``
-  not ``none``) and the last message is the user's, as a model keen on its tools would
-  (for agent programs that expect a tool call to any question).
 
 Run one for benchmarks: ``python -m tests.fake_engine --port 8100``.
 """
@@ -100,7 +97,6 @@ class FakeEngine:
         port: int = 0,
         max_model_len: int = 8192,
         structured_output: bool = False,
-        eager_tools: bool = False,
         delay_s: float = 0.0,
         chunk_delay_s: float = 0.0,
         api_key: str | None = None,
@@ -110,7 +106,6 @@ class FakeEngine:
         self.port = port
         self.max_model_len = max_model_len
         self.structured_output = structured_output
-        self.eager_tools = eager_tools
         self.delay_s = delay_s
         self.chunk_delay_s = chunk_delay_s
         self.api_key = api_key
@@ -155,8 +150,6 @@ class FakeEngine:
                 tool = tools[0]
             elif last["role"] == "user":
                 tool = next((t for t in tools if f"call {t['function']['name']}" in text), None)
-                if tool is None and self.eager_tools:
-                    tool = tools[0]
         if tool is not None:
             call = {
                 "id": f"call_{index}_{len(messages)}",
