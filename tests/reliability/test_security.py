@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import logging
 
+import httpx
 import pytest
 
 from tests.reliability.targets import gateway_target, store_target
@@ -44,3 +45,53 @@ def test_every_malformed_rollout_key_is_a_401_without_a_traceback(tmp_path, capl
             )
             assert answer.status_code == 401, (key[:40], answer.status_code, answer.text[:200])
     assert not _errors(caplog)
+
+
+def _post(target, path: str, body: dict, credential: str = "key") -> httpx.Response:
+    return target.client.post(path, json=body, headers={"Authorization": f"Bearer {target.credentials[credential]}"})
+
+
+def test_a_rollout_key_cannot_forge_the_returned_reward_and_a_grader_outranks_what_the_agent_wrote(tmp_path):
+    # was: a rollout key wrote {"source": "return", "value": 1.0}, which outranks the plugins:
+    # with a grader answering 0.0, the forging rollout trained on 1.0
+    from agl.hookspecs import hookimpl
+    from agl.plugins import register, unregister
+    from agl.schema import LLMCall, RolloutStatus
+    from agl_trainer.transitions import TransitionConfig, build_transitions
+
+    with store_target(tmp_path) as (target, store):
+        forged = {"reward_id": "forged", "rollout_id": "ro-run", "value": 1.0, "source": "return"}
+        answer = _post(target, "/v1/rewards", {"rewards": [forged]})
+        assert answer.status_code == 403, answer.text
+        assert answer.json()["error"]["reason"].startswith("rewards[0].source:"), answer.text
+        batch = _post(target, "/v1/batch", {"rewards": [forged]})
+        assert batch.status_code == 403 and "rewards[0].source" in batch.text, batch.text
+        assert [w.reward_id for w in store.query_rewards(rollout_id="ro-run")] == []
+
+        own = {"reward_id": "own", "rollout_id": "ro-run", "value": 1.0}  # source "agent", what emit_reward writes
+        assert _post(target, "/v1/rewards", {"rewards": [own]}).status_code == 200
+        store.add_llm_calls([LLMCall(call_id="c1", rollout_id="ro-run", prompt_ids=[1, 2], response_ids=[3])])
+        rollout = store.finish("ro-run", RolloutStatus.SUCCEEDED)
+
+        class Grader:
+            @staticmethod
+            @hookimpl
+            def agl_reward(rollout):
+                return 0.0
+
+        register(Grader, name="grader")
+        try:
+            ts, report = build_transitions(store, [rollout], TransitionConfig(credit="emitted"))
+            assert [t.reward for t in ts] == [0.0] and report.agent_rewards_ignored == 1  # the grader's alone
+            config = TransitionConfig(credit="emitted", agent_rewards="always")
+            ts, report = build_transitions(store, [rollout], config)
+            assert [t.reward for t in ts] == [1.0] and report.agent_rewards_ignored == 0  # the agent's counts too
+        finally:
+            unregister(name="grader")
+
+
+def test_the_runner_token_still_writes_the_returned_reward(tmp_path):
+    with store_target(tmp_path) as (target, store):
+        returned = {"reward_id": "rw-ro-run-a1-return", "rollout_id": "ro-run", "value": 0.5, "source": "return"}
+        assert _post(target, "/v1/rewards", {"rewards": [returned]}, "runner").status_code == 200
+        assert [(w.source, w.value) for w in store.query_rewards(rollout_id="ro-run")] == [("return", 0.5)]

@@ -326,6 +326,12 @@ class LLMCall(_Model):
 RETURN_SOURCE = "return"
 """The ``source`` of a reward the agent function returned (written by the runner); it outranks every other."""
 
+TRUSTED_SOURCES = frozenset({RETURN_SOURCE})
+"""Reward sources only the runner and the trainer write. A rollout key (what an agent holds) may
+write any other source (``agent`` from :func:`agl.emit_reward`, ``langchain``, ``user``…), never
+these: the store server refuses them (403 naming the field), so an agent cannot outrank the
+reward plugins with a reward of its own making."""
+
 
 class Reward(_Model):
     """A reward attached to a rollout, or to one span of it."""

@@ -10,7 +10,8 @@
 - **rollout** (a rollout key, :class:`agl.credentials.RolloutKeys`, when the server has the
   secret): its own rollout only, while its attempt runs: write that rollout's spans, LLM
   calls and rewards, heartbeat it, finish it, read it and its task. This is what ``agl run``
-  hands its child.
+  hands its child, so its rewards are the agent's own: any source but the trusted ones
+  (:data:`agl.schema.TRUSTED_SOURCES`, the runner's ``return``), which are 403 naming the field.
 
 A refused route is 403 naming the scope; an observation of another rollout is 403 naming
 the rollout. That a rollout runs is asked of the store (or learnt from a claim) and kept
@@ -30,7 +31,7 @@ import anyio.to_thread
 from starlette.responses import JSONResponse
 
 from agl.credentials import RolloutKeys, bearer_of, same_token
-from agl.schema import RolloutStatus
+from agl.schema import TRUSTED_SOURCES, RolloutStatus
 from agl.store.base import Store
 from agl_trainer.http.bearer import ADMIN, ROLLOUT, Caller, caller_by_bearer
 
@@ -151,6 +152,8 @@ class StoreAuth:
         if caller.scope == ROLLOUT:
             for rid in ids:
                 self.check_rollout(caller, rid, field)
+            if field == "rewards":
+                _check_agent_sources(items)
             return
         ids.discard(None)
         if not ids:
@@ -197,6 +200,17 @@ class StoreAuth:
         if self.keys is None:
             return None
         return {r.rollout_id: self.keys.mint(r.rollout_id, r.attempt) for r in rollouts}
+
+
+def _check_agent_sources(rewards: Iterable[Any]) -> None:
+    """Rewards a rollout key writes: an agent's own sources only (see :data:`agl.schema.TRUSTED_SOURCES`)."""
+    for i, reward in enumerate(rewards):
+        if reward.source in TRUSTED_SOURCES:
+            raise Refused(
+                403,
+                f"rewards[{i}].source: a rollout key may not write a {reward.source!r} reward "
+                "(the runner writes the agent function's returned reward)",
+            )
 
 
 def redacted(rollout: Any) -> Any:
