@@ -95,3 +95,39 @@ def test_the_runner_token_still_writes_the_returned_reward(tmp_path):
         returned = {"reward_id": "rw-ro-run-a1-return", "rollout_id": "ro-run", "value": 0.5, "source": "return"}
         assert _post(target, "/v1/rewards", {"rewards": [returned]}, "runner").status_code == 200
         assert [(w.source, w.value) for w in store.query_rewards(rollout_id="ro-run")] == [("return", 0.5)]
+
+
+def test_ids_are_owned_by_their_rollout_a_squat_is_a_409_naming_the_id_and_the_owner_s_write_is_stored(tmp_path):
+    # was: rollout A's key wrote a reward under rw-<B>-a1-return, the id the runner uses for B's
+    # returned reward; B's real reward then got 200 and was not stored (span ids the same)
+    with store_target(tmp_path) as (target, store):
+        [other] = store.claim("runner-0", limit=1)  # ro-queued, now running: rollout B; the key is A's (ro-run)
+        squat = {"reward_id": f"rw-{other.rollout_id}-a{other.attempt}-return", "rollout_id": "ro-run", "value": 1}
+        for path in ("/v1/rewards", "/v1/batch"):
+            answer = _post(target, path, {"rewards": [squat]})
+            assert answer.status_code == 409, answer.text
+            error = answer.json()["error"]
+            assert error["type"] == "IdConflict" and error["ident"] == squat["reward_id"], error
+            assert squat["reward_id"] in error["reason"] and other.rollout_id not in error["field"]
+        # not even its own rollout's: those ids are the runner's and the reward plugins'
+        own = squat | {"reward_id": "rw-ro-run-a1-grader-reward"}
+        assert _post(target, "/v1/rewards", {"rewards": [own]}).status_code == 409
+        returned = {"reward_id": squat["reward_id"], "rollout_id": other.rollout_id, "value": 0.25, "source": "return"}
+        assert _post(target, "/v1/rewards", {"rewards": [returned]}, "runner").status_code == 200
+        assert [(w.reward_id, w.value) for w in store.query_rewards(rollout_id=other.rollout_id)] == [
+            (squat["reward_id"], 0.25)
+        ]
+
+        # any id, once stored, is its rollout's: a write of it for another rollout is refused, not dropped
+        span = {"span_id": "sp-taken", "rollout_id": "ro-run", "name": "step"}
+        assert _post(target, "/v1/spans", {"spans": [span]}).status_code == 200
+        assert _post(target, "/v1/spans", {"spans": [span]}).status_code == 200  # a retry: idempotent
+        theirs = span | {"rollout_id": other.rollout_id}
+        for path in ("/v1/spans", "/v1/batch"):
+            answer = _post(target, path, {"spans": [theirs]}, "runner")
+            assert answer.status_code == 409 and answer.json()["error"]["ident"] == "sp-taken", answer.text
+        call = {"call_id": "c-taken", "rollout_id": "ro-run", "prompt_ids": [1], "response_ids": [2]}
+        assert _post(target, "/v1/llm_calls", {"llm_calls": [call]}).status_code == 200
+        answer = _post(target, "/v1/llm_calls", {"llm_calls": [call | {"rollout_id": None}]}, "admin")
+        assert answer.status_code == 409 and answer.json()["error"]["ident"] == "c-taken", answer.text
+        assert [s.rollout_id for s in store.query_spans() if s.span_id == "sp-taken"] == ["ro-run"]

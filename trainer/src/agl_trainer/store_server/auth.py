@@ -11,7 +11,12 @@
   secret): its own rollout only, while its attempt runs: write that rollout's spans, LLM
   calls and rewards, heartbeat it, finish it, read it and its task. This is what ``agl run``
   hands its child, so its rewards are the agent's own: any source but the trusted ones
-  (:data:`agl.schema.TRUSTED_SOURCES`, the runner's ``return``), which are 403 naming the field.
+  (:data:`agl.schema.TRUSTED_SOURCES`, the runner's ``return``), which are 403 naming the field,
+  and under ids of its own making: the ids agl makes for the runner's and the reward plugins'
+  rewards (:data:`agl.schema.ROLLOUT_REWARD_ID`) are 409 naming the id.
+
+Whoever writes, an id belongs to its rollout: the store refuses (409, :class:`agl.errors.IdConflict`)
+a span, LLM call or reward whose id is stored under another rollout.
 
 A refused route is 403 naming the scope; an observation of another rollout is 403 naming
 the rollout. That a rollout runs is asked of the store (or learnt from a claim) and kept
@@ -31,7 +36,8 @@ import anyio.to_thread
 from starlette.responses import JSONResponse
 
 from agl.credentials import RolloutKeys, bearer_of, same_token
-from agl.schema import TRUSTED_SOURCES, RolloutStatus
+from agl.errors import IdConflict
+from agl.schema import ROLLOUT_REWARD_ID, TRUSTED_SOURCES, RolloutStatus
 from agl.store.base import Store
 from agl_trainer.http.bearer import ADMIN, ROLLOUT, Caller, caller_by_bearer
 
@@ -153,7 +159,7 @@ class StoreAuth:
             for rid in ids:
                 self.check_rollout(caller, rid, field)
             if field == "rewards":
-                _check_agent_sources(items)
+                _check_agent_rewards(items)
             return
         ids.discard(None)
         if not ids:
@@ -202,9 +208,12 @@ class StoreAuth:
         return {r.rollout_id: self.keys.mint(r.rollout_id, r.attempt) for r in rollouts}
 
 
-def _check_agent_sources(rewards: Iterable[Any]) -> None:
-    """Rewards a rollout key writes: an agent's own sources only (see :data:`agl.schema.TRUSTED_SOURCES`)."""
+def _check_agent_rewards(rewards: Iterable[Any]) -> None:
+    """Rewards a rollout key writes: an agent's own sources only (see :data:`agl.schema.TRUSTED_SOURCES`),
+    and none of the ids agl makes for the runner and the reward plugins (:data:`agl.schema.ROLLOUT_REWARD_ID`)."""
     for i, reward in enumerate(rewards):
+        if ROLLOUT_REWARD_ID.fullmatch(reward.reward_id):
+            raise IdConflict(f"rewards[{i}].reward_id", reward.reward_id, "is of the form agl makes for the runner")
         if reward.source in TRUSTED_SOURCES:
             raise Refused(
                 403,
