@@ -4,7 +4,10 @@ the real servers: malformed keys, reward sources, id ownership, out-of-range num
 from __future__ import annotations
 
 import base64
+import json
 import logging
+import math
+import struct
 
 import httpx
 import pytest
@@ -131,3 +134,53 @@ def test_ids_are_owned_by_their_rollout_a_squat_is_a_409_naming_the_id_and_the_o
         answer = _post(target, "/v1/llm_calls", {"llm_calls": [call | {"rollout_id": None}]}, "admin")
         assert answer.status_code == 409 and answer.json()["error"]["ident"] == "c-taken", answer.text
         assert [s.rollout_id for s in store.query_spans() if s.span_id == "sp-taken"] == ["ro-run"]
+
+
+def _packed(fmt: str, *values) -> str:
+    """Values packed the way the clients send them: little-endian, base64, as a JSON string."""
+    return json.dumps(base64.b64encode(struct.pack(fmt, *values)).decode())
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("response_logprobs", "[-0.5, NaN]"),
+        ("response_logprobs", "[-0.5, Infinity]"),
+        ("response_logprobs", "[-0.5, -Infinity]"),
+        ("response_logprobs", "[-0.5, 1e309]"),  # parses as infinity
+        ("response_logprobs", "[-0.5, 1e39]"),  # finite, but infinite as a float32
+        ("response_logprobs", _packed("<2f", -0.5, math.nan)),
+        ("prompt_ids", "[1, -1]"),
+        ("response_ids", _packed("<2i", 3, -7)),
+    ],
+)
+def test_llm_calls_with_a_nan_an_infinite_logprob_or_a_negative_token_id_are_422s_naming_the_field(
+    tmp_path, field, value
+):
+    # was: stored as sent (README says non-finite numbers are refused everywhere)
+    fields = {"prompt_ids": "[1, 2]", "response_ids": "[3, 4]", "response_logprobs": "[-0.5, -0.25]"} | {field: value}
+    call = ", ".join(f'"{k}": {v}' for k, v in fields.items())
+    body = '{"llm_calls": [{"call_id": "c-bad", "rollout_id": "ro-run", ' + call + "}]}"
+    with store_target(tmp_path) as (target, store):
+        admin = {"Authorization": f"Bearer {target.credentials['admin']}", "Content-Type": "application/json"}
+        for path in ("/v1/llm_calls", "/v1/batch"):
+            answer = target.client.post(path, content=body, headers=admin)
+            assert answer.status_code == 422, (path, answer.text)
+            assert answer.json()["error"]["field"] == f"llm_calls.0.{field}", answer.text
+        good = body.replace(value, "[5, 6]" if field.endswith("ids") else "[-0.5, -0.25]")
+        assert target.client.post("/v1/llm_calls", content=good, headers=admin).status_code == 200
+        assert [c.call_id for c in store.query_llm_calls()] == ["c-bad"]
+
+
+def test_finishing_with_an_attempt_past_int64_is_a_422_naming_it(tmp_path):
+    # was: a 500 (SQLite's OverflowError)
+    with store_target(tmp_path) as (target, store):
+        for attempt in (2**63, 10**30):
+            answer = _post(target, "/v1/rollouts/ro-run/finish", {"status": "succeeded", "attempt": attempt}, "admin")
+            assert answer.status_code == 422 and answer.json()["error"]["field"] == "attempt", answer.text
+            batch = {"finishes": [{"rollout_id": "ro-run", "status": "succeeded", "attempt": attempt}]}
+            answer = _post(target, "/v1/batch", batch, "admin")
+            assert answer.status_code == 422 and "attempt" in answer.json()["error"]["field"], answer.text
+        with pytest.raises(ValueError, match="attempt"):
+            store.finish("ro-run", "succeeded", attempt=2**63)
+        assert store.get_rollout("ro-run").status == "running"

@@ -35,6 +35,7 @@ from pydantic import BaseModel
 from agl.errors import IdConflict, IncompatibleStore, InvalidTransition, NotFound, StoreUnavailable, Transient
 from agl.retry import Attempts, RetryPolicy
 from agl.schema import (
+    INT64_MAX,
     ROLLOUT_REWARD_ID,
     Attempt,
     LLMCall,
@@ -963,8 +964,8 @@ class SqlStore(Store):
         status = RolloutStatus(status)
         if not status.terminal:
             raise InvalidTransition(f"status: finish needs a terminal status, got {status.value!r}")
-        if attempt is not None and attempt < 1:
-            raise ValueError(f"attempt: must be at least 1, got {attempt}")
+        if attempt is not None and not 1 <= attempt <= INT64_MAX:
+            raise ValueError(f"attempt: must be from 1 to {INT64_MAX}, got {attempt}")
         check_json(output, "output")
         return _FinishJob(self, Finish(rollout_id, status, error, _dumps(output), attempt)), _rollout_from_row
 
