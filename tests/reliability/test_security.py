@@ -184,3 +184,46 @@ def test_finishing_with_an_attempt_past_int64_is_a_422_naming_it(tmp_path):
         with pytest.raises(ValueError, match="attempt"):
             store.finish("ro-run", "succeeded", attempt=2**63)
         assert store.get_rollout("ro-run").status == "running"
+
+
+def test_a_gateway_in_front_of_agl_store_serve_records_every_call_with_the_store_s_token(tmp_path):
+    # was: the gateway handed its own token (AGL_GATEWAY_TOKEN, exported as README does) to the store:
+    # calls answered 200 but nothing was recorded, /admin/flush 503, and --store-token-file refused to start.
+    # (Fixed on main by the one-name-per-credential change; pinned here against the real processes.)
+    import subprocess
+
+    from agl.store.http import HttpStore
+    from tests.conftest import free_port, wait_until_serving
+    from tests.fake_engine import FakeEngine
+    from tests.reliability.conftest import AGL, ROOT, StoreProcess, agl_env
+
+    (tmp_path / "store-token").write_text("store-admin-token\n")
+    store = StoreProcess(tmp_path / "agl.db", free_port(), tmp_path / "store-token").start()
+    port, log = free_port(), tmp_path / "gateway.log"
+    env = agl_env(AGL_GATEWAY_TOKEN="gateway-token", AGL_GATEWAY_ADMIN_TOKEN="gateway-admin")
+    try:
+        with FakeEngine() as engine, open(log, "ab") as out:
+            args = ["gateway", "serve", "--store", store.url, "--store-token-file", str(tmp_path / "store-token")]
+            args += ["--upstream", engine.url, "--port", str(port)]
+            gateway = subprocess.Popen([*AGL, *args], cwd=ROOT, env=env, stdout=out, stderr=out)
+            try:
+                url = f"http://127.0.0.1:{port}"
+                wait_until_serving(f"{url}/health", gateway, 30, output=lambda: log.read_text()[-2000:])
+                chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+                answer = httpx.post(
+                    f"{url}/v1/chat/completions", json=chat, headers={"Authorization": "Bearer gateway-token"}
+                )
+                assert answer.status_code == 200, answer.text
+                flushed = httpx.post(f"{url}/admin/flush", headers={"Authorization": "Bearer gateway-admin"})
+                assert flushed.status_code == 200, flushed.text
+            finally:
+                gateway.terminate()
+                try:
+                    gateway.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    gateway.kill()
+                    gateway.wait(timeout=10)
+        with HttpStore(store.url, token="store-admin-token") as client:
+            assert [c.call_id for c in client.query_llm_calls(production=True)] == [answer.json()["id"]]
+    finally:
+        store.stop()
