@@ -7,6 +7,7 @@ import base64
 import json
 import logging
 import math
+import os
 import struct
 
 import httpx
@@ -227,3 +228,74 @@ def test_a_gateway_in_front_of_agl_store_serve_records_every_call_with_the_store
             assert [c.call_id for c in client.query_llm_calls(production=True)] == [answer.json()["id"]]
     finally:
         store.stop()
+
+
+_TRACING_CHILD = """
+import json, sys
+from agents import custom_span, trace
+from agents.tracing.processors import default_exporter, default_processor
+
+default_exporter().endpoint = sys.argv[1]  # where api.openai.com would be: a server of the test's
+with trace("under agl run"):
+    with custom_span("tool"):
+        pass
+queued = default_processor()._queue.qsize()
+default_processor().force_flush()
+with trace("with the user's own tracing key", tracing={"api_key": "sk-users-own"}):
+    with custom_span("tool"):
+        pass
+default_processor().force_flush()
+print(json.dumps({"queued": queued}))
+"""
+
+
+@pytest.mark.parametrize("under", ["rollout key", "gateway token"])
+def test_the_agents_sdk_exporter_sends_no_rollout_key_gateway_token_or_trace_to_openai(tmp_path, under):
+    # was: agl's processor was added beside the SDK's default exporter, which posted the run's traces
+    # to https://api.openai.com/v1/traces/ingest with OPENAI_API_KEY: the rollout key agl run sets
+    import http.server
+    import subprocess
+    import sys
+    import threading
+
+    from agl.credentials import RolloutKeys
+    from tests.reliability.conftest import ROOT
+
+    posted: list[tuple[str, dict]] = []
+
+    class Ingest(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            posted.append((self.headers["Authorization"], body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ingest)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    key = RolloutKeys.generate().mint("ro-1", 1) if under == "rollout key" else "the-gateways-production-token"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGL_", "OPENAI_"))}
+    env |= {
+        "AGL_OPENAI_AGENTS_INSTRUMENT": "1",  # what agl run's child gets, with the two below
+        "OPENAI_API_KEY": key,
+        "OPENAI_BASE_URL": "http://127.0.0.1:8088/rollouts/ro-1/v1",
+        "AGL_STORE_URL": f"sqlite:///{tmp_path / 'agl.db'}",
+    }
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", _TRACING_CHILD, f"http://127.0.0.1:{server.server_port}/v1/traces/ingest"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert json.loads(child.stdout.splitlines()[-1]) == {"queued": 0}, child.stderr[-2000:]
+    assert [auth for auth, _ in posted] == ["Bearer sk-users-own"]  # a run's own tracing key still works
+    assert all(key not in json.dumps(body) for _, body in posted)
