@@ -299,3 +299,39 @@ def test_the_agents_sdk_exporter_sends_no_rollout_key_gateway_token_or_trace_to_
     assert json.loads(child.stdout.splitlines()[-1]) == {"queued": 0}, child.stderr[-2000:]
     assert [auth for auth, _ in posted] == ["Bearer sk-users-own"]  # a run's own tracing key still works
     assert all(key not in json.dumps(body) for _, body in posted)
+
+
+@pytest.mark.parametrize("rollout_id", ["ro/1", "ro?x=1", "ro#frag", "ro%2F100%", "ro é/..?#"])
+def test_a_rollout_id_with_url_characters_gets_a_quoted_base_url_the_gateway_routes(tmp_path, rollout_id):
+    # was: /rollouts/{id}/v1 unquoted, in agl runner and agl run: such ids failed
+    import argparse
+
+    from openai import OpenAI
+
+    from agl.runner import Runner
+    from agl.schema import Rollout, Task
+    from agl.store.sqlite import SqliteStore
+    from agl_trainer.cli.run import child_env
+    from agl_trainer.gateway import Gateway
+    from tests.fake_engine import FakeEngine
+
+    store = SqliteStore(tmp_path / "agl.db")
+    store.add_tasks([Task(task_id="t", input={})])
+    store.enqueue([Rollout(rollout_id=rollout_id, task_id="t")])
+    [rollout] = store.claim("runner-0", limit=1)
+    try:
+        with FakeEngine() as engine, Gateway(store, [engine.url], model_version="v1") as gateway:
+            key = gateway.rollout_key(rollout_id, rollout.attempt)
+            handed = child_env(argparse.Namespace(gateway=gateway.url), rollout, "sqlite:///x", key)
+            runner = Runner(store, lambda task: None, gateway_url=gateway.url)
+            base = runner.context_for(rollout).base_url
+            runner.close()
+            assert base == handed["OPENAI_BASE_URL"] == gateway.rollout_base_url(rollout_id)
+            with OpenAI(base_url=base, api_key=key) as client:
+                answer = client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+                )
+            gateway.flush()
+        assert [c.call_id for c in store.query_llm_calls(rollout_id=rollout_id)] == [answer.id]
+    finally:
+        store.close()

@@ -203,7 +203,9 @@ def child_env(args: argparse.Namespace, rollout: Rollout, store_url: str, key: s
     if key:
         handed[env.ROLLOUT_KEY] = key
     if args.gateway:
-        base = f"{args.gateway.rstrip('/')}/rollouts/{rollout.rollout_id}/v1"
+        from agl.runner import rollout_base_url
+
+        base = rollout_base_url(args.gateway, rollout.rollout_id)
         handed |= {"OPENAI_BASE_URL": base, "OPENAI_API_BASE": base, "OPENAI_API_KEY": key}
     return handed
 
