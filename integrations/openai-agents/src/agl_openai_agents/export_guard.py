@@ -66,21 +66,21 @@ class GuardedDefaultProcessor(TracingProcessor):
         self.exporter = exporter
         """Its exporter (``default_exporter()``), asked which key it would send."""
 
+    def _pass(self, hook: str, item: Any) -> None:
+        if users_openai_key(item, self.exporter):
+            getattr(self.inner, hook)(item)
+
     def on_trace_start(self, trace: Trace) -> None:
-        if users_openai_key(trace, self.exporter):
-            self.inner.on_trace_start(trace)
+        self._pass("on_trace_start", trace)
 
     def on_trace_end(self, trace: Trace) -> None:
-        if users_openai_key(trace, self.exporter):
-            self.inner.on_trace_end(trace)
+        self._pass("on_trace_end", trace)
 
     def on_span_start(self, span: Any) -> None:
-        if users_openai_key(span, self.exporter):
-            self.inner.on_span_start(span)
+        self._pass("on_span_start", span)
 
     def on_span_end(self, span: Any) -> None:
-        if users_openai_key(span, self.exporter):
-            self.inner.on_span_end(span)
+        self._pass("on_span_end", span)
 
     def shutdown(self, timeout: float | None = None) -> None:
         self.inner.shutdown(timeout)
