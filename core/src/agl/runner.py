@@ -651,4 +651,4 @@ class _environment:
                 os.environ[k] = v
 
 
-__all__ = ["Runner", "RolloutResult", "format_error", "load_agent", "read_result"]
+__all__ = ["Runner", "RolloutResult", "format_error", "load_agent", "read_result", "rollout_base_url"]
