@@ -83,9 +83,9 @@ EXAMPLES = [
         requested_model="gpt-4o",
         request={"messages": []},
         response={"choices": [{"index": 0}]},
-        prompt_ids=[1, 2, 2**31 - 1, -5],
+        prompt_ids=[1, 2, 2**31 - 1, 0],  # the extremes of a token id (negative ones are refused)
         response_ids=[7, 8, 0],
-        response_logprobs=[-0.5, -float("inf"), 0.0],
+        response_logprobs=[-0.5, -3.4028234663852886e38, 0.0],  # the lowest finite float32 (infinities are refused)
         model_version="v3",
         latency_s=0.125,
     ),
@@ -126,9 +126,9 @@ def test_token_arrays_are_base64_of_packed_little_endian_values_in_json():
     call = EXAMPLES[4]
     data = json.loads(call.model_dump_json())
     assert isinstance(data["prompt_ids"], str) and "[" not in data["prompt_ids"]
-    assert base64.b64decode(data["prompt_ids"]) == struct.pack("<4i", 1, 2, 2**31 - 1, -5)
+    assert base64.b64decode(data["prompt_ids"]) == struct.pack("<4i", 1, 2, 2**31 - 1, 0)
     assert base64.b64decode(data["response_ids"]) == struct.pack("<3i", 7, 8, 0)
-    assert base64.b64decode(data["response_logprobs"]) == struct.pack("<3f", -0.5, -math.inf, 0.0)
+    assert base64.b64decode(data["response_logprobs"]) == struct.pack("<3f", -0.5, -3.4028234663852886e38, 0.0)
     transition = json.loads(EXAMPLES[7].model_dump_json())
     assert base64.b64decode(transition["prompt_ids"]) == struct.pack("<2i", 1, 2)
     assert transition["response_logprobs"] == base64.b64encode(struct.pack("<f", -0.25)).decode()

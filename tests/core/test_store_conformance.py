@@ -280,3 +280,20 @@ def test_model_versions(store):
     assert store.get_model_version("v0").path == "/tmp/v0"
     with pytest.raises(NotFound):
         store.get_model_version("v9")
+
+
+def test_ids_belong_to_their_rollout(store):
+    from agl.errors import IdConflict
+
+    store.add_spans([Span(span_id="s-own", rollout_id="ro-a", name="x")])
+    store.add_spans([Span(span_id="s-own", rollout_id="ro-a", name="x")])  # the same rollout again: idempotent
+    with pytest.raises(IdConflict, match="s-own"):
+        store.add_spans([Span(span_id="s-own", rollout_id="ro-b", name="x")])
+    with pytest.raises(IdConflict, match="c-own"):
+        store.add_llm_calls([LLMCall(call_id="c-own", rollout_id="ro-a", prompt_ids=[1], response_ids=[2])])
+        store.add_llm_calls([LLMCall(call_id="c-own", rollout_id=None, prompt_ids=[1], response_ids=[2])])
+    with pytest.raises(IdConflict, match="rw-ro-b-a1-return"):  # the runner's id for ro-b's reward
+        store.add_rewards([Reward(reward_id="rw-ro-b-a1-return", rollout_id="ro-a", value=1.0)])
+    store.add_rewards([Reward(reward_id="rw-ro-b-a1-return", rollout_id="ro-b", value=0.5, source="return")])
+    assert [s.rollout_id for s in store.query_spans() if s.span_id == "s-own"] == ["ro-a"]
+    assert [(w.rollout_id, w.value) for w in store.query_rewards()] == [("ro-b", 0.5)]

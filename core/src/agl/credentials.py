@@ -32,6 +32,7 @@ import base64
 import hashlib
 import hmac
 import os
+import re
 import secrets
 from collections.abc import Iterable
 from pathlib import Path
@@ -40,6 +41,9 @@ from agl.env import ROLLOUT_KEY_SECRET
 from agl.errors import ConfigError
 
 _PREFIX = "agl-rk."
+_KEY_SHAPE = re.compile(r"agl-rk\.(0|[1-9][0-9]{0,17})\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]{43})")
+"""A rollout key: an attempt of at most 18 ASCII digits (below 2**63), the rollout id in base64url,
+the 43 base64url characters of its HMAC. Anything else is not a key, never an error."""
 
 
 def new_token(nbytes: int = 24) -> str:
@@ -145,17 +149,16 @@ class RolloutKeys:
 
     def check(self, key: str) -> tuple[str, int] | None:
         """``(rollout_id, attempt)`` for a key made under this secret, None for anything else."""
-        if not key.startswith(_PREFIX):
+        shape = _KEY_SHAPE.fullmatch(key)
+        if shape is None:
             return None
-        parts = key[len(_PREFIX) :].split(".")
-        if len(parts) != 3 or not parts[0].isdigit():
-            return None
+        digits, encoded, mac = shape.groups()
         try:
-            rollout_id = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)).decode()
+            rollout_id = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
         except (ValueError, UnicodeDecodeError):
             return None
-        attempt = int(parts[0])
-        if not rollout_id or not hmac.compare_digest(parts[2], self._mac(rollout_id, attempt)):
+        attempt = int(digits)
+        if not rollout_id or not hmac.compare_digest(mac.encode(), self._mac(rollout_id, attempt).encode()):
             return None
         return rollout_id, attempt
 

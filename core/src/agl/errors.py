@@ -23,6 +23,18 @@ class InvalidTransition(AglError, ValueError):
     """A rollout status change that the status machine does not allow."""
 
 
+class IdConflict(AglError, ValueError):
+    """A span, LLM call or reward whose id belongs to another rollout: stored already under
+    another rollout, or of the form agl gives a rollout's own rewards (``rw-<rollout>-a<attempt>-…``)
+    naming another. Ids are owned by their rollout; the write is refused (409), never dropped
+    silently. Names the id, never the rollout that owns it."""
+
+    def __init__(self, field: str, ident: str, reason: str = "belongs to another rollout"):
+        self.field = field
+        self.ident = ident
+        super().__init__(f"{field}: id {ident!r} {reason}")
+
+
 class Transient(AglError):
     """A failure that may pass if the same call is tried again later: the store or a server
     away, overloaded or failing inside. :mod:`agl.retry` retries these (and only by type)."""

@@ -66,6 +66,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict
 
@@ -198,6 +199,12 @@ def load_agent(spec: str) -> Agent:
     if not callable(fn):
         raise AglError(f"agent: {spec!r} is not callable")
     return fn
+
+
+def rollout_base_url(gateway_url: str, rollout_id: str) -> str:
+    """The OpenAI base URL of one rollout on the gateway at ``gateway_url``: ``…/rollouts/{id}/v1``,
+    the id percent-quoted as one path segment (an id may hold ``/``, ``?``, ``#`` or ``%``)."""
+    return f"{gateway_url.rstrip('/')}/rollouts/{quote(rollout_id, safe='')}/v1"
 
 
 class Runner:
@@ -436,7 +443,7 @@ class Runner:
     # -- one rollout -----------------------------------------------------------------------
     def context_for(self, rollout: Rollout) -> RolloutContext:
         """The context an agent gets for ``rollout``."""
-        base_url = f"{self.gateway_url}/rollouts/{rollout.rollout_id}/v1" if self.gateway_url else None
+        base_url = rollout_base_url(self.gateway_url, rollout.rollout_id) if self.gateway_url else None
         resources = {**self.resources, **self.mode_resources.get(rollout.mode, {})}
         resources.setdefault("mode", rollout.mode)
         return RolloutContext(
@@ -650,4 +657,4 @@ class _environment:
                 os.environ[k] = v
 
 
-__all__ = ["Runner", "RolloutResult", "format_error", "load_agent", "read_result"]
+__all__ = ["Runner", "RolloutResult", "format_error", "load_agent", "read_result", "rollout_base_url"]

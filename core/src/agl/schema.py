@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import secrets
 import threading
 import time
@@ -325,6 +326,18 @@ class LLMCall(_Model):
 
 RETURN_SOURCE = "return"
 """The ``source`` of a reward the agent function returned (written by the runner); it outranks every other."""
+
+ROLLOUT_REWARD_ID = re.compile(r"rw-.+-a[0-9]+-.+")
+"""The form of the reward ids agl itself makes for a rollout: the runner's ``rw-<rollout>-a<attempt>-return``,
+the reward plugins' ``rw-<rollout>-a<attempt>-<plugin>-<name>``. They are predictable, so a store refuses
+one on a reward of another rollout, and the store server refuses them from a rollout key altogether
+(:class:`~agl.errors.IdConflict`, 409 naming the id)."""
+
+TRUSTED_SOURCES = frozenset({RETURN_SOURCE})
+"""Reward sources only the runner and the trainer write. A rollout key (what an agent holds) may
+write any other source (``agent`` from :func:`agl.emit_reward`, ``langchain``, ``user``…), never
+these: the store server refuses them (403 naming the field), so an agent cannot outrank the
+reward plugins with a reward of its own making."""
 
 
 class Reward(_Model):

@@ -5,12 +5,15 @@ float32 for logprobs), never as JSON lists of numbers. In Python they are
 ``array.array`` objects, which unpack from bytes with a single copy.
 
 In JSON they are base64 strings. Validation also accepts plain lists, bytes and
-base64 strings, so callers can pass whatever they hold.
+base64 strings, so callers can pass whatever they hold, and checks the values however they
+came: token ids are non-negative, logprobs finite (a float32 past its range, ``1e309`` in
+JSON, is infinite: refused too).
 """
 
 from __future__ import annotations
 
 import base64
+import math
 import sys
 from array import array
 from typing import Annotated, Any
@@ -72,18 +75,35 @@ def float32_array(value: Any) -> array:
     return _coerce("f", value)
 
 
+def _token_ids(value: Any) -> array:
+    values = int32_array(value)
+    if values and min(values) < 0:
+        at = next(i for i, v in enumerate(values) if v < 0)
+        raise ValueError(f"token ids are non-negative: [{at}] is {values[at]}")
+    return values
+
+
+def _logprobs(value: Any) -> array:
+    values = float32_array(value)
+    # float32 values cannot add up past a double's range: a sum that is not finite holds a NaN or an infinity
+    if values and not math.isfinite(sum(values)):
+        at = next(i for i, v in enumerate(values) if not math.isfinite(v))
+        raise ValueError(f"logprobs are finite numbers: [{at}] is {values[at]}")
+    return values
+
+
 TokenIds = Annotated[
     array,
-    PlainValidator(int32_array),
+    PlainValidator(_token_ids),
     PlainSerializer(_b64, return_type=str, when_used="json"),
     WithJsonSchema({"type": "string", "contentEncoding": "base64", "description": "int32 little-endian"}),
 ]
-"""Token ids: an int32 ``array.array``; base64 of little-endian bytes in JSON."""
+"""Token ids: an int32 ``array.array`` of non-negative ids; base64 of little-endian bytes in JSON."""
 
 Logprobs = Annotated[
     array,
-    PlainValidator(float32_array),
+    PlainValidator(_logprobs),
     PlainSerializer(_b64, return_type=str, when_used="json"),
     WithJsonSchema({"type": "string", "contentEncoding": "base64", "description": "float32 little-endian"}),
 ]
-"""Logprobs: a float32 ``array.array``; base64 of little-endian bytes in JSON."""
+"""Logprobs: a float32 ``array.array`` of finite numbers; base64 of little-endian bytes in JSON."""

@@ -67,7 +67,7 @@ import httpx
 from pydantic import BaseModel, TypeAdapter
 
 from agl.env import ROLLOUT_KEY, STORE_TOKEN
-from agl.errors import AglError, InvalidTransition, NotFound, Refused, StoreUnavailable, Transient
+from agl.errors import AglError, IdConflict, InvalidTransition, NotFound, Refused, StoreUnavailable, Transient
 from agl.retry import Attempts, RetryPolicy
 from agl.schema import Attempt, LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, StoreStats, Task
 from agl.store.base import (
@@ -133,6 +133,8 @@ def error_from(status: int, error: dict[str, Any]) -> Exception:
     reason = str(error.get("reason", "no reason given"))
     if status == 404 and "kind" in error:
         return NotFound(str(error["kind"]), str(error.get("ident", "")))
+    if status == 409 and error.get("type") == "IdConflict":
+        return IdConflict(str(error.get("field", "id")), str(error.get("ident", "")))
     if status == 409:
         return InvalidTransition(reason)
     if status in (413, 422):
@@ -670,6 +672,7 @@ class HttpStore(Store):
 _STATUS_BY_TYPE = {
     "NotFound": 404,
     "InvalidTransition": 409,
+    "IdConflict": 409,
     "ValidationError": 422,
     "ValueError": 422,
     "BodyTooLarge": 413,

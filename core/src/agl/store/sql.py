@@ -32,9 +32,11 @@ from typing import Any, NamedTuple, Unpack
 
 from pydantic import BaseModel
 
-from agl.errors import IncompatibleStore, InvalidTransition, NotFound, StoreUnavailable, Transient
+from agl.errors import IdConflict, IncompatibleStore, InvalidTransition, NotFound, StoreUnavailable, Transient
 from agl.retry import Attempts, RetryPolicy
 from agl.schema import (
+    INT64_MAX,
+    ROLLOUT_REWARD_ID,
     Attempt,
     LLMCall,
     ModelVersion,
@@ -60,6 +62,8 @@ INSERT_ROWS = 64
 """Rows in one multi-row INSERT statement at most (and so distinct statement texts per table)."""
 TASK_CACHE_BYTES = 8 * 1024 * 1024
 """Task bodies a store keeps in memory for claims (tasks never change once stored)."""
+_OWNED_IDS = {"spans": "span_id", "llm_calls": "call_id", "rewards": "reward_id"}
+"""The tables whose ids belong to their rollout (:class:`~agl.errors.IdConflict`), and each one's id column."""
 
 
 class Dialect(abc.ABC):
@@ -760,15 +764,37 @@ class SqlStore(Store):
         n = len(rows)
         if not n:
             return
+        owned = table in _OWNED_IDS
         if n == 1:
             cur.execute(self._insert_sql(table, columns, 1), rows[0])
+            if owned and cur.rowcount != 1:
+                self._check_owners(cur, table, rows)
         else:
             step = min(INSERT_ROWS, 999 // len(columns))  # 999: the fewest parameters a statement may have (old SQLite)
             for i in range(0, n, step):
                 part = rows[i : i + step]
                 cur.execute(self._insert_sql(table, columns, len(part)), [v for row in part for v in row])
+                if owned and cur.rowcount != len(part):
+                    self._check_owners(cur, table, part)
         if table == "rewards":
             self._update_final_rewards(cur, {row[1] for row in rows if row[1] is not None})
+
+    def _check_owners(self, cur, table: str, rows: Sequence[tuple]) -> None:
+        """Some of ``rows`` (id, rollout id, …) were not inserted: their id is stored already. A
+        retry of the same rollout's write is what idempotence is for; an id stored under another
+        rollout is an :class:`~agl.errors.IdConflict` (the group's other writes are unaffected:
+        a failed group runs again with each write in its own savepoint)."""
+        column = _OWNED_IDS[table]
+        ids = sorted({row[0] for row in rows})
+        owners: dict[str, str | None] = {}
+        for i in range(0, len(ids), 500):
+            part = ids[i : i + 500]
+            marks = ", ".join("?" for _ in part)
+            cur.execute(self._sql(f"SELECT {column}, rollout_id FROM {table} WHERE {column} IN ({marks})"), part)
+            owners.update(cur.fetchall())
+        for row in rows:
+            if owners.get(row[0], row[1]) != row[1]:
+                raise IdConflict(f"{table}.{column}", row[0])
 
     def _update_final_rewards(self, cur, rollout_ids: set[str]) -> None:
         """Recompute ``rollouts.reward`` (the final reward, which the dashboard sorts and filters
@@ -938,8 +964,8 @@ class SqlStore(Store):
         status = RolloutStatus(status)
         if not status.terminal:
             raise InvalidTransition(f"status: finish needs a terminal status, got {status.value!r}")
-        if attempt is not None and attempt < 1:
-            raise ValueError(f"attempt: must be at least 1, got {attempt}")
+        if attempt is not None and not 1 <= attempt <= INT64_MAX:
+            raise ValueError(f"attempt: must be from 1 to {INT64_MAX}, got {attempt}")
         check_json(output, "output")
         return _FinishJob(self, Finish(rollout_id, status, error, _dumps(output), attempt)), _rollout_from_row
 
@@ -1083,6 +1109,10 @@ class SqlStore(Store):
 
     def _rewards_op(self, rewards: Iterable[Reward]) -> Callable[[Any], Any]:
         rows = [(r.reward_id, r.rollout_id, _body(r)) for r in rewards]
+        for reward_id, rollout_id, _ in rows:
+            mine = reward_id.startswith(f"rw-{rollout_id}-a")
+            if reward_id.startswith("rw-") and not mine and ROLLOUT_REWARD_ID.fullmatch(reward_id):
+                raise IdConflict("rewards.reward_id", reward_id)
         return _Insert(self, "rewards", self._REWARD_COLUMNS, rows)
 
     def add_spans(self, spans: Iterable[Span]) -> None:

@@ -47,7 +47,9 @@ _processor: AglTracingProcessor | None = None
 def instrument() -> AglTracingProcessor:
     """Add an :class:`AglTracingProcessor` with ``add_trace_processor`` (once) and return it.
 
-    The user's processors, the SDK's default OpenAI exporter included, stay in place.
+    The user's processors stay in place; the SDK's default OpenAI exporter stays too, but is
+    handed only what would go out with the user's own OpenAI key
+    (:mod:`agl_openai_agents.export_guard`): never a rollout key, a gateway token or their traces.
     """
     global _processor
     with _lock:

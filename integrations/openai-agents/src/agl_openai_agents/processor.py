@@ -12,6 +12,7 @@ from agents.tracing.span_data import AgentSpanData, GenerationSpanData, Response
 from agl.capture import RolloutContext, capture_context, current_span_id, error_guard
 from agl.schema import now
 from agl_openai_agents import _requests, _response_ids, convert
+from agl_openai_agents.export_guard import guard_default_exporter
 
 _guard = error_guard("agl_openai_agents")
 
@@ -31,7 +32,9 @@ class AglTracingProcessor(TracingProcessor):
     >>> from agents import add_trace_processor
     >>> add_trace_processor(AglTracingProcessor())
 
-    It sits next to the user's other processors and never replaces them. Each
+    It sits next to the user's other processors and never replaces them; the SDK's
+    default exporter is kept from sending a rollout key, the gateway's token or the run's
+    traces to OpenAI (:mod:`agl_openai_agents.export_guard`). Each
     generation or response span becomes an ``llm`` span carrying the name of the
     agent whose turn it belongs to; function spans become ``tool`` spans, agent
     spans ``agent`` spans, handoffs and guardrails ``custom`` spans. The rollout is
@@ -42,6 +45,7 @@ class AglTracingProcessor(TracingProcessor):
         from agl_openai_agents.instrument import check_framework_version
 
         check_framework_version()
+        guard_default_exporter()  # before anything is recorded: no rollout key or trace goes to OpenAI
         self.enabled = True
         """Set to False to make the processor ignore everything (the SDK cannot remove one)."""
         self._open: dict[str, _Open] = {}

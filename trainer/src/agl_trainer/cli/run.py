@@ -219,8 +219,11 @@ def child_env(args: argparse.Namespace, rollout: Rollout, store_url: str, key: s
     if key:
         handed[env.ROLLOUT_KEY] = key
     if args.gateway:
-        route = f"{args.gateway.rstrip('/')}/rollouts/{rollout.rollout_id}"
-        handed |= {"OPENAI_BASE_URL": f"{route}/v1", "OPENAI_API_BASE": f"{route}/v1", "OPENAI_API_KEY": key}
+        from agl.runner import rollout_base_url
+
+        base = rollout_base_url(args.gateway, rollout.rollout_id)
+        route = base.removesuffix("/v1")
+        handed |= {"OPENAI_BASE_URL": base, "OPENAI_API_BASE": base, "OPENAI_API_KEY": key}
         handed |= {name: route for name in ANTHROPIC_URLS} | {"ANTHROPIC_API_KEY": key}
     return handed
 

@@ -28,7 +28,7 @@ import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 from agl.credentials import RolloutKeys
 from agl.errors import StoreUnavailable
@@ -154,6 +154,21 @@ def upstream_error(status: int, body: bytes, req: dict) -> GatewayError:
     )
 
 
+def _rollout_route(scope: dict) -> tuple[str, str]:
+    """``(rollout id, endpoint)`` of a ``/rollouts/{id}/v1/{endpoint}`` request. The id is one
+    percent-quoted segment of the raw path (as :func:`agl.runner.rollout_base_url` writes it), so
+    an id holding ``/``, ``?``, ``#`` or ``%`` arrives whole; the decoded path would split it."""
+    raw = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1").partition("?")[0]
+    segment, _, rest = raw.removeprefix("/rollouts/").partition("/")
+    try:
+        named = unquote(segment, errors="strict")
+    except UnicodeDecodeError:
+        named = ""
+    if not raw.startswith("/rollouts/") or not named or not rest.startswith("v1/"):
+        raise GatewayError(404, f"no route {scope['path']}: use /rollouts/{{rollout_id}}/v1/...", code="not_found")
+    return named, unquote(rest[3:])
+
+
 class GatewayApp:
     """The ASGI callable; state lives in the parts it is given."""
 
@@ -224,10 +239,7 @@ class GatewayApp:
         caller = self.auth.identify(scope["headers"])
         rollout_id: str | None = None
         if path.startswith("/rollouts/"):
-            named, _, rest = path[len("/rollouts/") :].partition("/")
-            if not named or not rest.startswith("v1/"):
-                raise GatewayError(404, f"no route {path}: use /rollouts/{{rollout_id}}/v1/...", code="not_found")
-            endpoint = rest[3:]
+            named, endpoint = _rollout_route(scope)
             rollout_id = self.auth.rollout_of(caller, named, "the path")
         elif path.startswith("/v1/"):
             endpoint = path[4:]

@@ -12,10 +12,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from agl_trainer.gateway.recorder import TOKEN_ID_EXTRAS, ChoiceTokens, chat_logprobs, completion_logprobs, no_ids_error
-
-LOGPROB_FLOOR = -9999.0
-"""What ``-Infinity`` in an engine's answer becomes (vLLM's own floor for logprobs)."""
+from agl_trainer.gateway.recorder import (
+    LOGPROB_FLOOR,
+    TOKEN_ID_EXTRAS,
+    ChoiceTokens,
+    chat_logprobs,
+    completion_logprobs,
+    no_ids_error,
+)
 
 
 def _constant(name: str) -> float | None:

@@ -19,6 +19,10 @@ from agl_trainer.gateway.errors import GatewayError
 
 log = logging.getLogger(__name__)
 
+LOGPROB_FLOOR = -9999.0
+"""What ``-Infinity`` (or a missing logprob) in an engine's answer becomes (vLLM's own floor for
+logprobs): a stored logprob is always finite."""
+
 TOKEN_ID_EXTRAS = ("prompt_token_ids", "prompt_logprobs", "kv_transfer_params")
 
 
@@ -61,13 +65,13 @@ def chat_logprobs(choice: dict) -> list[float] | None:
     content = lp.get("content") if isinstance(lp, dict) else None
     if content is None:
         return None
-    return [item["logprob"] for item in content]
+    return [LOGPROB_FLOOR if item["logprob"] is None else item["logprob"] for item in content]
 
 
 def completion_logprobs(choice: dict) -> list[float] | None:
     lp = choice.get("logprobs")
     values = lp.get("token_logprobs") if isinstance(lp, dict) else None
-    return None if values is None else [float("-inf") if v is None else v for v in values]
+    return None if values is None else [LOGPROB_FLOOR if v is None else v for v in values]
 
 
 class Recorder:

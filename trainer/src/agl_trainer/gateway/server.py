@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agl.capture.writer import BufferedWriter
 from agl.credentials import RolloutKeys, new_token
+from agl.runner import rollout_base_url
 from agl.store.base import Store
 from agl_trainer.gateway.app import GatewayApp
 from agl_trainer.gateway.pause import PauseGate
@@ -153,12 +154,12 @@ class Gateway:
 
     def rollout_base_url(self, rollout_id: str) -> str:
         """The OpenAI base URL an agent uses inside one rollout."""
-        return f"{self.url}/rollouts/{rollout_id}/v1"
+        return rollout_base_url(self.url, rollout_id)
 
     def rollout_anthropic_url(self, rollout_id: str) -> str:
         """The Anthropic base URL an agent uses inside one rollout (``ANTHROPIC_BASE_URL``: the
         ``anthropic`` SDK appends ``/v1/messages`` itself)."""
-        return f"{self.url}/rollouts/{rollout_id}"
+        return rollout_base_url(self.url, rollout_id).removesuffix("/v1")
 
     def rollout_key(self, rollout_id: str, attempt: int) -> str:
         """The key of attempt ``attempt`` of a rollout: the agent's api key while that attempt runs."""

@@ -10,7 +10,13 @@
 - **rollout** (a rollout key, :class:`agl.credentials.RolloutKeys`, when the server has the
   secret): its own rollout only, while its attempt runs: write that rollout's spans, LLM
   calls and rewards, heartbeat it, finish it, read it and its task. This is what ``agl run``
-  hands its child.
+  hands its child, so its rewards are the agent's own: any source but the trusted ones
+  (:data:`agl.schema.TRUSTED_SOURCES`, the runner's ``return``), which are 403 naming the field,
+  and under ids of its own making: the ids agl makes for the runner's and the reward plugins'
+  rewards (:data:`agl.schema.ROLLOUT_REWARD_ID`) are 409 naming the id.
+
+Whoever writes, an id belongs to its rollout: the store refuses (409, :class:`agl.errors.IdConflict`)
+a span, LLM call or reward whose id is stored under another rollout.
 
 A refused route is 403 naming the scope; an observation of another rollout is 403 naming
 the rollout. That a rollout runs is asked of the store (or learnt from a claim) and kept
@@ -30,7 +36,8 @@ import anyio.to_thread
 from starlette.responses import JSONResponse
 
 from agl.credentials import RolloutKeys, bearer_of, same_token
-from agl.schema import RolloutStatus
+from agl.errors import IdConflict
+from agl.schema import ROLLOUT_REWARD_ID, TRUSTED_SOURCES, RolloutStatus
 from agl.store.base import Store
 from agl_trainer.http.bearer import ADMIN, ROLLOUT, Caller, caller_by_bearer
 
@@ -151,6 +158,8 @@ class StoreAuth:
         if caller.scope == ROLLOUT:
             for rid in ids:
                 self.check_rollout(caller, rid, field)
+            if field == "rewards":
+                _check_agent_rewards(items)
             return
         ids.discard(None)
         if not ids:
@@ -197,6 +206,20 @@ class StoreAuth:
         if self.keys is None:
             return None
         return {r.rollout_id: self.keys.mint(r.rollout_id, r.attempt) for r in rollouts}
+
+
+def _check_agent_rewards(rewards: Iterable[Any]) -> None:
+    """Rewards a rollout key writes: an agent's own sources only (see :data:`agl.schema.TRUSTED_SOURCES`),
+    and none of the ids agl makes for the runner and the reward plugins (:data:`agl.schema.ROLLOUT_REWARD_ID`)."""
+    for i, reward in enumerate(rewards):
+        if ROLLOUT_REWARD_ID.fullmatch(reward.reward_id):
+            raise IdConflict(f"rewards[{i}].reward_id", reward.reward_id, "is of the form agl makes for the runner")
+        if reward.source in TRUSTED_SOURCES:
+            raise Refused(
+                403,
+                f"rewards[{i}].source: a rollout key may not write a {reward.source!r} reward "
+                "(the runner writes the agent function's returned reward)",
+            )
 
 
 def redacted(rollout: Any) -> Any:

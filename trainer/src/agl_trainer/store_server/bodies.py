@@ -48,7 +48,7 @@ class FinishBody(Body):
     status: RolloutStatus
     error: str | None = None
     output: JSON = None
-    attempt: int | None = Field(default=None, ge=1)
+    attempt: int | None = Field(default=None, ge=1, le=INT64_MAX)
 
 
 class FinishItem(FinishBody):

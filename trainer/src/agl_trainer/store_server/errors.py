@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
-from agl.errors import InvalidTransition, NotFound, StoreUnavailable
+from agl.errors import IdConflict, InvalidTransition, NotFound, StoreUnavailable
 from agl.schema import short_id
 from agl_trainer.http import BODY_ERRORS, BodyTooLarge
 from agl_trainer.store_server.auth import Refused
@@ -53,6 +53,8 @@ def error_payload(exc: BaseException) -> tuple[int, dict[str, Any]]:
         return 422, {"type": "ValidationError", "field": field, "reason": reason}
     if isinstance(exc, NotFound):
         return 404, {"type": "NotFound", "kind": exc.kind, "ident": exc.ident, "reason": str(exc)}
+    if isinstance(exc, IdConflict):
+        return 409, {"type": "IdConflict", "field": exc.field, "ident": exc.ident, "reason": str(exc)}
     if isinstance(exc, InvalidTransition):
         return 409, {"type": "InvalidTransition", "reason": str(exc)}
     if isinstance(exc, StoreUnavailable):

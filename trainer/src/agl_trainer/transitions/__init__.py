@@ -31,6 +31,16 @@ For each ended rollout the builder
    Every other emitted reward is an intermediate reward, placed after the last
    call made before it (by time), for the ``emitted`` credit strategy.
 
+   Who may write what: ``return`` is written by the runner only (a rollout key, which
+   is what an agent holds, is refused it by the store server: see
+   :data:`agl.schema.TRUSTED_SOURCES`); the agent writes every other source. When a
+   reward plugin answers for a rollout, the plugin wins over everything the agent
+   wrote: with ``agent_rewards="without_plugin"`` (the default) the agent's rewards of
+   that rollout are left out altogether, neither final nor intermediate (counted as
+   ``agent_rewards_ignored``), because agents run model-written code that could
+   reward itself; ``agent_rewards="always"`` keeps them as intermediate rewards beside
+   the plugin's final one. Where no plugin answers, the agent's rewards count as above.
+
 3. **assigns credit** with the strategy named in the config, resolved through the
    plugin registry, over every call of the rollout in order (all agents), then
    keeps only the calls of the selected agents (``agents``; None keeps all), and

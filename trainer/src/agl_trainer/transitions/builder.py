@@ -251,6 +251,10 @@ class TransitionBuilder:
         ``failed_reward``) is None: the rollout is dropped, counted by reason.
         """
         cfg = self.config
+        if plugin and rewards and cfg.agent_rewards == "without_plugin":
+            kept = [w for w in rewards if w.source == RETURN_SOURCE]
+            self.report.agent_rewards_ignored += len(rewards) - len(kept)
+            rewards = kept
         final, chosen = final_reward([*rewards, *plugin] if plugin else rewards, self._plugin_names)
         if final is None:
             if rollout.status == RolloutStatus.SUCCEEDED:

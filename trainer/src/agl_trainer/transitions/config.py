@@ -28,6 +28,13 @@ class TransitionConfig(BaseModel):
     text_only: bool = Field(default=True, description="emit text-only transitions (spans with no gateway record)")
     with_text: bool = Field(default=False, description="fill prompt_messages/response_text on engine transitions too")
     reward_plugins: bool = Field(default=True, description="run agl_reward plugins")
+    agent_rewards: Literal["without_plugin", "always"] = Field(
+        default="without_plugin",
+        description="rewards the agent wrote (emit_reward, LangChain events: every source but the runner's "
+        "'return' and the plugins'): 'without_plugin' counts them only where no reward plugin answered for the "
+        "rollout (what a rollout's own code writes cannot move a graded reward); 'always' also where one did, "
+        "as intermediate rewards beside the plugin's final one",
+    )
 
 
 @dataclass
@@ -53,6 +60,8 @@ class BuildReport:
     aborted_calls: int = 0
     """Gateway records of calls whose client went away (``LLMCall.aborted``: no response ids), left out."""
     plugin_errors: int = 0
+    agent_rewards_ignored: int = 0
+    """Rewards the agent wrote on rollouts a reward plugin answered for, left out (``agent_rewards``)."""
     dropped_rollouts: dict[str, int] = field(default_factory=dict)
     unmatched: list[tuple[str, str]] = field(default_factory=list)
     """``(rollout_id, span_id)`` of unmatched spans (the first 100)."""
