@@ -22,6 +22,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """Terminate ``proc`` and wait for it; kill it if it has not ended within ``timeout_s``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout_s)
+
+
 def wait_until(
     condition: Callable[[], object],
     what: str,

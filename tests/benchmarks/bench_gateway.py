@@ -36,7 +36,7 @@ import httpx
 
 from agl_trainer.gateway import upstream as gateway_upstream
 from tests.benchmarks.raw_http import ConnectionPool, Endpoint
-from tests.conftest import free_port
+from tests.conftest import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "bench-token"
@@ -105,11 +105,7 @@ def servers(tmp: str, pythonpath: str | None = None):
         yield f"http://127.0.0.1:{eport}/v1", f"http://127.0.0.1:{gport}/v1", f"{tmp}/agl.db"
     finally:
         for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            stop_process(p, timeout_s=15)
 
 
 class _Clients:

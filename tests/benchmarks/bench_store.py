@@ -61,6 +61,7 @@ from agl.store.base import Store
 from agl.store.http import _ADAPTERS as _LISTS
 from agl.store.http import HttpStore
 from agl.store.sqlite import SqliteStore
+from tests.conftest import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 SPANS_PER_ROLLOUT = 6
@@ -400,11 +401,7 @@ def http_server(db: Path) -> Iterator[tuple[str, str, int]]:
                 time.sleep(0.05)
         yield url, token, proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 @contextlib.contextmanager

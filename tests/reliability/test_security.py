@@ -13,6 +13,7 @@ import struct
 import httpx
 import pytest
 
+from tests.conftest import stop_process
 from tests.reliability.targets import gateway_target, store_target
 
 
@@ -218,12 +219,7 @@ def test_a_gateway_in_front_of_agl_store_serve_records_every_call_with_the_store
                 flushed = httpx.post(f"{url}/admin/flush", headers={"Authorization": "Bearer gateway-admin"})
                 assert flushed.status_code == 200, flushed.text
             finally:
-                gateway.terminate()
-                try:
-                    gateway.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    gateway.kill()
-                    gateway.wait(timeout=10)
+                stop_process(gateway, timeout_s=20)
         with HttpStore(store.url, token="store-admin-token") as client:
             assert [c.call_id for c in client.query_llm_calls(production=True)] == [answer.json()["id"]]
     finally:

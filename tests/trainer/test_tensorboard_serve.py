@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from agl_trainer.trainer import Trainer
-from tests.conftest import wait_until
+from tests.conftest import stop_process, wait_until
 from tests.fake_engine import FakeEngine
 from tests.trainer.test_trainer import TinyBackend, _tasks, agent, small_config
 
@@ -65,12 +65,7 @@ def served_scalars(
         wait_until(url, "tensorboard says where it serves", timeout_s, step_s=0.1, detail=lambda: "".join(lines))
         wait_until(scalars_read, f"tensorboard serves {tag}", timeout_s, step_s=0.2, detail=lambda: "".join(lines))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
     return got
 
 
