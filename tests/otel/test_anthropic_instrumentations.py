@@ -77,6 +77,10 @@ def run_and_export(rig, tmp_path, agent: str, **child_env: str):
 def test_each_instrumentation_joins_every_call_streamed_or_not_by_response_id(rig, tmp_path, instrumentation):
     agent = INSTRUMENT[instrumentation] + "AnthropicInstrumentor().instrument()\n" + CALLS
     spans = run_and_export(rig, tmp_path, agent, ANTHROPIC_OPEN_TELEMETRY="false")
+    answers = [s.attributes["gen_ai.output.messages"][0]["parts"] for s in spans.values()]
+    assert sorted(answers, key=str) == [
+        [{"type": "text", "content": f"echo: {q}?"}] for q in ("first", "second", "third")
+    ]
     for response_id, span in spans.items():
         assert span.attributes["gen_ai.provider.name"] == "anthropic"
         if instrumentation == "openinference":  # the id was read out of the raw response it records
