@@ -1,4 +1,4 @@
-"""Fixtures for agl-otel: a real OpenTelemetry SDK tracer provider with agl's processor."""
+"""Fixtures for agl-otel: a real OpenTelemetry SDK tracer provider with agl's processor, and a gateway."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agl_otel import AglSpanProcessor
+from agl_trainer.gateway import Gateway
+from tests.fake_engine import FakeEngine
 
 
 @pytest.fixture
@@ -28,3 +30,14 @@ def gateway_rollout(sqlite_store):
 
     with rig(sqlite_store) as r:
         yield r
+
+
+@pytest.fixture
+def rig(sqlite_store):
+    """A SQLite store and a started gateway in front of the fake engine, for ``agl run`` to run agents against."""
+    with FakeEngine() as engine:
+        gateway = Gateway(sqlite_store, [engine.url], token="t", admin_token="a", model_version="v1").start()
+        try:
+            yield sqlite_store, gateway
+        finally:
+            gateway.stop()

@@ -23,8 +23,6 @@ from pathlib import Path
 import pytest
 
 from agl.schema import RolloutStatus
-from agl_trainer.gateway import Gateway
-from tests.fake_engine import FakeEngine
 
 CLI = [sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))"]
 LAUNCHER = str(Path(sys.executable).parent / "opentelemetry-instrument")
@@ -45,21 +43,13 @@ from opentelemetry.util.genai.a_module_of_another_version import Handler  # noqa
 """
 
 
-@pytest.fixture
-def rig(sqlite_store):
-    with FakeEngine() as engine:
-        gateway = Gateway(sqlite_store, [engine.url], token="t", admin_token="a", model_version="v1").start()
-        try:
-            yield sqlite_store, gateway
-        finally:
-            gateway.stop()
-
-
-def agl_run(store, gateway, tmp_path: Path, *, launcher: bool = True, **child_env: str) -> subprocess.CompletedProcess:
-    """``agl run`` the agent (under ``opentelemetry-instrument`` unless ``launcher`` is false);
+def agl_run(
+    store, gateway, tmp_path: Path, *, launcher: bool = True, agent: str = AGENT, **child_env: str
+) -> subprocess.CompletedProcess:
+    """``agl run`` the ``agent`` program (under ``opentelemetry-instrument`` unless ``launcher`` is false);
     ``child_env`` added to its environment."""
     script = tmp_path / "agent.py"
-    script.write_text(AGENT)
+    script.write_text(agent)
     environ = dict(
         os.environ,
         AGL_ROLLOUT_KEY_SECRET=gateway.keys.secret,

@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 import agl
 from agl.capture import BufferedWriter, RolloutContext
+from agl_otel.convert import to_agl
 from agl_trainer.store_server import ServerThread
 
 
@@ -73,6 +74,42 @@ def test_openinference_llm_and_tool_spans(provider, sqlite_store):
     assert tool.attributes["gen_ai.tool.name"] == "lookup"
     assert tool.attributes["gen_ai.tool.call.result"] == "rain"
     assert llm.parent_id == tool.parent_id == agent.span_id
+
+
+def test_openinference_message_contents_become_text_parts_before_tool_calls():
+    """The list form of a message's content (``message.contents``), as OpenInference's Anthropic
+    instrumentation records an answer's blocks: text blocks in order, other block types left to ``output.value``."""
+    out = "llm.output_messages.0.message"
+    span = to_agl(
+        name="messages.create",
+        attributes={
+            "openinference.span.kind": "LLM",
+            f"{out}.role": "assistant",
+            f"{out}.tool_calls.0.tool_call.function.name": "lookup",
+            f"{out}.contents.1.message_content.type": "thinking",
+            f"{out}.contents.1.message_content.text": "let me think",
+            f"{out}.contents.2.message_content.text": "then this",
+            f"{out}.contents.2.message_content.type": "text",
+            f"{out}.contents.0.message_content.type": "text",
+            f"{out}.contents.0.message_content.text": "first this",
+            "output.value": json.dumps({"id": "msg_42", "content": []}),
+        },
+        span_id="s1",
+        parent_id=None,
+        start_ns=1,
+        end_ns=2,
+    )
+    assert span is not None and span.kind == "llm" and span.attributes["gen_ai.response.id"] == "msg_42"
+    assert span.attributes["gen_ai.output.messages"] == [
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "text", "content": "first this"},
+                {"type": "text", "content": "then this"},
+                {"type": "tool_call", "name": "lookup"},
+            ],
+        }
+    ]
 
 
 def test_otlp_endpoint_takes_protobuf_and_json(sqlite_store):

@@ -35,6 +35,7 @@ _OI_KIND = {
     "EMBEDDING": "custom",
 }
 _OI_MESSAGE = re.compile(r"^llm\.(input|output)_messages\.(\d+)\.message\.(.+)$")
+_OI_CONTENT = re.compile(r"^contents\.(\d+)\.message_content\.(type|text)$")
 
 
 def _maybe_json(value: Any) -> Any:
@@ -87,6 +88,8 @@ def _openinference(attributes: Mapping[str, Any], agent: str | None) -> tuple[st
                 msg["parts"].append({"type": "text", "content": value})
             elif field.startswith("tool_calls."):
                 _oi_tool_call(msg, field, value)
+            elif (c := _OI_CONTENT.match(field)) is not None:
+                msg.setdefault("contents", {}).setdefault(int(c.group(1)), {})[c.group(2)] = value
             continue
         renamed = _OI_RENAMES.get(key)
         if renamed is not None:
@@ -111,10 +114,23 @@ def _openinference(attributes: Mapping[str, Any], agent: str | None) -> tuple[st
             attrs[key] = value
     for direction in ("input", "output"):
         if messages[direction]:
-            attrs[f"gen_ai.{direction}.messages"] = [messages[direction][i] for i in sorted(messages[direction])]
+            attrs[f"gen_ai.{direction}.messages"] = [
+                _oi_texts(messages[direction][i]) for i in sorted(messages[direction])
+            ]
     if agent and "gen_ai.agent.name" not in attrs:
         attrs["gen_ai.agent.name"] = agent
     return kind, attrs
+
+
+def _oi_texts(msg: dict[str, Any]) -> dict[str, Any]:
+    """``msg`` with its text ``message.contents`` (the list form of ``message.content``, as the Anthropic
+    instrumentation records blocks) as text parts, in their order, before its tool calls."""
+    contents = msg.pop("contents", {})
+    texts = [
+        contents[j] for j in sorted(contents) if contents[j].get("type", "text") == "text" and "text" in contents[j]
+    ]
+    msg["parts"][:0] = [{"type": "text", "content": c["text"]} for c in texts]
+    return msg
 
 
 def _oi_tool_call(msg: dict[str, Any], field: str, value: Any) -> None:
