@@ -144,6 +144,24 @@ def test_unmatched_span_is_reported_not_guessed(store, reader, caplog):
     assert report.rollouts_without_spans == 1 and report.without_spans == ["ro-1"]
 
 
+def test_a_second_span_of_a_joined_call_is_counted_not_trained(store, reader):
+    """Two tracers of one call (an SDK's own span beside an instrumentation's): one transition."""
+    r = _rollout(store)
+    store.add_llm_calls([_call("ro-1", "c1", 0, _msgs("hi"), 10.0), _call("ro-1", "c2", 1, _msgs("again"), 11.0)])
+    store.add_spans(
+        [
+            _span("ro-1", "s1", 0, 10.0, response_id="c1", agent="a", messages=_msgs("hi")),
+            _span("ro-1", "s1-sdk", 1, 10.1, response_id="c1", agent="a", messages=_msgs("hi")),
+            _span("ro-1", "s2", 2, 11.0, response_id="c2", agent="a", messages=_msgs("again")),
+        ]
+    )
+    store.add_rewards([_reward("ro-1", 1.0, 13.0)])
+    ts, report = build_transitions(store, [r], reader=reader)
+    assert [(t.call_id, t.token_source) for t in ts] == [("c1", "engine"), ("c2", "engine")]
+    assert report.joined_by_id == 2 and report.text_only == 0 and report.duplicate_spans == 1
+    assert report.joins().endswith(", 1 second spans of a joined call left out")
+
+
 def test_span_without_gateway_record_is_text_only(store, reader):
     r = _rollout(store)
     store.add_spans([_span("ro-1", "s1", 0, 10.0, response_id="chatcmpl-hosted", agent="a", messages=_msgs("hi"))])

@@ -15,6 +15,9 @@ For each ended rollout the builder
      rollout with no gateway records left, had no gateway record: it yields a
      *text-only* transition (``token_source="text"``, empty token ids, the
      messages in ``prompt_messages`` / ``response_text``);
+   - a second span with the response id of a call already joined (two tracers of one
+     call: an SDK's own spans beside an instrumentation's) is counted
+     (``duplicate_spans``) and yields nothing;
    - a gateway record no span claims (an agent with tracing off) is still a
      transition, with ``agent=None``.
 

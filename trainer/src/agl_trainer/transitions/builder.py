@@ -399,7 +399,9 @@ class TransitionBuilder:
                 orphans.append(sp)
                 continue
             c = by_id.get(sp.response_id)
-            if c is None or c.call_id in taken:
+            if c is not None and c.call_id in taken:
+                report.duplicate_spans += 1  # a second tracer of the same call: the first span stands
+            elif c is None:
                 report.text_only += 1
                 steps.append(make_step(sp.time, None, sp))
             else:

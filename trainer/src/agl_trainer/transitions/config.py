@@ -48,6 +48,9 @@ class BuildReport:
     joined_by_order: int = 0
     """Gateway calls joined to an LLM span with no response id, by their messages, in order."""
     unmatched_spans: int = 0
+    duplicate_spans: int = 0
+    """LLM spans with the response id of a call another span joined first (two tracers of one
+    call, e.g. an SDK's own spans and an instrumentation's), left out."""
     text_only: int = 0
     """LLM spans with no gateway call (their transitions carry text, no token ids)."""
     gateway_only: int = 0
@@ -80,6 +83,7 @@ class BuildReport:
             f"{self.joined_by_id} calls joined to their span by id, {self.joined_by_order} by order, "
             f"{self.gateway_only} unjoined (no LLM span), {self.text_only} text-only spans (no gateway call)"
             + (f", {self.unmatched_spans} unmatched spans left out" if self.unmatched_spans else "")
+            + (f", {self.duplicate_spans} second spans of a joined call left out" if self.duplicate_spans else "")
         )
 
     def drop(self, reason: str) -> None:
