@@ -167,7 +167,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each builder; the best is reported")
     args = parser.parse_args()
     register(ExactMatch, name="exact-match")
-    config = tm.TransitionConfig(credit="emitted", agents=["planner", "coder", "critic"])
+    # the agent's "progress" rewards count beside the plugin's answer (by default a plugin's answer leaves them out)
+    config = tm.TransitionConfig(credit="emitted", agents=["planner", "coder", "critic"], agent_rewards="always")
     with tempfile.TemporaryDirectory() as tmp:
         store = SqliteStore(Path(tmp) / "bench.db")
         t = time.perf_counter()
