@@ -68,6 +68,17 @@ def agl_run(
     )
 
 
+def clean_run(store, done: subprocess.CompletedProcess) -> tuple:
+    """``agl run`` ended well and warned of nothing: its one rollout (succeeded), its calls and its LLM spans."""
+    assert done.returncode == 0, done.stderr
+    assert "warning" not in done.stderr, done.stderr
+    (rollout,) = store.query_rollouts()
+    assert rollout.status == RolloutStatus.SUCCEEDED
+    calls = list(store.query_llm_calls(rollout_ids=[rollout.rollout_id]))
+    spans = list(store.query_spans(rollout_ids=[rollout.rollout_id], kind="llm"))
+    return rollout, calls, spans
+
+
 def agl_export(store, tmp_path: Path) -> subprocess.CompletedProcess:
     out = tmp_path / "transitions.jsonl"
     args = ["export", "transitions", "--store", f"sqlite:///{store.path}", "--missing-reward", "0", "-o", str(out)]
@@ -91,13 +102,7 @@ def broken_distribution(tmp_path: Path) -> Path:
 @pytest.mark.timeout(300)
 def test_a_real_instrumentation_under_agl_run_joins_every_call_by_id(rig, tmp_path):
     store, gateway = rig
-    done = agl_run(store, gateway, tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert "warning" not in done.stderr, done.stderr
-    (rollout,) = store.query_rollouts()
-    assert rollout.status == RolloutStatus.SUCCEEDED
-    calls = list(store.query_llm_calls(rollout_ids=[rollout.rollout_id]))
-    spans = list(store.query_spans(rollout_ids=[rollout.rollout_id], kind="llm"))
+    rollout, calls, spans = clean_run(store, agl_run(store, gateway, tmp_path))
     assert len(calls) == 2
     assert sorted(s.attributes["gen_ai.response.id"] for s in spans) == sorted(c.call_id for c in calls)
 

@@ -22,8 +22,7 @@ import json
 
 import pytest
 
-from agl.schema import RolloutStatus
-from tests.otel.test_agl_run import agl_export, agl_run
+from tests.otel.test_agl_run import agl_export, agl_run, clean_run
 
 CALLS = """
 from anthropic import Anthropic
@@ -53,12 +52,7 @@ def run_and_export(rig, tmp_path, agent: str, **child_env: str):
     done = agl_run(
         store, gateway, tmp_path, agent=agent, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="anthropic", **child_env
     )
-    assert done.returncode == 0, done.stderr
-    assert "warning" not in done.stderr, done.stderr
-    (rollout,) = store.query_rollouts()
-    assert rollout.status == RolloutStatus.SUCCEEDED
-    calls = list(store.query_llm_calls(rollout_ids=[rollout.rollout_id]))
-    spans = list(store.query_spans(rollout_ids=[rollout.rollout_id], kind="llm"))
+    _, calls, spans = clean_run(store, done)
     assert len(calls) == 3 and all(c.call_id.startswith("msg_") for c in calls)
     by_id = {s.attributes.get("gen_ai.response.id"): s for s in spans}
     assert len(spans) == 3 and sorted(by_id) == sorted(c.call_id for c in calls), [s.attributes for s in spans]
