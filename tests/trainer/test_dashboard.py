@@ -219,6 +219,18 @@ def test_runs_page_charts_the_step_records(served):
     assert fragment.status_code == 200 and "<html" not in fragment.text and "chart-reward" in fragment.text
 
 
+def test_off_policy_steps_get_their_own_charts(served):
+    store, _, client = served
+    corrected = {"rollout_corr/rollout_is_mean": 0.97, "rollout_corr/rollout_is_max": 2.0, "rollout_corr/kl": 0.012}
+    store.add_step_record("run-async", {"kind": "train", "step": 1, "reward_mean": 0.5, **corrected})
+    html = client.get("/ui/runs/charts", params={"run": "run-async"}, headers=AUTH).text
+    chart = html.split('id="chart-offpolicy"')[1].split("</svg>")[0]
+    assert 'data-series="IS max" data-step="1" data-value="2.0"' in chart
+    assert 'data-series="kl" data-step="1" data-value="0.012"' in html.split('id="chart-offpolicy-kl"')[1]
+    on_policy = client.get("/ui/runs/charts", params={"run": "run-a"}, headers=AUTH).text
+    assert "chart-offpolicy" not in on_policy  # an on-policy run has nothing to chart there
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

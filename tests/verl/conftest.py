@@ -50,12 +50,13 @@ def smollm2_engine(smollm2_path):
     engine.stop()
 
 
-def reference_logprobs(model, prompt_ids: list[int], response_ids: list[int]) -> list[float]:
-    """Logprobs of ``response_ids`` after ``prompt_ids`` from one fp32 forward pass, as training computes them."""
+def reference_logprobs(model, prompt_ids: list[int], response_ids: list[int], temperature: float = 1.0) -> list[float]:
+    """Logprobs of ``response_ids`` after ``prompt_ids`` from one fp32 forward pass, as training computes
+    them: ``log_softmax(logits / temperature)`` at each response token."""
     import torch
 
     ids = torch.tensor([prompt_ids + response_ids])
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0].float()
-    logp = torch.log_softmax(logits[len(prompt_ids) - 1 : -1], dim=-1)
+    logp = torch.log_softmax(logits[len(prompt_ids) - 1 : -1] / temperature, dim=-1)
     return logp.gather(1, torch.tensor(response_ids).unsqueeze(1)).squeeze(1).tolist()

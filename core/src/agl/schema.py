@@ -305,7 +305,14 @@ class LLMCall(_Model):
     response: JSONObject = Field(default_factory=dict)
     prompt_ids: TokenIds
     response_ids: TokenIds
-    response_logprobs: Logprobs | None = None
+    response_logprobs: Logprobs | None = Field(
+        default=None, description="each response token's log-prob under the raw model (before temperature)"
+    )
+    behaviour_logprobs: Logprobs | None = Field(
+        default=None,
+        description="each response token's log-prob under the distribution it was sampled from (after "
+        "temperature, top-p and top-k; 0 for a greedy token): what importance weights need",
+    )
     model_version: str | None = None
     latency_s: float | None = None
     created_at: float = Field(default_factory=now)
@@ -321,7 +328,7 @@ class LLMCall(_Model):
         "response_ids is empty, and transitions leave the call out (counted)",
     )
 
-    _check_logprobs = field_validator("response_logprobs")(_logprobs_match_ids)
+    _check_logprobs = field_validator("response_logprobs", "behaviour_logprobs")(_logprobs_match_ids)
 
 
 RETURN_SOURCE = "return"
@@ -363,6 +370,9 @@ class Transition(_Model):
     prompt_ids: TokenIds
     response_ids: TokenIds
     response_logprobs: Logprobs | None = None
+    behaviour_logprobs: Logprobs | None = Field(
+        default=None, description="the call's log-probs as sampled (see LLMCall.behaviour_logprobs)"
+    )
     reward: float
     model_version: str | None = None
     token_source: Literal["engine", "text"] = "engine"
@@ -375,7 +385,7 @@ class Transition(_Model):
         default=None, description="the response as text (text-only transitions, SFT export)"
     )
 
-    _check_logprobs = field_validator("response_logprobs")(_logprobs_match_ids)
+    _check_logprobs = field_validator("response_logprobs", "behaviour_logprobs")(_logprobs_match_ids)
 
 
 class ModelVersion(_Model):

@@ -28,6 +28,12 @@ class Backend(abc.ABC):
     #: ``rollout.resources["temperature"]``, what the agents are told to sample at, differs.
     sampling_temperature: float | None = None
 
+    #: The model version of the weights the backend holds now; the trainer sets it before each
+    #: :meth:`train_step`. A transition of another version was sampled off-policy (its rollout ran
+    #: ahead of an update, or it was recorded outside this run). None: not known, and every
+    #: transition counts as on-policy.
+    current_version: str | None = None
+
     @abc.abstractmethod
     def setup(self, engine: Engine | None) -> None:
         """Prepare the model and optimizer; remember the engine to publish to."""

@@ -98,6 +98,13 @@ class RolloutConfig(_Config):
         "agent asked for (verl's response_length); None leaves only the agent's own limit and the context",
     )
     max_attempts: int = Field(default=2, ge=1, description="attempts per rollout (retry policy)")
+    max_staleness: int = Field(
+        default=0,
+        ge=0,
+        description="asynchronous training: the rollouts of the next k steps are queued and run while a step "
+        "trains, against the weights published last; a transition more than k versions behind the learner "
+        "is dropped (counted as stale_dropped). 0: lockstep, each step's rollouts on the newest weights",
+    )
     heartbeat_s: float = Field(default=5.0, gt=0)
     heartbeat_timeout_s: float = Field(
         default=60.0, gt=0, description="a silent runner's rollouts are taken back after this"
@@ -105,6 +112,26 @@ class RolloutConfig(_Config):
     wait_timeout_s: float | None = Field(default=None, gt=0, description="give up on a step's rollouts after this")
     model: str = Field(default="agl-policy", description="model name given to the agent")
     resources: dict[str, Any] = Field(default_factory=dict, description="given to the agent as ctx.resources")
+
+
+class FromStoreConfig(_Config):
+    """Training on rollouts the trainer did not generate: production traffic, ``agl run``, other runs."""
+
+    modes: list[Literal["train", "val", "production"]] = Field(
+        default_factory=lambda: ["production"], description="the rollouts' modes to train on"
+    )
+    since: float | None = Field(default=None, description="created at or after (epoch seconds)")
+    until: float | None = Field(default=None, description="created before (epoch seconds)")
+    task_ids: list[str] | None = Field(default=None, description="only rollouts of these tasks")
+    rewarded_only: bool = Field(
+        default=True,
+        description="only rollouts with a stored final reward ('reward'), unless a reward plugin is registered, "
+        "which rewards every rollout",
+    )
+    rollouts_per_step: int = Field(default=32, ge=1, description="rollouts trained on per step")
+    wait_s: float = Field(
+        default=0.0, ge=0, description="how long a step waits for new rollouts before the run ends early"
+    )
 
 
 class TrainerConfig(_Config):
@@ -137,6 +164,11 @@ class TrainerConfig(_Config):
     )
     transitions: TransitionConfig = Field(default_factory=TransitionConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    from_store: FromStoreConfig | None = Field(
+        default=None,
+        description="train on rollouts already in the store (recorded traffic) instead of generating them; "
+        "each is trained on at most once per run",
+    )
     backend: ComponentConfig | None = Field(default=None, description="the algorithm backend (registry name + config)")
     engine: ComponentConfig | None = Field(default=None, description="the inference engine started in-process")
     engine_urls: list[str] = Field(default_factory=list, description="base URLs of running engine replicas instead")

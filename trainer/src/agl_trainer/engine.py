@@ -10,6 +10,12 @@ HTTP servers (replicas) that speak the *token-id dialect* vLLM introduced:
   extra fields in its answer (``choices[i].prompt_token_ids`` where per choice);
 - ``GET /v1/models`` lists what it serves.
 
+An engine may add ``choices[i].behaviour_logprobs`` beside ``token_ids``: each token's
+log-prob under the distribution it was sampled from (after temperature, top-p and top-k),
+where ``logprobs`` holds the raw model's. An engine that can only give one kind says which
+through :attr:`Engine.logprobs_kind` (vLLM's ``--logprobs-mode processed_logprobs`` gives
+the behaviour ones), and the gateway records them as such.
+
 The gateway (:mod:`agl_trainer.gateway`) sits in front of the replicas, routes each
 rollout to one of them and records the token ids. Engine plugins (the
 ``transformers`` and ``vllm`` engines in agl-verl) implement :class:`Engine` and
@@ -19,6 +25,7 @@ are registered through the ``agl_register_engines`` hook.
 from __future__ import annotations
 
 import abc
+from typing import Literal
 
 from agl.schema import ModelVersion
 
@@ -44,6 +51,10 @@ class Engine(abc.ABC):
 
     def stop(self) -> None:
         """Stop the replicas."""
+
+    logprobs_kind: Literal["raw", "behaviour"] = "raw"
+    """What the engine's ``logprobs`` are: the raw model's (``behaviour_logprobs``, where given,
+    are then the sampled ones), or the log-probs the tokens were sampled with."""
 
     def counters(self) -> dict[str, int]:
         """Running totals the engine keeps (token counts, cache hits), by name; none by default.

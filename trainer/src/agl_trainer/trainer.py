@@ -70,6 +70,7 @@ from agl_trainer.metrics import (
     reward_metrics,
     transition_metrics,
 )
+from agl_trainer.recorded import RecordedRollouts, group_singletons
 from agl_trainer.transitions import BuildReport, TransitionBuilder
 
 log = logging.getLogger(__name__)
@@ -194,6 +195,8 @@ class Trainer:
         self._runner_thread: threading.Thread | None = None
         self._version_steps: dict[str | None, int] = {}
         self._writer: BufferedWriter | None = None
+        self._recorded: RecordedRollouts | None = None
+        """Where ``from_store`` runs take their rollouts (None: the trainer generates them)."""
         self._capture_warned = False
         """Whether this run said already that capture was on and recorded nothing (said once a run)."""
         self.console: Any = None
@@ -209,7 +212,7 @@ class Trainer:
         ``agent`` may be None when rollouts run in external ``agl runner`` processes.
         """
         cfg = self.config
-        if agent is None and cfg.rollout.runners == "inprocess":
+        if agent is None and cfg.rollout.runners == "inprocess" and cfg.from_store is None:
             raise ConfigError("agent: needed for in-process runners (or set rollout.runners: external)")
         from rich.console import Console
 
@@ -222,12 +225,19 @@ class Trainer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         train = as_tasks(train_tasks, "train")
         val = as_tasks(val_tasks or [], "val")
-        if not train:
+        if not train and cfg.from_store is None:
             raise ConfigError("train_tasks: no tasks given")
+        if agent is None and val:
+            raise ConfigError("val_tasks: evaluating needs the agent (or give no val tasks)")
         if cfg.val_max_tasks is not None:
             val = val[: cfg.val_max_tasks]
         store = self._store = self._store or open_store(cfg.store_url())
         store.add_tasks(train + val)
+        if cfg.from_store is not None:
+            from agl.plugins import get_plugin_manager
+
+            answers = bool(get_plugin_manager().hook.agl_reward.get_hookimpls()) and cfg.transitions.reward_plugins
+            self._recorded = RecordedRollouts(store, cfg.from_store, rewards_from_plugins=answers)
         state = self._load_state()
         metrics = MetricsLog(self.workdir / "metrics.jsonl", store=store, run_id=state.get("run_id"))
         # How this run turns rollouts into transitions, for the dashboard's rollout pages.
@@ -245,6 +255,9 @@ class Trainer:
                 self._log_evaluation(0, state["before"])
             for step in range(state["completed_step"] + 1, cfg.steps + 1):
                 record = self._step(step, train, val, state)
+                if record is None:
+                    self.console.print(f"agl: no recorded rollouts left to train on; stopping before step {step}")
+                    break
                 ckpt = self.workdir / "checkpoints" / f"step-{step}"
                 if self.backend is not None:
                     self.backend.save_checkpoint(ckpt)
@@ -385,6 +398,7 @@ class Trainer:
                 port=cfg.gateway.port,
                 model_version=version,
                 writer=self._writer,
+                engine_logprobs=self._engine.logprobs_kind if self._engine is not None else "raw",
             ).start()
             gateway_url, token = self.gateway.url, self.gateway.token
         # Each agent gets its rollout's key, never the gateway token: made with the in-process
@@ -397,7 +411,7 @@ class Trainer:
                 gateway_url,
                 ROLLOUT_KEY_SECRET,
             )
-        if cfg.rollout.runners == "inprocess":
+        if cfg.rollout.runners == "inprocess" and agent is not None:
             self.runner = Runner(
                 agent,
                 self._store,
@@ -523,40 +537,70 @@ class Trainer:
             **fields,
         )
 
-    def _step(self, step: int, train: list[Task], val: list[Task], state: dict[str, Any]) -> dict[str, Any]:
+    def _train_rollouts(self, step: int, train: list[Task], state: dict[str, Any]) -> list[Rollout]:
+        """The step's rollouts: ``n_rollouts`` of each task of its batch, ids and seeds derived from the run."""
         cfg = self.config
-        version = state["model_version"]
-        batch = self._batch(step, train)
-        rollouts = [
+        return [
             self._rollout(
                 f"{state['run_id']}-s{step}-b{b}-r{k}",
                 task,
                 step,
                 mode="train",
                 seed=rollout_seed(cfg.seed, "train", step, task.task_id, k),
-                model_version=version,
+                model_version=state["model_version"],
             )
-            for b, task in enumerate(batch)
+            for b, task in enumerate(self._batch(step, train))
             for k in range(cfg.n_rollouts)
         ]
+
+    def _step_rollouts(self, step: int, train: list[Task], state: dict[str, Any]) -> list[Rollout] | None:
+        """Run (or, from the store, choose) the step's rollouts; None when there is nothing left to train on.
+
+        With ``max_staleness`` k, the next k steps' rollouts are queued behind this step's, so
+        the runners go on with them while this step trains (enqueueing is idempotent by id, so
+        a resumed run queues nothing twice).
+        """
+        cfg = self.config
+        if self._recorded is not None:
+            return self._recorded.next_batch(set(state.get("trained_rollouts", []))) or None
+        rollouts = self._train_rollouts(step, train, state)
+        self._store.enqueue(rollouts)
+        for ahead in range(step + 1, min(step + cfg.rollout.max_staleness, cfg.steps) + 1):
+            self._store.enqueue(self._train_rollouts(ahead, train, state))
+        return self._run_rollouts(rollouts, f"step {step}/{cfg.steps}")
+
+    def _step(self, step: int, train: list[Task], val: list[Task], state: dict[str, Any]) -> dict[str, Any] | None:
+        cfg = self.config
+        version = state["model_version"]
         counted = self._engine_counters()
         t0 = time.perf_counter()
-        ended = self._run_rollouts(rollouts, f"step {step}/{cfg.steps}")
+        ended = self._step_rollouts(step, train, state)
+        if ended is None:
+            return None
         t1 = time.perf_counter()
         engine_metrics = {f"engine/{k}": v - counted.get(k, 0) for k, v in self._engine_counters().items()}
         for r in ended:
             self._hook("agl_rollout_ended", rollout=r)
         builder = TransitionBuilder(self._store, cfg.transitions)
-        transitions = [t for t in builder.iter(ended) if t.token_source == "engine"]
+        built = list(builder.iter(ended))
+        transitions = [t for t in built if t.token_source == "engine"]
+        record: dict[str, Any] = {"kind": "train", "step": step, "model_version": version, **engine_metrics}
+        # calls of a hosted model (no engine token ids) never feed a policy-gradient update
+        record["text_only_calls"] = len(built) - len(transitions)
+        if self._recorded is not None:
+            transitions = group_singletons(transitions, ended)
+            record["recorded_rollouts"] = len(ended)
+        else:
+            transitions, record["stale_dropped"] = self._drop_stale(transitions, step)
         self._hook("agl_transitions_built", step=step, transitions=transitions)
         t2 = time.perf_counter()
-        record: dict[str, Any] = {"kind": "train", "step": step, "model_version": version, **engine_metrics}
         record.update(reward_metrics(builder.finals, ended, cfg.success_threshold))
         report = builder.report.as_metrics()
         record.update({f"build_{k}": v for k, v in report.items() if v or k in JOIN_COUNTS})
         self._check_capture(builder.report)
         update_metrics: dict[str, float] = {}
         if self.backend is not None and transitions:
+            self.backend.current_version = version
             update_metrics = dict(self.backend.train_step(transitions, step))
         elif not transitions:
             log.warning("step %d: no transitions with engine token ids; the backend is not called", step)
@@ -569,6 +613,8 @@ class Trainer:
         if self.backend is not None and transitions:
             new = self._publish(step)
             state["model_version"] = new.version
+        if self._recorded is not None:  # saved with the step: trained at most once, across restarts
+            state.setdefault("trained_rollouts", []).extend(r.rollout_id for r in ended)
         t4 = time.perf_counter()
         record.update(
             {
@@ -584,6 +630,13 @@ class Trainer:
             record["time_val_s"] = time.perf_counter() - tv
         record["time_step_s"] = time.perf_counter() - t0
         return record
+
+    def _drop_stale(self, transitions: list[Transition], step: int) -> tuple[list[Transition], int]:
+        """Leave out the transitions more than ``max_staleness`` versions behind the learner (counted)."""
+        bound, current = self.config.rollout.max_staleness, step - 1
+        steps = self._steps_of(transitions)
+        kept = [t for t in transitions if current - steps.get(t.model_version, current) <= bound]
+        return kept, len(transitions) - len(kept)
 
     def _check_capture(self, report: BuildReport) -> None:
         """Warn, once a run, when capture is on here and rollouts had gateway calls but no LLM span joined."""

@@ -192,6 +192,7 @@ def _added_columns(d: Dialect) -> list[tuple[str, str, str]]:
         ("rollouts", "seed", d.bigint),
         ("attempts", "heartbeat_at", d.real),
         ("rollouts", "reward", d.real),
+        ("llm_calls", "behaviour_logprobs", d.blob),
     ]
 
 
@@ -224,7 +225,7 @@ def _attr_text(value: Any) -> str | None:
     return str(value)
 
 
-_TOKEN_FIELDS = frozenset({"prompt_ids", "response_ids", "response_logprobs"})
+_TOKEN_FIELDS = frozenset({"prompt_ids", "response_ids", "response_logprobs", "behaviour_logprobs"})
 _TOKEN_EXCLUDE = set(_TOKEN_FIELDS)  # pydantic takes a set as it is (a frozenset it converts on every call)
 
 
@@ -250,8 +251,9 @@ class TransitionRows(NamedTuple):
     """
 
     calls: list[tuple]
-    """``(rollout_id, call_id, seq, created_at, model_version, prompt_ids, response_ids, response_logprobs)``:
-    the token columns as stored, little-endian int32 / float32 bytes (``response_logprobs`` may be None)."""
+    """``(rollout_id, call_id, seq, created_at, model_version, prompt_ids, response_ids, response_logprobs,
+    behaviour_logprobs)``: the token columns as stored, little-endian int32 / float32 bytes (either
+    logprob column may be None)."""
     spans: list[tuple]
     """LLM spans (kind ``llm``) only: ``(rollout_id, span_id, seq, start_time, end_time,
     attributes["gen_ai.response.id"], attributes["gen_ai.agent.name"])``."""
@@ -1067,6 +1069,7 @@ class SqlStore(Store):
         "prompt_ids",
         "response_ids",
         "response_logprobs",
+        "behaviour_logprobs",
         *_FIELD_COLUMNS["llm_calls"],
     )
     _REWARD_COLUMNS = ("reward_id", "rollout_id", "body")
@@ -1092,6 +1095,7 @@ class SqlStore(Store):
         for c in calls:
             body = _body(c, _TOKEN_EXCLUDE)
             logprobs = None if c.response_logprobs is None else to_bytes(c.response_logprobs)
+            behaviour = None if c.behaviour_logprobs is None else to_bytes(c.behaviour_logprobs)
             rows.append(
                 (
                     c.call_id,
@@ -1100,6 +1104,7 @@ class SqlStore(Store):
                     to_bytes(c.prompt_ids),
                     to_bytes(c.response_ids),
                     logprobs,
+                    behaviour,
                     c.seq,
                     c.created_at,
                     c.model_version,
@@ -1191,13 +1196,14 @@ class SqlStore(Store):
         self._filter_rollout(where, params, rollout_id, rollout_ids, production)
         if call_ids is not None:
             self._in("call_id", list(call_ids), where, params)
-        for body, prompt, response, logprobs in self._paged(
-            "llm_calls", "body, prompt_ids, response_ids, response_logprobs", where, params
+        for body, prompt, response, logprobs, behaviour in self._paged(
+            "llm_calls", "body, prompt_ids, response_ids, response_logprobs, behaviour_logprobs", where, params
         ):
             data = json.loads(body)
             data["prompt_ids"] = int32_array(bytes(prompt))
             data["response_ids"] = int32_array(bytes(response))
             data["response_logprobs"] = None if logprobs is None else float32_array(bytes(logprobs))
+            data["behaviour_logprobs"] = None if behaviour is None else float32_array(bytes(behaviour))
             yield LLMCall.model_validate(data)
 
     def query_rewards(self, *, rollout_id=None, rollout_ids=None, production=False):
@@ -1223,8 +1229,8 @@ class SqlStore(Store):
         """
         f, d = self.dialect.json_field, self.dialect
         calls = self._read_in(
-            "SELECT rollout_id, call_id, seq, created_at, model_version, prompt_ids, response_ids, response_logprobs "
-            "FROM llm_calls WHERE",
+            "SELECT rollout_id, call_id, seq, created_at, model_version, prompt_ids, response_ids, response_logprobs, "
+            "behaviour_logprobs FROM llm_calls WHERE",
             "rollout_id",
             rollout_ids,
             " ORDER BY rollout_id, pk",

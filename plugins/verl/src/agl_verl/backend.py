@@ -90,17 +90,41 @@ class VerlBackend(Backend):
         }
         if not selection.usable:
             return counts
+        usable, correction = self._correction(selection.usable, counts)
+        if not usable:
+            return counts
         data = transitions_to_dataproto(
-            selection.usable,
+            usable,
             pad_token_id=learner.pad_token_id,
             max_prompt_length=self.settings.max_prompt_length,
             max_response_length=self.settings.max_response_length,
         )
-        metrics = learner.update(data)
+        metrics = learner.update(data, correction)
         metrics.update(counts)
         metrics["truncated"] = float(data.meta_info["truncated"])
         self._last_step = step
         return metrics
+
+    def _correction(self, transitions: list[Transition], counts: dict[str, float]):
+        """The transitions to train on and the off-policy correction for them (see :mod:`agl_verl.correction`).
+
+        A batch is off-policy when a transition's model version is not :attr:`current_version`;
+        a correction needs behaviour log-probs, so transitions without them are left out and
+        counted (``offpolicy_without_behaviour``).
+        """
+        from agl_verl import correction
+
+        current = self.current_version
+        off_policy = current is not None and any(t.model_version != current for t in transitions)
+        chosen = correction.choose(self.settings.rollout_correction, off_policy)
+        counts["offpolicy_transitions"] = float(
+            sum(t.model_version != current for t in transitions) if current is not None else 0
+        )
+        if chosen is None:
+            return transitions, None
+        usable = [t for t in transitions if t.behaviour_logprobs is not None]
+        counts["offpolicy_without_behaviour"] = float(len(transitions) - len(usable))
+        return usable, chosen
 
     def publish(self, step: int) -> ModelVersion:
         """Save the weights (or adapter) under ``workdir/versions/step-N`` and have the engine serve them."""

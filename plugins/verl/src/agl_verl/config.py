@@ -126,6 +126,13 @@ class VerlSettings(BaseModel):
         "The same update up to float noise, except with lora.dropout above 0: the loss forward pass is in "
         "train mode, so auto's first ratio is exactly 1 where recompute's carries dropout's noise",
     )
+    rollout_correction: str = Field(
+        default="auto",
+        description="off-policy correction, by verl's RolloutCorrectionConfig preset name (decoupled_token_is, "
+        "decoupled_seq_is, decoupled_token_icepop, bypass_ppo_clip, ...), none, or auto: decoupled_token_is "
+        "for a batch with transitions sampled by other weights than the learner's (asynchronous steps, "
+        "recorded traffic), none for an on-policy batch. Needs the engine's behaviour log-probs",
+    )
     text_transitions: Literal["skip", "error"] = "skip"
     lora: LoraSettings | None = None
     device: str = "cpu"
@@ -162,6 +169,13 @@ class VerlSettings(BaseModel):
     def _known_agg(cls, name: str) -> str:
         return _one_of(name, LOSS_AGG_MODES, "loss aggregation")
 
+    @field_validator("rollout_correction")
+    @classmethod
+    def _known_correction(cls, name: str) -> str:
+        from agl_verl.correction import preset_names
+
+        return _one_of(name, ["auto", "none", *preset_names()], "rollout correction preset")
+
     @field_validator("device")
     @classmethod
     def _known_device(cls, device: str) -> str:
@@ -188,6 +202,11 @@ class VerlSettings(BaseModel):
                 "gradient_checkpointing is the local learner's: in distributed mode verl's own "
                 "actor_rollout_ref.model.enable_gradient_checkpointing applies (on by default; set it in "
                 "distributed.overrides)"
+            )
+        if self.mode == "local" and self.rollout_correction.startswith("bypass_pg"):
+            raise ValueError(
+                f"rollout_correction {self.rollout_correction!r} uses verl's REINFORCE-style bypass loss, which "
+                "only distributed mode runs; the local learner takes the decoupled_* and bypass_ppo_clip* presets"
             )
         if self.mode == "local" and self.device.startswith("cuda"):
             import torch

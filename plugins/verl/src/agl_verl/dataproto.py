@@ -8,8 +8,10 @@ One row per transition (one LLM call):
 - ``response_mask`` (B, R): 1 on response tokens;
 - ``token_level_scores`` = ``token_level_rewards`` (B, R): the transition's reward on its
   last response token, zero elsewhere;
-- ``old_log_probs`` and ``rollout_log_probs`` (B, R): the engine's logprobs, when every
-  transition carries them;
+- ``old_log_probs`` (B, R): the engine's raw logprobs, when every transition carries them;
+- ``rollout_log_probs`` (B, R): the behaviour log-probs (what each token was sampled with),
+  when every transition carries them, else the raw ones (the same at temperature 1 without
+  top-p); ``meta_info["rollout_log_probs"]`` says which (``behaviour`` or ``raw``);
 - ``weights`` (B,): the rollout-level normalization weight;
 - non-tensor ``uid`` = ``task_id`` (the group key verl's estimators take as ``index``),
   plus ``rollout_id``, ``agent`` and ``model_version``.
@@ -90,7 +92,13 @@ def transitions_to_dataproto(
         "model_version": np.array([t.model_version for t in transitions], dtype=object),
     }
     return DataProto.from_dict(
-        tensors=tensors, non_tensors=non_tensors, meta_info={"truncated": rows.truncated, "pad_token_id": pad_token_id}
+        tensors=tensors,
+        non_tensors=non_tensors,
+        meta_info={
+            "truncated": rows.truncated,
+            "pad_token_id": pad_token_id,
+            "rollout_log_probs": "behaviour" if rows.behaviour is not None else "raw" if rows.logprobs else None,
+        },
     )
 
 
@@ -116,10 +124,11 @@ class _Rows:
     responses: list[np.ndarray]
     logprobs: list[np.ndarray] | None
     truncated: int
+    behaviour: list[np.ndarray] | None = None
 
 
 def _cut_rows(transitions: Sequence[Transition], max_prompt: int | None, max_response: int | None) -> _Rows:
-    rows = _Rows([], [], [], 0)
+    rows = _Rows([], [], [], 0, [])
     for t in transitions:
         p = np.frombuffer(t.prompt_ids, dtype=np.int32)
         r = np.frombuffer(t.response_ids, dtype=np.int32)
@@ -141,6 +150,11 @@ def _cut_rows(transitions: Sequence[Transition], max_prompt: int | None, max_res
                 )
             else:
                 rows.logprobs.append(np.frombuffer(t.response_logprobs, dtype=np.float32)[: len(r)])
+        if rows.behaviour is not None:
+            if t.behaviour_logprobs is None:
+                rows.behaviour = None
+            else:
+                rows.behaviour.append(np.frombuffer(t.behaviour_logprobs, dtype=np.float32)[: len(r)])
     return rows
 
 
@@ -179,9 +193,15 @@ def _padded_tensors(transitions: Sequence[Transition], rows: _Rows, pad_token_id
         "weights": torch.tensor([t.weight for t in transitions], dtype=torch.float32),
     }
     if rows.logprobs is not None:
-        lp = np.zeros((batch, r_len), dtype=np.float32)
-        for i, row in enumerate(rows.logprobs):
-            lp[i, : len(row)] = row
-        tensors["rollout_log_probs"] = torch.from_numpy(lp)
-        tensors["old_log_probs"] = tensors["rollout_log_probs"].clone()
+        tensors["old_log_probs"] = _padded_floats(rows.logprobs, r_len)
+        tensors["rollout_log_probs"] = tensors["old_log_probs"].clone()
+    if rows.behaviour is not None:
+        tensors["rollout_log_probs"] = _padded_floats(rows.behaviour, r_len)
     return tensors
+
+
+def _padded_floats(rows: list[np.ndarray], width: int) -> torch.Tensor:
+    out = np.zeros((len(rows), width), dtype=np.float32)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return torch.from_numpy(out)

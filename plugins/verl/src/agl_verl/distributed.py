@@ -148,7 +148,21 @@ def trainer_overrides(
             "actor_rollout_ref.model.target_modules="
             + (targets if isinstance(targets, str) else "[" + ",".join(targets) + "]"),
         ]
-    return overrides + list(d.overrides)
+    return overrides + correction_overrides(s.rollout_correction) + list(d.overrides)
+
+
+def correction_overrides(setting: str) -> list[str]:
+    """``rollout_correction`` as overrides of verl's ``algorithm.rollout_correction``. verl's trainer
+    generates its rollouts on-policy, so ``auto`` leaves its default (none) alone."""
+    from agl_verl.correction import preset
+
+    chosen = preset(setting) if setting != "auto" else None
+    if chosen is None:
+        return []
+    fields = ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs")
+    fields += ("rollout_rs_threshold", "bypass_mode", "loss_type")
+    values = {name: getattr(chosen, name) for name in fields}
+    return [f"algorithm.rollout_correction.{k}={'null' if v is None else v}" for k, v in values.items()]
 
 
 def compose_trainer_config(
@@ -205,7 +219,9 @@ def transitions_to_outputs(
     outputs = []
     for t in usable:
         response = list(t.response_ids)[:response_length]
-        logprobs = list(t.response_logprobs)[: len(response)] if t.response_logprobs is not None else None
+        # verl's rollout log-probs are the behaviour policy's: what the tokens were sampled with
+        sampled = t.behaviour_logprobs if t.behaviour_logprobs is not None else t.response_logprobs
+        logprobs = list(sampled)[: len(response)] if sampled is not None else None
         outputs.append(
             AgentLoopOutput(
                 prompt_ids=list(t.prompt_ids),

@@ -21,11 +21,13 @@ import torch
 import torch.nn.functional as F
 from verl import DataProto
 from verl.trainer.config import AlgoConfig
+from verl.trainer.config.algorithm import RolloutCorrectionConfig
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits, masked_mean
 from verl.workers.config import ActorConfig
 
+from agl_verl import correction as rollout_correction
 from agl_verl.config import VerlSettings
 from agl_verl.quiet import no_progress_bars
 
@@ -216,8 +218,13 @@ class LocalLearner:
 
     # -- one update --------------------------------------------------------------------------
 
-    def update(self, data: DataProto) -> dict[str, float]:
-        """Advantages, then ``ppo_epochs`` passes of clipped policy-gradient updates over ``data``."""
+    def update(self, data: DataProto, correction: RolloutCorrectionConfig | None = None) -> dict[str, float]:
+        """Advantages, then ``ppo_epochs`` passes of clipped policy-gradient updates over ``data``.
+
+        ``correction``: verl's off-policy correction for a batch sampled by other weights
+        (see :mod:`agl_verl.correction`); ``data`` then holds the behaviour log-probs as
+        ``rollout_log_probs``.
+        """
         s = self.settings
         started = time.perf_counter()
         metrics: dict[str, float] = {}
@@ -248,7 +255,11 @@ class LocalLearner:
             for _ in range(s.ppo_epochs)
         ]
         first_mini = (orders[0] if orders[0] is not None else torch.arange(len(data)))[:mini_size]
-        fold = self._set_old_log_probs(data, first_mini)
+        if correction is None:
+            fold = self._set_old_log_probs(data, first_mini)
+        else:
+            fold = False
+            metrics.update(self._correct(data, correction))
         if s.kl_coef > 0:
             data.batch["ref_log_prob"] = self.log_probs(data, reference=True)
         if "rollout_log_probs" in data.batch and s.recompute_old_log_probs and s.temperature == 1.0:
@@ -286,6 +297,22 @@ class LocalLearner:
             return rows
         nonzero = (data.batch["advantages"] != 0) & data.batch["response_mask"].bool()
         return nonzero.any(dim=-1)
+
+    def _correct(self, data: DataProto, correction: RolloutCorrectionConfig) -> dict[str, float]:
+        """Old log-probs for an off-policy batch, and verl's importance weights and rejection mask.
+
+        Decoupled presets: the old policy is the learner's weights now (a pass of its own over
+        the transitions with signal, as verl's decoupled mode recomputes them); bypass presets:
+        the behaviour policy is the old one, and PPO's clipped ratio corrects.
+        """
+        if "rollout_log_probs" not in data.batch:
+            raise ValueError("rollout correction needs the engine's behaviour log-probs (rollout_log_probs)")
+        rows = data.batch["has_signal"].nonzero().flatten()
+        if correction.bypass_mode:
+            data.batch["old_log_probs"] = data.batch["rollout_log_probs"].clone()
+        else:
+            data.batch["old_log_probs"] = self._log_probs_where_needed(data, rows[:0])
+        return rollout_correction.apply(data, correction, rows)
 
     def _set_old_log_probs(self, data: DataProto, first_mini: torch.Tensor) -> bool:
         """Fill ``data``'s old log-probs where a forward pass must give them; whether the first
@@ -360,6 +387,7 @@ class LocalLearner:
             mask = micro.batch["response_mask"].to(self.device)
             log_prob, entropy = self._forward(micro, with_entropy=True)
             old = log_prob.detach() if old_from_forward else micro.batch["old_log_probs"].to(self.device)
+            is_weights = micro.batch.get("rollout_is_weights")
             pg_loss, pg_metrics = self.policy_loss_fn(
                 old_log_prob=old,
                 log_prob=log_prob,
@@ -367,6 +395,7 @@ class LocalLearner:
                 response_mask=mask,
                 loss_agg_mode=s.loss_agg_mode,
                 config=config,
+                rollout_is_weights=is_weights.to(self.device) if is_weights is not None else None,
             )
             loss = pg_loss
             entropy_loss = core_algos.agg_loss(entropy, mask, s.loss_agg_mode, **config.global_batch_info)

@@ -67,6 +67,13 @@ def register(subparsers) -> None:
     )
     s.add_argument("--max-in-flight", type=int, default=512, help="requests in flight per replica before 429")
     s.add_argument("--max-body-mb", type=float, default=32.0, help="largest request body in MiB (default 32)")
+    s.add_argument(
+        "--engine-logprobs",
+        choices=("raw", "behaviour"),
+        default="raw",
+        help="what the engines' logprobs are: raw (agl engine serve, vLLM's raw_logprobs mode) or behaviour "
+        "(vLLM's processed_logprobs mode: the log-probs tokens were sampled with); default raw",
+    )
     s.add_argument("--model-version", default=None, help="model version recorded on calls until changed")
     s.set_defaults(func=serve)
 
@@ -122,6 +129,7 @@ def serve(args: argparse.Namespace) -> int:
             upstream_api_key=ENGINE_TOKEN.read(args),
             model_version=args.model_version,
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+            engine_logprobs=args.engine_logprobs,
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None

@@ -46,6 +46,12 @@ def register(subparsers) -> None:
         help="log each step to an experiment tracker: tensorboard (<workdir>/tensorboard) or wandb "
         "(offline, <workdir>/wandb); repeatable; options go in the config's loggers list",
     )
+    p.add_argument(
+        "--from-store",
+        action="store_true",
+        help="train on rollouts already in the store (recorded traffic, `agl run`), each at most once, instead "
+        "of generating them; the config's from_store section filters them (default: production, rewarded)",
+    )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     p.set_defaults(func=run)
 
@@ -70,6 +76,8 @@ def build_config(args):
     config = parse_config(apply_overrides(data, overrides), "flags")
     if args.plugin:
         config = config.model_copy(update={"plugins": [*config.plugins, *args.plugin]})
+    if args.from_store and config.from_store is None:
+        config = parse_config({**config.model_dump(mode="json"), "from_store": {}}, "--from-store")
     if args.logger:
         data = config.model_dump(mode="json")
         have = {entry["name"] for entry in data["loggers"]}
@@ -104,16 +112,18 @@ def run(args) -> int:
     from agl_trainer.trainer import Trainer, load_tasks_jsonl
 
     config = build_config(args)
-    if config.rollout.runners == "inprocess" and args.agent is None:
+    recorded = config.from_store is not None
+    if config.rollout.runners == "inprocess" and args.agent is None and not recorded:
         raise ConfigError("agent: give module:function (or set rollout.runners=external and start `agl runner`s)")
-    if args.tasks is None:
+    if args.tasks is None and not recorded:
         raise ConfigError("--tasks: a JSONL file of training tasks is required")
-    check_file("--tasks", args.tasks)
+    if args.tasks is not None:
+        check_file("--tasks", args.tasks)
     if args.val:
         check_file("--val", args.val)
     agent = load_agent(args.agent) if args.agent else None
     print(f"agl train: store {hide_password(config.store_url())}", flush=True)
-    train = load_tasks_jsonl(args.tasks, "train")
+    train = load_tasks_jsonl(args.tasks, "train") if args.tasks else []
     val = load_tasks_jsonl(args.val, "val") if args.val else []
     Trainer(config).fit(agent, train, val)  # which says what it did, once
     return 0

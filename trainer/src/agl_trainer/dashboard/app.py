@@ -334,6 +334,21 @@ class Dashboard:
             charts.line_chart("chart-entropy", "Entropy", [line("entropy", train, "entropy")]),
             charts.line_chart("chart-tokens", "Tokens / s", [line("tokens/s", train, "tokens_per_s")]),
         ]
+        if any(k.startswith(OFF_POLICY) for r in train for k in r):  # steps trained with a rollout correction
+            weights = [("IS mean", "rollout_is_mean"), ("IS max", "rollout_is_max")]
+            weights += [("ESS", "rollout_is_eff_sample_size"), ("rejected", "rejected_fraction")]
+            out.append(
+                charts.line_chart(
+                    "chart-offpolicy",
+                    "Off-policy correction",
+                    [line(name, train, OFF_POLICY + key) for name, key in weights],
+                )
+            )
+            out.append(
+                charts.line_chart(
+                    "chart-offpolicy-kl", "KL(behaviour ‖ policy)", [line("kl", train, OFF_POLICY + "kl")]
+                )
+            )
         timed = [r for r in train if any(isinstance(r.get(k), (int, float)) for k in STEP_TIMES)]
         parts = {
             k.removeprefix("time_").removesuffix("_s"): [float(r.get(k) or 0.0) for r in timed]
@@ -350,6 +365,10 @@ class Dashboard:
                 f"updated {e(when(time.time()))}</p>"
             )
         return summary + '<div class="charts">' + "".join(out) + "</div>"
+
+
+OFF_POLICY = "rollout_corr/"
+"""The prefix of verl's off-policy metrics in a step record (see agl_verl.correction)."""
 
 
 def reward_from_form(rollout_id: str, form: dict[str, Any]) -> Reward:

@@ -118,9 +118,10 @@ def _take_choice(
     ids = choice.get("token_ids")
     if ids is None:
         raise no_ids_error("choices[].token_ids")
-    taken = ChoiceTokens(choice.get("index", position), ids, logprobs_of(choice))
+    taken = ChoiceTokens(choice.get("index", position), ids, logprobs_of(choice), choice.get("behaviour_logprobs"))
     if not keep_ids:
         choice.pop("token_ids", None)
+        choice.pop("behaviour_logprobs", None)
     if not keep_logprobs:
         choice["logprobs"] = None
     return taken
@@ -148,6 +149,8 @@ class StreamAccumulator:
                 "ids": [],
                 "logprobs": [],
                 "has_logprobs": False,
+                "behaviour": [],
+                "has_behaviour": False,
                 "text": [],
                 "tool_calls": {},
                 "finish_reason": None,
@@ -169,6 +172,9 @@ class StreamAccumulator:
                 self.prompt_ids = choice["prompt_token_ids"]
             if choice.get("token_ids"):
                 c["ids"].extend(choice["token_ids"])
+            if choice.get("behaviour_logprobs") is not None:
+                c["has_behaviour"] = True
+                c["behaviour"].extend(choice["behaviour_logprobs"])
             values = chat_logprobs(choice) if self.chat else completion_logprobs(choice)
             if values is not None:
                 c["has_logprobs"] = True
@@ -199,7 +205,14 @@ class StreamAccumulator:
         out = []
         for index in sorted(self.choices):
             c = self.choices[index]
-            out.append(ChoiceTokens(index, c["ids"], c["logprobs"] if c["has_logprobs"] else None))
+            out.append(
+                ChoiceTokens(
+                    index,
+                    c["ids"],
+                    c["logprobs"] if c["has_logprobs"] else None,
+                    c["behaviour"] if c["has_behaviour"] else None,
+                )
+            )
         return self.prompt_ids, out
 
     def response(self, call_id: str, model: str | None) -> dict:
@@ -234,5 +247,6 @@ def strip_chunk(chunk: dict, *, keep_ids: bool, keep_logprobs: bool) -> None:
         if not keep_ids:
             choice.pop("token_ids", None)
             choice.pop("prompt_token_ids", None)
+            choice.pop("behaviour_logprobs", None)
         if not keep_logprobs and "logprobs" in choice:
             choice["logprobs"] = None

