@@ -39,10 +39,12 @@ def run_agent(
     samples: int = 1,
     resources: dict[str, Any] | None = None,
     engine: Any = None,
+    **run: Any,
 ) -> dict[str, Any]:
     """Run ``agent`` ``samples`` times on each item at ``temperature``; ``summarize(rollouts, tasks, store)`` of them.
 
-    ``engine`` serves ``model_path``; the caller that brings one starts and stops it.
+    ``engine`` serves ``model_path``; the caller that brings one starts and stops it. ``run`` goes
+    to :func:`agl_trainer.evaluation.evaluate` (``mode``, ``seed``).
     Everything the run records (rollouts, spans, gateway calls) goes to a SQLite store in
     ``workdir``.
     """
@@ -65,6 +67,7 @@ def run_agent(
             timeout_s=timeout_s,
             max_response_tokens=max_response_tokens,
             temperature=temperature,
+            **run,
         )
         return summarize(ended, {t.task_id: t.input for t in tasks}, store)
     finally:

@@ -18,10 +18,11 @@ from .tool_calls import tool_call_figures
 NAME = "calc_agent"
 
 
-def arm(lr: float, steps_without_signal: str) -> str:
+def arm(lr: float, steps_without_signal: str, max_staleness: int = 0) -> str:
     """The run's name in its results file: ``calc_agent``, plus what differs from the config."""
     name = NAME if lr == LR else f"{NAME}-lr{lr:g}"
-    return name if steps_without_signal == "step" else f"{name}-{steps_without_signal}"
+    name = name if steps_without_signal == "step" else f"{name}-{steps_without_signal}"
+    return name if max_staleness == 0 else f"{name}-async{max_staleness}"
 
 
 def train_options(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +36,13 @@ def train_options(parser: argparse.ArgumentParser) -> None:
         default="step",
         help="on a step where no group has signal: step (AdamW on zero gradients, as verl) or skip "
         "(no optimizer step); skip is named in the results file",
+    )
+    parser.add_argument(
+        "--max-staleness",
+        type=int,
+        default=0,
+        help="asynchronous training: the next k steps' rollouts run while a step trains (0: lockstep; "
+        "another k is named in the results file, calc_agent-async1)",
     )
 
 
@@ -51,16 +59,17 @@ SPEC = ExampleSpec(
     __package__,
     noun="problems",
     trainer_config=lambda args, **run: trainer_config(
-        **run, lr=args.lr, steps_without_signal=args.steps_without_signal
+        **run, lr=args.lr, steps_without_signal=args.steps_without_signal, max_staleness=args.max_staleness
     ),
     reward_plugin="calc-numeric-match",
     load_split=load_split,
     train_figures=train_figures,
     subset=Subset("operations", "numbers of operations", TRAIN_OPERATIONS, of_operations),
-    arm=lambda args: arm(args.lr, args.steps_without_signal),
+    arm=lambda args: arm(args.lr, args.steps_without_signal, args.max_staleness),
     record_extras=lambda args, train: {
         "train_operations": list(args.operations),
         "steps_without_signal": args.steps_without_signal,
+        "max_staleness": args.max_staleness,
     },
     train_options=train_options,
 )

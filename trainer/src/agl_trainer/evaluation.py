@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agl.runner import Agent
 from agl.schema import ModelVersion, Rollout, Task, short_id
@@ -43,6 +43,8 @@ def evaluate(
     concurrency: int = 16,
     timeout_s: float = 1200.0,
     max_response_tokens: int | None = None,
+    mode: Literal["val", "production"] = "val",
+    seed: int | None = None,
 ) -> list[Rollout]:
     """Run ``agent`` once on each of ``tasks`` and return the ended rollouts, in the tasks' order.
 
@@ -51,7 +53,9 @@ def evaluate(
     version named after the directory. ``engine`` serves ``model_path``; a caller that
     brings one starts and stops it (default: the ``transformers`` engine at seed 0,
     made, started and stopped here). ``resources`` reach the agent as ``ctx.resources``,
-    with ``temperature`` set. Rollouts run with ``mode="val"`` and a single attempt.
+    with ``temperature`` set. Rollouts run with ``mode`` (``val``; ``production`` records them as
+    traffic, as ``agl run`` does) and a single attempt; ``seed`` gives each its own sampling seed,
+    so the same call samples the same tokens again.
     """
     from agl.capture import BufferedWriter
     from agl.plugins import resolve
@@ -82,7 +86,7 @@ def evaluate(
         )
         thread = threading.Thread(target=runner.run_sync, name="agl-evaluation-runner", daemon=True)
         thread.start()
-        rollouts = _val_rollouts(tasks, version, timeout_s, max_response_tokens)
+        rollouts = _rollouts(tasks, version, timeout_s, max_response_tokens, mode, seed)
         store.enqueue(rollouts)
         ended = store.wait([r.rollout_id for r in rollouts], poll_s=0.2)
         gateway.flush()
@@ -102,16 +106,17 @@ def evaluate(
             engine.stop()
 
 
-def _val_rollouts(
-    tasks: Sequence[Task], version: str, timeout_s: float, max_response_tokens: int | None
+def _rollouts(
+    tasks: Sequence[Task], version: str, timeout_s: float, max_response_tokens: int | None, mode: str, seed: int | None
 ) -> list[Rollout]:
-    """One validation rollout a task, single attempt, under a new evaluation run's ids."""
-    run = "eval-" + short_id(8)
+    """One rollout a task, single attempt, under a new evaluation run's ids."""
+    run = ("eval-" if mode == "val" else "traffic-") + short_id(8)
     return [
         Rollout(
             rollout_id=f"{run}-{i}",
             task_id=task.task_id,
-            mode="val",
+            mode=mode,
+            seed=None if seed is None else seed * 1_000_003 + i,
             model_version=version,
             timeout_s=timeout_s,
             max_response_tokens=max_response_tokens,
