@@ -231,7 +231,7 @@ def test_a_short_loop_end_to_end(tmp_path, engine):
     assert backend.closed
 
 
-def _child(workdir: Path, engine_url: str, agent_log: Path) -> subprocess.Popen:
+def _child(workdir: Path, engine_url: str, agent_log: Path, max_staleness: int = 0) -> subprocess.Popen:
     code = (
         "import sys, logging; logging.basicConfig(level=logging.INFO)\n"
         "from pathlib import Path\n"
@@ -240,7 +240,8 @@ def _child(workdir: Path, engine_url: str, agent_log: Path) -> subprocess.Popen:
         f"w = Path({str(workdir)!r})\n"
         "cfg = {'workdir': str(w), 'store': f'sqlite:///{w}/agl.db',\n"
         "       'steps': 4, 'batch_size': 2, 'n_rollouts': 2, 'progress': False, 'plot': False,\n"
-        f"       'engine_urls': [{engine_url!r}], 'rollout': {{'concurrency': 2, 'heartbeat_s': 0.2}}}}\n"
+        f"       'engine_urls': [{engine_url!r}],\n"
+        f"       'rollout': {{'concurrency': 2, 'heartbeat_s': 0.2, 'max_staleness': {max_staleness}}}}}\n"
         "Trainer(cfg, backend=TinyBackend(w / 'calls.jsonl')).fit(agent, _tasks(4, sleep=0.3))\n"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO), AGENT_LOG=str(agent_log))
@@ -250,10 +251,12 @@ def _child(workdir: Path, engine_url: str, agent_log: Path) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-def test_sigkill_mid_step_then_resume_loses_nothing_and_counts_nothing_twice(tmp_path, engine):
+@pytest.mark.parametrize("max_staleness", [0, 1])
+def test_sigkill_mid_step_then_resume_loses_nothing_and_counts_nothing_twice(tmp_path, engine, max_staleness):
+    """Lockstep, and asynchronous (step 3's rollouts queued, maybe running, when step 2 is killed)."""
     workdir = tmp_path / "run"
     agent_log = tmp_path / "agent_runs.log"
-    child = _child(workdir, engine.url, agent_log)
+    child = _child(workdir, engine.url, agent_log, max_staleness)
     db = workdir / "agl.db"
 
     def store_made() -> bool:
@@ -263,10 +266,14 @@ def test_sigkill_mid_step_then_resume_loses_nothing_and_counts_nothing_twice(tmp
     wait_until(store_made, "the trainer has made its store", 60, step_s=0.05)
     store = SqliteStore(db)
     try:
-        # Kill while step 2 is running: step 1 completed, some of step 2's rollouts in flight.
+        # Kill while step 2 is running: step 1 completed, some of step 2's rollouts (or, asynchronous,
+        # step 3's) in flight.
         def step_2_runs() -> bool:
             assert child.poll() is None, child.stdout.read()
-            return any(r.status == RolloutStatus.RUNNING for r in store.query_rollouts(step=2))
+            state = workdir / "trainer_state.json"
+            if not state.exists() or json.loads(state.read_text())["completed_step"] != 1:
+                return False
+            return any(r.step >= 2 for r in store.query_rollouts(status=RolloutStatus.RUNNING))
 
         wait_until(step_2_runs, "step 2 has rollouts running", 60)
         child.send_signal(signal.SIGKILL)
@@ -277,7 +284,7 @@ def test_sigkill_mid_step_then_resume_loses_nothing_and_counts_nothing_twice(tmp
         state = json.loads((workdir / "trainer_state.json").read_text())
         assert state["completed_step"] == 1
 
-        again = _child(workdir, engine.url, agent_log)
+        again = _child(workdir, engine.url, agent_log, max_staleness)
         out, _ = again.communicate(timeout=120)
         assert again.returncode == 0, out
         assert "resuming run" in out
