@@ -35,6 +35,7 @@ COLUMNS = (
     "training success, first half of the steps (%)",
     "second half (%)",
     "validity in training (%)",
+    "step s",
     "wall min",
 )
 
@@ -45,13 +46,28 @@ def skips(record: dict) -> bool:
 
 
 def arm_label(record: dict) -> str:
-    """The first column: the run's lr, and ``skip`` when it :func:`skips`."""
-    return f"{record['lr']:g}, skip" if skips(record) else f"{record['lr']:g}"
+    """The first column: the run's lr, ``skip`` when it :func:`skips`, its staleness bound when
+    asynchronous, and the share graded when it trained on recorded traffic (production.py)."""
+    label = f"{record['lr']:g}, skip" if skips(record) else f"{record['lr']:g}"
+    if record.get("max_staleness"):
+        label += f", async k={record['max_staleness']}"
+    if "graded" in record:
+        label += f", recorded traffic {record['graded']:.0%} graded"
+    return label
 
 
 def arm_order(record: dict) -> tuple:
-    """The config's lr first, then the others from the highest; at one lr, ``skip`` after."""
-    return record["lr"] != LR, -record["lr"], skips(record)
+    """On-policy lockstep runs first (the config's lr first, then the others from the highest; at one
+    lr, ``skip`` after), then asynchronous ones, then those on recorded traffic, most graded first."""
+    graded = record.get("graded")
+    return (
+        graded is not None,
+        record.get("max_staleness", 0),
+        record["lr"] != LR,
+        -record["lr"],
+        skips(record),
+        -(graded or 0),
+    )
 
 
 def load(results: Path) -> dict[str, list[dict]]:
@@ -82,6 +98,7 @@ def cells(records: list[dict]) -> list[str]:
         pm([half_mean(r.get("train_success_by_step"), 0) for r in records], 100),
         pm([half_mean(r.get("train_success_by_step"), 1) for r in records], 100),
         pm([r["train_tool_calls"].get("tool_call_validity") for r in records], 100),
+        pm([r.get("step_s_mean") for r in records], 1, 0),
         pm([r["wall_s"] for r in records], 1 / 60),
     ]
 
@@ -94,7 +111,7 @@ def render(runs: dict[str, list[dict]]) -> str:
             f"Test split ({first['eval_problems']} problems, greedy), before and after "
             f"{first['steps']} steps of {first['batch_size']} problems x {first['n_rollouts']} rollouts:"
         ),
-        "lr (skip: no optimizer step without signal)",
+        "lr (skip: no optimizer step without signal; async: rollouts up to k steps ahead; recorded traffic)",
         COLUMNS,
         cells,
     )
