@@ -180,3 +180,54 @@ def test_from_store_without_rewards_trains_nothing_and_says_so(tmp_path, engine)
               "progress": False, "plot": False, "from_store": {}}  # fmt: skip
     result = Trainer(config, backend=backend).fit(None, [])
     assert result.steps_completed == 0 and not (tmp_path / "calls.jsonl").exists()
+
+
+class SlowBackend(TinyBackend):
+    """TinyBackend whose update takes a while, as a real one does."""
+
+    def train_step(self, transitions, step):
+        time.sleep(0.4)
+        return super().train_step(transitions, step)
+
+
+def test_production_traffic_is_served_while_recorded_traffic_trains_and_publishes(tmp_path, engine):
+    import threading
+
+    import httpx
+
+    db = _record_traffic(tmp_path, engine, n_tasks=6)
+    config = {"workdir": str(tmp_path / "run"), "store": f"sqlite:///{db}", "steps": 3, "progress": False,
+              "plot": False, "engine_urls": [engine.url], "gateway": {"token": "prod-token"},
+              "from_store": {"modes": ["train"], "rollouts_per_step": 2}}  # fmt: skip
+    trainer = Trainer(config, backend=SlowBackend(tmp_path / "calls.jsonl"))
+    done = threading.Event()
+    statuses: list[int] = []
+
+    def production_client() -> None:
+        wait_until(lambda: trainer.gateway is not None, "the trainer's gateway is up", 30)
+        base = trainer.gateway.base_url
+        with httpx.Client(headers={"Authorization": "Bearer prod-token"}, timeout=30) as client:
+            while not done.is_set():
+                body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+                try:
+                    statuses.append(client.post(f"{base}/chat/completions", json=body).status_code)
+                except httpx.ConnectError:  # the run has ended and its gateway with it
+                    return
+                time.sleep(0.05)
+
+    thread = threading.Thread(target=production_client)
+    thread.start()
+    try:
+        result = trainer.fit(None, [])
+    finally:
+        done.set()
+        thread.join(30)
+    assert result.steps_completed == 3 and result.model_version == "v3"
+    assert len(statuses) > 10 and set(statuses) == {200}
+    # served throughout, recorded under each version as it was published, never an older one again
+    with SqliteStore(db) as store:
+        calls = sorted(store.query_llm_calls(production=True), key=lambda c: c.created_at)
+    versions = [c.model_version for c in calls]
+    assert len(versions) == len(statuses)
+    order = ["base", "v1", "v2", "v3"]
+    assert versions == sorted(versions, key=order.index) and len(set(versions)) >= 3
