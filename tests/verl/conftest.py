@@ -33,6 +33,23 @@ def tiny_engine(tiny_model_dir):
     engine.stop()
 
 
+GATEWAY_TOKEN = "gateway-token"
+"""The production token of :func:`tiny_gateway`."""
+
+
+@pytest.fixture(scope="module")
+def tiny_gateway(tiny_engine, tmp_path_factory):
+    """A real gateway (SQLite store) in front of :func:`tiny_engine`, taking :data:`GATEWAY_TOKEN`."""
+    from agl.store.sqlite import SqliteStore
+    from agl_trainer.gateway import Gateway
+
+    with (
+        SqliteStore(tmp_path_factory.mktemp("store") / "store.db") as store,
+        Gateway(store, [tiny_engine.urls[0]], token=GATEWAY_TOKEN, upstream_api_key="engine-secret") as gw,
+    ):
+        yield gw
+
+
 @pytest.fixture(scope="session")
 def smollm2_path():
     from agl_verl.models import smollm2_dir

@@ -16,12 +16,11 @@ import httpx
 import pytest
 import torch
 
-from agl_trainer.gateway import Gateway
+from tests.verl.conftest import GATEWAY_TOKEN as TOKEN
 from tests.verl.conftest import reference_logprobs
 
 TOL = 1e-4
 ENGINE_KEY = "engine-secret"  # tests/verl/conftest.py's tiny_engine
-TOKEN = "gateway-token"
 MESSAGES = [{"role": "user", "content": "what is 12 + 34 ?"}]
 
 
@@ -33,14 +32,8 @@ def ref_model(tiny_model_dir):
 
 
 @pytest.fixture(scope="module")
-def gateway(tiny_engine, tmp_path_factory):
-    from agl.store.sqlite import SqliteStore
-
-    with (
-        SqliteStore(tmp_path_factory.mktemp("store") / "store.db") as store,
-        Gateway(store, [tiny_engine.urls[0]], token=TOKEN, upstream_api_key=ENGINE_KEY) as gw,
-    ):
-        yield gw
+def gateway(tiny_gateway):
+    return tiny_gateway
 
 
 def chat(base_url: str, key: str, **fields) -> dict:

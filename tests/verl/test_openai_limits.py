@@ -12,24 +12,17 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from agl_trainer.gateway import Gateway
 from agl_trainer.openai_requests import MAX_N
+from tests.verl.conftest import GATEWAY_TOKEN as TOKEN
 
 ENGINE_KEY = "engine-secret"  # tests/verl/conftest.py's tiny_engine
-TOKEN = "gateway-token"
 USER = [{"role": "user", "content": "what is 12 + 34 ?"}]
 CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
 
 
 @pytest.fixture(scope="module")
-def gateway(tiny_engine, tmp_path_factory):
-    from agl.store.sqlite import SqliteStore
-
-    with (
-        SqliteStore(tmp_path_factory.mktemp("store") / "store.db") as store,
-        Gateway(store, [tiny_engine.urls[0]], token=TOKEN, upstream_api_key=ENGINE_KEY) as gw,
-    ):
-        yield gw
+def gateway(tiny_gateway):
+    return tiny_gateway
 
 
 def both(tiny_engine, gateway, path: str, body: dict) -> list[httpx.Response]:
