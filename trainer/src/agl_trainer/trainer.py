@@ -23,6 +23,15 @@ Each step ``s`` (1-based):
    the step's metrics into ``metrics.jsonl`` (and ``agl_step_ended``), then
    ``trainer_state.json`` atomically. That last write is what makes the step done.
 
+Asynchronous steps (``rollout.max_staleness: k``): step 1 also queues the rollouts of
+steps 2..k+1, and each later step queues the one k ahead, behind its own, so the runners
+keep generating while the step trains; a transition more than k versions behind the
+learner is dropped and counted. Recorded traffic (``from_store``): step 1 generates
+nothing, it takes the oldest ended rollouts the filter chooses that the run has not
+trained on (:mod:`agl_trainer.recorded`), and the state file records them with the step.
+Either way the backend learns which version its weights are (``Backend.current_version``)
+and corrects for transitions of another.
+
 Resume: starting again on the same workdir continues after the last completed
 step. The backend reloads that step's checkpoint; the interrupted step's rollouts
 are enqueued again under the same ids (a no-op for those that exist), those
