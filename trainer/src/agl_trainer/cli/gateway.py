@@ -29,7 +29,9 @@ from agl.credentials import RolloutKeys, new_token
 from agl_trainer.cli._common import (
     ENGINE_TOKEN,
     Credential,
+    add_header_timeout_argument,
     add_store_client_arguments,
+    header_timeout,
     retire_flag,
     retire_token_flags,
     store_options,
@@ -67,6 +69,7 @@ def register(subparsers) -> None:
     )
     s.add_argument("--max-in-flight", type=int, default=512, help="requests in flight per replica before 429")
     s.add_argument("--max-body-mb", type=float, default=32.0, help="largest request body in MiB (default 32)")
+    add_header_timeout_argument(s)
     s.add_argument("--model-version", default=None, help="model version recorded on calls until changed")
     s.set_defaults(func=serve)
 
@@ -101,6 +104,7 @@ def serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-body-mb: must be positive, got {args.max_body_mb}")
     if not 0 <= args.port < 65536:
         raise ConfigError(f"--port: {args.port} is not a TCP port")
+    header_timeout_s = header_timeout(args)
     if retired := env.retired_in_use():
         raise ConfigError("; ".join(retired))
     token = GATEWAY_TOKEN.read(args) or new_token(24)
@@ -122,6 +126,7 @@ def serve(args: argparse.Namespace) -> int:
             upstream_api_key=ENGINE_TOKEN.read(args),
             model_version=args.model_version,
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+            header_timeout_s=header_timeout_s,
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
