@@ -86,11 +86,12 @@ def test_every_route_refuses_a_declared_body_past_its_limit_before_reading_it(tm
         assert {r: s for r, s in refused.items() if s != 413} == {}, refused
 
 
-def _stream(target: Target, method: str, path: str, content_type: str, first: bytes) -> tuple[int | None, int]:
-    """Send a chunked body (``first``, then filler) until the server answers or :data:`GIVE_UP_AT`
-    bytes went; ``(status or None, bytes sent when the answer came)``."""
+def _stream(
+    target: Target, method: str, path: str, content_type: str, first: bytes, filler: bytes = b"x" * CHUNK
+) -> tuple[int | None, int]:
+    """Send a chunked body (``first``, then ``filler`` again and again) until the server answers or
+    :data:`GIVE_UP_AT` bytes went; ``(status or None, bytes sent when the answer came)``."""
     head = _head(target, method, path, f"Content-Type: {content_type}", "Transfer-Encoding: chunked")
-    filler = b"x" * CHUNK
     sent = 0
     with socket.create_connection((target.host, target.port), timeout=10) as sock:
         sock.sendall(head)
@@ -142,7 +143,9 @@ def test_login_refuses_a_huge_form_and_a_multipart_upload_without_holding_or_spo
     monkeypatch.setattr(tempfile.SpooledTemporaryFile, "rollover", recorded)
     with store_target(tmp_path) as (target, _):  # the store server's own limit: 32 MiB
         route = next(r for r in target.served if str(r) == "POST /ui/login")
-        form = _stream(target, "POST", route.path, "application/x-www-form-urlencoded", b"token=")
+        # a field of 64 KiB a chunk: each under the form parser's own limits (1 MiB a field, 1,000 fields)
+        fields = b"&f=" + b"x" * (CHUNK - 3)
+        form = _stream(target, "POST", route.path, "application/x-www-form-urlencoded", b"token=t", fields)
         assert form[0] == 413 and form[1] <= SENT_AT_MOST, form
         boundary = "agl-drill"
         part = (
