@@ -383,8 +383,9 @@ async def _form(request: Request) -> Any:
 def _too_large(exc: Exception) -> Response:
     """The answer to a body over the limit (or not readable): the error named, the connection closed
     (the rest of the body is not wanted)."""
+    error = {"type": type(exc).__name__, "field": exc.field, "reason": str(exc)}
     return JSONResponse(
-        {"error": {"type": type(exc).__name__, "field": exc.field, "reason": str(exc)}},
+        {"error": error | ({"limit": exc.limit} if hasattr(exc, "limit") else {})},
         status_code=exc.status,
         headers={"Connection": "close"},
     )
