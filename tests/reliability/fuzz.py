@@ -15,7 +15,12 @@ cut short by its client). A route may take its credential in ``x-api-key`` (as t
 
 The same seed gives the same requests, credentials are named (``admin``,
 ``none``, ...) and looked up only when sending, so a failure report
-(:meth:`FuzzRequest.describe`) is enough to replay one request.
+(:meth:`FuzzRequest.describe`) is enough to replay one request. Routes are dealt like
+cards, every route once a round in a shuffled order, so each gets its share of any run.
+
+What a server serves is listed by the server itself (:class:`ServedRoute`, from its route
+table); :func:`run` counts the requests each served route received, so a test can see that
+none was missed, a route added later included.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ import functools
 import gzip
 import json
 import random
+import re
 import socket
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,14 +163,22 @@ class Fuzzer:
         self.routes = routes
         self.max_big = max_big
         self.rng = random.Random(seed)
+        self._deck: list[Route] = []
 
     def requests(self, n: int) -> Iterator[FuzzRequest]:
         for i in range(n):
             yield self._one(i)
 
+    def _next_route(self) -> Route:
+        """The next route of a shuffled round of them all."""
+        if not self._deck:
+            self._deck = list(self.routes)
+            self.rng.shuffle(self._deck)
+        return self._deck.pop()
+
     def _one(self, index: int) -> FuzzRequest:
         r = self.rng
-        route = r.choice(self.routes)
+        route = self._next_route()
         valid = route.body(r) if route.body is not None else None
         request = FuzzRequest(
             index, "valid", route.method, route.path, "good", route.auth, auth_header=route.auth_header
@@ -315,14 +329,58 @@ class Fuzzer:
             request.path = request.path.rstrip("/") + "/" + odd
 
 
+@dataclass(frozen=True)
+class ServedRoute:
+    """A route as its server lists it: a method and a path template (``{name}`` one segment,
+    ``{name:path}`` any)."""
+
+    method: str
+    path: str
+    regex: re.Pattern
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+def served_routes(pairs: Iterable[tuple[str, str]]) -> list[ServedRoute]:
+    """``(method, path template)`` pairs, in the order the server tries them, as :class:`ServedRoute`."""
+    from starlette.routing import compile_path
+
+    return [ServedRoute(method, path, compile_path(path)[0]) for method, path in pairs]
+
+
+def starlette_routes(routes: Iterable[Any]) -> list[ServedRoute]:
+    """What a list of starlette routes serves: each of its methods (HEAD, which GET brings, left out)."""
+    pairs = []
+    for route in routes:
+        for method in sorted(route.methods - {"HEAD"}):
+            pairs.append((method, route.path))
+    return served_routes(pairs)
+
+
+def route_of(served: list[ServedRoute], method: str, path: str) -> ServedRoute | None:
+    """The served route a request reaches: the first whose method and path match, as the server picks."""
+    path = path.partition("?")[0]
+    for route in served:
+        if route.method == method and route.regex.match(path):
+            return route
+    return None
+
+
 @dataclass
 class Outcome:
-    """What one server answered: counts by status, and the requests answered 5xx or not at all."""
+    """What one server answered: counts by status, and the requests answered 5xx or not at all;
+    ``by_route``: the requests each served route received (when the target lists them)."""
 
     seed: int
     sent: int = 0
     statuses: dict[int, int] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    by_route: dict[str, int] = field(default_factory=dict)
+
+    def missed(self, served: list[ServedRoute], at_least: int = 1) -> list[str]:
+        """The served routes that received fewer than ``at_least`` requests."""
+        return [str(route) for route in served if self.by_route.get(str(route), 0) < at_least]
 
     def report(self) -> str:
         head = f"seed {self.seed}: {len(self.failures)} of {self.sent} requests failed (statuses {self.statuses})"
@@ -332,12 +390,20 @@ class Outcome:
 class Target:
     """A running server to fuzz: its base URL, credentials by name and path placeholders."""
 
-    def __init__(self, url: str, credentials: dict[str, str], placeholders: dict[str, str], timeout_s: float = 30):
+    def __init__(
+        self,
+        url: str,
+        credentials: dict[str, str],
+        placeholders: dict[str, str],
+        timeout_s: float = 30,
+        served: list[ServedRoute] | None = None,
+    ):
         self.url = url.rstrip("/")
         self.host, _, port = self.url.removeprefix("http://").partition(":")
         self.port = int(port)
         self.credentials = credentials
         self.placeholders = placeholders
+        self.served = served or []  # what the server says it serves
         self.client = httpx.Client(base_url=self.url, timeout=timeout_s)
 
     def close(self) -> None:
@@ -426,6 +492,9 @@ def run(fuzzer: Fuzzer, target: Target, n: int) -> Outcome:
     """Send ``n`` requests from ``fuzzer`` to ``target``; 5xx answers and transport errors are failures."""
     outcome = Outcome(fuzzer.seed)
     for request in fuzzer.requests(n):
+        reached = route_of(target.served, request.method, target.path_of(request))
+        if reached is not None:
+            outcome.by_route[str(reached)] = outcome.by_route.get(str(reached), 0) + 1
         try:
             status = target.send(request)
         except httpx.HTTPError as exc:

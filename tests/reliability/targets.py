@@ -3,7 +3,9 @@
 :func:`store_target` serves a SQLite store with ``ServerThread`` (admin and runner
 tokens, rollout keys); :func:`gateway_target` puts the gateway in front of the fake
 engine (tests/fake_engine.py), with a claimed rollout whose key opens its routes.
-Both are used by the fuzz test and by ``tests/benchmarks/bench_soak.py``.
+Both are used by the fuzz test and by ``tests/benchmarks/bench_soak.py``; each target's
+``served`` lists the routes its server says it serves (the fuzz test checks that every
+one of them is fuzzed).
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import contextlib
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from agl.credentials import RolloutKeys, new_token
 from agl.schema import LLMCall, ModelVersion, Reward, Rollout, Span, Task
 from agl.store.sqlite import SqliteStore
-from tests.reliability.fuzz import Route, Target
+from tests.reliability.fuzz import Route, Target, served_routes, starlette_routes
 
 MODEL = "fake-policy"
 
@@ -47,9 +50,11 @@ def store_routes() -> list[Route]:
         Route("POST", "/v1/flush", lambda r: {}),
         Route("POST", "/v1/tasks", lambda r: {"tasks": [{"task_id": f"fz-t{_n(r)}", "input": {"q": _n(r)}}]}),
         Route("POST", "/v1/tasks/query", lambda r: {"split": r.choice([None, "train"])}),
+        Route("GET", "/v1/tasks/query?split=train&limit=2"),
         Route("GET", "/v1/tasks/task-1"),
         Route("POST", "/v1/rollouts", lambda r: {"rollouts": [{"rollout_id": f"fz-ro{_n(r)}", "task_id": "task-1"}]}),
         Route("POST", "/v1/rollouts/query", lambda r: {"status": ["queued", "running"], "task_id": "task-1"}),
+        Route("GET", "/v1/rollouts/query?status=queued&status=running&task_id=task-1"),
         Route("GET", "/v1/rollouts/{rollout}"),
         Route("GET", "/v1/rollouts/{rollout}/attempts"),
         Route("POST", "/v1/rollouts/{queued}/finish", lambda r: {"status": r.choice(["succeeded", "cancelled"])}),
@@ -62,10 +67,13 @@ def store_routes() -> list[Route]:
         Route("POST", "/v1/expirations", lambda r: {"heartbeat_timeout_s": 3600.0}),
         Route("POST", "/v1/spans", lambda r: {"spans": [_span(r)]}, "key"),
         Route("POST", "/v1/spans/query", lambda r: {"rollout_id": "ro-run", "kind": "tool"}),
+        Route("GET", "/v1/spans/query?rollout_id=ro-run&kind=tool"),
         Route("POST", "/v1/llm_calls", lambda r: {"llm_calls": [_call(r)]}),
         Route("POST", "/v1/llm_calls/query", lambda r: {"rollout_ids": ["ro-run"], "call_ids": ["x"]}),
+        Route("GET", "/v1/llm_calls/query?rollout_ids=ro-run&call_ids=x"),
         Route("POST", "/v1/rewards", lambda r: {"rewards": [_reward(r)]}, "key"),
         Route("POST", "/v1/rewards/query", lambda r: {"rollout_id": "ro-run", "production": False}),
+        Route("GET", "/v1/rewards/query?rollout_id=ro-run&production=false"),
         Route(
             "POST",
             "/v1/batch",
@@ -116,13 +124,35 @@ def store_routes() -> list[Route]:
         Route("GET", "/ui/runs"),
         Route("GET", "/ui/runs/charts?run=fz-run"),
         Route("GET", "/ui/traces"),
-        Route("POST", "/ui/login", lambda r: b"token=wrong", content_type="application/x-www-form-urlencoded"),
+        Route("GET", "/ui", auth="none"),
+        Route("GET", "/ui/"),
+        Route("GET", "/ui/login?next=/ui/runs", auth="none"),
+        Route("POST", "/ui/login", lambda r: b"token=wrong&next=/ui/runs", "none", content_type=FORM),
+        Route("POST", "/ui/login", _multipart_login, "none", content_type=f"multipart/form-data; boundary={BOUNDARY}"),
+        Route("POST", "/ui/logout", lambda r: b"", content_type=FORM),
+        Route(
+            "POST", "/ui/rollouts/{rollout}/reward", lambda r: f"value={r.random()}&name=fz".encode(), content_type=FORM
+        ),
     ]
 
 
+FORM = "application/x-www-form-urlencoded"
+BOUNDARY = "fz-boundary"
+
+
+def _multipart_login(r: random.Random) -> bytes:
+    """A login form as multipart, sometimes with a file in it (a form of the dashboard holds none)."""
+    parts = [b'Content-Disposition: form-data; name="token"\r\n\r\nwrong']
+    if r.random() < 0.5:
+        parts.append(b'Content-Disposition: form-data; name="f"; filename="a.bin"\r\n\r\n' + r.randbytes(200))
+    sep = f"--{BOUNDARY}\r\n".encode()
+    return b"".join(sep + part + b"\r\n" for part in parts) + f"--{BOUNDARY}--\r\n".encode()
+
+
 @contextlib.contextmanager
-def store_target(tmp: Path) -> Iterator[tuple[Target, SqliteStore]]:
-    """A store server on a fresh SQLite file, with a running rollout (``ro-run``) and a queued one."""
+def store_target(tmp: Path, **options: Any) -> Iterator[tuple[Target, SqliteStore]]:
+    """A store server on a fresh SQLite file, with a running rollout (``ro-run``) and a queued one;
+    ``options`` go to its ``ServerThread`` (``max_body_bytes``, ``header_timeout_s``, ...)."""
     from agl_trainer.store_server import ServerThread
 
     store = SqliteStore(tmp / "fuzz-store.db")
@@ -137,8 +167,9 @@ def store_target(tmp: Path) -> Iterator[tuple[Target, SqliteStore]]:
         "key": keys.mint(running.rollout_id, running.attempt),
         "production": new_token(16),
     }
-    server = ServerThread(store, token=admin, runner_token=runner, keys=keys, expire_every_s=None).start()
-    target = Target(server.url, credentials, {"rollout": "ro-run", "queued": "ro-queued"})
+    server = ServerThread(store, token=admin, runner_token=runner, keys=keys, expire_every_s=None, **options).start()
+    placeholders = {"rollout": "ro-run", "queued": "ro-queued"}
+    target = Target(server.url, credentials, placeholders, served=starlette_routes(server.app.routes))
     try:
         yield target, store
     finally:
@@ -248,6 +279,7 @@ def gateway_routes() -> list[Route]:
         Route("POST", "/v1/messages", _messages, "key", auth_header="x-api-key"),
         Route("POST", "/v1/messages", _messages, "production"),
         Route("POST", "/rollouts/{rollout}/v1/messages/count_tokens", _count_tokens, "key", auth_header="x-api-key"),
+        Route("POST", "/v1/messages/count_tokens", _count_tokens, "production", auth_header="x-api-key"),
         Route("GET", "/v1/models", auth="production"),
         Route("GET", "/rollouts/{rollout}/v1/models", auth="key"),
         Route("GET", "/admin/status"),
@@ -261,10 +293,11 @@ def gateway_routes() -> list[Route]:
 
 
 @contextlib.contextmanager
-def gateway_target(tmp: Path, engine: object | None = None) -> Iterator[tuple[Target, object]]:
+def gateway_target(tmp: Path, engine: object | None = None, **options: Any) -> Iterator[tuple[Target, object]]:
     """The gateway in front of the fake engine (``engine``, a started one, or a new one), over a
-    SQLite store with one claimed rollout (``ro-gw``)."""
+    SQLite store with one claimed rollout (``ro-gw``); ``options`` go to the ``Gateway``."""
     from agl_trainer.gateway import Gateway
+    from agl_trainer.gateway.app import routes
     from tests.fake_engine import FakeEngine
 
     store = SqliteStore(tmp / "fuzz-gateway.db")
@@ -272,7 +305,9 @@ def gateway_target(tmp: Path, engine: object | None = None) -> Iterator[tuple[Ta
     store.enqueue([Rollout(rollout_id="ro-gw", task_id="task-1")])
     [running] = store.claim("runner-0", limit=1)
     with contextlib.nullcontext(engine) if engine is not None else FakeEngine() as engine:
-        gateway = Gateway(store, [engine.url], token=new_token(16), admin_token=new_token(16), model_version="v1")
+        gateway = Gateway(
+            store, [engine.url], token=new_token(16), admin_token=new_token(16), model_version="v1", **options
+        )
         gateway.start()
         credentials = {
             "admin": gateway.admin_token,
@@ -280,7 +315,7 @@ def gateway_target(tmp: Path, engine: object | None = None) -> Iterator[tuple[Ta
             "key": gateway.rollout_key(running.rollout_id, running.attempt),
             "runner": new_token(16),
         }
-        target = Target(gateway.url, credentials, {"rollout": "ro-gw"})
+        target = Target(gateway.url, credentials, {"rollout": "ro-gw"}, served=served_routes(routes()))
         try:
             yield target, gateway
         finally:

@@ -2,9 +2,10 @@
 
 Requests are mostly almost right (see :mod:`tests.reliability.fuzz`); none may be
 answered 5xx or left without an answer, and each server must still answer its health
-check and a normal request afterwards. A failure names the seed and the request, so
-``AGL_FUZZ_SEED=<seed>`` replays it; other seeds explore further (the soak benchmark
-runs many).
+check and a normal request afterwards. Every route the server lists (its own route table,
+so a route added later is in it) must receive its share of the requests. A failure names
+the seed and the request, so ``AGL_FUZZ_SEED=<seed>`` replays it (``AGL_FUZZ_REQUESTS``
+sends more or fewer); other seeds explore further (the soak benchmark runs many).
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ import logging
 import os
 
 import httpx
-import pytest
 
-from tests.reliability.fuzz import Fuzzer, run
+from tests.reliability.fuzz import Fuzzer, Outcome, Target, run
 from tests.reliability.targets import MODEL, gateway_routes, gateway_target, store_routes, store_target
 
 SEED = int(os.environ.get("AGL_FUZZ_SEED", "1616"))
-REQUESTS = 300
+REQUESTS = int(os.environ.get("AGL_FUZZ_REQUESTS", "1000"))
+"""Requests to each server (a few seconds each on loopback)."""
+PER_ROUTE = 5
+"""The fewest requests each route the server serves must receive."""
 
 
 def _server_errors(caplog) -> list[str]:
@@ -27,13 +30,20 @@ def _server_errors(caplog) -> list[str]:
     return [f"{r.name}: {r.getMessage()[:300]}" for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-@pytest.mark.slow  # about 15 s: the store server parses, validates and writes each of the 300
+def _check(outcome: Outcome, target: Target, caplog) -> None:
+    assert not outcome.failures, outcome.report()
+    assert not _server_errors(caplog), (f"seed {SEED}", _server_errors(caplog)[:5])
+    assert outcome.sent == REQUESTS and sum(s < 300 for s in outcome.statuses) > 0, outcome.report()
+    assert len(target.served) > 15, target.served  # the server's own list, not an empty one
+    missed = outcome.missed(target.served, PER_ROUTE)
+    assert not missed, f"seed {SEED}: routes that got fewer than {PER_ROUTE} requests: {missed}"
+
+
 def test_fuzzing_the_store_server_gets_no_5xx_and_leaves_it_serving(tmp_path, caplog):
     with store_target(tmp_path) as (target, store):
         outcome = run(Fuzzer(SEED, store_routes()), target, REQUESTS)
-        assert not outcome.failures, outcome.report()
-        assert not _server_errors(caplog), (f"seed {SEED}", _server_errors(caplog)[:5])
-        assert outcome.sent == REQUESTS and sum(s < 300 for s in outcome.statuses) > 0, outcome.report()
+        _check(outcome, target, caplog)
+        assert {"POST /ui/login", "POST /ui/logout", "POST /v1/batch"} <= set(outcome.by_route)
         admin = {"Authorization": f"Bearer {target.credentials['admin']}"}
         assert httpx.get(f"{target.url}/healthz", timeout=10).status_code == 200
         answer = httpx.post(
@@ -51,9 +61,8 @@ def test_fuzzing_the_store_server_gets_no_5xx_and_leaves_it_serving(tmp_path, ca
 def test_fuzzing_the_gateway_gets_no_5xx_and_leaves_it_serving(tmp_path, caplog):
     with gateway_target(tmp_path) as (target, _gateway):
         outcome = run(Fuzzer(SEED, gateway_routes()), target, REQUESTS)
-        assert not outcome.failures, outcome.report()
-        assert not _server_errors(caplog), (f"seed {SEED}", _server_errors(caplog)[:5])
-        assert outcome.sent == REQUESTS and sum(s < 300 for s in outcome.statuses) > 0, outcome.report()
+        _check(outcome, target, caplog)
+        assert {"POST /rollouts/{rollout_id}/v1/chat/completions", "GET /admin/status"} <= set(outcome.by_route)
         assert httpx.get(f"{target.url}/health", timeout=10).status_code == 200
         answer = httpx.post(
             f"{target.url}/rollouts/ro-gw/v1/chat/completions",

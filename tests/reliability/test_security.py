@@ -331,3 +331,33 @@ def test_a_rollout_id_with_url_characters_gets_a_quoted_base_url_the_gateway_rou
         assert [c.call_id for c in store.query_llm_calls(rollout_id=rollout_id)] == [answer.id]
     finally:
         store.close()
+
+
+def test_a_header_naming_another_rollout_than_the_path_is_a_403_whoever_sends_it(tmp_path):
+    # was: with its own rollout in the path, the X-Agl-Rollout-Id header was ignored (README says 403)
+    with gateway_target(tmp_path) as (target, gateway):
+        key, admin = target.credentials["key"], target.credentials["admin"]
+        chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+        def call(path: str, credential: str, named: str | None, **extra) -> httpx.Response:
+            headers = {"Authorization": f"Bearer {credential}"} | ({"X-Agl-Rollout-Id": named} if named else {})
+            return target.client.post(path, headers=headers, **extra)
+
+        refused = call("/rollouts/ro-gw/v1/chat/completions", key, "ro-other", json=chat)
+        assert refused.status_code == 403, refused.text
+        assert "'ro-other'" in refused.json()["error"]["message"] and "'ro-gw'" in refused.json()["error"]["message"]
+        by_admin = target.client.get(
+            "/rollouts/ro-gw/v1/models", headers={"Authorization": f"Bearer {admin}", "X-Agl-Rollout-Id": "ro-x"}
+        )
+        assert by_admin.status_code == 403, by_admin.text
+        anthropic = target.client.post(
+            "/rollouts/ro-gw/v1/messages",
+            headers={"x-api-key": key, "X-Agl-Rollout-Id": "ro-other"},
+            json={"model": "claude", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]},
+        )
+        assert anthropic.status_code == 403 and anthropic.json()["error"]["type"] == "permission_error"
+
+        agreeing = call("/rollouts/ro-gw/v1/chat/completions", key, "ro-gw", json=chat)
+        assert agreeing.status_code == 200, agreeing.text
+        gateway.flush()
+        assert [c.call_id for c in gateway.store.query_llm_calls()] == [agreeing.json()["id"]]  # the 403s: nothing

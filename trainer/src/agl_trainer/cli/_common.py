@@ -121,6 +121,28 @@ def retire_token_flags(parser: argparse.ArgumentParser, credential: Credential, 
     retire_flag(parser, f"{old}-file", f"use {credential.flag}-file ({credential.what})")
 
 
+def add_header_timeout_argument(parser: argparse.ArgumentParser) -> None:
+    """``--header-timeout S``: how long a server gives a client to send a request's headers."""
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds a client has to send a request's headers before its connection is closed (default 10)",
+    )
+
+
+def header_timeout(args: argparse.Namespace) -> float:
+    """``--header-timeout``, checked: ConfigError unless a positive number of seconds."""
+    from agl.errors import ConfigError
+    from agl_trainer.http.header_timeout import check_header_timeout
+
+    try:
+        return check_header_timeout(args.header_timeout)
+    except ValueError as exc:
+        raise ConfigError(f"--header-timeout: {str(exc).partition(': ')[2]}") from None
+
+
 def add_store_client_arguments(parser: argparse.ArgumentParser) -> None:
     """What a command that opens a store takes: ``--store URL``, and ``--store-token TOKEN`` or
     ``--store-token-file PATH`` for an ``http://`` store (read back by :func:`store_options`)."""

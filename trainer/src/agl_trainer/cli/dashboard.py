@@ -10,7 +10,14 @@ import sys
 from agl import env
 from agl.credentials import new_token
 from agl.errors import ConfigError
-from agl_trainer.cli._common import STORE_HELP, Credential, add_store_argument, retire_token_flags
+from agl_trainer.cli._common import (
+    STORE_HELP,
+    Credential,
+    add_header_timeout_argument,
+    add_store_argument,
+    header_timeout,
+    retire_token_flags,
+)
 
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
@@ -27,6 +34,7 @@ def register(subparsers) -> None:
     add_store_argument(parser, help="the store to show; " + STORE_HELP)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=4318, help="port to bind (default 4318)")
+    add_header_timeout_argument(parser)
     ADMIN_TOKEN.add_to(parser, "a new one, printed")
     retire_token_flags(parser, ADMIN_TOKEN)
     parser.set_defaults(func=run_dashboard)
@@ -57,9 +65,11 @@ def run_dashboard(args) -> int:
     import uvicorn
 
     from agl.store.base import default_store_url, open_store
+    from agl_trainer.http import http_protocol
 
     if args.port < 0 or args.port > 65535:
         raise ConfigError(f"--port: must be between 0 and 65535, got {args.port}")
+    http = http_protocol("auto", header_timeout(args))
     url = args.store or default_store_url()
     if url.startswith(("http://", "https://")):
         raise ConfigError(
@@ -75,7 +85,16 @@ def run_dashboard(args) -> int:
     try:
         app = create_app(store, token=token)
         print(f"agl dashboard: http://{args.host}:{args.port}/ui/ showing {store!r}", flush=True)
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", lifespan="off", access_log=False)
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            http=http,
+            ws="none",
+        )
     finally:
         store.close()
     return 0

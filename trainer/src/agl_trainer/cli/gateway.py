@@ -29,7 +29,9 @@ from agl.credentials import RolloutKeys, new_token
 from agl_trainer.cli._common import (
     ENGINE_TOKEN,
     Credential,
+    add_header_timeout_argument,
     add_store_client_arguments,
+    header_timeout,
     retire_flag,
     retire_token_flags,
     store_options,
@@ -74,6 +76,7 @@ def register(subparsers) -> None:
         help="what the engines' logprobs are: raw (agl engine serve, vLLM's raw_logprobs mode) or behaviour "
         "(vLLM's processed_logprobs mode: the log-probs tokens were sampled with); default raw",
     )
+    add_header_timeout_argument(s)
     s.add_argument("--model-version", default=None, help="model version recorded on calls until changed")
     s.set_defaults(func=serve)
 
@@ -108,6 +111,7 @@ def serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-body-mb: must be positive, got {args.max_body_mb}")
     if not 0 <= args.port < 65536:
         raise ConfigError(f"--port: {args.port} is not a TCP port")
+    header_timeout_s = header_timeout(args)
     if retired := env.retired_in_use():
         raise ConfigError("; ".join(retired))
     token = GATEWAY_TOKEN.read(args) or new_token(24)
@@ -130,6 +134,7 @@ def serve(args: argparse.Namespace) -> int:
             model_version=args.model_version,
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
             engine_logprobs=args.engine_logprobs,
+            header_timeout_s=header_timeout_s,
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None

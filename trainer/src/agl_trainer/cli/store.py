@@ -19,8 +19,10 @@ from agl_trainer.cli._common import (
     STORE_CLIENT,
     STORE_HELP,
     Credential,
+    add_header_timeout_argument,
     add_store_argument,
     add_store_client_arguments,
+    header_timeout,
     retire_token_flags,
     store_options,
 )
@@ -61,6 +63,7 @@ def register(subparsers) -> None:
         f"${env.ROLLOUT_KEY_SECRET}; none: claims hand out no keys and rollout keys are refused)",
     )
     serve.add_argument("--max-body-mb", type=float, default=32.0, help="largest request body in MiB (default 32)")
+    add_header_timeout_argument(serve)
     serve.add_argument(
         "--expire-every",
         type=float,
@@ -174,6 +177,7 @@ def run_serve(args) -> int:
         raise ConfigError(f"--expire-every: must be 0 (never) or more, got {args.expire_every}")
     if args.heartbeat_timeout <= 0:
         raise ConfigError(f"--heartbeat-timeout: must be positive, got {args.heartbeat_timeout}")
+    header_timeout_s = header_timeout(args)
     token = ADMIN_TOKEN.read(args)
     runner_token = RUNNER_TOKEN.read(args)
     keys = RolloutKeys.from_env(args.rollout_key_secret_file)
@@ -216,6 +220,7 @@ def run_serve(args) -> int:
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
             expire_every_s=args.expire_every,
             heartbeat_timeout_s=args.heartbeat_timeout,
+            header_timeout_s=header_timeout_s,
         )
     finally:
         store.close()

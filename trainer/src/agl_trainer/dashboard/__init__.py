@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from agl.store.base import Store
-from agl_trainer.dashboard.app import dashboard_app, reward_from_form
+from agl_trainer.dashboard.app import MAX_BODY_BYTES, dashboard_app, reward_from_form
 
 __all__ = ["PREFIX", "dashboard_app", "reward_from_form", "with_dashboard"]
 
@@ -18,13 +18,15 @@ PREFIX = "/ui"
 
 
 class _Dispatch:
-    """ASGI: requests under the dashboard's prefix go to the dashboard, the rest to ``app``."""
+    """ASGI: requests under the dashboard's prefix go to the dashboard, the rest to ``app``;
+    ``routes`` lists both's (starlette routes)."""
 
     def __init__(self, app: Any, dashboard: Any, prefix: str):
         self.app = app
         self.dashboard = dashboard
         self.prefix = prefix
         self.close = getattr(app, "close", lambda: None)
+        self.routes = [*getattr(app, "routes", []), *dashboard.routes]
 
     async def __call__(self, scope, receive, send) -> None:
         path = scope.get("path", "")
@@ -34,11 +36,15 @@ class _Dispatch:
             await self.app(scope, receive, send)
 
 
-def with_dashboard(app: Any, store: Store, *, token: str, prefix: str = PREFIX) -> Any:
+def with_dashboard(
+    app: Any, store: Store, *, token: str, prefix: str = PREFIX, max_body_bytes: int = MAX_BODY_BYTES
+) -> Any:
     """``app`` with the dashboard served under ``prefix`` (it checks the token itself, bearer or
-    login cookie); ``app`` as it is for a store the dashboard cannot read (not SQL)."""
+    login cookie, and refuses a body past ``max_body_bytes``); ``app`` as it is for a store the
+    dashboard cannot read (not SQL)."""
     from agl.store.sql import SqlStore
 
     if not isinstance(store, SqlStore):
         return app
-    return _Dispatch(app, dashboard_app(store, token=token, prefix=prefix), prefix)
+    dashboard = dashboard_app(store, token=token, prefix=prefix, max_body_bytes=max_body_bytes)
+    return _Dispatch(app, dashboard, prefix)

@@ -2,15 +2,17 @@
 
 Every page needs the store's admin token: ``Authorization: Bearer <token>``, or the
 cookie the login form sets after it was given the token (``HttpOnly``,
-``SameSite=Strict``; it holds a digest of the token, never the token). Pages are
-HTML rendered here, with inline CSS and SVG; the runs page refetches its charts
-every few seconds with a few lines of script.
+``SameSite=Strict``): a session id made for that login alone, which logout ends on the
+server (:mod:`agl_trainer.dashboard.sessions`). Pages are HTML rendered here, with inline
+CSS and SVG; the runs page refetches its charts every few seconds with a few lines of script.
+
+A request body is refused (413) past ``max_body_bytes`` (64 KiB: the forms here are a few
+fields), before it is read when its length is declared, else as soon as it passes the limit;
+a form holds no file, so nothing is written to disk.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import math
 import secrets
 import time
@@ -30,15 +32,17 @@ from agl.store.sql import SqlStore
 from agl_trainer.dashboard import charts, queries
 from agl_trainer.dashboard.html import attr, csp, e, number, page, path_id, seconds, url, when
 from agl_trainer.dashboard.rollout import rollout_page
+from agl_trainer.dashboard.sessions import Sessions
+from agl_trainer.http import BODY_ERRORS, BodyLimits
 from agl_trainer.transitions import TransitionConfig
 
 COOKIE = "agl_dashboard"
 REFRESH_MS = 5000
 STEP_TIMES = ("time_rollout_s", "time_transitions_s", "time_update_s", "time_publish_s", "time_val_s")
-
-
-def _cookie_value(token: str) -> str:
-    return hmac.new(token.encode(), b"agl-dashboard-session", hashlib.sha256).hexdigest()
+MAX_BODY_BYTES = 64 * 1024
+"""The largest request body the dashboard reads: its forms hold a few short fields."""
+MAX_FORM_FIELDS = 50
+"""The most fields a form may have (and no file)."""
 
 
 class Dashboard:
@@ -51,13 +55,13 @@ class Dashboard:
         self.token = token
         self.prefix = prefix.rstrip("/")
         self.config = config or TransitionConfig()
-        self._cookie = _cookie_value(token)
+        self.sessions = Sessions()
 
     # -- auth ------------------------------------------------------------------------
     def _authorized(self, request: Request) -> bool:
         if same_token(bearer(request.headers.get("authorization")), self.token):
             return True
-        return hmac.compare_digest(request.cookies.get(COOKIE, ""), self._cookie)
+        return self.sessions.live(request.cookies.get(COOKIE))
 
     def _login_redirect(self, request: Request) -> Response:
         if request.headers.get("accept", "").startswith("application/json") or request.method != "GET":
@@ -92,19 +96,21 @@ class Dashboard:
         return HTMLResponse(page("Log in", body, prefix=self.prefix, logged_in=False), status_code=status)
 
     async def login(self, request: Request) -> Response:
-        form = await request.form()
+        form = await _form(request)
         next_path = str(form.get("next") or "")
         if not same_token(str(form.get("token") or ""), self.token):
             return self._login_page(next_path, "token: wrong token", status=401)
         if not next_path.startswith(self.prefix + "/") or next_path.startswith("//"):
             next_path = f"{self.prefix}/runs"
+        self.sessions.end(request.cookies.get(COOKIE))  # a login replaces the session it came with
         response = RedirectResponse(next_path, status_code=303)
         response.set_cookie(
-            COOKIE, self._cookie, httponly=True, samesite="strict", path=self.prefix or "/", secure=False
+            COOKIE, self.sessions.start(), httponly=True, samesite="strict", path=self.prefix or "/", secure=False
         )
         return response
 
     async def logout(self, request: Request) -> Response:
+        self.sessions.end(request.cookies.get(COOKIE))
         response = RedirectResponse(f"{self.prefix}/login", status_code=303)
         response.delete_cookie(COOKIE, path=self.prefix or "/")
         return response
@@ -249,7 +255,7 @@ class Dashboard:
 
     async def add_reward(self, request: Request) -> Response:
         rollout_id = request.path_params["rollout_id"]
-        form = await request.form()
+        form = await _form(request)
         try:
             reward = reward_from_form(rollout_id, dict(form))
             await anyio.to_thread.run_sync(self.store.get_rollout, rollout_id)
@@ -387,6 +393,23 @@ def reward_from_form(rollout_id: str, form: dict[str, Any]) -> Reward:
     return Reward(rollout_id=rollout_id, value=value, name=name, source=source)
 
 
+async def _form(request: Request) -> Any:
+    """The request's form: no file, at most :data:`MAX_FORM_FIELDS` fields (400 otherwise); its
+    size is bounded by :class:`~agl_trainer.http.BodyLimits` around the app (413)."""
+    return await request.form(max_files=0, max_fields=MAX_FORM_FIELDS)
+
+
+def _too_large(exc: Exception) -> Response:
+    """The answer to a body over the limit (or not readable): the error named, the connection closed
+    (the rest of the body is not wanted)."""
+    error = {"type": type(exc).__name__, "field": exc.field, "reason": str(exc)}
+    return JSONResponse(
+        {"error": error | ({"limit": exc.limit} if hasattr(exc, "limit") else {})},
+        status_code=exc.status,
+        headers={"Connection": "close"},
+    )
+
+
 def _with(params: Any, **values: str) -> Any:
     from starlette.datastructures import QueryParams
 
@@ -401,11 +424,19 @@ def _js_string(text: str) -> str:
     return json.dumps(text).replace("<", "\\u003c")
 
 
-def dashboard_app(store: SqlStore, *, token: str, prefix: str = "/ui", config: TransitionConfig | None = None) -> Any:
-    """The dashboard as an ASGI app whose routes live under ``prefix``.
+def dashboard_app(
+    store: SqlStore,
+    *,
+    token: str,
+    prefix: str = "/ui",
+    config: TransitionConfig | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> Any:
+    """The dashboard as an ASGI app whose routes live under ``prefix`` (listed in its ``routes``).
 
     ``config`` is the transition config credit assignment and the agent filter follow
     on the rollout page (the default: :class:`~agl_trainer.transitions.TransitionConfig`'s).
+    A request body past ``max_body_bytes`` is refused with 413.
     """
     if not isinstance(store, SqlStore):
         raise ValueError(f"store: the dashboard reads a SQLite or PostgreSQL store, not {type(store).__name__}")
@@ -424,9 +455,9 @@ def dashboard_app(store: SqlStore, *, token: str, prefix: str = "/ui", config: T
         Route(f"{p}/rollouts/{{rollout_id:path}}/reward", g(d.add_reward), methods=["POST"]),
         Route(f"{p}/rollouts/{{rollout_id:path}}", g(d.rollout), methods=["GET"]),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, exception_handlers={kind: lambda r, exc: _too_large(exc) for kind in BODY_ERRORS})
     app.state.dashboard = d
-    return _Hardened(app)
+    return _Hardened(BodyLimits(app, max_body_bytes, _too_large), app)
 
 
 class _Hardened:
@@ -441,9 +472,10 @@ class _Hardened:
         (b"cache-control", b"no-store"),
     )
 
-    def __init__(self, app: Starlette):
+    def __init__(self, app: Any, starlette: Starlette):
         self.app = app
-        self.state = app.state
+        self.state = starlette.state
+        self.routes = starlette.routes
 
     async def __call__(self, scope, receive, send) -> None:
         async def with_headers(message: dict) -> None:

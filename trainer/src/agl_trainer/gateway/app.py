@@ -15,7 +15,8 @@ Routes (all behind a bearer credential, except ``/health``; who may call what is
     POST /admin/flush         POST /admin/rollout_keys {"rollout_id": ...}   GET  /health
 
 A rollout key names its rollout; a path segment or ``X-Agl-Rollout-Id`` header naming
-another one is refused with 403. Admin routes take the admin token only. Errors are in
+another one is refused with 403, as is (whoever calls) a header naming another rollout than
+the path. Admin routes take the admin token only. Errors are in
 OpenAI's shape, except on the Anthropic routes (:mod:`agl_trainer.gateway.messages_api`),
 whose clients read Anthropic's.
 """
@@ -34,7 +35,7 @@ from agl.credentials import RolloutKeys
 from agl.errors import StoreUnavailable
 from agl.schema import RolloutStatus
 from agl_trainer.gateway import chat, messages_api, responses_api, translated, validate
-from agl_trainer.gateway.auth import ROLLOUT, Caller, GatewayAuth
+from agl_trainer.gateway.auth import ROLLOUT, Caller, GatewayAuth, forbidden
 from agl_trainer.gateway.errors import (
     GatewayError,
     Saturated,
@@ -58,6 +59,7 @@ from agl_trainer.http import (
     UnsupportedEncoding,
     body_encoding,
     data_event,
+    declared_length,
     read_body,
 )
 
@@ -74,6 +76,22 @@ _ENDPOINTS = {
     "messages": "messages",
 }
 _ID_PREFIXES = {"chat.completions": "chatcmpl-", "completions": "cmpl-", "responses": "resp_", "messages": "msg_"}
+ENDPOINTS = {**dict.fromkeys(_ENDPOINTS, "POST"), "messages/count_tokens": "POST", "models": "GET"}
+"""What a client may call under ``/v1/`` and ``/rollouts/{rollout_id}/v1/``, and the method of each."""
+ADMIN_ACTIONS = {
+    "status": "GET",
+    **dict.fromkeys(("pause", "resume", "model_version", "upstreams", "rollout_keys", "flush"), "POST"),
+}
+"""The ``/admin/`` routes, and the method of each."""
+
+
+def routes() -> list[tuple[str, str]]:
+    """Every route of the gateway as ``(method, path)``, the rollout's id as ``{rollout_id}``: what
+    :class:`GatewayApp` serves (anything else is 404, another method 405)."""
+    served = [("GET", "/health")]
+    for endpoint, method in ENDPOINTS.items():
+        served += [(method, f"/v1/{endpoint}"), (method, f"/rollouts/{{rollout_id}}/v1/{endpoint}")]
+    return served + [(method, f"/admin/{action}") for action, method in ADMIN_ACTIONS.items()]
 
 
 async def _read_body(scope: dict, receive: Callable, limit: int) -> bytes:
@@ -152,6 +170,26 @@ def upstream_error(status: int, body: bytes, req: dict) -> GatewayError:
         type="upstream_error",
         code="engine_error",
     )
+
+
+def _check_method(allowed: str | None, method: str, path: str) -> None:
+    """404 for a route the gateway does not serve (``allowed`` None), 405 for another method than ``allowed``."""
+    if allowed is None:
+        raise GatewayError(404, f"no route {path}", code="not_found")
+    if method != allowed:
+        raise GatewayError(405, f"{path}: use {allowed}", code="method_not_allowed")
+
+
+def _rollout_header(scope: dict) -> str | None:
+    """The rollout the ``X-Agl-Rollout-Id`` header names (the last one sent; UTF-8, else Latin-1), if any."""
+    named = None
+    for name, value in scope["headers"]:
+        if name == _ROLLOUT_HEADER:
+            try:
+                named = value.decode() or None
+            except UnicodeDecodeError:
+                named = value.decode("latin-1")
+    return named
 
 
 def _rollout_route(scope: dict) -> tuple[str, str]:
@@ -234,6 +272,10 @@ class GatewayApp:
     async def _dispatch(self, scope: dict, receive: Callable, send: Callable) -> None:
         path: str = scope["path"]
         method: str = scope["method"]
+        try:
+            declared_length(scope["headers"], self.max_body_bytes)  # every route, read or not
+        except BodyTooLarge as exc:
+            raise body_error(exc) from None
         if path == "/health":
             return await send_json(send, 200, b'{"ok":true}')
         caller = self.auth.identify(scope["headers"])
@@ -241,13 +283,12 @@ class GatewayApp:
         if path.startswith("/rollouts/"):
             named, endpoint = _rollout_route(scope)
             rollout_id = self.auth.rollout_of(caller, named, "the path")
+            in_header = _rollout_header(scope)
+            if in_header is not None and in_header != named:
+                raise forbidden(f"the X-Agl-Rollout-Id header names rollout {in_header!r}, the path {named!r}")
         elif path.startswith("/v1/"):
             endpoint = path[4:]
-            named = None
-            for name, value in scope["headers"]:
-                if name == _ROLLOUT_HEADER:
-                    named = value.decode("latin-1") or None
-            rollout_id = self.auth.rollout_of(caller, named, "the X-Agl-Rollout-Id header")
+            rollout_id = self.auth.rollout_of(caller, _rollout_header(scope), "the X-Agl-Rollout-Id header")
         elif path.startswith("/admin/"):
             self.auth.admin_only(caller)
             return await self._admin(path[len("/admin/") :], method, scope, receive, send)
@@ -255,16 +296,13 @@ class GatewayApp:
             raise GatewayError(404, f"no route {path}", code="not_found")
         await self._check_live(caller)
         endpoint = endpoint.rstrip("/")
+        _check_method(ENDPOINTS.get(endpoint), method, path)
         kind = _ENDPOINTS.get(endpoint)
         if kind is not None:
-            if method != "POST":
-                raise GatewayError(405, f"{path}: use POST", code="method_not_allowed")
             return await self._serve(
                 kind, rollout_id, await _read_body(scope, receive, self.max_body_bytes), receive, send
             )
         if endpoint == "messages/count_tokens":
-            if method != "POST":
-                raise GatewayError(405, f"{path}: use POST", code="method_not_allowed")
             if rollout_id is not None:
                 await self.registry.check(rollout_id)
             body = await _read_body(scope, receive, self.max_body_bytes)
@@ -273,7 +311,7 @@ class GatewayApp:
             if rollout_id is not None:
                 await self.registry.check(rollout_id)
             return await send_json(send, 200, json.dumps(await self._models()).encode())
-        raise GatewayError(404, f"no route {path}", code="not_found")
+        raise AssertionError(f"{endpoint!r} is in ENDPOINTS but has no handler")
 
     async def _check_live(self, caller: Caller) -> None:
         """A rollout key works only while its attempt runs."""
@@ -468,16 +506,17 @@ class GatewayApp:
 
     # -- admin -----------------------------------------------------------------------------
     async def _admin(self, action: str, method: str, scope: dict, receive: Callable, send: Callable) -> None:
+        if action not in ADMIN_ACTIONS:
+            raise GatewayError(404, f"no admin action {action!r}", code="not_found")
+        _check_method(ADMIN_ACTIONS[action], method, f"/admin/{action}")
         body = await _read_body(scope, receive, self.max_body_bytes) if method == "POST" else b""
         try:
             args = json.loads(body) if body else {}
         except (ValueError, RecursionError):
             raise GatewayError(400, "the request body is not valid JSON", code="invalid_json") from None
         validate.check_body(args)  # a lone surrogate as model_version would make every later call unstorable
-        if action == "status" and method == "GET":
+        if action == "status":
             return await send_json(send, 200, json.dumps(self.status()).encode())
-        if method != "POST":
-            raise GatewayError(405, f"/admin/{action}: use POST", code="method_not_allowed")
         if action == "pause":
             drained = await self.gate.pause(_timeout_s(args, scope))
             out = {"paused": True, "drained": drained, "in_flight": self.gate.in_flight}
@@ -510,7 +549,7 @@ class GatewayApp:
                 await asyncio.to_thread(self._flush, FLUSH_TIMEOUT_S if timeout is None else timeout)
             out = {"flushed": True}
         else:
-            raise GatewayError(404, f"no admin action {action!r}", code="not_found")
+            raise AssertionError(f"{action!r} is in ADMIN_ACTIONS but has no handler")
         await send_json(send, 200, json.dumps(out).encode())
 
     async def _rollout_key(self, rollout_id: object) -> str:

@@ -7,9 +7,10 @@ whichever header carries it):
 
 - a **rollout key** (:class:`agl.credentials.RolloutKeys`), the only thing an agent holds.
   The rollout is the key's: a ``/rollouts/{id}/v1/...`` path or an ``X-Agl-Rollout-Id``
-  header naming another rollout is refused (403), ``/v1/...`` with no header is the key's
-  rollout, and the key works only while its attempt runs (the registry asks the store,
-  cached for a second or so): then 401 ``rollout_key_expired``. Admin routes refuse it (403).
+  header naming another rollout is refused (403; so is, whoever sends it, a header naming
+  another rollout than the path), ``/v1/...`` with no header is the key's rollout, and the
+  key works only while its attempt runs (the registry asks the store, cached for a second
+  or so): then 401 ``rollout_key_expired``. Admin routes refuse it (403).
 - the **gateway token**: production traffic, ``/v1/...`` of no rollout. It cannot name a
   rollout (403): whoever holds it is no agent under training.
 - the **admin token**: the ``/admin/...`` routes, and any route (the trainer's own

@@ -13,7 +13,8 @@ from agl_trainer.gateway.pause import PauseGate
 from agl_trainer.gateway.recorder import Recorder
 from agl_trainer.gateway.rollouts import RolloutRegistry
 from agl_trainer.gateway.routing import Router
-from agl_trainer.http import DEFAULT_MAX_BODY_BYTES, BackgroundServer
+from agl_trainer.http import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BackgroundServer
+from agl_trainer.http.header_timeout import check_header_timeout
 
 UVICORN_OPTIONS = {
     "loop": "auto",  # uvloop where installed
@@ -40,7 +41,8 @@ class Gateway:
     store server or whoever claims rollouts must make keys under the same secret). Each
     is random when None, readable as ``gw.token``, ``gw.admin_token``, ``gw.keys``.
     ``max_in_flight`` bounds requests per replica; beyond it clients get 429.
-    ``max_body_bytes`` bounds a request body (413 beyond).
+    ``max_body_bytes`` bounds a request body (413 beyond); a connection whose request headers
+    are not all in within ``header_timeout_s`` seconds is closed (None: never).
     ``engine_logprobs`` says what the engines' ``logprobs`` are: ``raw`` (with the sampled
     ones in ``behaviour_logprobs`` where an engine gives them) or ``behaviour`` (vLLM with
     ``--logprobs-mode processed_logprobs``); calls record each kind in its own field.
@@ -65,10 +67,12 @@ class Gateway:
         writer: BufferedWriter | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         engine_logprobs: Literal["raw", "behaviour"] = "raw",
+        header_timeout_s: float | None = DEFAULT_HEADER_TIMEOUT_S,
     ):
         if max_body_bytes < 1:
             raise ValueError(f"max_body_bytes: must be positive, got {max_body_bytes}")
         self.max_body_bytes = max_body_bytes
+        self.header_timeout_s = check_header_timeout(header_timeout_s)
         self.store = store
         self.token = token if token is not None else new_token(24)
         self.admin_token = admin_token if admin_token is not None else new_token(24)
@@ -111,6 +115,7 @@ class Gateway:
             name="agl-gateway",
             setup=self._prime,
             teardown=self.router.close,
+            header_timeout_s=self.header_timeout_s,
             **UVICORN_OPTIONS,
         )
         self.port = server.port

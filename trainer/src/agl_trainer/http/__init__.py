@@ -6,11 +6,14 @@
 - :mod:`~agl_trainer.http.sse`: server-sent events written to a client;
 - :mod:`~agl_trainer.http.thread`: :class:`BackgroundServer`, ASGI apps served by uvicorn in a
   background thread;
+- :mod:`~agl_trainer.http.header_timeout`: :func:`http_protocol`, uvicorn's protocol closing a
+  connection whose request headers are not in within a bound (``DEFAULT_HEADER_TIMEOUT_S``);
 - :mod:`~agl_trainer.http.bearer`: who sent a request (:class:`Caller`), found by its bearer
   credential among the server's tokens and rollout keys (:func:`caller_by_bearer`).
 """
 
 from agl_trainer.http.bearer import Caller, caller_by_bearer
+from agl_trainer.http.header_timeout import DEFAULT_HEADER_TIMEOUT_S, http_protocol
 from agl_trainer.http.request_body import (
     BODY_ERRORS,
     DEFAULT_MAX_BODY_BYTES,
@@ -20,6 +23,7 @@ from agl_trainer.http.request_body import (
     ClientDisconnect,
     UnsupportedEncoding,
     body_encoding,
+    declared_length,
     read_body,
 )
 from agl_trainer.http.sse import DONE_EVENT, SSE_HEADERS, data_event, named_event
@@ -27,6 +31,7 @@ from agl_trainer.http.thread import BackgroundServer
 
 __all__ = [
     "BODY_ERRORS",
+    "DEFAULT_HEADER_TIMEOUT_S",
     "DEFAULT_MAX_BODY_BYTES",
     "DONE_EVENT",
     "SSE_HEADERS",
@@ -40,6 +45,8 @@ __all__ = [
     "body_encoding",
     "caller_by_bearer",
     "data_event",
+    "declared_length",
+    "http_protocol",
     "named_event",
     "read_body",
 ]

@@ -53,16 +53,23 @@ class BadEncoding(Exception):
     field = "body"
 
 
+def declared_length(headers: Iterable[tuple[bytes, bytes]], limit: int) -> None:
+    """Raise :class:`BodyTooLarge` for a declared ``Content-Length`` past ``limit``: a route that
+    reads no body refuses one as a route that reads it would, before a byte of it is read."""
+    for name, value in headers:
+        if name == b"content-length" and value.isdigit() and (len(value) > 18 or int(value) > limit):
+            raise BodyTooLarge(limit)
+
+
 def body_encoding(headers: Iterable[tuple[bytes, bytes]], limit: int, accepted: Iterable[bytes] = IDENTITY) -> bytes:
     """The body's ``Content-Encoding`` (lower case, ``b""`` if none), once the headers allow the body.
 
     Raises :class:`BodyTooLarge` for a declared ``Content-Length`` past ``limit``, and
     :class:`UnsupportedEncoding` for an encoding not in ``accepted``.
     """
+    declared_length(headers, limit)
     encoding = b""
     for name, value in headers:
-        if name == b"content-length" and value.isdigit() and int(value) > limit:
-            raise BodyTooLarge(limit)
         if name == b"content-encoding":
             encoding = value.strip().lower()
     if encoding not in accepted:

@@ -8,13 +8,18 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from agl_trainer.http.header_timeout import DEFAULT_HEADER_TIMEOUT_S, http_protocol
+
 STARTED_POLL_S = 0.005
 """How often the loop looks whether every server is listening, while they start."""
 
 
 def bind(host: str, port: int) -> socket.socket:
     """A TCP socket bound to ``host``:``port`` (IPv6 when ``host`` has a colon; port 0: a free one)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not left 0: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on sockets
+    # whose proto says TCP; with it on, an answer's body waits ~40 ms for the ACK of its headers.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -37,6 +42,8 @@ class BackgroundServer:
     ``"uvloop"``, or ``"auto"``: uvloop where installed); ``setup`` and ``teardown`` are
     coroutines run on that loop before serving and after it stopped; ``options`` are
     ``uvicorn.Config``'s (``http``, ``backlog``, ``timeout_graceful_shutdown``, ...).
+    A connection whose request headers have not all arrived within ``header_timeout_s``
+    seconds is closed (:mod:`~agl_trainer.http.header_timeout`; None: never).
     ``name`` names the thread and the server in errors.
     """
 
@@ -50,12 +57,14 @@ class BackgroundServer:
         loop: str = "asyncio",
         setup: Callable[[], Awaitable[None]] | None = None,
         teardown: Callable[[], Awaitable[None]] | None = None,
+        header_timeout_s: float | None = DEFAULT_HEADER_TIMEOUT_S,
         **options: Any,
     ):
         import uvicorn
 
         apps = list(apps) if isinstance(apps, list | tuple) else [apps]
-        settings = {"log_level": "warning", "lifespan": "off", "access_log": False, **options}
+        settings = {"log_level": "warning", "lifespan": "off", "access_log": False, "ws": "none", **options}
+        settings["http"] = http_protocol(settings.get("http", "auto"), header_timeout_s)
         self.host = host
         self.name = name
         self.sockets: list[socket.socket] = []

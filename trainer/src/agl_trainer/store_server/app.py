@@ -552,6 +552,7 @@ def create_app(
     bounds every request body, before and after decompression (413 beyond).
     ``max_lock_wait_s`` bounds how long a SQL store retries a locked database before the
     request is answered 503 (it lowers the store's ``max_wait_s``; None leaves it).
+    The app's ``routes`` lists every route it serves (starlette routes), the dashboard's too.
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes: must be positive, got {max_body_bytes}")
@@ -580,6 +581,7 @@ def create_app(
     fast = {("POST", "/v1/batch"): BodyLimits(api.raw_batch, max_body_bytes, error_response)}
     auth = BearerAuth(limited, token, fast_routes=fast, auth=api.auth)
     auth.close = api.close
-    from agl_trainer.dashboard import with_dashboard  # the web pages under /ui, their own token check
+    auth.routes = app.routes
+    from agl_trainer.dashboard import MAX_BODY_BYTES, with_dashboard  # the web pages under /ui, their own token check
 
-    return with_dashboard(auth, store, token=token)
+    return with_dashboard(auth, store, token=token, max_body_bytes=min(max_body_bytes, MAX_BODY_BYTES))

@@ -9,7 +9,7 @@ from typing import Any
 
 from agl.errors import StoreUnavailable
 from agl.store.base import Store
-from agl_trainer.http import BackgroundServer
+from agl_trainer.http import DEFAULT_HEADER_TIMEOUT_S, BackgroundServer, http_protocol
 from agl_trainer.store_server.app import create_app
 from agl_trainer.store_server.expiry import DEFAULT_HEARTBEAT_TIMEOUT_S, Expirer
 from agl_trainer.store_server.expiry import DEFAULT_INTERVAL_S as DEFAULT_EXPIRE_EVERY_S
@@ -35,7 +35,8 @@ class ServerThread(BackgroundServer):
     start too) and stops it on exit. ``middleware`` wraps the ASGI app (fault injection
     in tests); ``app_options`` go to :func:`~agl_trainer.store_server.app.create_app`.
     Every ``expire_every_s`` (None or 0: never) rollouts whose runner has not sent a
-    heartbeat for ``heartbeat_timeout_s`` are taken back (:mod:`.expiry`).
+    heartbeat for ``heartbeat_timeout_s`` are taken back (:mod:`.expiry`). A connection whose
+    request headers are not all in within ``header_timeout_s`` is closed (None: never).
     """
 
     def __init__(
@@ -48,12 +49,15 @@ class ServerThread(BackgroundServer):
         middleware: Callable[[Any], Any] | None = None,
         expire_every_s: float | None = DEFAULT_EXPIRE_EVERY_S,
         heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
+        header_timeout_s: float | None = DEFAULT_HEADER_TIMEOUT_S,
         **app_options: Any,
     ):
         self.token = token
         self.app = create_app(store, token=token, **app_options)
         served = self.app if middleware is None else middleware(self.app)
-        super().__init__(served, host=host, port=port, name="agl-store-server", loop="asyncio")
+        super().__init__(
+            served, host=host, port=port, name="agl-store-server", loop="asyncio", header_timeout_s=header_timeout_s
+        )
         self.expirer = _expirer(store, expire_every_s, heartbeat_timeout_s)
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> ServerThread:
@@ -82,15 +86,18 @@ def serve(
     port: int = 4317,
     expire_every_s: float | None = DEFAULT_EXPIRE_EVERY_S,
     heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
+    header_timeout_s: float | None = DEFAULT_HEADER_TIMEOUT_S,
     **app_options: Any,
 ) -> None:
     """Serve ``store`` on ``host``:``port`` until interrupted (uvloop and httptools where installed).
 
     Every ``expire_every_s`` (None or 0: never) rollouts whose runner has not sent a
-    heartbeat for ``heartbeat_timeout_s`` are taken back (:mod:`.expiry`).
+    heartbeat for ``heartbeat_timeout_s`` are taken back (:mod:`.expiry`). A connection whose
+    request headers are not all in within ``header_timeout_s`` is closed (None: never).
     """
     import uvicorn
 
+    http = http_protocol("auto", header_timeout_s)
     app = create_app(store, token=token, **app_options)
     expirer = _expirer(store, expire_every_s, heartbeat_timeout_s)
     if expirer is not None:
@@ -104,6 +111,8 @@ def serve(
             lifespan="off",
             access_log=False,
             timeout_graceful_shutdown=5,
+            http=http,
+            ws="none",
         )
     finally:
         if expirer is not None:
