@@ -37,10 +37,11 @@ def _agl(*args: str, cwd: Path, env: dict[str, str] | None = None, prelude: str 
     """``agl ARGS`` in a fresh process (``prelude`` runs first), as a CompletedProcess with text output."""
     code = f"import sys\n{prelude}\nfrom agl_trainer.cli import main\nsys.exit(main())"
     base = {k: v for k, v in os.environ.items() if not k.startswith("AGL_")}
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # keep a checkout's own paths
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         cwd=cwd,
-        env=base | {"PYTHONPATH": str(REPO)} | (env or {}),
+        env=base | {"PYTHONPATH": path} | (env or {}),
         capture_output=True,
         text=True,
         timeout=120,
@@ -209,3 +210,13 @@ def test_new_tokens_never_start_with_a_dash(monkeypatch):
     made = iter(["-first", "--second", "third"])
     monkeypatch.setattr("agl.credentials.secrets.token_urlsafe", lambda nbytes: next(made))
     assert new_token() == "third"
+
+
+def test_an_agl_variable_agl_does_not_read_is_warned_about_once(workdir):
+    """``AGL_LANGCHAIN=1`` (the switch's old name) would do nothing silently: the command says so
+    once, naming the switch, and goes on (to its error: no store here)."""
+    done = _agl("rollouts", "list", cwd=workdir, env={"AGL_LANGCHAIN": "1", "AGL_FUZZ_SEED": "7"})
+    line = "$AGL_LANGCHAIN is set but agl reads no such variable; did you mean $AGL_LANGCHAIN_INSTRUMENT?"
+    assert done.stderr.count(line) == 1, done.stderr
+    assert "AGL_FUZZ_SEED" not in done.stderr  # read by the test suite: known
+    assert _one_line_error(done.stderr).startswith("no such store")

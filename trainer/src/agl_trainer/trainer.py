@@ -50,7 +50,7 @@ from typing import Any
 
 from agl.capture import BufferedWriter
 from agl.credentials import RolloutKeys
-from agl.env import ROLLOUT_KEY_SECRET
+from agl.env import ROLLOUT_KEY_SECRET, warn_unknown
 from agl.errors import ConfigError, InvalidTransition
 from agl.runner import Agent, Runner
 from agl.schema import ModelVersion, Rollout, RolloutStatus, Task, Transition, short_id
@@ -209,6 +209,7 @@ class Trainer:
         ``agent`` may be None when rollouts run in external ``agl runner`` processes.
         """
         cfg = self.config
+        warn_unknown()
         if agent is None and cfg.rollout.runners == "inprocess":
             raise ConfigError("agent: needed for in-process runners (or set rollout.runners: external)")
         from rich.console import Console
