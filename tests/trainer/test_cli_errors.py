@@ -220,3 +220,36 @@ def test_an_agl_variable_agl_does_not_read_is_warned_about_once(workdir):
     assert done.stderr.count(line) == 1, done.stderr
     assert "AGL_FUZZ_SEED" not in done.stderr  # read by the test suite: known
     assert _one_line_error(done.stderr).startswith("no such store")
+
+
+@pytest.fixture
+def taken_port():
+    """A port another process's server listens on (a socket listening on it here)."""
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["store", "serve"],
+        ["dashboard"],
+        ["gateway", "serve", "--upstream", "http://127.0.0.1:9/v1"],
+        ["engine", "serve", "--model", "no-model-here"],
+    ],
+    ids=lambda command: " ".join(command[:2]),
+)
+def test_a_port_in_use_is_one_error_line_before_anything_is_created(workdir, taken_port, command, capsys):
+    """No store file, no made-up token, no "serving" line: only the error naming the flag."""
+    assert main([*command, "--port", str(taken_port)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        f"agl: error: --port {taken_port}: cannot listen on 127.0.0.1:{taken_port}: "
+        "another process is listening there (stop it, or choose another port)"
+    ]
+    assert list(workdir.iterdir()) == []

@@ -24,6 +24,7 @@ from agl_trainer.cli._common import (
     retire_token_flags,
     store_options,
 )
+from agl_trainer.cli._ports import ensure_port_free
 
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
@@ -174,6 +175,7 @@ def run_serve(args) -> int:
         raise ConfigError(f"--expire-every: must be 0 (never) or more, got {args.expire_every}")
     if args.heartbeat_timeout <= 0:
         raise ConfigError(f"--heartbeat-timeout: must be positive, got {args.heartbeat_timeout}")
+    ensure_port_free(args.host, args.port)
     token = ADMIN_TOKEN.read(args)
     runner_token = RUNNER_TOKEN.read(args)
     keys = RolloutKeys.from_env(args.rollout_key_secret_file)
