@@ -253,3 +253,26 @@ def test_a_port_in_use_is_one_error_line_before_anything_is_created(workdir, tak
         "another process is listening there (stop it, or choose another port)"
     ]
     assert list(workdir.iterdir()) == []
+
+
+def test_a_postgresql_store_that_does_not_answer_is_one_error_line(workdir):
+    """No retry warnings before the error: the command tries briefly (about 2 s), then says so
+    in one line that counts the retries; ``-v`` shows them."""
+    import time
+
+    from tests.conftest import free_port
+
+    url = f"postgresql://agl@127.0.0.1:{free_port()}/agl"  # nothing listens there
+    started = time.monotonic()
+    done = _agl("rollouts", "list", "--store", url, cwd=workdir)
+    took = time.monotonic() - started
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1, done.stderr
+    error = _one_line_error(done.stderr)
+    assert error.startswith(
+        f"the postgresql store at 127.0.0.1:{url.rsplit(':', 1)[1]} is still unavailable after 3 retries"
+    )
+    assert "Connection refused" in error
+    assert took < 10
+    verbose = _agl("-v", "rollouts", "list", "--store", url, cwd=workdir)
+    assert verbose.stderr.count("transient error") == 3

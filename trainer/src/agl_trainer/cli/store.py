@@ -21,8 +21,8 @@ from agl_trainer.cli._common import (
     Credential,
     add_store_argument,
     add_store_client_arguments,
+    open_for_command,
     retire_token_flags,
-    store_options,
 )
 from agl_trainer.cli._ports import ensure_port_free
 
@@ -113,11 +113,10 @@ def register(subparsers) -> None:
 
 # -- helpers ----------------------------------------------------------------------
 def _open(args):
-    """The store to read: one that does not exist is an error naming it, never a new empty one."""
-    from agl.store.base import default_store_url, open_store
+    """The store to read (:func:`open_for_command`)."""
+    from agl.store.base import default_store_url
 
-    url = args.store or default_store_url()
-    return open_store(url, create=False, **store_options(args, url))
+    return open_for_command(args, args.store or default_store_url())
 
 
 def _console():
