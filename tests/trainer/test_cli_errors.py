@@ -276,3 +276,22 @@ def test_a_postgresql_store_that_does_not_answer_is_one_error_line(workdir):
     assert took < 10
     verbose = _agl("-v", "rollouts", "list", "--store", url, cwd=workdir)
     assert verbose.stderr.count("transient error") == 3
+
+
+def test_a_plugin_that_does_not_import_is_named_by_the_flag_the_user_typed(train_dir, capsys, monkeypatch):
+    """``--plugin nonexistent_module``, not ``plugins[0]`` (a name the user never wrote)."""
+    monkeypatch.chdir(train_dir)
+    code = main(["train", "agent.py:agent", "--tasks", "tasks.jsonl", "--plugin", "nonexistent_module"])
+    assert code == 2
+    error = _one_line_error(capsys.readouterr().err)
+    assert error.startswith("--plugin nonexistent_module: cannot import"), error
+
+
+def test_a_misspelled_config_key_is_answered_with_the_key_it_probably_meant(train_dir, capsys, monkeypatch):
+    monkeypatch.chdir(train_dir)
+    (train_dir / "train.yaml").write_text("stpes: 2\nrollout:\n  concurency: 4\n")
+    assert main(["train", "agent.py:agent", "--tasks", "tasks.jsonl", "--config", "train.yaml"]) == 2
+    assert _one_line_error(capsys.readouterr().err) == (
+        "train.yaml: rollout.concurency: not a config key (did you mean rollout.concurrency?); "
+        "stpes: not a config key (did you mean steps?)"
+    )

@@ -720,8 +720,10 @@ class Trainer:
             (self.workdir / "before_after.md").write_text(before_after_markdown(rows))
         train = [r for r in records if r.get("kind") == "train"]
         if train:
+            steps = f"{state['completed_step']} step" + ("" if state["completed_step"] == 1 else "s")
+            done = f"trained {steps}" if self._backend is not None else f"ran {steps}, no backend: nothing trained"
             self.console.print(
-                f"agl: trained {state['completed_step']} steps; final model version {state['model_version']}; "
+                f"agl: {done}; final model version {state['model_version']}; "
                 f"train reward {train[0].get('reward_mean', 0):.3f} → {train[-1].get('reward_mean', 0):.3f}; "
                 f"metrics in {self.workdir / 'metrics.jsonl'}" + (f"; reward curve {curve}" if curve else ""),
                 soft_wrap=True,
