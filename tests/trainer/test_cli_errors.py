@@ -295,3 +295,19 @@ def test_a_misspelled_config_key_is_answered_with_the_key_it_probably_meant(trai
         "train.yaml: rollout.concurency: not a config key (did you mean rollout.concurrency?); "
         "stpes: not a config key (did you mean steps?)"
     )
+
+
+def test_a_program_that_runs_in_its_own_directory_writes_to_agl_runs_store(workdir, tmp_path_factory, capfd):
+    """``agl run`` hands its child an absolute ``AGL_STORE_URL``: a program that changes to its
+    own directory still writes its reward to the store ``agl run`` (and the gateway) use."""
+    elsewhere = tmp_path_factory.mktemp("their-agent")
+    child = f"import os, agl; os.chdir({str(elsewhere)!r}); print(os.environ['AGL_STORE_URL']); agl.emit_reward(0.75)"
+    assert main(["run", "--", sys.executable, "-c", child]) == 0
+    assert capfd.readouterr().out.splitlines()[-1] == sqlite_url(workdir / ".agl" / "agl.db")
+    store = SqliteStore(workdir / ".agl" / "agl.db")
+    try:
+        [rollout] = store.query_rollouts()
+        assert [r.value for r in store.query_rewards(rollout_id=rollout.rollout_id)] == [0.75]
+    finally:
+        store.close()
+    assert not (elsewhere / ".agl").exists()
