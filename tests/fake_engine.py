@@ -121,6 +121,8 @@ class FakeEngine:
         """Drop the connection after this many chunks of the next stream (a crash mid-answer)."""
         self.hold: threading.Event | None = None
         """While this is an unset event, requests wait for it (up to 30 s) before they are answered."""
+        self.model_version: str | None = None
+        """The ``model_version`` every answer and chunk names, as agl's engines do (None: none, as vLLM)."""
         self.in_flight = 0
         self.max_seen_in_flight = 0
         self.aborted = 0
@@ -505,15 +507,18 @@ class FakeEngine:
                 wire = dict(req, return_token_ids=True, logprobs=True) if req.get("stream") else req
                 status, out = self.chat(wire)
                 if status == 200 and req.get("stream"):
-                    return 200, {}, self.chat_chunks(req, out)
+                    return 200, {}, self._versioned(self.chat_chunks(req, out))
             else:
                 wire = dict(req, return_token_ids=True) if req.get("stream") else req
                 status, out = self.completion(wire)
                 if status == 200 and req.get("stream"):
-                    return 200, {}, self.completion_chunks(req, out)
-            return status, out, None
+                    return 200, {}, self._versioned(self.completion_chunks(req, out))
+            return status, (self._versioned([out])[0] if status == 200 else out), None
         finally:
             self.in_flight -= 1
+
+    def _versioned(self, bodies: list[dict]) -> list[dict]:
+        return bodies if self.model_version is None else [dict(b, model_version=self.model_version) for b in bodies]
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self) -> FakeEngine:

@@ -13,8 +13,10 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_openai import ChatOpenAI
 
-from agl_langchain import AglCallbackHandler
+from agl_langchain import AGENT_METADATA_KEY, AglCallbackHandler
 
+AGENT_NAME = "first_digit"
+"""The agent's name in its spans (the chain has none of its own)."""
 SYSTEM_PROMPT = "Say the first digit."
 USER_PROMPT = "{digits}"
 
@@ -39,4 +41,7 @@ def first_digit_agent(task: dict, ctx) -> str:
         http_async_client=_http_async_client,
     )
     chain = prompt | llm | StrOutputParser()
-    return chain.invoke({"digits": task["digits"]}, config={"callbacks": [AglCallbackHandler()]})
+    # A chain outside any LangGraph graph has no agent name of its own: the agl_agent metadata
+    # gives it one, which the dashboard's agent column, the filters and transitions.agents use.
+    config = {"callbacks": [AglCallbackHandler()], "metadata": {AGENT_METADATA_KEY: AGENT_NAME}}
+    return chain.invoke({"digits": task["digits"]}, config=config)

@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         **build(workdir, args.steps or default_steps, args.seed),
     }
     config = with_loggers(config, args)  # --logger tensorboard|wandb
+    print(store_line(workdir), flush=True)
     started = time.monotonic()
     # Every training task is new for 300 steps of 8 (twice the default), and none is a held-out
     # one. With 256 tasks seen 9 times each, the model memorised some of them and held-out
@@ -136,7 +137,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     elapsed = time.monotonic() - started
     print(f"trained {args.preset} to step {result.steps_completed} in {elapsed:.0f}s; workdir {workdir}")
+    print(store_line(workdir), flush=True)
     return 0
+
+
+def store_line(workdir: Path) -> str:
+    """Where the run's store is, and the command that opens the dashboard on it (said at the
+    start, to watch the run, and at the end)."""
+    store = workdir / "agl.db"
+    shown = store.relative_to(Path.cwd()) if store.is_relative_to(Path.cwd()) else store
+    return (
+        f"store: {shown}; see the run and every rollout with: agl dashboard --store sqlite:///{shown} "
+        "(then http://127.0.0.1:4318/ui/, with the token it prints)"
+    )
 
 
 if __name__ == "__main__":

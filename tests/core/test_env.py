@@ -20,7 +20,6 @@ NAME = re.compile(r"\bAGL_[A-Z][A-Z0-9_]*\b")
 
 NOT_VARIABLES = {
     "AGL_OTEL_INSTRUMENT": "integrations/otel/README.md says there is no such variable",
-    "AGL_FUZZ_SEED": "a knob of the test suite (tests/reliability), not of agl",
 }
 """``AGL_*`` names the docs may mention that agl does not read."""
 
@@ -74,7 +73,7 @@ def test_the_check_catches_a_literal(tmp_path):
 
 def test_every_name_the_code_and_docs_mention_is_declared():
     """Docstrings, comments and READMEs may name variables, but only ones agl.env declares (or retired ones)."""
-    known = set(env.VARIABLES) | set(env.RETIRED) | set(NOT_VARIABLES)
+    known = set(env.VARIABLES) | set(env.RETIRED) | set(env.READ_ELSEWHERE) | set(NOT_VARIABLES)
     paths = [ROOT / "README.md", *_python_files()]
     for folder in SCANNED:
         paths += sorted(p for p in (ROOT / folder).rglob("*.md") if "node_modules" not in p.parts)
@@ -149,3 +148,52 @@ def test_a_retired_variable_in_use_names_its_successor(monkeypatch):
     assert env.retired_in_use() == []
     monkeypatch.setenv("AGL_UPSTREAM_API_KEY", "k")
     assert env.retired_in_use() == ["$AGL_UPSTREAM_API_KEY is no longer read: set $AGL_ENGINE_API_KEY instead"]
+
+
+def test_an_unknown_variable_is_named_with_the_one_it_likely_meant():
+    """A renamed switch (``AGL_LANGCHAIN``), a misspelling, a name close to nothing; agl's own
+    variables, retired ones and those the tests and setup scripts read are not unknown."""
+    environ = {
+        "AGL_LANGCHAIN": "1",
+        "AGL_STORE_ULR": "x",
+        "AGL_NOTHING_LIKE_IT": "1",
+        "AGL_STORE_URL": "x",
+        "AGL_UPSTREAM_API_KEY": "k",
+        **dict.fromkeys(env.READ_ELSEWHERE, "1"),
+        "PATH": "/bin",
+    }
+    assert env.unknown(environ) == {
+        "AGL_LANGCHAIN": "AGL_LANGCHAIN_INSTRUMENT",
+        "AGL_STORE_ULR": "AGL_STORE_URL",
+        "AGL_NOTHING_LIKE_IT": None,
+    }
+    assert env.unknown_line("AGL_LANGCHAIN", "AGL_LANGCHAIN_INSTRUMENT") == (
+        "$AGL_LANGCHAIN is set but agl reads no such variable; did you mean $AGL_LANGCHAIN_INSTRUMENT?"
+    )
+
+
+def test_an_unknown_variable_is_warned_about_once_a_process(monkeypatch, caplog):
+    monkeypatch.setattr(env, "_warned", set())
+    monkeypatch.setenv("AGL_LANGCHAIN", "1")
+    with caplog.at_level("WARNING", logger="agl.env"):
+        assert env.warn_unknown() == [env.unknown_line("AGL_LANGCHAIN", "AGL_LANGCHAIN_INSTRUMENT")]
+        assert env.warn_unknown() == []
+    assert [r.getMessage() for r in caplog.records] == [env.unknown_line("AGL_LANGCHAIN", "AGL_LANGCHAIN_INSTRUMENT")]
+
+
+READS = re.compile(r"""(?:environ(?:\.get\(|\[)|setenv\(|\$\{?)["']?(AGL_[A-Z][A-Z0-9_]*)""")
+"""A variable read or set by name: ``os.environ.get("AGL_X"``, ``environ["AGL_X"``, ``setenv("AGL_X"``, ``${AGL_X``."""
+
+
+def test_the_variables_tests_and_setup_scripts_read_are_known():
+    """What tests/, scripts/ and the Makefile read is agl's or in ``env.READ_ELSEWHERE``: set, it
+    draws no warning. Names a test sets on purpose to be unknown are listed here."""
+    deliberately_unknown = {"AGL_LANGCHAIN_INSTRUMNT", "AGL_OPENAI_AGENT_INSTRUMENT", "AGL_LANGCHAIN", "AGL_STORE_ULR"}
+    paths = [ROOT / "Makefile", *sorted((ROOT / "scripts").glob("*.sh")), *sorted((ROOT / "tests").rglob("*.py"))]
+    paths.remove(Path(__file__).resolve())  # its samples are unknown on purpose
+    read = {(p.relative_to(ROOT).as_posix(), name) for p in paths for name in READS.findall(p.read_text())}
+    assert ("tests/reliability/test_fuzz_servers.py", "AGL_FUZZ_SEED") in read  # the scan sees reads
+    assert ("scripts/setup-vllm.sh", "AGL_TORCH_INDEX") in read
+    unknown = sorted(f"{path}: {name}" for path, name in read if env.unknown({name: ""}))
+    unknown = [line for line in unknown if line.split(": ")[1] not in deliberately_unknown]
+    assert not unknown, "add these to env.READ_ELSEWHERE:\n" + "\n".join(unknown)

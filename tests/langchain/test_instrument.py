@@ -110,3 +110,14 @@ def test_env_var_with_no_import_at_all(tmp_path, flag):
         store.close()
     assert llm.rollout_id is None
     assert llm.attributes["gen_ai.output.messages"] == [{"role": "assistant", "content": "pong"}]
+
+
+def test_the_autoload_warns_once_about_a_misspelled_variable(tmp_path):
+    """Switched on, the agent's process warns about ``AGL_STORE_ULR`` (set, read by nothing) once,
+    naming the variable it probably meant, and still runs the agent."""
+    env = {**os.environ, "AGL_STORE_URL": f"sqlite:///{tmp_path / 'prod.db'}", "AGL_LANGCHAIN_INSTRUMENT": "1"}
+    env["AGL_STORE_ULR"] = "sqlite:///elsewhere.db"
+    done = subprocess.run([sys.executable, "-c", AGENT], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "loaded", done.stderr
+    line = "$AGL_STORE_ULR is set but agl reads no such variable; did you mean $AGL_STORE_URL?"
+    assert done.stderr.count(line) == 1, done.stderr

@@ -164,3 +164,18 @@ def test_no_capture_switched_on_says_nothing(rig, tmp_path):
     assert done.returncode == 0, done.stderr
     assert len(list(store.query_llm_calls())) == 2
     assert "warning" not in done.stderr, done.stderr  # calls with no spans are what a plain agent records
+
+
+@pytest.mark.timeout(300)
+def test_an_unknown_agl_variable_is_warned_about_once_by_each_process(rig, tmp_path):
+    """``agl run`` (the CLI) and the agent under ``opentelemetry-instrument`` (agl-otel's
+    instrumentor) each read the environment, so each warns once about ``AGL_STORE_ULR``; the run
+    itself is unchanged: both calls joined."""
+    store, gateway = rig
+    done = agl_run(store, gateway, tmp_path, AGL_STORE_ULR="sqlite:///elsewhere.db")
+    line = "$AGL_STORE_ULR is set but agl reads no such variable; did you mean $AGL_STORE_URL?"
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count(line) == 2, done.stderr
+    assert [w for w in done.stderr.splitlines() if "warning" in w.lower() and line not in w] == []
+    (rollout,) = store.query_rollouts()
+    assert len(list(store.query_spans(rollout_ids=[rollout.rollout_id], kind="llm"))) == 2

@@ -37,10 +37,11 @@ def _agl(*args: str, cwd: Path, env: dict[str, str] | None = None, prelude: str 
     """``agl ARGS`` in a fresh process (``prelude`` runs first), as a CompletedProcess with text output."""
     code = f"import sys\n{prelude}\nfrom agl_trainer.cli import main\nsys.exit(main())"
     base = {k: v for k, v in os.environ.items() if not k.startswith("AGL_")}
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # keep a checkout's own paths
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         cwd=cwd,
-        env=base | {"PYTHONPATH": str(REPO)} | (env or {}),
+        env=base | {"PYTHONPATH": path} | (env or {}),
         capture_output=True,
         text=True,
         timeout=120,
@@ -209,3 +210,104 @@ def test_new_tokens_never_start_with_a_dash(monkeypatch):
     made = iter(["-first", "--second", "third"])
     monkeypatch.setattr("agl.credentials.secrets.token_urlsafe", lambda nbytes: next(made))
     assert new_token() == "third"
+
+
+def test_an_agl_variable_agl_does_not_read_is_warned_about_once(workdir):
+    """``AGL_LANGCHAIN=1`` (the switch's old name) would do nothing silently: the command says so
+    once, naming the switch, and goes on (to its error: no store here)."""
+    done = _agl("rollouts", "list", cwd=workdir, env={"AGL_LANGCHAIN": "1", "AGL_FUZZ_SEED": "7"})
+    line = "$AGL_LANGCHAIN is set but agl reads no such variable; did you mean $AGL_LANGCHAIN_INSTRUMENT?"
+    assert done.stderr.count(line) == 1, done.stderr
+    assert "AGL_FUZZ_SEED" not in done.stderr  # read by the test suite: known
+    assert _one_line_error(done.stderr).startswith("no such store")
+
+
+@pytest.fixture
+def taken_port():
+    """A port another process's server listens on (a socket listening on it here)."""
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["store", "serve"],
+        ["dashboard"],
+        ["gateway", "serve", "--upstream", "http://127.0.0.1:9/v1"],
+        ["engine", "serve", "--model", "no-model-here"],
+    ],
+    ids=lambda command: " ".join(command[:2]),
+)
+def test_a_port_in_use_is_one_error_line_before_anything_is_created(workdir, taken_port, command, capsys):
+    """No store file, no made-up token, no "serving" line: only the error naming the flag."""
+    assert main([*command, "--port", str(taken_port)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        f"agl: error: --port {taken_port}: cannot listen on 127.0.0.1:{taken_port}: "
+        "another process is listening there (stop it, or choose another port)"
+    ]
+    assert list(workdir.iterdir()) == []
+
+
+def test_a_postgresql_store_that_does_not_answer_is_one_error_line(workdir):
+    """No retry warnings before the error: the command tries briefly (about 2 s), then says so
+    in one line that counts the retries; ``-v`` shows them."""
+    import time
+
+    from tests.conftest import free_port
+
+    url = f"postgresql://agl@127.0.0.1:{free_port()}/agl"  # nothing listens there
+    started = time.monotonic()
+    done = _agl("rollouts", "list", "--store", url, cwd=workdir)
+    took = time.monotonic() - started
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1, done.stderr
+    error = _one_line_error(done.stderr)
+    assert error.startswith(
+        f"the postgresql store at 127.0.0.1:{url.rsplit(':', 1)[1]} is still unavailable after 3 retries"
+    )
+    assert "Connection refused" in error
+    assert took < 10
+    verbose = _agl("-v", "rollouts", "list", "--store", url, cwd=workdir)
+    assert verbose.stderr.count("transient error") == 3
+
+
+def test_a_plugin_that_does_not_import_is_named_by_the_flag_the_user_typed(train_dir, capsys, monkeypatch):
+    """``--plugin nonexistent_module``, not ``plugins[0]`` (a name the user never wrote)."""
+    monkeypatch.chdir(train_dir)
+    code = main(["train", "agent.py:agent", "--tasks", "tasks.jsonl", "--plugin", "nonexistent_module"])
+    assert code == 2
+    error = _one_line_error(capsys.readouterr().err)
+    assert error.startswith("--plugin nonexistent_module: cannot import"), error
+
+
+def test_a_misspelled_config_key_is_answered_with_the_key_it_probably_meant(train_dir, capsys, monkeypatch):
+    monkeypatch.chdir(train_dir)
+    (train_dir / "train.yaml").write_text("stpes: 2\nrollout:\n  concurency: 4\n")
+    assert main(["train", "agent.py:agent", "--tasks", "tasks.jsonl", "--config", "train.yaml"]) == 2
+    assert _one_line_error(capsys.readouterr().err) == (
+        "train.yaml: rollout.concurency: not a config key (did you mean rollout.concurrency?); "
+        "stpes: not a config key (did you mean steps?)"
+    )
+
+
+def test_a_program_that_runs_in_its_own_directory_writes_to_agl_runs_store(workdir, tmp_path_factory, capfd):
+    """``agl run`` hands its child an absolute ``AGL_STORE_URL``: a program that changes to its
+    own directory still writes its reward to the store ``agl run`` (and the gateway) use."""
+    elsewhere = tmp_path_factory.mktemp("their-agent")
+    child = f"import os, agl; os.chdir({str(elsewhere)!r}); print(os.environ['AGL_STORE_URL']); agl.emit_reward(0.75)"
+    assert main(["run", "--", sys.executable, "-c", child]) == 0
+    assert capfd.readouterr().out.splitlines()[-1] == sqlite_url(workdir / ".agl" / "agl.db")
+    store = SqliteStore(workdir / ".agl" / "agl.db")
+    try:
+        [rollout] = store.query_rollouts()
+        assert [r.value for r in store.query_rewards(rollout_id=rollout.rollout_id)] == [0.75]
+    finally:
+        store.close()
+    assert not (elsewhere / ".agl").exists()

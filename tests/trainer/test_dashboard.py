@@ -379,6 +379,71 @@ def test_a_call_card_shows_an_anthropic_calls_system_answer_and_tool_use():
         prompt_ids=[1, 2],
         response_ids=[3],
     )
-    card = _call_card(call, 1, {}, trained_known=False)
+    card = _call_card(call, 1, {}, Rollout(rollout_id="ro-1", task_id="t"))  # not ended: no verdict yet
     assert card.index("be brief") < card.index("hi") and "checking" in card
     assert "tool calls" in card and "get_weather" in card and "Oslo" in card
+
+
+def test_a_step_record_with_a_bad_value_is_shown_as_such_never_a_500(served):
+    """A string ``reward_std`` (the store takes any JSON object from the admin) leaves that value
+    out of the charts and lists it under them; /ui/runs and the charts fragment still answer 200."""
+    store, _, client = served
+    store.add_step_record("run-bad", {"kind": "train", "step": 1, "reward_mean": 0.5, "reward_std": "abc"})
+    store.add_step_record(
+        "run-bad", {"kind": "train", "step": 2, "reward_mean": [1], "time_update_s": "slow", "success_rate": 0.5}
+    )
+    for answer in (
+        client.get("/ui/runs", params={"run": "run-bad"}, headers=AUTH),
+        client.get("/ui/runs/charts", params={"run": "run-bad"}, headers=AUTH),
+    ):
+        assert answer.status_code == 200
+        bad = answer.text.split('id="bad-values"')[1].split("</div>")[0]
+        assert re.findall(r"<li>(.*?)</li>", bad) == [
+            "step 1: reward_std = &quot;abc&quot;",
+            "step 2: reward_mean = [1]",
+            "step 2: time_update_s = &quot;slow&quot;",
+        ]
+        reward = answer.text.split('id="chart-reward"')[1].split('id="chart-success"')[0]
+        assert re.findall(r'data-series="train" data-step="(\d+)" data-value="([^"]+)"', reward) == [("1", "0.5")]
+        assert "reward [1]" in answer.text  # the last step's summary shows the stored value
+    assert client.get("/ui/runs", headers=AUTH).status_code == 200  # the newest run is the bad one
+
+
+def test_chart_axes_have_round_ticks_and_whole_labels(served):
+    """Ticks at 1, 2 or 5 × 10^k, steps too, and the plot starts right of the longest y label
+    (``-1e-07`` is not cut to ``1e-07``, which would read the KL axis out of order)."""
+    store, _, client = served
+    for step, kl in [(1, -9.65e-08), (38, 1.2e-07), (76, 2.9e-07), (113, 0.0)]:
+        store.add_step_record("run-kl", {"kind": "train", "step": step, "kl": kl, "reward_mean": step / 100})
+    html = client.get("/ui/runs/charts", params={"run": "run-kl"}, headers=AUTH).text
+    kl = html.split('id="chart-kl"')[1].split('id="chart-entropy"')[0]
+    assert re.findall(r'class="y-tick">([^<]+)<', kl) == ["-1e-07", "0", "1e-07", "2e-07", "3e-07"]
+    assert re.findall(r'class="x-tick">([^<]+)<', kl) == ["0", "50", "100", "150"]
+    plot_left = float(re.search(r'<rect x="([\d.]+)"', kl).group(1))
+    label_right = float(re.search(r'<text x="([\d.]+)" y="[\d.]+" text-anchor="end"', kl).group(1))
+    assert plot_left > label_right and label_right >= 6.5 * len("-1e-07")  # room for the whole label
+    reward = html.split('id="chart-reward"')[1].split('id="chart-success"')[0]
+    assert re.findall(r'class="y-tick">([^<]+)<', reward) == ["0.0", "0.5", "1.0", "1.5"]
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "ticks"),
+    [
+        (-0.207, 1.21, [-0.5, 0.0, 0.5, 1.0, 1.5]),
+        (0.0, 12.3, [0.0, 5.0, 10.0, 15.0]),
+        (3.0, 3.0, [2.0, 2.5, 3.0, 3.5, 4.0]),
+        (1000.001, 1000.002, [1000.001, 1000.0015, 1000.002]),
+    ],
+)
+def test_nice_ticks_are_multiples_of_1_2_or_5(lo, hi, ticks):
+    from agl_trainer.dashboard.charts import nice_ticks, tick_labels
+
+    assert nice_ticks(lo, hi) == ticks
+    labels = tick_labels(ticks)
+    assert len(set(labels)) == len(labels)  # distinct, however close the ends
+
+
+def test_the_login_page_names_the_token_the_server_printed(served):
+    _, _, client = served
+    html = client.get("/ui/login").text
+    assert "printed when it started" in html and "$AGL_STORE_TOKEN" not in html

@@ -14,7 +14,10 @@ spells the same name as :data:`LANGCHAIN_INSTRUMENT` and the others.
 
 from __future__ import annotations
 
+import difflib
+import logging
 import os
+from collections.abc import Mapping
 
 
 class Variable(str):
@@ -163,7 +166,49 @@ RETIRED: dict[str, Variable] = {
 """Variables agl read once, each with the one that took its place (a reader that would have
 read one refuses to start while it is set, naming its successor)."""
 
+READ_ELSEWHERE: dict[str, str] = {
+    "AGL_FUZZ_SEED": "tests/reliability: the fuzzer's seed, to replay a failure",
+    "AGL_TEST_INSTRUMENT": "tests/core: the switch the capture tests set and read",
+    "AGL_VLLM_VENV": "tests/vllm: the virtual environment vLLM is installed in",
+    "AGL_TORCH_INDEX": "scripts/setup-vllm.sh: an extra package index for torch",
+}
+"""``AGL_*`` variables that the test suite and setup scripts read, not agl: set, they are not
+mistakes, so :func:`warn_unknown` leaves them alone."""
+
 
 def retired_in_use() -> list[str]:
     """One line per retired variable set in this process's environment, naming the one to use instead."""
     return [f"${old} is no longer read: set ${new} instead" for old, new in RETIRED.items() if old in os.environ]
+
+
+_log = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+
+def unknown(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """``AGL_*`` variables set in ``environ`` (default: this process's) that nothing reads, each
+    with the variable it most likely meant (None when none is close): a misspelling, or a name
+    agl never had (the old name of a renamed switch)."""
+    environ = os.environ if environ is None else environ
+    names = [str(v) for v in VARIABLES]
+    found: dict[str, str | None] = {}
+    for name in environ:
+        if name.startswith("AGL_") and name not in names and name not in RETIRED and name not in READ_ELSEWHERE:
+            close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+            found[name] = close[0] if close else None
+    return found
+
+
+def unknown_line(name: str, meant: str | None) -> str:
+    """The warning for one unknown variable ``name``, naming ``meant`` when there is one."""
+    return f"${name} is set but agl reads no such variable" + (f"; did you mean ${meant}?" if meant else "")
+
+
+def warn_unknown() -> list[str]:
+    """Warn (logger ``agl.env``) about each unknown ``AGL_*`` variable of this process, once per
+    process and variable however many readers call this; the lines warned now."""
+    lines = [unknown_line(name, meant) for name, meant in unknown().items() if name not in _warned]
+    _warned.update(unknown())
+    for line in lines:
+        _log.warning("%s", line)
+    return lines

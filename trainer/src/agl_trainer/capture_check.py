@@ -12,7 +12,6 @@ ask :func:`capture_switched_on` what was on, count the rollouts in
 
 from __future__ import annotations
 
-import difflib
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -49,24 +48,11 @@ CAUSES = (
 """The likely causes, in the order they were met."""
 
 
-def unknown_variables(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
-    """``AGL_*`` variables set in ``environ`` (default: this process's) that agl does not read,
-    each with the variable it most likely meant (None when none is close)."""
-    environ = os.environ if environ is None else environ
-    known = [str(v) for v in env.VARIABLES]
-    out: dict[str, str | None] = {}
-    for name in environ:
-        if name.startswith("AGL_") and name not in known and name not in env.RETIRED:
-            close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
-            out[name] = close[0] if close else None
-    return out
-
-
 def misspelled_switches(environ: Mapping[str, str] | None = None) -> list[str]:
     """One line per unknown ``AGL_*`` variable that is switched on and looks like a capture switch."""
     environ = os.environ if environ is None else environ
     lines = []
-    for name, meant in unknown_variables(environ).items():
+    for name, meant in env.unknown(environ).items():
         if environ[name].strip().lower() in TRUE_VALUES and ("INSTRUMENT" in name or meant in SWITCHES):
             lines.append(f"${name} (agl reads no such variable" + (f"; did you mean ${meant}?)" if meant else ")"))
     return lines

@@ -21,8 +21,10 @@ never silently falls back to a default.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
+import typing
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -211,8 +213,43 @@ def _explain(exc: ValidationError, source: str) -> ConfigError:
     lines = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        lines.append(f"{where}: {err['msg'].removeprefix('Value error, ')}")
+        if err["type"] == "extra_forbidden":
+            lines.append(f"{where}: {unknown_key(TrainerConfig, err['loc'])}")
+        else:
+            lines.append(f"{where}: {err['msg'].removeprefix('Value error, ')}")
     return ConfigError(f"{source}: " + "; ".join(lines))
+
+
+def unknown_key(model: type[BaseModel], loc: tuple[int | str, ...]) -> str:
+    """Why the key at ``loc`` (in data for ``model``) is refused, naming the key it most likely
+    meant: ``not a config key (did you mean rollout.concurrency?)``."""
+    *parents, key = loc
+    fields = _fields_at(model, parents)
+    if not fields:
+        return "not a config key"
+    close = difflib.get_close_matches(str(key), fields, n=1, cutoff=0.6)
+    if close:
+        return f"not a config key (did you mean {'.'.join([*map(str, parents), close[0]])}?)"
+    return f"not a config key (the keys there: {', '.join(fields)})"
+
+
+def _fields_at(model: type[BaseModel], path: Iterable[int | str]) -> list[str]:
+    """The field names of the model at ``path`` inside ``model`` (list indexes skipped); none
+    when ``path`` leads to something that is not a model (a plugin's free-form options)."""
+    current: type[BaseModel] | None = model
+    for part in path:
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part) if current is not None else None
+        current = _model_in(field.annotation) if field is not None else None
+    return list(current.model_fields) if current is not None else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model ``annotation`` holds (itself, or inside ``X | None``, ``list[X]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for m in map(_model_in, typing.get_args(annotation)) if m is not None), None)
 
 
 def parse_config(data: dict[str, Any], source: str = "config") -> TrainerConfig:

@@ -59,7 +59,7 @@ from typing import Any
 
 from agl.capture import BufferedWriter
 from agl.credentials import RolloutKeys
-from agl.env import ROLLOUT_KEY_SECRET
+from agl.env import ROLLOUT_KEY_SECRET, warn_unknown
 from agl.errors import ConfigError, InvalidTransition
 from agl.runner import Agent, Runner
 from agl.schema import ModelVersion, Rollout, RolloutStatus, Task, Transition, short_id
@@ -221,6 +221,7 @@ class Trainer:
         ``agent`` may be None when rollouts run in external ``agl runner`` processes.
         """
         cfg = self.config
+        warn_unknown()
         if agent is None and cfg.rollout.runners == "inprocess" and cfg.from_store is None:
             raise ConfigError("agent: needed for in-process runners (or set rollout.runners: external)")
         from rich.console import Console
@@ -781,8 +782,10 @@ class Trainer:
             (self.workdir / "before_after.md").write_text(before_after_markdown(rows))
         train = [r for r in records if r.get("kind") == "train"]
         if train:
+            steps = f"{state['completed_step']} step" + ("" if state["completed_step"] == 1 else "s")
+            done = f"trained {steps}" if self._backend is not None else f"ran {steps}, no backend: nothing trained"
             self.console.print(
-                f"agl: trained {state['completed_step']} steps; final model version {state['model_version']}; "
+                f"agl: {done}; final model version {state['model_version']}; "
                 f"train reward {train[0].get('reward_mean', 0):.3f} → {train[-1].get('reward_mean', 0):.3f}; "
                 f"metrics in {self.workdir / 'metrics.jsonl'}" + (f"; reward curve {curve}" if curve else ""),
                 soft_wrap=True,

@@ -2,9 +2,10 @@
 
 import logging
 
-from agl.env import AUTOGEN_INSTRUMENT  # stdlib only: importable whenever agl is installed
+from agl.env import AUTOGEN_INSTRUMENT, warn_unknown  # stdlib only: importable whenever agl is installed
 
 try:
+    warn_unknown()
     from agl_autogen.instrument import autoload
 
     autoload()

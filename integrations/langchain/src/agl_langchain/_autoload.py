@@ -14,9 +14,10 @@ unset or plainly off, imports this module. Importing it imports ``agl_langchain`
 
 import logging
 
-from agl.env import LANGCHAIN_INSTRUMENT  # stdlib only: importable whenever agl is installed
+from agl.env import LANGCHAIN_INSTRUMENT, warn_unknown  # stdlib only: importable whenever agl is installed
 
 try:
+    warn_unknown()
     from agl_langchain.instrument import autoload
 
     autoload()

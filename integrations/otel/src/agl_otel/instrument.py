@@ -17,6 +17,7 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from agl.capture.versions import check_version
+from agl.env import warn_unknown
 from agl_otel.processor import AglSpanProcessor
 
 TESTED = "opentelemetry-sdk>=1.30,<2"
@@ -52,6 +53,7 @@ class AglInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return ()
 
     def _instrument(self, **kwargs: Any) -> None:
+        warn_unknown()  # opentelemetry-instrument's start: where the agent's AGL_* variables are read
         check_framework_version()
         provider = kwargs.get("tracer_provider") or trace.get_tracer_provider()
         if not hasattr(provider, "add_span_processor"):

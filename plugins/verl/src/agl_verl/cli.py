@@ -30,6 +30,7 @@ from pathlib import Path
 from agl import env
 from agl.credentials import new_token
 from agl_trainer.cli._common import ENGINE_TOKEN, retire_flag, retire_token_flags
+from agl_trainer.cli._ports import ensure_port_free
 from agl_verl.engines import DEFAULT_PREFIX_CACHE_MB
 
 #: The environment variable the engine's token is read from (and the gateway's upstream key).
@@ -193,6 +194,8 @@ def serve(args: argparse.Namespace) -> int:
     from agl.errors import ConfigError
 
     _check_numbers(args)
+    for replica in range(args.replicas if args.port else 0):  # port 0: each replica takes a free one
+        ensure_port_free(args.host, args.port + replica)
     token, source = engine_token(args)
     model = resolve_model(args)
     _announce(args, model, token, source)

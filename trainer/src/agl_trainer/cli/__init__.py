@@ -19,6 +19,7 @@ import pkgutil
 import sys
 import traceback
 
+from agl import env
 from agl.errors import AglError, ConfigError
 
 
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     # httpx and httpcore log every request at INFO: one line per store call, unless asked for with -v.
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(level if args.verbose else logging.WARNING)
+    env.warn_unknown()
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

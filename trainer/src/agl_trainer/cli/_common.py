@@ -30,11 +30,16 @@ token cannot reach the store client. The old ``--token``, ``--token-file`` and
 from __future__ import annotations
 
 import argparse
+import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agl import env
 from agl.credentials import read_token
 from agl.store.base import DEFAULT_STORE_URL
+
+if TYPE_CHECKING:
+    from agl.store.base import Store
 
 
 def store_help(note: str = "the store agl train uses too") -> str:
@@ -158,3 +163,30 @@ def store_options(args: argparse.Namespace, url: str) -> dict:
         return {}
     token = STORE_CLIENT.given(args)
     return {"token": token} if token else {}
+
+
+BRIEF_POSTGRES_RETRIES = {"retries": 3, "retry_delay_s": 0.25, "connect_timeout_s": 3.0}
+"""How a command that does one thing and exits (``agl rollouts``, ``agl spans``, ``agl store stats``,
+``agl export``) tries a PostgreSQL server that does not answer: 4 tries within about 2 s, each
+connection given 3 s, then its one error line saying how many retries over how long. Commands
+that keep running (the trainer, runners, servers) keep the store's own, longer budget."""
+
+
+def open_for_command(args: argparse.Namespace, url: str) -> Store:
+    """The existing store at ``url`` for a command that does one thing and exits: a SQLite file
+    that does not exist is an error naming it, never a new empty store; a server that does not
+    answer is one error line after a brief retry (:data:`BRIEF_POSTGRES_RETRIES`), its retries
+    logged only with ``-v`` (the error says how many there were)."""
+    from agl.store.base import open_store
+
+    options = store_options(args, url)
+    if url.split("://", 1)[0].lower() in ("postgresql", "postgres"):
+        options = BRIEF_POSTGRES_RETRIES | options
+    stores_log = logging.getLogger("agl.store")
+    level = stores_log.level
+    if not getattr(args, "verbose", False):
+        stores_log.setLevel(logging.ERROR)
+    try:
+        return open_store(url, create=False, **options)
+    finally:
+        stores_log.setLevel(level)

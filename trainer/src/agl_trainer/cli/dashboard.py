@@ -65,11 +65,13 @@ def run_dashboard(args) -> int:
     import uvicorn
 
     from agl.store.base import default_store_url, open_store
+    from agl_trainer.cli._ports import ensure_port_free
     from agl_trainer.http import http_protocol
 
     if args.port < 0 or args.port > 65535:
         raise ConfigError(f"--port: must be between 0 and 65535, got {args.port}")
     http = http_protocol("auto", header_timeout(args))
+    ensure_port_free(args.host, args.port)
     url = args.store or default_store_url()
     if url.startswith(("http://", "https://")):
         raise ConfigError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agl_trainer.cli._common import add_store_client_arguments, store_options
+from agl_trainer.cli._common import add_store_client_arguments, open_for_command
 
 
 def register(subparsers) -> None:
@@ -33,7 +33,6 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """``agl export transitions``: write the file, then say on stderr how calls and spans joined,
     what was left out and why."""
-    from agl.store import open_store
     from agl.store.base import default_store_url
     from agl_trainer.export import drop_notes, export_transitions, format_for
     from agl_trainer.transitions import TransitionConfig
@@ -43,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         credit=args.credit, agents=args.agent, missing_reward=args.missing_reward, text_only=not args.no_text_only
     )
     url = args.store or default_store_url()
-    store = open_store(url, create=False, **store_options(args, url))
+    store = open_for_command(args, url)
     try:
         n, report = export_transitions(store, args.output, step=args.step, mode=args.mode, format=fmt, config=config)
     finally:

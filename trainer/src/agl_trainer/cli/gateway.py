@@ -103,6 +103,7 @@ def serve(args: argparse.Namespace) -> int:
     """``agl gateway serve``: serve until SIGINT or SIGTERM, then print how many calls were recorded."""
     from agl.errors import ConfigError
     from agl.store import open_store
+    from agl_trainer.cli._ports import ensure_port_free
     from agl_trainer.gateway import Gateway
 
     if args.max_in_flight < 1:
@@ -114,6 +115,7 @@ def serve(args: argparse.Namespace) -> int:
     header_timeout_s = header_timeout(args)
     if retired := env.retired_in_use():
         raise ConfigError("; ".join(retired))
+    ensure_port_free(args.host, args.port)
     token = GATEWAY_TOKEN.read(args) or new_token(24)
     admin_token = ADMIN_TOKEN.read(args) or new_token(24)
     keys = RolloutKeys.from_env(args.rollout_key_secret_file)

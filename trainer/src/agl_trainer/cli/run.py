@@ -208,12 +208,22 @@ SHADOWING = {"ANTHROPIC_API_KEY": "ANTHROPIC_AUTH_TOKEN"}
 """A credential ``agl run`` hands the child → the caller's variable left out with it (clients send both)."""
 
 
+def absolute_store_url(url: str) -> str:
+    """``url`` with a relative SQLite path made absolute, so that a child that changes directory
+    (or a program started from its own) still writes to the store ``agl run`` uses."""
+    from agl.store.base import sqlite_path, sqlite_url
+
+    if "://" not in url or url.lower().startswith("sqlite:"):
+        return sqlite_url(sqlite_path(url))
+    return url
+
+
 def child_env(args: argparse.Namespace, rollout: Rollout, store_url: str, key: str | None) -> dict[str, str]:
     """The variables ``agl run`` sets for the child (on top of the caller's environment, less
     :data:`SECRET_VARIABLES`)."""
     handed = {
         env.ROLLOUT_ID: rollout.rollout_id,
-        env.STORE_URL: store_url,
+        env.STORE_URL: absolute_store_url(store_url),
         env.TASK_INPUT: json.dumps(rollout.task.input if rollout.task else None),
     }
     if key:

@@ -23,9 +23,10 @@ from agl_trainer.cli._common import (
     add_store_argument,
     add_store_client_arguments,
     header_timeout,
+    open_for_command,
     retire_token_flags,
-    store_options,
 )
+from agl_trainer.cli._ports import ensure_port_free
 
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
@@ -115,11 +116,10 @@ def register(subparsers) -> None:
 
 # -- helpers ----------------------------------------------------------------------
 def _open(args):
-    """The store to read: one that does not exist is an error naming it, never a new empty one."""
-    from agl.store.base import default_store_url, open_store
+    """The store to read (:func:`open_for_command`)."""
+    from agl.store.base import default_store_url
 
-    url = args.store or default_store_url()
-    return open_store(url, create=False, **store_options(args, url))
+    return open_for_command(args, args.store or default_store_url())
 
 
 def _console():
@@ -178,6 +178,7 @@ def run_serve(args) -> int:
     if args.heartbeat_timeout <= 0:
         raise ConfigError(f"--heartbeat-timeout: must be positive, got {args.heartbeat_timeout}")
     header_timeout_s = header_timeout(args)
+    ensure_port_free(args.host, args.port)
     token = ADMIN_TOKEN.read(args)
     runner_token = RUNNER_TOKEN.read(args)
     keys = RolloutKeys.from_env(args.rollout_key_secret_file)

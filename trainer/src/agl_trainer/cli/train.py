@@ -107,11 +107,14 @@ def check_file(flag: str, path: str) -> None:
 
 def run(args) -> int:
     from agl.errors import ConfigError
+    from agl.plugins import load_plugin
     from agl.runner import load_agent
     from agl_trainer.cli.run import hide_password
     from agl_trainer.trainer import Trainer, load_tasks_jsonl
 
     config = build_config(args)
+    for spec in args.plugin or []:  # loaded here so that an error names the flag (the trainer finds them loaded)
+        load_plugin(spec, f"--plugin {spec}")
     recorded = config.from_store is not None
     if config.rollout.runners == "inprocess" and args.agent is None and not recorded:
         raise ConfigError("agent: give module:function (or set rollout.runners=external and start `agl runner`s)")

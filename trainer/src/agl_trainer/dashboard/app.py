@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import secrets
-import time
 from typing import Any
 
 import anyio.to_thread
@@ -25,11 +24,10 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from agl.credentials import bearer, same_token
-from agl.env import STORE_TOKEN
 from agl.errors import NotFound
 from agl.schema import Reward, RolloutStatus
 from agl.store.sql import SqlStore
-from agl_trainer.dashboard import charts, queries
+from agl_trainer.dashboard import queries, steps
 from agl_trainer.dashboard.html import attr, csp, e, number, page, path_id, seconds, url, when
 from agl_trainer.dashboard.rollout import rollout_page
 from agl_trainer.dashboard.sessions import Sessions
@@ -38,11 +36,18 @@ from agl_trainer.transitions import TransitionConfig
 
 COOKIE = "agl_dashboard"
 REFRESH_MS = 5000
-STEP_TIMES = ("time_rollout_s", "time_transitions_s", "time_update_s", "time_publish_s", "time_val_s")
 MAX_BODY_BYTES = 64 * 1024
 """The largest request body the dashboard reads: its forms hold a few short fields."""
 MAX_FORM_FIELDS = 50
 """The most fields a form may have (and no file)."""
+
+
+LOGIN_HINT = (
+    "the token <code>agl store serve</code> or <code>agl dashboard</code> printed when it started "
+    "(or the one it was given with --admin-token)"
+)
+"""What the login page says to log in with: the token the server printed, not the name of a variable
+the user may never have set."""
 
 
 class Dashboard:
@@ -91,7 +96,7 @@ class Dashboard:
             f'<input type="hidden" name="next" value={attr(next_path)}>'
             '<label>Store token <input type="password" name="token" autocomplete="current-password" required></label> '
             "<button>Log in</button></form>"
-            f'<p class="muted">the admin token the store server was started with (${STORE_TOKEN})</p></div>'
+            f'<p class="muted">{LOGIN_HINT}</p></div>'
         )
         return HTMLResponse(page("Log in", body, prefix=self.prefix, logged_in=False), status_code=status)
 
@@ -302,79 +307,7 @@ class Dashboard:
         return HTMLResponse(await anyio.to_thread.run_sync(self._charts, run_id))
 
     def _charts(self, run_id: str) -> str:
-        records = self.store.step_records(run_id)
-        train = [r for r in records if r.get("kind") == "train"]
-        val = [r for r in records if r.get("kind") == "val" or "val_reward_mean" in r]
-
-        def pts(rs: list[dict], key: str) -> list[tuple[float, float]]:
-            return [(float(r["step"]), float(r[key])) for r in rs if isinstance(r.get(key), (int, float))]
-
-        def spread(rs: list[dict], key: str, std: str) -> list[float]:
-            return [float(r.get(std) or 0.0) for r in rs if isinstance(r.get(key), (int, float))]
-
-        def line(name: str, rs: list[dict], key: str) -> charts.Series:
-            return charts.Series(name, pts(rs, key))
-
-        out = [
-            charts.line_chart(
-                "chart-reward",
-                "Reward (mean ± std)",
-                [
-                    charts.Series("train", pts(train, "reward_mean"), spread(train, "reward_mean", "reward_std")),
-                    charts.Series(
-                        "validation", pts(val, "val_reward_mean"), spread(val, "val_reward_mean", "val_reward_std")
-                    ),
-                ],
-            ),
-            charts.line_chart(
-                "chart-success",
-                "Success rate",
-                [line("train", train, "success_rate"), line("validation", val, "val_success_rate")],
-            ),
-            charts.line_chart(
-                "chart-length",
-                "Response length (tokens)",
-                [line("mean", train, "response_length_mean"), line("max", train, "response_length_max")],
-            ),
-            charts.line_chart("chart-kl", "KL", [line("kl", train, "kl"), line("ppo_kl", train, "ppo_kl")]),
-            charts.line_chart("chart-entropy", "Entropy", [line("entropy", train, "entropy")]),
-            charts.line_chart("chart-tokens", "Tokens / s", [line("tokens/s", train, "tokens_per_s")]),
-        ]
-        if any(k.startswith(OFF_POLICY) for r in train for k in r):  # steps trained with a rollout correction
-            weights = [("IS mean", "rollout_is_mean"), ("IS max", "rollout_is_max")]
-            weights += [("ESS", "rollout_is_eff_sample_size"), ("rejected", "rejected_fraction")]
-            out.append(
-                charts.line_chart(
-                    "chart-offpolicy",
-                    "Off-policy correction",
-                    [line(name, train, OFF_POLICY + key) for name, key in weights],
-                )
-            )
-            out.append(
-                charts.line_chart(
-                    "chart-offpolicy-kl", "KL(behaviour ‖ policy)", [line("kl", train, OFF_POLICY + "kl")]
-                )
-            )
-        timed = [r for r in train if any(isinstance(r.get(k), (int, float)) for k in STEP_TIMES)]
-        parts = {
-            k.removeprefix("time_").removesuffix("_s"): [float(r.get(k) or 0.0) for r in timed]
-            for k in STEP_TIMES
-            if any(r.get(k) for r in timed)
-        }
-        out.append(charts.stacked_bars("chart-time", "Step time (s)", [float(r["step"]) for r in timed], parts))
-        last = train[-1] if train else None
-        summary = ""
-        if last is not None:
-            summary = (
-                f'<p class="muted">last step {e(last.get("step"))}: reward {e(number(last.get("reward_mean")))}, '
-                f"success {e(number(last.get('success_rate')))}, step time {e(seconds(last.get('time_step_s')))}, "
-                f"updated {e(when(time.time()))}</p>"
-            )
-        return summary + '<div class="charts">' + "".join(out) + "</div>"
-
-
-OFF_POLICY = "rollout_corr/"
-"""The prefix of verl's off-policy metrics in a step record (see agl_verl.correction)."""
+        return steps.run_charts(self.store.step_records(run_id))
 
 
 def reward_from_form(rollout_id: str, form: dict[str, Any]) -> Reward:

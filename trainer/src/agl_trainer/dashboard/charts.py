@@ -6,6 +6,7 @@ a ``<title>`` (the tooltip), so the numbers a chart shows can be read back from 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from agl_trainer.dashboard.html import e
@@ -24,10 +25,39 @@ class Series:
     spread: list[float] | None = None
 
 
-def _ticks(lo: float, hi: float) -> list[float]:
+def nice_ticks(lo: float, hi: float, *, count: int = 5, whole: bool = False) -> list[float]:
+    """Round ticks covering ``[lo, hi]``: multiples of 1, 2 or 5 × 10^k, about ``count`` of them,
+    the first at or below ``lo`` and the last at or above ``hi`` (the axis spans them).
+    ``whole`` keeps the spacing at 1 or more (an axis of step numbers)."""
+    if hi < lo:
+        lo, hi = hi, lo
     if hi == lo:
-        return [lo]
-    return [lo + (hi - lo) * i / 4 for i in range(5)]
+        lo, hi = lo - 1, hi + 1
+    if not math.isfinite(hi - lo):  # a range past the largest float: its ends are the ticks
+        return [lo, hi]
+    raw = (hi - lo) / max(count - 1, 1)
+    magnitude = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw * (1 - 1e-9))
+    if whole:
+        step = max(step, 1.0)
+    decimals = max(0, -math.floor(math.log10(step)))
+    first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
+    return [round(k * step, decimals) + 0.0 for k in range(first, last + 1)]  # + 0.0: no "-0"
+
+
+def tick_labels(ticks: list[float]) -> list[str]:
+    """Each tick written with as many digits as the spacing needs, all alike: ``0.2``, ``-5e-08``."""
+    if len(ticks) < 2:
+        return [f"{t:g}" for t in ticks]
+    step = abs(ticks[1] - ticks[0])
+    largest = max(abs(t) for t in ticks)
+    if not 0 < step < math.inf:
+        return [f"{t:.3g}" for t in ticks]
+    if step >= 1e-4 and largest < 1e7:
+        decimals = max(0, -math.floor(math.log10(step)))
+        return [f"{t:.{decimals}f}" for t in ticks]
+    digits = max(1, math.floor(math.log10(largest)) - math.floor(math.log10(step)) + 1)
+    return [f"{t:.{digits}g}" for t in ticks]
 
 
 def _fmt(v: float) -> str:
@@ -35,26 +65,27 @@ def _fmt(v: float) -> str:
 
 
 def _frame(title: str, xs: list[float], lo: float, hi: float) -> tuple[list[str], callable, callable]:
-    x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
-    if x1 == x0:
-        x0, x1 = x0 - 1, x1 + 1
-    if hi == lo:
-        lo, hi = lo - 1, hi + 1
-    span_x, span_y = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    x_ticks = nice_ticks(*((min(xs), max(xs)) if xs else (0.0, 1.0)), whole=True)
+    y_ticks = nice_ticks(lo, hi)
+    x0, x1, lo, hi = x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1]
+    y_labels = tick_labels(y_ticks)
+    # wide enough for the longest label whole (about 6.5 px a character at 11 px)
+    left = max(LEFT, round(10 + 6.5 * max(len(label) for label in y_labels)))
+    span_x, span_y = WIDTH - left - RIGHT, HEIGHT - TOP - BOTTOM
 
     def px(x: float) -> float:
-        return LEFT + (x - x0) / (x1 - x0) * span_x
+        return left + (x - x0) / (x1 - x0) * span_x
 
     def py(y: float) -> float:
         return TOP + (1 - (y - lo) / (hi - lo)) * span_y
 
-    out = [f'<rect x="{LEFT}" y="{TOP}" width="{span_x}" height="{span_y}" fill="#fbfbfd" stroke="#e3e6ec"/>']
-    for t in _ticks(lo, hi):
+    out = [f'<rect x="{left}" y="{TOP}" width="{span_x}" height="{span_y}" fill="#fbfbfd" stroke="#e3e6ec"/>']
+    for t, label in zip(y_ticks, y_labels, strict=True):
         y = py(t)
-        out.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eceef2"/>')
-        out.append(f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{_fmt(t)}</text>')
-    for t in _ticks(x0, x1):
-        out.append(f'<text x="{px(t):.1f}" y="{HEIGHT - 8}" text-anchor="middle">{_fmt(t)}</text>')
+        out.append(f'<line x1="{left}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eceef2"/>')
+        out.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end" class="y-tick">{label}</text>')
+    for t, label in zip(x_ticks, tick_labels(x_ticks), strict=True):
+        out.append(f'<text x="{px(t):.1f}" y="{HEIGHT - 8}" text-anchor="middle" class="x-tick">{label}</text>')
     return out, px, py
 
 
@@ -104,7 +135,7 @@ def stacked_bars(chart_id: str, title: str, steps: list[float], parts_by_name: d
         return f'<div class="card" id="{e(chart_id)}"><h3>{e(title)}</h3><p class="muted">no data</p></div>'
     totals = [sum(v[i] for v in parts_by_name.values()) for i in range(len(steps))]
     parts, px, py = _frame(title, steps, 0.0, max(totals) or 1.0)
-    span_x = WIDTH - LEFT - RIGHT
+    span_x = px(max(steps)) - px(min(steps)) if len(steps) > 1 else WIDTH - LEFT - RIGHT
     bar = max(2.0, min(24.0, span_x / (len(steps) + 1) * 0.7))
     for i, step in enumerate(steps):
         base = 0.0

@@ -74,10 +74,20 @@ def _tool_calls(response: dict) -> Any:
     return None
 
 
-def _call_card(call: LLMCall, index: int, credit: dict[str, tuple[float, float]], trained_known: bool) -> str:
+NOT_TRAINED_MODES = {"val": "a validation rollout"}
+"""Rollout modes whose calls the trainer never trains on, and how the page says so."""
+
+
+def _call_card(call: LLMCall, index: int, credit: dict[str, tuple[float, float]], rollout: Rollout) -> str:
     usage = call.response.get("usage") if isinstance(call.response.get("usage"), dict) else {}
     got = credit.get(call.call_id)
-    if got is not None:
+    trained_known = rollout.status.terminal
+    if got is not None and rollout.mode in NOT_TRAINED_MODES:
+        verdict = (
+            f'<span class="muted">not trained</span> ({NOT_TRAINED_MODES[rollout.mode]}): '
+            f'reward <b class="credit">{got[0]:.6g}</b> after credit assignment'
+        )
+    elif got is not None:
         verdict = (
             f'<span class="s-succeeded">trained</span>: reward <b class="credit">{got[0]:.6g}</b>, weight {got[1]:.4g}'
         )
@@ -227,7 +237,7 @@ def rollout_page(
         '<label>source <input name="source" value="human" size="10"></label> '
         "<button>Attach reward</button></form>"
     )
-    calls_html = "".join(_call_card(c, i, credit, rollout.status.terminal) for i, c in enumerate(calls))
+    calls_html = "".join(_call_card(c, i, credit, rollout) for i, c in enumerate(calls))
     return (
         f"<h2>Rollout {e(rollout.rollout_id)}</h2>"
         f'<div class="card"><table class="fields">{table}</table></div>'

@@ -446,6 +446,7 @@ class GatewayApp:
         data["id"] = meta.call_id
         if meta.requested_model:
             data["model"] = meta.requested_model
+        self.recorder.tell(data)
         payload = json.dumps(data).encode()
         self.recorder.record(meta, prompt_ids, tokens, data)
         await send_json(send, 200, payload)
@@ -459,6 +460,7 @@ class GatewayApp:
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         try:
             async for chunk in iter_engine_chunks(resp):
+                self.recorder.tell(chunk)
                 acc.feed(chunk)
                 chunk["id"] = meta.call_id
                 if model:

@@ -235,7 +235,7 @@ class StreamAccumulator:
             "model": model or first.get("model"),
             "choices": choices,
             "usage": self.usage,
-        }
+        } | ({"model_version": first["model_version"]} if "model_version" in first else {})
 
 
 def strip_chunk(chunk: dict, *, keep_ids: bool, keep_logprobs: bool) -> None:

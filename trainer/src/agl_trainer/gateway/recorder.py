@@ -86,9 +86,28 @@ class Recorder:
         self.model_version: str | None = None
         self.recorded = 0
 
+    def version_for(self, answer: dict) -> str | None:
+        """The model version a call is recorded with and its client is told (``model_version`` of
+        the answer): the gateway's own when set (``--model-version``, or the trainer's latest),
+        else the one the engine's answer names (agl's engines name theirs), else None."""
+        if self.model_version is not None:
+            return self.model_version
+        named = answer.get("model_version")
+        return named if isinstance(named, str) else None
+
+    def tell(self, answer: dict) -> None:
+        """Set ``answer``'s ``model_version`` to :meth:`version_for` (removed when there is none),
+        so the client reads the version the record holds."""
+        version = self.version_for(answer)
+        if version is None:
+            answer.pop("model_version", None)
+        else:
+            answer["model_version"] = version
+
     def record(self, meta: CallMeta, prompt_ids: list[int], choices: list[ChoiceTokens], response: dict) -> None:
         """Record one call (or one per choice when there are several)."""
         latency = time.perf_counter() - meta.started
+        version = self.version_for(response)
         single = len(choices) == 1
         for k, choice in enumerate(choices):
             if single:
@@ -115,7 +134,7 @@ class Recorder:
                     response_ids=choice.ids,
                     response_logprobs=logprobs,
                     behaviour_logprobs=behaviour,
-                    model_version=self.model_version,
+                    model_version=version,
                     latency_s=latency,
                     max_response_tokens=meta.max_response_tokens,
                 )
