@@ -168,6 +168,7 @@ read one refuses to start while it is set, naming its successor)."""
 
 READ_ELSEWHERE: dict[str, str] = {
     "AGL_FUZZ_SEED": "tests/reliability: the fuzzer's seed, to replay a failure",
+    "AGL_FUZZ_REQUESTS": "tests/reliability: how many requests the fuzzer sends each server",
     "AGL_TEST_INSTRUMENT": "tests/core: the switch the capture tests set and read",
     "AGL_VLLM_VENV": "tests/vllm: the virtual environment vLLM is installed in",
     "AGL_TORCH_INDEX": "scripts/setup-vllm.sh: an extra package index for torch",
