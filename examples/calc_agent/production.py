@@ -185,7 +185,7 @@ def train_on_traffic(args: argparse.Namespace) -> int:
     figures["before_source"] = BASE_FILE if shared else None
     wall = time.monotonic() - started
     done = {"name": name, "steps": result.steps_completed, "wall_s": wall, "eval_tasks": len(test)}
-    args.operations, args.steps_without_signal = TRAIN_OPERATIONS, "step"
+    args.operations, args.steps_without_signal, args.max_staleness = TRAIN_OPERATIONS, "step", 0
     record = results_record(SPEC, args, [], config, done, counter.by_agent, figures, workdir)
     record.update({"graded": args.graded, "rollout_correction": CORRECTION, "recorded_rollouts": args.steps * per_step})
     args.results.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ def test_traffic_feedback_and_training_on_what_was_graded(example, tmp_path):
 
     record = json.loads((tmp_path / "results" / "calc_agent-production-graded0.5-seed0.json").read_text())
     assert record["graded"] == 0.5 and record["rollout_correction"] == "decoupled_token_is"
-    assert record["after"]["n"] == 2 and record["train_rollouts"] == 8
+    assert record["after"]["n"] == 2 and record["train_rollouts"] == 8 and record["max_staleness"] == 0
     workdir = tmp_path / "prod" / "calc_agent-production-graded0.5"
     steps = [json.loads(line) for line in (workdir / "metrics.jsonl").open() if '"train"' in line]
     # 4 graded rollouts, 4 a step: one step trained, then none left (ungraded ones are never trained on)
