@@ -6,6 +6,8 @@ break reason, and the merged row's layout (segments, aligned log-probs, per-call
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from pydantic import ValidationError
 
@@ -201,3 +203,21 @@ def test_segments_outside_the_response_are_refused():
     for bad in ([(0, 4)], [(1, 1)], [(0, 2), (1, 3)]):
         with pytest.raises(ValidationError, match="segments"):
             Transition(**base, segments=[Segment(start=s, end=e, step=0, reward=0.0) for s, e in bad])
+
+
+def test_the_dashboard_shows_each_merged_calls_own_credit(sqlite_store):
+    from agl_trainer.dashboard.rollout import rollout_page
+
+    r = _rollout(sqlite_store)
+    _store_calls(sqlite_store, _conversation())
+    sqlite_store.add_rewards(
+        [
+            Reward(rollout_id="ro-1", name="progress", value=0.5, source="agent", created_at=10.5),
+            Reward(rollout_id="ro-1", name="reward", value=1.0, source="agent", created_at=13.0),
+        ]
+    )
+    config = TransitionConfig(merge="prefix", credit="emitted")
+    per_call, _ = build_transitions(sqlite_store, [r], config.model_copy(update={"merge": "off"}))
+    html = rollout_page(sqlite_store, "ro-1", prefix="", config=config)
+    shown = re.findall(r'trained</span>: reward <b class="credit">([^<]+)</b>, weight ([^<,]+)', html)
+    assert shown == [(f"{t.reward:.6g}", f"{t.weight:.4g}") for t in per_call] and len(shown) == 3
