@@ -58,7 +58,26 @@ def transitions_of(stack, rollout, calls):
         assert list(t.prompt_ids) == list(call.prompt_ids) and list(t.response_ids) == list(call.response_ids)
         assert list(t.response_logprobs) == list(call.response_logprobs)
     assert sorted(t.call_id for t in ts) == sorted(by_id)
+    merged_rows_check(stack, rollout, len(ts), by_id)
     return sorted(ts, key=lambda t: t.step), report
+
+
+def merged_rows_check(stack, rollout, n_calls: int, by_id: dict):
+    """With ``merge="prefix"``: every call is in one row, each merged call exactly where its ids put it.
+
+    Prints how many of the agent's calls merged and why the others did not (issue 31's figures)."""
+    rows, report = build_transitions(stack.store, [rollout], TransitionConfig(missing_reward=0.0, merge="prefix"))
+    assert len(rows) + report.merged_calls == n_calls
+    assert report.merged_calls + sum(report.merge_breaks.values()) == n_calls - 1
+    for row in rows:
+        for seg in row.segments or []:
+            call = by_id[seg.call_id]
+            assert list(row.response_ids[seg.start : seg.end]) == list(call.response_ids)
+            assert list(row.prompt_ids) + list(row.response_ids[: seg.start]) == list(call.prompt_ids)
+    print(
+        f"\nmerge=prefix: {n_calls} calls -> {len(rows)} rows, {report.merged_calls} merged, "
+        f"breaks {report.merge_breaks}"
+    )
 
 
 def tool_calls_in(call) -> list[dict]:

@@ -114,6 +114,12 @@ def test_bad_format_is_a_clear_error(filled, tmp_path):
         export_transitions(filled, tmp_path / "out.csv")
 
 
+def test_merged_rows_are_refused_naming_the_field(filled, tmp_path):
+    with pytest.raises(ConfigError, match="transitions.merge: 'prefix'"):
+        export_transitions(filled, tmp_path / "t.jsonl", config=TransitionConfig(merge="prefix"))
+    assert not (tmp_path / "t.jsonl").exists()
+
+
 @pytest.mark.slow
 def test_the_command(filled, tmp_path):
     out = tmp_path / "cli.parquet"

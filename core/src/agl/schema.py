@@ -360,6 +360,31 @@ class Reward(_Model):
     created_at: float = Field(default_factory=now)
 
 
+class Segment(_Model):
+    """One call's generated tokens inside a merged transition's response (see :attr:`Transition.segments`)."""
+
+    start: int = Field(ge=0, description="offset of the call's first generated token in the response")
+    end: int = Field(ge=1, description="offset just past its last generated token")
+    step: int = Field(ge=0, le=INT64_MAX, description="the call's position within its rollout")
+    call_id: str | None = None
+    reward: float = Field(description="the call's reward from credit assignment")
+
+
+def _segments_fit_response(value, info):
+    ids = info.data.get("response_ids")
+    if value is None or ids is None:
+        return value
+    at = 0
+    for k, seg in enumerate(value):
+        if seg.start < at or seg.end <= seg.start or seg.end > len(ids):
+            raise ValueError(
+                f"segment {k} [{seg.start}, {seg.end}) must be non-empty, after the previous one (ends at {at}) "
+                f"and inside the {len(ids)} response ids"
+            )
+        at = seg.end
+    return value
+
+
 class Transition(_Model):
     """One LLM call as training data, after credit assignment."""
 
@@ -384,8 +409,15 @@ class Transition(_Model):
     response_text: str | None = Field(
         default=None, description="the response as text (text-only transitions, SFT export)"
     )
+    segments: list[Segment] | None = Field(
+        default=None,
+        description="a merged transition (several calls in one sequence): each call's generated part of the "
+        "response; the tokens between them (tool results, new turns) are context, not trained. None: one call, "
+        "the whole response generated",
+    )
 
     _check_logprobs = field_validator("response_logprobs", "behaviour_logprobs")(_logprobs_match_ids)
+    _check_segments = field_validator("segments")(_segments_fit_response)
 
 
 class ModelVersion(_Model):

@@ -137,6 +137,11 @@ def export_transitions(
     """
     fmt = format_for(path, format)
     config = config or TransitionConfig()
+    if config.merge != "off":
+        raise ConfigError(
+            f"transitions.merge: {config.merge!r} makes training rows of several calls; an export has one row "
+            "per call (call_index, reward, response_text of that call): export with merge 'off'"
+        )
     rollouts = (
         r for r in store.query_rollouts(step=step, status=list(TERMINAL_STATUSES)) if mode is None or r.mode == mode
     )

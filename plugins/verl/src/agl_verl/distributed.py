@@ -32,6 +32,7 @@ from agl.env import STORE_URL
 from agl.errors import AglError
 from agl.schema import Rollout, Transition
 from agl_verl.config import VerlSettings
+from agl_verl.dataproto import generated_mask
 
 SUPPORTED_VERL = "0.9"
 AGENT_LOOP_NAME = "agl"
@@ -209,6 +210,10 @@ def transitions_to_outputs(
 ) -> list[AgentLoopOutput]:
     """One ``AgentLoopOutput`` per engine transition, in call order.
 
+    A merged transition's output masks the context between its calls out of the loss
+    (``response_mask``); verl computes advantages per output from the rollout's reward,
+    so every segment of it gets the same one (agl's ``broadcast`` credit).
+
     The last output carries the rollout's reward (``rollout_reward``, or the last
     transition's); verl copies it to the others. Text-only transitions are left out:
     they have no token ids verl could train on.
@@ -226,7 +231,7 @@ def transitions_to_outputs(
             AgentLoopOutput(
                 prompt_ids=list(t.prompt_ids),
                 response_ids=response,
-                response_mask=[1] * len(response),
+                response_mask=generated_mask(t)[: len(response)],
                 response_logprobs=logprobs,
                 num_turns=2,
                 metrics=AgentLoopMetrics(),

@@ -30,6 +30,7 @@ from verl.workers.config import ActorConfig
 from agl_verl import correction as rollout_correction
 from agl_verl.config import VerlSettings
 from agl_verl.quiet import no_progress_bars
+from agl_verl.segments import per_call_advantages
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -229,14 +230,17 @@ class LocalLearner:
         started = time.perf_counter()
         metrics: dict[str, float] = {}
         n_groups = max(1, len(set(data.non_tensor_batch["uid"].tolist())))
-        data = compute_advantage(
+        data = per_call_advantages(  # merged rows: call by call, then spread over their segments
             data,
-            adv_estimator=s.adv_estimator,
-            gamma=s.gamma,
-            lam=s.lam,
-            num_repeat=max(1, len(data) // n_groups),
-            norm_adv_by_std_in_grpo=s.norm_adv_by_std_in_grpo,
-            config=self.algo,
+            lambda calls: compute_advantage(
+                calls,
+                adv_estimator=s.adv_estimator,
+                gamma=s.gamma,
+                lam=s.lam,
+                num_repeat=max(1, len(calls) // n_groups),
+                norm_adv_by_std_in_grpo=s.norm_adv_by_std_in_grpo,
+                config=self.algo,
+            ),
         )
         mask = data.batch["response_mask"].float()
         adv = data.batch["advantages"]

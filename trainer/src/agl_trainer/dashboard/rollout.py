@@ -196,7 +196,7 @@ def rollout_page(
     credit: dict[str, tuple[float, float]] = {}
     final = None
     if rollout.status.terminal:
-        builder = TransitionBuilder(store, config)
+        builder = TransitionBuilder(store, config.model_copy(update={"merge": "off"}))  # each call's own credit
         for t in builder.build([rollout]):
             if t.call_id is not None:
                 credit[t.call_id] = (t.reward, t.weight)

@@ -50,6 +50,12 @@ For each ended rollout the builder
    sets ``weight = 1 / (calls kept in the rollout)`` when ``normalize="rollout"``
    so a rollout with many calls does not outweigh one with few in its group.
 
+4. **merges** (``merge="prefix"``; off by default) each run of the rollout's kept calls
+   whose token ids extend each other into one row: see :mod:`~agl_trainer.transitions.merge`.
+   Each call keeps its own reward and weight on the tokens it generated
+   (:attr:`~agl.schema.Transition.segments`); the build report counts the calls merged and
+   the breaks by reason.
+
 Records of an earlier attempt of a retried rollout (made before the last attempt
 started) are left out and counted; they stay in the store.
 
@@ -78,9 +84,10 @@ and documented in the module that owns it:
 - :mod:`~agl_trainer.transitions.rewards`: reward plugins
   (:func:`~agl_trainer.transitions.rewards.plugin_rewards`), :func:`final_reward`'s precedence,
   where an emitted reward goes (:func:`~agl_trainer.transitions.rewards.index_before`);
+- :mod:`~agl_trainer.transitions.merge`: :func:`~agl_trainer.transitions.merge.merge_prefix` and its break reasons;
 - :mod:`~agl_trainer.transitions.builder`: :class:`TransitionBuilder` and :func:`build_transitions`;
   a rollout goes through its steps in turn: its records, the join, the rewards, credit,
-  then the selection of agents and the weighting.
+  then the selection of agents and the weighting, then the merge.
 """
 
 from agl.schema import RETURN_SOURCE as RETURN_SOURCE

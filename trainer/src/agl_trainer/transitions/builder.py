@@ -12,6 +12,7 @@ from agl.schema import RETURN_SOURCE, Reward, Rollout, RolloutStatus, Task, Tran
 from agl.store.base import Store
 from agl_trainer.credit import RolloutRewards
 from agl_trainer.transitions.config import BuildReport, TransitionConfig
+from agl_trainer.transitions.merge import merge_prefix
 from agl_trainer.transitions.messages import (
     messages_list,
     normalize_messages,
@@ -210,7 +211,13 @@ class TransitionBuilder:
             return
         per_call = self._credit(rollout.rollout_id, n_steps, final, intermediate)
         kept = self._selected(joined)
-        if kept:
+        if kept and self.config.merge == "prefix":
+            rows: list[Transition] = []
+            self._emit(rollout, joined, kept, per_call, rows)
+            merged = merge_prefix(rows, self.report)
+            self.report.transitions -= len(rows) - len(merged)
+            out.extend(merged)
+        elif kept:
             self._emit(rollout, joined, kept, per_call, out)
 
     def _records(self, rollout: Rollout, chunk: Chunk) -> tuple[list[CallRecord], list[SpanRecord], list[AnyReward]]:

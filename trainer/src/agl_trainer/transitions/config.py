@@ -35,6 +35,12 @@ class TransitionConfig(BaseModel):
         "rollout (what a rollout's own code writes cannot move a graded reward); 'always' also where one did, "
         "as intermediate rewards beside the plugin's final one",
     )
+    merge: Literal["off", "prefix"] = Field(
+        default="off",
+        description="'prefix': a rollout's consecutive calls of one agent and model version become one training "
+        "row where each call's prompt ids begin with the previous call's prompt and response ids (see "
+        "agl_trainer.transitions.merge); 'off': one transition per call",
+    )
 
 
 @dataclass
@@ -65,6 +71,11 @@ class BuildReport:
     plugin_errors: int = 0
     agent_rewards_ignored: int = 0
     """Rewards the agent wrote on rollouts a reward plugin answered for, left out (``agent_rewards``)."""
+    merged_calls: int = 0
+    """Calls that joined the previous call's row (``merge="prefix"``): transitions has that many fewer rows."""
+    merge_breaks: dict[str, int] = field(default_factory=dict)
+    """With ``merge="prefix"``: the calls that started a new row after a call of their rollout, by reason
+    (:data:`agl_trainer.transitions.merge.BREAK_REASONS`)."""
     dropped_rollouts: dict[str, int] = field(default_factory=dict)
     unmatched: list[tuple[str, str]] = field(default_factory=list)
     """``(rollout_id, span_id)`` of unmatched spans (the first 100)."""
@@ -93,4 +104,6 @@ class BuildReport:
         out = {k: float(v) for k, v in self.__dict__.items() if isinstance(v, int)}
         for reason, n in self.dropped_rollouts.items():
             out[f"dropped_{reason}"] = float(n)
+        for reason, n in self.merge_breaks.items():
+            out[f"merge_break_{reason}"] = float(n)
         return out
