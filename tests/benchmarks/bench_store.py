@@ -31,6 +31,10 @@ embedded store and its baseline take turns ``--repeat`` times (3) per writer cou
 and the median run is reported, since this shared 2-CPU host's speed moves by 20-30 %
 from one second to the next.
 
+``--beside COMMIT`` runs only the store over HTTP beside another commit's store server,
+the two taking turns under the same load, and prints both and their ratio (see
+:mod:`tests.benchmarks.store_beside`), e.g. ``--beside 9058dec --rollouts 500 --repeat 3``.
+
 Figures from a quiet host are in the README's benchmark table, next to their
 same-run baselines.
 """
