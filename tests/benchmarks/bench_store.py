@@ -31,6 +31,10 @@ embedded store and its baseline take turns ``--repeat`` times (3) per writer cou
 and the median run is reported, since this shared 2-CPU host's speed moves by 20-30 %
 from one second to the next.
 
+``--beside COMMIT`` runs only the store over HTTP beside another commit's store server,
+the two taking turns under the same load, and prints both and their ratio (see
+:mod:`tests.benchmarks.store_beside`), e.g. ``--beside 9058dec --rollouts 500 --repeat 3``.
+
 Figures from a quiet host are in the README's benchmark table, next to their
 same-run baselines.
 """
@@ -44,7 +48,6 @@ import os
 import secrets
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -52,16 +55,14 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import psutil
 
-from agl.credentials import new_token
 from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span, Task
 from agl.store.base import Store
 from agl.store.http import _ADAPTERS as _LISTS
 from agl.store.http import HttpStore
 from agl.store.sqlite import SqliteStore
-from tests.conftest import stop_process
+from tests.benchmarks import store_beside
 
 ROOT = Path(__file__).resolve().parents[2]
 SPANS_PER_ROLLOUT = 6
@@ -365,43 +366,9 @@ class HttpxBatchHttpStore(HttpStore):
 # -- backends ---------------------------------------------------------------------
 @contextlib.contextmanager
 def http_server(db: Path) -> Iterator[tuple[str, str, int]]:
-    """``agl store serve`` in a subprocess over a SQLite file; yields (url, token, pid)."""
-    sock = __import__("socket").socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    token = new_token(16)
-    code = "import sys; from agl_trainer.cli import main; sys.exit(main())"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            code,
-            "store",
-            "serve",
-            "--store",
-            f"sqlite:///{db}",
-            "--port",
-            str(port),
-            f"--admin-token={token}",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("agl store serve did not start") from None
-                time.sleep(0.05)
-        yield url, token, proc.pid
-    finally:
-        stop_process(proc)
+    """``agl store serve`` of this checkout in a subprocess over a SQLite file; yields (url, token, pid)."""
+    with store_beside.tree_server(ROOT, db) as served:
+        yield served
 
 
 @contextlib.contextmanager
@@ -547,16 +514,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=["embedded", "http", "postgres", "w2", "growth"], action="append")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     parser.add_argument(
+        "--beside",
+        metavar="COMMIT",
+        help="only: the store over HTTP beside COMMIT's, taking turns --repeat times per client count, "
+        "and their ratio (see tests/benchmarks/store_beside.py)",
+    )
+    parser.add_argument("--rollouts", type=int, metavar="N", help="W1 rollouts a run (default 1000; 200 with --quick)")
+    parser.add_argument(
         "--repeat",
         type=int,
         default=3,
         metavar="N",
-        help="embedded W1 runs per writer count, store and baseline taking turns; the median is reported (default 3)",
+        help="W1 runs per writer count, embedded store and baseline (or, with --beside, the two servers) taking turns;"
+        " the median is reported (default 3)",
     )
     args = parser.parse_args(argv)
-    w1_rollouts = 200 if args.quick else 1000
+    w1_rollouts = args.rollouts or (200 if args.quick else 1000)
     w2_rollouts = 2000 if args.quick else 10_000
     writer_counts = [1, 32, 256]
+    if args.beside:
+        rows = store_beside.compare(args.beside, writer_counts, w1_rollouts, max(1, args.repeat))
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+        return 0
     only = set(args.only or ["embedded", "growth", "http", "postgres", "w2"])
     print(
         f"store benchmark on {os.cpu_count()} CPUs; W1 = {w1_rollouts} rollouts x {SPANS_PER_ROLLOUT} spans", flush=True

@@ -4,6 +4,8 @@ embedded store and over HTTP, each refused with an error that names the field or
 from __future__ import annotations
 
 import contextlib
+import sqlite3
+import struct
 
 import httpx
 import pytest
@@ -241,3 +243,33 @@ def test_a_runner_fails_a_rollout_whose_agent_returns_a_non_finite_reward(tmp_pa
             assert ended.status == RolloutStatus.FAILED and "reward: the agent returned" in ended.error
         assert store.get_rollout("ro1").output == {"kept": True}
         assert [(r.rollout_id, r.value) for r in store.query_rewards()] == [("ro2", 1.0)]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (float("nan"), "out: must be a finite number, got nan"),
+        ([1, 2, [3, {"a": (4, -float("inf"))}]], "out[2][1].a[1]: must be a finite number, got -inf"),
+        ({"n": [True, None, "x", 2**63]}, "out.n[3]: integer out of the 64-bit range"),
+        ({"n": {"m": -(2**63) - 1}}, "out.n.m: integer out of the 64-bit range"),
+        ([_nested(MAX_JSON_DEPTH)], "out: nests deeper than 64 levels"),
+    ],
+)
+def test_every_bad_part_of_json_is_found_wherever_it_sits(value, message):
+    with pytest.raises(ValueError) as caught:
+        check_json(value, "out")
+    assert str(caught.value) == message
+    check_json({"ok": [True, None, "x", 2**63 - 1, -(2**63), 1e308, -0.0, (1, 2.5)]}, "out")
+
+
+def test_a_store_reads_its_own_records_back_without_checking_them_again(tmp_path):
+    # what a store wrote was checked then; reading it back (transitions read every call) does not check again
+    with SqliteStore(tmp_path / "agl.db") as store:
+        store.add_llm_calls([LLMCall(call_id="c1", prompt_ids=[1, 2], response_ids=[3], response_logprobs=[-0.5])])
+        with (
+            contextlib.closing(sqlite3.connect(tmp_path / "agl.db")) as conn,
+            conn,
+        ):  # as if a build without checks wrote it
+            conn.execute("UPDATE llm_calls SET prompt_ids = ? WHERE call_id = 'c1'", (struct.pack("<2i", 1, -2),))
+        [call] = store.query_llm_calls()
+        assert list(call.prompt_ids) == [1, -2]

@@ -25,7 +25,7 @@ from agl.schema import (
     Task,
     Transition,
 )
-from agl.tokens import float32_array, int32_array, to_bytes
+from agl.tokens import STORED, float32_array, int32_array, to_bytes
 
 TASK = Task(
     task_id="t1",
@@ -371,3 +371,65 @@ def test_a_forked_child_does_not_repeat_its_parents_ids(monkeypatch):
     os.waitpid(pid, 0)
     assert len(child) == 50
     assert not parent & child
+
+
+# -- token checks on the packed bytes (issue 32: checks that cost little) ----------------------
+def _f32(bits: int) -> float:
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+@pytest.mark.parametrize(
+    ("ids", "bad_at"),
+    [
+        ([0, 1, 2**31 - 1, 255, 256, 2**24], None),  # every byte value below the sign bit, the largest id
+        ([5, -1], 1),
+        ([-(2**31), 7], 0),
+        ([2**23, 2**24 - 1, -256], 2),
+    ],
+)
+def test_token_ids_are_checked_for_sign_however_they_come(ids, bad_at):
+    packed = struct.pack(f"<{len(ids)}i", *ids)
+    for given in (ids, array("i", ids), packed, base64.b64encode(packed).decode()):
+        if bad_at is None:
+            assert list(LLMCall(call_id="c", prompt_ids=given, response_ids=[]).prompt_ids) == ids
+        else:
+            _, text = _error_of(LLMCall, call_id="c", prompt_ids=given, response_ids=[])
+            assert f"token ids are non-negative: [{bad_at}] is {ids[bad_at]}" in text
+
+
+@pytest.mark.parametrize(
+    ("bits", "finite"),
+    [
+        (0x7F7FFFFF, True),  # the largest float32: exponent byte 0x7f with its last bit clear
+        (0xFF7FFFFF, True),  # the most negative one
+        (0x7F000000, True),  # 2**127
+        (0xC61C3C00, True),  # -9999, the gateway's floor
+        (0x00000001, True),  # the smallest subnormal
+        (0x7F800000, False),  # +inf
+        (0xFF800000, False),  # -inf
+        (0x7FC00000, False),  # the usual NaN
+        (0xFF800001, False),  # a NaN with a payload and the sign set
+    ],
+)
+def test_logprobs_are_checked_for_finiteness_on_their_bits(bits, finite):
+    values = [-0.5, _f32(bits), -0.25]
+    packed = struct.pack("<3I", 0xBF000000, bits, 0xBE800000)
+    for given in (packed, base64.b64encode(packed).decode(), array("f", values)):
+        fields = {"call_id": "c", "prompt_ids": [1], "response_ids": [1, 2, 3], "response_logprobs": given}
+        if finite:
+            assert list(LLMCall(**fields).response_logprobs) == values
+        else:
+            error, text = _error_of(LLMCall, **fields)
+            assert error["loc"] == ("response_logprobs",) and "logprobs are finite numbers: [1]" in text
+
+
+def test_records_a_store_wrote_are_read_back_without_checking_again():
+    row = {"call_id": "c", "prompt_ids": [-3], "response_ids": [1], "response_logprobs": [math.nan]}
+    row["request"] = {"deep": [[[float("inf")]]]}
+    with pytest.raises(ValidationError):
+        LLMCall.model_validate(row)
+    call = LLMCall.model_validate(row, context=STORED)  # what a store reads back of its own
+    assert call.prompt_ids[0] == -3 and math.isnan(call.response_logprobs[0])
+    # a check that belongs to the record's shape, not its values, still holds on a read
+    with pytest.raises(ValidationError, match="response_logprobs"):
+        LLMCall.model_validate(row | {"response_ids": []}, context=STORED)

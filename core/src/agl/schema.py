@@ -16,11 +16,11 @@ import time
 from enum import Enum
 from typing import Annotated, Any, Literal, NoReturn
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 from ulid import LaxMonotonicPolicy, ULIDGenerator
 
-from agl.tokens import Logprobs, TokenIds
+from agl.tokens import Logprobs, TokenIds, stored
 
 MAX_JSON_DEPTH = 64
 """How deeply the free-form JSON of a model (attributes, inputs, outputs, requests) may nest."""
@@ -34,28 +34,42 @@ _TOO_DEEP = f"nests deeper than {MAX_JSON_DEPTH} levels"
 def _json_problem(value: Any, depth: int) -> tuple[tuple[Any, ...], str] | None:
     """``(path, reason)`` of the first part of ``value`` that is not bounded, finite JSON, or None."""
     kind = type(value)
-    if kind is str or kind is bool or value is None:
-        return None
-    if kind is float:
-        return None if math.isfinite(value) else ((), f"must be a finite number, got {value}")
-    if kind is int:
-        return None if INT64_MIN <= value <= INT64_MAX else ((), "integer out of the 64-bit range")
-    if depth >= MAX_JSON_DEPTH:
-        return (), _TOO_DEEP
     if kind is dict:
         items: Any = value.items()
     elif kind is list or kind is tuple:
         items = enumerate(value)
     else:
-        return None  # other Python objects: serialisation decides
+        return _scalar_problem(value)
+    if depth >= MAX_JSON_DEPTH:
+        return (), _TOO_DEEP
     for key, item in items:
-        if type(item) is str or item is None:
+        kind = type(item)
+        # scalars are looked at here, containers one call down: one call per container, not per value
+        if kind is str or kind is bool or item is None:
             continue
-        problem = _json_problem(item, depth + 1)
+        if kind is float:
+            if item - item == 0.0:  # finite: inf - inf and nan - nan are nan
+                continue
+            problem: tuple[tuple[Any, ...], str] | None = _scalar_problem(item)
+        elif kind is int:
+            if INT64_MIN <= item <= INT64_MAX:
+                continue
+            problem = _scalar_problem(item)
+        else:
+            problem = _json_problem(item, depth + 1)
         if problem is not None:
             # too deep is said of the whole value: a path of 64 steps helps no one
             return problem if problem[1] is _TOO_DEEP else ((key, *problem[0]), problem[1])
     return None
+
+
+def _scalar_problem(value: Any) -> tuple[tuple[Any, ...], str] | None:
+    kind = type(value)
+    if kind is float:
+        return None if math.isfinite(value) else ((), f"must be a finite number, got {value}")
+    if kind is int:
+        return None if INT64_MIN <= value <= INT64_MAX else ((), "integer out of the 64-bit range")
+    return None  # str, bool, None; other Python objects: serialisation decides
 
 
 def check_json(value: Any, field: str = "value") -> Any:
@@ -79,7 +93,9 @@ def _path(parts: tuple[Any, ...]) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
 
 
-def _valid_json(value: Any) -> Any:
+def _valid_json(value: Any, info: ValidationInfo) -> Any:
+    if stored(info):  # checked when the store wrote it
+        return value
     problem = _json_problem(value, 0)
     if problem is not None:
         where = _path(problem[0])
@@ -93,7 +109,8 @@ def _valid_json(value: Any) -> Any:
 
 JSON = Annotated[Any, AfterValidator(_valid_json)]
 """Any JSON-serialisable value; in a model, one that is finite, within 64-bit integers and
-at most :data:`MAX_JSON_DEPTH` deep (a ``ValidationError`` names the field otherwise)."""
+at most :data:`MAX_JSON_DEPTH` deep (a ``ValidationError`` names the field otherwise). A record
+validated with the context :data:`agl.tokens.STORED` (what a store reads back of its own) is not walked again."""
 JSONObject = Annotated[dict[str, Any], AfterValidator(_valid_json)]
 """A JSON object, checked as :data:`JSON` in one pass (not once per value)."""
 

@@ -80,6 +80,7 @@ from agl.store.base import (
     step_record_row,
     with_defaults,
 )
+from agl.tokens import STORED
 
 log = logging.getLogger(__name__)
 
@@ -458,7 +459,7 @@ class HttpStore(Store):
                         if seen > yielded:
                             yielded = seen
                             attempts.reset()
-                            yield model.model_validate_json(line)
+                            yield model.model_validate_json(line, context=STORED)
                 return
             except httpx.TransportError as exc:
                 error: Exception = self._unreachable(exc)
@@ -541,7 +542,7 @@ class HttpStore(Store):
         self._post("/v1/tasks", b'{"tasks":' + body + b"}")
 
     def get_task(self, task_id: str) -> Task:
-        return Task.model_validate_json(self._request("GET", f"/v1/tasks/{_seg(task_id)}").content)
+        return Task.model_validate_json(self._request("GET", f"/v1/tasks/{_seg(task_id)}").content, context=STORED)
 
     def query_tasks(self, *, split: str | None = None) -> Iterator[Task]:
         return self._stream("/v1/tasks/query", {"split": split}, Task)
@@ -550,14 +551,14 @@ class HttpStore(Store):
     def enqueue(self, rollouts: Sequence[Rollout]) -> list[Rollout]:
         body = _ROLLOUTS.dump_json(list(rollouts))
         answer = self._post("/v1/rollouts", b'{"rollouts":' + body + b"}")
-        return _ROLLOUTS.validate_python(answer.json()["rollouts"])
+        return _ROLLOUTS.validate_python(answer.json()["rollouts"], context=STORED)
 
     def claim(self, runner_id: str, *, limit: int = 1, claim_id: str | None = None) -> list[Rollout]:
         if limit < 1:
             raise ValueError(f"limit: must be at least 1, got {limit}")
         payload = {"runner_id": runner_id, "limit": limit, "claim_id": claim_id or f"claim-{uuid.uuid4().hex}"}
         [result] = self._coalescer.submit([_Op("claims", json.dumps(payload).encode())])
-        claimed = _ROLLOUTS.validate_python(result["rollouts"])
+        claimed = _ROLLOUTS.validate_python(result["rollouts"], context=STORED)
         keys = result.get("keys") or {}
         if keys:
             with self._keys_lock:
@@ -586,17 +587,18 @@ class HttpStore(Store):
         except (TypeError, ValueError) as exc:
             raise ValueError(f"output: not JSON-serialisable: {exc}") from exc
         [result] = self._coalescer.submit([_Op("finishes", encoded)])
-        return Rollout.model_validate(result["rollout"])
+        return Rollout.model_validate(result["rollout"], context=STORED)
 
     def cancel(self, rollout_ids: Sequence[str]) -> None:
         self._post("/v1/cancellations", {"rollout_ids": list(rollout_ids)})
 
     def expire(self, *, heartbeat_timeout_s: float, now: float | None = None) -> list[Rollout]:
         answer = self._post("/v1/expirations", {"heartbeat_timeout_s": heartbeat_timeout_s, "now": now})
-        return _ROLLOUTS.validate_python(answer.json()["rollouts"])
+        return _ROLLOUTS.validate_python(answer.json()["rollouts"], context=STORED)
 
     def get_rollout(self, rollout_id: str) -> Rollout:
-        return Rollout.model_validate_json(self._request("GET", f"/v1/rollouts/{_seg(rollout_id)}").content)
+        answer = self._request("GET", f"/v1/rollouts/{_seg(rollout_id)}").content
+        return Rollout.model_validate_json(answer, context=STORED)
 
     def query_rollouts(self, **query: Unpack[RolloutQuery]) -> Iterator[Rollout]:
         filters = _id_lists(with_defaults(RolloutQuery, query, "query_rollouts"))
@@ -637,7 +639,8 @@ class HttpStore(Store):
         self._post("/v1/model_versions", version.model_dump_json().encode())
 
     def get_model_version(self, version: str) -> ModelVersion:
-        return ModelVersion.model_validate_json(self._request("GET", f"/v1/model_versions/{_seg(version)}").content)
+        answer = self._request("GET", f"/v1/model_versions/{_seg(version)}").content
+        return ModelVersion.model_validate_json(answer, context=STORED)
 
     def latest_model_version(self) -> ModelVersion | None:
         answer = self._get("/v1/model_versions/latest")

@@ -52,7 +52,7 @@ from agl.schema import (
 )
 from agl.store.base import FinishOptions, Store, step_record_row, with_defaults
 from agl.store.claims import Claim, Finish, RolloutQueue
-from agl.tokens import float32_array, int32_array, to_bytes
+from agl.tokens import STORED, float32_array, int32_array, to_bytes
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ def _dumps(value: Any) -> str:
 def _rollout_from_row(row: Sequence[Any]) -> Rollout:
     data = dict(zip(_ROLLOUT_COLUMNS, row, strict=False))
     data["output"] = None if data["output"] is None else json.loads(data["output"])
-    return Rollout.model_validate(data)
+    return Rollout.model_validate(data, context=STORED)
 
 
 class TransitionRows(NamedTuple):
@@ -834,7 +834,7 @@ class SqlStore(Store):
         rows = self._read("SELECT body FROM tasks WHERE task_id = ?", [task_id])
         if not rows:
             raise NotFound("task", task_id)
-        return Task.model_validate_json(rows[0][0])
+        return Task.model_validate_json(rows[0][0], context=STORED)
 
     def query_tasks(self, *, split: str | None = None) -> Iterator[Task]:
         where, params = ["1 = 1"], []
@@ -842,7 +842,7 @@ class SqlStore(Store):
             where.append("split = ?")
             params.append(split)
         for (body,) in self._paged("tasks", "body", where, params):
-            yield Task.model_validate_json(body)
+            yield Task.model_validate_json(body, context=STORED)
 
     # -- rollouts ------------------------------------------------------------------
     def enqueue(self, rollouts: Sequence[Rollout]) -> list[Rollout]:
@@ -928,7 +928,7 @@ class SqlStore(Store):
         for row in rows:
             rollout = _rollout_from_row(row)
             body = found.get(rollout.task_id)
-            rollout.task = None if body is None else Task.model_validate_json(body)
+            rollout.task = None if body is None else Task.model_validate_json(body, context=STORED)
             rollouts.append(rollout)
         rollouts.sort(key=lambda r: r.created_at)
         return rollouts
@@ -1189,7 +1189,7 @@ class SqlStore(Store):
         self._filter_rollout(where, params, rollout_id, rollout_ids, production)
         self._where_given(where, params, ("kind = ?", kind), ("start_time >= ?", since), ("start_time < ?", until))
         for (body,) in self._paged("spans", "body", where, params):
-            yield Span.model_validate_json(body)
+            yield Span.model_validate_json(body, context=STORED)
 
     def query_llm_calls(self, *, rollout_id=None, rollout_ids=None, call_ids=None, production=False):
         where, params = ["1 = 1"], []
@@ -1204,7 +1204,7 @@ class SqlStore(Store):
             data["response_ids"] = int32_array(bytes(response))
             data["response_logprobs"] = None if logprobs is None else float32_array(bytes(logprobs))
             data["behaviour_logprobs"] = None if behaviour is None else float32_array(bytes(behaviour))
-            yield LLMCall.model_validate(data)
+            yield LLMCall.model_validate(data, context=STORED)
 
     def query_rewards(self, *, rollout_id=None, rollout_ids=None, production=False):
         where, params = ["1 = 1"], []
@@ -1276,7 +1276,7 @@ class SqlStore(Store):
         """These tasks by id; ids not in the store are left out."""
         out = {}
         for (body,) in self._read_in("SELECT body FROM tasks WHERE", "task_id", task_ids):
-            task = Task.model_validate_json(body)
+            task = Task.model_validate_json(body, context=STORED)
             out[task.task_id] = task
         return out
 
@@ -1298,11 +1298,11 @@ class SqlStore(Store):
         rows = self._read("SELECT body FROM model_versions WHERE version = ?", [version])
         if not rows:
             raise NotFound("model version", version)
-        return ModelVersion.model_validate_json(rows[0][0])
+        return ModelVersion.model_validate_json(rows[0][0], context=STORED)
 
     def latest_model_version(self) -> ModelVersion | None:
         rows = self._read("SELECT body FROM model_versions ORDER BY pk DESC LIMIT 1")
-        return ModelVersion.model_validate_json(rows[0][0]) if rows else None
+        return ModelVersion.model_validate_json(rows[0][0], context=STORED) if rows else None
 
     # -- step records ---------------------------------------------------------------
     def add_step_record(self, run_id: str, record: dict[str, Any]) -> None:

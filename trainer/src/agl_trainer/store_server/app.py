@@ -7,7 +7,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -291,7 +291,7 @@ class _Api:
         body = await self.body(request, model)
         items = getattr(body, field)
         if observations:
-            await self.call(self.auth.check_observations, caller_of(request.scope), items, field)
+            await self._check_observations(caller_of(request.scope), items, field)
         await self.call(method, items)
         return _json_response(b'{"ok":true}')
 
@@ -367,46 +367,79 @@ class _Api:
         tail = b"}" if keys is None else b',"keys":' + json.dumps(keys).encode() + b"}"
         return b'{"rollouts":' + _ROLLOUT_LIST.dump_json(rollouts) + tail
 
-    async def raw_batch(self, scope, receive, send) -> None:
-        """``POST /v1/batch`` as a plain ASGI handler: the hot path of every runner, so it
-        skips the framework's request and response objects (same answers as the route)."""
-        key = b""
-        for name, value in scope["headers"]:
-            if name == b"idempotency-key":
-                key = value
-        status, out = 200, b""
-        extra: list[tuple[bytes, bytes]] = []
-        hit = self.cache.get(key.decode("latin-1")) if key else None
-        if hit is not None:
-            status, out = hit
-        else:
-            try:
-                raw = await read_body(receive, self.max_body_bytes)  # its length checked by BodyLimits
-                body = BatchBody.model_validate_json(raw or b"{}")
-                caller = caller_of(scope)
-                if caller.scope != ADMIN:
-                    await self.call(self._check_batch, caller, body)
-                if self.together is not None and time.monotonic() >= self.inline_after and self.store._writer_free():
-                    out = self._run_batch_inline(body)
-                else:
-                    out = await self.call(self._run_batch, body)
-                if key:
-                    self.cache.put(key.decode("latin-1"), 200, out)
-            except ClientDisconnect:
-                return
-            except Exception as exc:
-                status, payload = error_payload(exc)
-                out = json.dumps({"error": payload}).encode()
-                extra = [(k.lower().encode(), v.encode()) for k, v in error_headers(status, payload).items()]
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(out)).encode())]
-                + extra,
-            }
-        )
-        await send({"type": "http.response.body", "body": out})
+    def raw(self, answer: Callable[[Caller, bytes], Awaitable[bytes]]) -> Callable[..., Awaitable[None]]:
+        """A hot write route as a plain ASGI handler, past the credential check: the routes every
+        runner and gateway send to on each step, so they skip the framework's router, request and
+        response objects. Same answers as a route: ``answer(caller, body)`` gives the 200 body, an
+        exception its error (:func:`error_payload`), a repeated ``Idempotency-Key`` the cached answer."""
+
+        async def handler(scope, receive, send) -> None:
+            key = b""
+            for name, value in scope["headers"]:
+                if name == b"idempotency-key":
+                    key = value
+            status, out = 200, b""
+            extra: list[tuple[bytes, bytes]] = []
+            hit = self.cache.get(key.decode("latin-1")) if key else None
+            if hit is not None:
+                status, out = hit
+            else:
+                try:
+                    raw = await read_body(receive, self.max_body_bytes)  # its length checked by BodyLimits
+                    out = await answer(caller_of(scope), raw or b"{}")
+                    if key:
+                        self.cache.put(key.decode("latin-1"), 200, out)
+                except ClientDisconnect:
+                    return
+                except Exception as exc:
+                    status, payload = error_payload(exc)
+                    out = json.dumps({"error": payload}).encode()
+                    extra = [(k.lower().encode(), v.encode()) for k, v in error_headers(status, payload).items()]
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(out)).encode())]
+            await send({"type": "http.response.start", "status": status, "headers": headers + extra})
+            await send({"type": "http.response.body", "body": out})
+
+        return handler
+
+    def raw_routes(self) -> dict[tuple[str, str], Callable[..., Awaitable[None]]]:
+        """``(method, path)`` of the hot routes, each as a plain ASGI handler (see :meth:`raw`)."""
+        observed = {"spans": (SpansBody, self.store.add_spans), "llm_calls": (LLMCallsBody, self.store.add_llm_calls)}
+        observed["rewards"] = (RewardsBody, self.store.add_rewards)
+        routes = {("POST", "/v1/batch"): self.raw(self._batch_answer)}
+        routes["POST", "/v1/claims"] = self.raw(self._claim_answer)
+        for field, (model, method) in observed.items():
+            routes["POST", f"/v1/{field}"] = self.raw(self._observations_answer(model, field, method))
+        return routes
+
+    async def _batch_answer(self, caller: Caller, raw: bytes) -> bytes:
+        body = BatchBody.model_validate_json(raw)
+        if caller.scope != ADMIN:
+            await self.call(self._check_batch, caller, body)
+        if self.together is not None and time.monotonic() >= self.inline_after and self.store._writer_free():
+            return self._run_batch_inline(body)
+        return await self.call(self._run_batch, body)
+
+    async def _claim_answer(self, caller: Caller, raw: bytes) -> bytes:
+        body = ClaimBody.model_validate_json(raw)
+        rollouts = await self.call(self.store.claim, body.runner_id, limit=body.limit, claim_id=body.claim_id)
+        return self._claimed(rollouts)
+
+    def _observations_answer(
+        self, model: type[Body], field: str, method: Callable[..., Any]
+    ) -> Callable[[Caller, bytes], Awaitable[bytes]]:
+        async def answer(caller: Caller, raw: bytes) -> bytes:
+            items = getattr(model.model_validate_json(raw), field)
+            await self._check_observations(caller, items, field)
+            await self.call(method, items)
+            return b'{"ok":true}'
+
+        return answer
+
+    async def _check_observations(self, caller: Caller, items: list[Any], field: str) -> None:
+        if caller.scope == RUNNER:  # looks up the rollouts' status: a thread, as every store call
+            await self.call(self.auth.check_observations, caller, items, field)
+        else:  # the admin's and a rollout key's need no store: checked here, without a thread hop
+            self.auth.check_observations(caller, items, field)
 
     def _run_batch_inline(self, body: BatchBody) -> bytes:
         """Run a batch on the event loop: when the store's writer is idle it commits at once,
@@ -578,7 +611,7 @@ def create_app(
     )
     app.state.store = store
     limited = BodyLimits(app, max_body_bytes, error_response)
-    fast = {("POST", "/v1/batch"): BodyLimits(api.raw_batch, max_body_bytes, error_response)}
+    fast = {route: BodyLimits(handler, max_body_bytes, error_response) for route, handler in api.raw_routes().items()}
     auth = BearerAuth(limited, token, fast_routes=fast, auth=api.auth)
     auth.close = api.close
     auth.routes = app.routes
