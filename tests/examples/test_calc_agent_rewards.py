@@ -230,9 +230,9 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
             "tool_calls_per_episode": validity,
         }
 
-    def record(seed, after, lr=1e-3, steps_without_signal="step"):
+    def record(seed, after, lr=1e-3, steps_without_signal="step", **extra):
         return {
-            "name": spec.arm(lr, steps_without_signal),
+            "name": spec.arm(lr, steps_without_signal, extra.get("max_staleness", 0)),
             "seed": seed,
             "lr": lr,
             "steps_without_signal": steps_without_signal,
@@ -241,10 +241,12 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
             "n_rollouts": 8,
             "eval_problems": 60,
             "wall_s": 1200.0 + 120 * seed,
+            "step_s_mean": 60.0 + 10 * seed,
             "before": figures(0.0, 0.0, 0.98),
             "after": figures(after, 4 * after, 1.0),
             "train_success_by_step": [0.0, 0.1, 0.2, 0.3],
             "train_tool_calls": {"tool_call_validity": 0.9},
+            **extra,
         }
 
     results = tmp_path / "results"
@@ -258,6 +260,8 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
         save(results, record(seed, after))
     save(results, record(0, 0.2, lr=3e-4))
     save(results, record(0, 0.15, steps_without_signal="skip"))
+    save(results, record(0, 0.1, lr=3e-4, max_staleness=1))  # asynchronous steps
+    save(results, {**record(0, 0.1, lr=3e-4), "name": "calc_agent-production-graded0.5", "graded": 0.5})
     # The lr's choice on validation: the runs' records, each adapter's val summary beside it.
     choice = results / "lr-choice"
     choice.mkdir()
@@ -289,12 +293,15 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
     ]
     assert f"not yet evaluated on val (no val-{spec.arm(3e-4, 'step')}-seed2.json)" in lr_block
     rows = [[c.strip() for c in r.strip("|").split("|")] for r in results_block.splitlines() if r.startswith("| ")]
-    other_lr, seed0, seed1, mean, skip = rows[1:]  # the config's lr (3e-4) first; at one lr, skipping after
+    # the config's lr (3e-4) first; at one lr, skipping after; then asynchronous runs, then recorded traffic
+    other_lr, seed0, seed1, mean, skip, asynchronous, recorded = rows[1:]
+    assert asynchronous[:2] == ["0.0003, async k=1", "0"] and recorded[0] == "0.0003, recorded traffic 50% graded"
     assert seed0[:3] == ["0.001", "0", "0.0"] and (seed0[3], seed0[5]) == ("5.0", "20.0")  # after; on 2 operations
     assert seed1[1] == "1" and other_lr[:2] == ["0.0003", "0"] and other_lr[3] == "20.0"  # a row per seed, by arm
     assert skip[:2] == ["0.001, skip", "0"] and skip[3] == "15.0"
     assert mean[1] == "**mean ± std**" and mean[3] == "7.5 ± 3.5" and mean[5] == "30.0 ± 14.1"
-    assert mean[12:] == ["5.0 ± 0.0", "25.0 ± 0.0", "90.0 ± 0.0", "21.0 ± 1.4"]  # training halves, validity, minutes
+    # training halves, validity, seconds a step, minutes
+    assert mean[12:] == ["5.0 ± 0.0", "25.0 ± 0.0", "90.0 ± 0.0", "65 ± 7", "21.0 ± 1.4"]
     for unmarked in ("no markers\n", f"{START}\nold\n{END}\n"):  # the second lacks the lr-choice block
         (tmp_path / "unmarked.md").write_text(unmarked)
         assert report.main(["--results", str(results), "--readme", str(tmp_path / "unmarked.md")]) == 1
