@@ -131,3 +131,13 @@ def _plugins_registered_by_a_test_end_with_it():
     for name, plugin in pm.list_name_plugin():
         if name not in before and plugin is not None:
             pm.unregister(name=name)
+
+
+async def read_asgi_body(receive) -> bytes:
+    """A request's whole body from an ASGI ``receive``, however many messages it comes in."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body

@@ -25,6 +25,7 @@ from agl.schema import Rollout, Span, Task
 from agl.store.http import HttpStore
 from agl.store.sqlite import SqliteStore
 from agl_trainer.store_server import ServerThread
+from tests.conftest import read_asgi_body
 
 
 def _good(n: int, rollout_id: str = "ro") -> list[Span]:
@@ -59,12 +60,7 @@ class PoisonIs500:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] != "/v1/batch":
             return await self.app(scope, receive, send)
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_asgi_body(receive)
         if self.marker in body:
             self.refused += 1
             answer = JSONResponse({"error": {"type": "IntegrityError", "reason": "boom"}}, status_code=500)

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from agl_trainer.http import DEFAULT_HEADER_TIMEOUT_S, BackgroundServer
-from tests.conftest import free_port
+from tests.conftest import free_port, read_asgi_body
 from tests.reliability.conftest import StoreProcess
 from tests.reliability.targets import gateway_target, store_target
 
@@ -64,12 +64,7 @@ async def _echo(scope, receive, send) -> None:
     """Answers a request with its body, read whole (however slowly it comes)."""
     if scope["type"] != "http":
         return
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    body = await read_asgi_body(receive)
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]})
     await send({"type": "http.response.body", "body": body})
 
