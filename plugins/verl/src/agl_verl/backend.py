@@ -115,11 +115,9 @@ class VerlBackend(Backend):
         from agl_verl import correction
 
         current = self.current_version
-        off_policy = current is not None and any(t.model_version != current for t in transitions)
-        chosen = correction.choose(self.settings.rollout_correction, off_policy)
-        counts["offpolicy_transitions"] = float(
-            sum(t.model_version != current for t in transitions) if current is not None else 0
-        )
+        behind = 0 if current is None else sum(t.model_version != current for t in transitions)
+        counts["offpolicy_transitions"] = float(behind)
+        chosen = correction.choose(self.settings.rollout_correction, behind > 0)
         if chosen is None:
             return transitions, None
         usable = [t for t in transitions if t.behaviour_logprobs is not None]
