@@ -331,6 +331,10 @@ class LLMCall(_Model):
         "temperature, top-p and top-k; 0 for a greedy token): what importance weights need",
     )
     model_version: str | None = None
+    policy: str | None = Field(
+        default=None,
+        description="the policy that served the call (chosen by its requested model name); None: a run of one policy",
+    )
     latency_s: float | None = None
     created_at: float = Field(default_factory=now)
     max_response_tokens: int | None = Field(
@@ -417,6 +421,7 @@ class Transition(_Model):
     )
     reward: float
     model_version: str | None = None
+    policy: str | None = Field(default=None, description="the policy that served the call (LLMCall.policy)")
     token_source: Literal["engine", "text"] = "engine"
     call_id: str | None = None
     weight: float = Field(default=1.0, ge=0, description="loss weight (rollout-level normalization)")
@@ -441,8 +446,11 @@ class ModelVersion(_Model):
     """A set of weights (or an adapter) an engine can serve."""
 
     version: str = Field(min_length=1)
-    path: str | None = None
+    path: str | None = Field(default=None, description="the weights or adapter; None: the base model's own weights")
     base_model: str | None = None
+    policy: str | None = Field(
+        default=None, description="the policy these weights are for (see TrainerConfig.policies); None: the only one"
+    )
     step: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     created_at: float = Field(default_factory=now)
     metadata: JSONObject = Field(default_factory=dict)
