@@ -42,6 +42,12 @@ class Engine(abc.ABC):
         """Serve the weights (or adapter) at ``version.path`` as ``version.version``.
 
         Requests in flight finish on the old weights; later ones see the new.
+
+        ``version.policy`` names the policy the weights are for. None is the default policy,
+        which answers every request that names no other. A named policy answers the requests
+        whose ``model`` is :meth:`policy_model` of it, beside the others (an engine that serves
+        one set of weights only refuses it with ``ValueError``); its ``version.path`` None
+        means the base model's own weights, as for a policy that is never trained.
         """
 
     @property
@@ -51,6 +57,10 @@ class Engine(abc.ABC):
 
     def stop(self) -> None:
         """Stop the replicas."""
+
+    def policy_model(self, policy: str) -> str:
+        """The ``model`` a request gives to be answered by ``policy`` (loaded with :meth:`load_version`)."""
+        return policy
 
     logprobs_kind: Literal["raw", "behaviour"] = "raw"
     """What the engine's ``logprobs`` are: the raw model's (``behaviour_logprobs``, where given,
