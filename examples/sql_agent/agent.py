@@ -24,6 +24,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, StateGraph
 
+import agl
 from agl_langchain import AglCallbackHandler
 
 from .database import run_query
@@ -37,6 +38,20 @@ CHECKER_MAX_TOKENS = 24
 sometimes runs on without a newline, and every token it writes is decoded on the CPU."""
 
 NODES = ("write_query", "check_query", "rewrite_query", "execute_query")
+
+WRITER_MODEL = "sql-writer"
+CHECKER_MODEL = "sql-checker"
+"""The model name each role asks for where agl serves the rollout: the writer (and the rewriter,
+which is the writer asked again) and the checker. A run of one policy serves every name the same
+weights; a run that names policies routes each name to its own (``policies`` in ``config.py``)."""
+
+FIRST_QUERY_RUNS = "first_query_runs"
+FIRST_QUERY_RUNS_VALUE = 0.5
+"""The intermediate reward the agent emits after the writer's first query: this much when the
+query runs on the database (whatever its rows), 0 when it does not. The ``emitted`` credit
+strategy adds it to the writer's call; ``broadcast`` and ``discounted`` use only the final reward.
+Half the final reward, chosen before any run (not tuned): a query that runs is a step towards the
+right one, not the goal."""
 
 
 class SQLState(TypedDict, total=False):
@@ -58,7 +73,11 @@ def build_graph(writer: BaseChatModel, checker: BaseChatModel | None = None):
 
     def write_query(state: SQLState) -> SQLState:
         answer = writer.invoke(writer_messages(state["question"]))
-        return {"sql": extract_sql(answer.content), "rounds": 0, "rewrites": 0}
+        sql = extract_sql(answer.content)
+        if agl.current_rollout() is not None:  # the database check costs a query; only training pays it
+            runs = bool(sql) and run_query(sql).error is None
+            agl.emit_reward(FIRST_QUERY_RUNS_VALUE if runs else 0.0, name=FIRST_QUERY_RUNS)
+        return {"sql": sql, "rounds": 0, "rewrites": 0}
 
     def check_query(state: SQLState) -> SQLState:
         verdict = checker.invoke(checker_messages(state["question"], state["sql"] or NO_QUERY)).content
@@ -93,8 +112,11 @@ _http_client = openai.DefaultHttpxClient()
 _http_async_client = openai.DefaultAsyncHttpxClient()
 
 
-def chat_model(ctx, *, stop: list[str], max_tokens: int | None = None) -> ChatOpenAI:
+def chat_model(ctx, *, role_model: str, stop: list[str], max_tokens: int | None = None) -> ChatOpenAI:
     """The policy's endpoint: the rollout context's, else ``OPENAI_BASE_URL`` from the environment.
+
+    In a rollout context the model asked for is ``role_model``; outside one it is ``$OPENAI_MODEL``
+    (one model for every role, as a hosted endpoint serves).
 
     ``stop`` ends an answer where its useful part ends (the SQL block, the verdict's
     line); the response length is capped by the trainer (``rollout.max_response_tokens``)
@@ -104,7 +126,7 @@ def chat_model(ctx, *, stop: list[str], max_tokens: int | None = None) -> ChatOp
     return ChatOpenAI(
         base_url=getattr(ctx, "base_url", None) or os.environ.get("OPENAI_BASE_URL"),
         api_key=getattr(ctx, "api_key", None) or os.environ.get("OPENAI_API_KEY", "unused"),
-        model=getattr(ctx, "model", None) or os.environ.get("OPENAI_MODEL", "agl-policy"),
+        model=role_model if getattr(ctx, "base_url", None) else os.environ.get("OPENAI_MODEL", "agl-policy"),
         temperature=resources.get("temperature", 1.0),
         stop=stop,
         max_tokens=max_tokens,
@@ -116,8 +138,8 @@ def chat_model(ctx, *, stop: list[str], max_tokens: int | None = None) -> ChatOp
 
 def sql_agent(task: dict, ctx=None) -> dict[str, Any]:
     """Answer ``task["question"]``; returns the final SQL and what the loop did, for the reward plugin."""
-    writer = chat_model(ctx, stop=["\n```"])
-    checker = chat_model(ctx, stop=["\n"], max_tokens=CHECKER_MAX_TOKENS)
+    writer = chat_model(ctx, role_model=WRITER_MODEL, stop=["\n```"])
+    checker = chat_model(ctx, role_model=CHECKER_MODEL, stop=["\n"], max_tokens=CHECKER_MAX_TOKENS)
     state = build_graph(writer, checker).invoke(
         {"question": task["question"]}, config={"callbacks": [AglCallbackHandler()]}
     )
