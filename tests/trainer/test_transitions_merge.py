@@ -70,8 +70,12 @@ def _conversation():
     return [(p1, r1), (p2, r2), (p3, r3)]
 
 
+def _calls(pairs, versions=("v1",) * 3):
+    return [_call(f"c{k}", k, p, r, versions[k]) for k, (p, r) in enumerate(pairs)]
+
+
 def _store_calls(store, pairs, agents=("solver",) * 3, versions=("v1",) * 3, spans=True):
-    calls = [_call(f"c{k}", k, p, r, versions[k]) for k, (p, r) in enumerate(pairs)]
+    calls = _calls(pairs, versions)
     store.add_llm_calls(calls)
     if spans:
         store.add_spans([_span(f"c{k}", k, agents[k]) for k in range(len(pairs))])
@@ -170,6 +174,20 @@ def test_break_between_model_versions(sqlite_store, reader):
     ts, report = _build(sqlite_store, r, reader, missing_reward=0.0)
     assert [t.model_version for t in ts] == ["v1", "v2"] and ts[0].segments is None and len(ts[1].segments) == 2
     assert report.merge_breaks == {"model_version": 1}
+
+
+def test_break_between_policies_and_each_row_keeps_its_policy(sqlite_store, reader):
+    """Both readers (the fast one reads the policy column) give each transition its call's policy."""
+    r = _rollout(sqlite_store)
+    calls = [
+        c.model_copy(update={"policy": policy})
+        for c, policy in zip(_calls(_conversation()), ("actor", "checker", "checker"), strict=True)
+    ]
+    sqlite_store.add_llm_calls(calls)
+    sqlite_store.add_spans([_span(f"c{k}", k, "solver") for k in range(3)])
+    ts, report = _build(sqlite_store, r, reader, missing_reward=0.0)
+    assert [t.policy for t in ts] == ["actor", "checker"] and len(ts[1].segments) == 2
+    assert report.merge_breaks == {"policy": 1}
 
 
 def test_break_at_a_text_only_call(sqlite_store, reader):

@@ -34,6 +34,11 @@ class Backend(abc.ABC):
     #: transition counts as on-policy.
     current_version: str | None = None
 
+    #: The engine policy this backend trains (``ModelVersion.policy`` of what it publishes), set by
+    #: the trainer before :meth:`setup` in a run of several policies, each with its own backend;
+    #: None: the engine's default weights. Its versions must then be named apart from other policies'.
+    policy: str | None = None
+
     @abc.abstractmethod
     def setup(self, engine: Engine | None) -> None:
         """Prepare the model and optimizer; remember the engine to publish to."""

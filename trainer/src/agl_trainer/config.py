@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agl.env import STORE_URL
 from agl.errors import ConfigError
 from agl.store.base import default_store_url, sqlite_path, sqlite_url
+from agl_trainer.policies import PolicyConfig, check_policies
 from agl_trainer.transitions import TransitionConfig
 
 if TYPE_CHECKING:
@@ -171,6 +172,11 @@ class TrainerConfig(_Config):
         description="train on rollouts already in the store (recorded traffic) instead of generating them; "
         "each is trained on at most once per run",
     )
+    policies: list[PolicyConfig] = Field(
+        default_factory=list,
+        description="the run's policies: each answers the model names it lists, trains on its own calls (or is "
+        "frozen) with its own backend, optimizer and versions; none given: one policy answers every call",
+    )
     backend: ComponentConfig | None = Field(default=None, description="the algorithm backend (registry name + config)")
     engine: ComponentConfig | None = Field(default=None, description="the inference engine started in-process")
     engine_urls: list[str] = Field(default_factory=list, description="base URLs of running engine replicas instead")
@@ -195,6 +201,7 @@ class TrainerConfig(_Config):
     def _one_engine_source(self) -> TrainerConfig:
         if self.engine is not None and self.engine_urls:
             raise ValueError("engine and engine_urls: give one of them, not both")
+        check_policies(self.policies)
         return self
 
     def store_url(self) -> str:

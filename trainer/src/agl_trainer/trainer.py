@@ -79,6 +79,7 @@ from agl_trainer.metrics import (
     reward_metrics,
     transition_metrics,
 )
+from agl_trainer.policy_set import Policy, PolicySet
 from agl_trainer.recorded import RecordedRollouts, group_singletons
 from agl_trainer.transitions import BuildReport, TransitionBuilder
 
@@ -196,6 +197,8 @@ class Trainer:
         self.config = config if isinstance(config, TrainerConfig) else parse_config(config or {})
         self.workdir = Path(self.config.workdir)
         self._backend = backend
+        self.policies = PolicySet(self.config.policies)
+        """The run's policies, each trained one with its backend."""
         self._engine = engine
         self._store = store
         self._own_store = store is None
@@ -269,8 +272,7 @@ class Trainer:
                     self.console.print(f"agl: no recorded rollouts left to train on; stopping before step {step}")
                     break
                 ckpt = self.workdir / "checkpoints" / f"step-{step}"
-                if self.backend is not None:
-                    self.backend.save_checkpoint(ckpt)
+                self.policies.save_checkpoints(ckpt)
                 metrics.append(record)
                 self._hook("agl_step_ended", step=step, metrics=record)
                 state["completed_step"] = step
@@ -344,6 +346,7 @@ class Trainer:
     # -- components ----------------------------------------------------------------------
     @property
     def backend(self) -> Backend | None:
+        """The backend (the first trained policy's, in a run of several; see :attr:`policies`)."""
         return self._backend
 
     def _check_temperature(self, backend: Backend) -> None:
@@ -371,15 +374,7 @@ class Trainer:
             self._engine = resolve("engine", cfg.engine.name, cfg.engine.config)
         if self._engine is not None:
             engine_urls = self._engine.start()
-        if self._backend is None and cfg.backend is not None:
-            self._backend = resolve("backend", cfg.backend.name, cfg.backend.config)
-        if self._backend is None:
-            log.warning("no backend configured: rollouts run and transitions are built, but nothing is trained")
-        else:
-            self._check_temperature(self._backend)
-            self._backend.setup(self._engine)
-            if state["checkpoint"] and state["completed_step"] > 0:
-                self._backend.load_checkpoint(Path(state["checkpoint"]))
+        self._start_backends(state)
         version = state["model_version"]
         if version is None:
             version = (self._engine.model_version if self._engine is not None else None) or "base"
@@ -393,6 +388,7 @@ class Trainer:
             except KeyError:
                 pass
         self._remember_version(version, state["completed_step"])
+        self._start_policies(state)
         gateway_url, token = cfg.gateway.url, cfg.gateway.token or "agl"
         # One writer for the in-process gateway and runner: the runner flushes it before it marks a
         # rollout finished, so the gateway's records of that rollout are in the store by then too.
@@ -406,9 +402,10 @@ class Trainer:
                 token=cfg.gateway.token,
                 keys=RolloutKeys.from_env(),  # external runners make keys with $AGL_ROLLOUT_KEY_SECRET too
                 port=cfg.gateway.port,
-                model_version=version,
+                model_version=None if self.policies.prefixed else version,
                 writer=self._writer,
                 engine_logprobs=self._engine.logprobs_kind if self._engine is not None else "raw",
+                routes=self.policies.routes(self._engine),
             ).start()
             gateway_url, token = self.gateway.url, self.gateway.token
         # Each agent gets its rollout's key, never the gateway token: made with the in-process
@@ -438,6 +435,50 @@ class Trainer:
             state["runner_ids"].append(self.runner.runner_id)
             self._runner_thread = threading.Thread(target=self.runner.run_sync, name="agl-runner", daemon=True)
             self._runner_thread.start()
+
+    def _start_backends(self, state: dict[str, Any]) -> None:
+        """A backend for each trained policy, set up, and restored from the last checkpoint on resume."""
+        from agl.plugins import resolve
+
+        cfg = self.config
+
+        def make(overrides: dict[str, Any]) -> Backend | None:
+            return (
+                None
+                if cfg.backend is None
+                else resolve("backend", cfg.backend.name, {**cfg.backend.config, **overrides})
+            )
+
+        self.policies.make_backends(self._backend, make)
+        self._backend = self.policies.first_backend()
+        if self._backend is None:
+            log.warning("no backend configured: rollouts run and transitions are built, but nothing is trained")
+            return
+        for _, backend in self.policies.backends:
+            self._check_temperature(backend)
+            backend.setup(self._engine)
+        if state["checkpoint"] and state["completed_step"] > 0:
+            self.policies.load_checkpoints(Path(state["checkpoint"]))
+
+    def _start_policies(self, state: dict[str, Any]) -> None:
+        """Each policy's version, registered in the store, and served by the engine when the engine names it."""
+        policies = self.policies
+        policies.start_versions(state, self._engine)
+        for p in policies.policies:
+            if p.engine_name is not None or policies.named:
+                self._store.add_model_version(
+                    ModelVersion(version=p.version, step=0 if p.version == "base" else None, policy=p.engine_name)
+                )
+            registered = self._registered_version(p.version)
+            self._remember_version(p.version, registered.step or 0 if registered is not None else 0)
+        if self._engine is not None:
+            policies.serve_resumed(self._engine, self._registered_version)
+
+    def _registered_version(self, version: str) -> ModelVersion | None:
+        try:
+            return self._store.get_model_version(version)
+        except KeyError:
+            return None
 
     def _recover(self, state: dict[str, Any]) -> None:
         """Give back to the queue what a previous, killed trainer's in-process runner left running."""
@@ -502,8 +543,8 @@ class Trainer:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-        if self._backend is not None:
-            self._backend.close()
+        for _, backend in self.policies.backends:
+            backend.close()
         if self._engine is not None:
             self._engine.stop()
         if self._store is not None and self._own_store:
@@ -608,21 +649,22 @@ class Trainer:
         report = builder.report.as_metrics()
         record.update({f"build_{k}": v for k, v in report.items() if v or k in JOIN_COUNTS})
         self._check_capture(builder.report)
-        update_metrics: dict[str, float] = {}
-        if self.backend is not None and transitions:
-            self.backend.current_version = version
-            update_metrics = dict(self.backend.train_step(transitions, step))
-        elif not transitions:
+        if not transitions:
             log.warning("step %d: no transitions with engine token ids; the backend is not called", step)
+        trained, update_metrics = self._update(transitions, step)
         t3 = time.perf_counter()
         record.update(update_metrics)
         sizes = transition_metrics(transitions, self._steps_of(transitions), step - 1, t3 - t2)
         if "tokens_per_s" in update_metrics:  # the backend's own: tokens of the forward passes it ran
             del sizes["tokens_per_s"]
         record.update(sizes)
-        if self.backend is not None and transitions:
-            new = self._publish(step)
-            state["model_version"] = new.version
+        for policy in trained:
+            new = self._publish(step, policy)
+            policy.version = new.version
+            if policy.engine_name is None:
+                state["model_version"] = new.version
+        if self.policies.named:
+            state["policy_versions"] = self.policies.versions()
         if self._recorded is not None:  # saved with the step: trained at most once, across restarts
             state.setdefault("trained_rollouts", []).extend(r.rollout_id for r in ended)
         t4 = time.perf_counter()
@@ -641,11 +683,46 @@ class Trainer:
         record["time_step_s"] = time.perf_counter() - t0
         return record
 
+    def _update(self, transitions: list[Transition], step: int) -> tuple[list[Policy], dict[str, float]]:
+        """Each trained policy's update from its own transitions: the policies updated, and the metrics
+        (each policy's under ``policy/<name>/`` in a run of several)."""
+        policies = self.policies
+        mine, calls = policies.split(transitions)
+        metrics: dict[str, float] = {}
+        updated = []
+        for p in policies.policies:
+            ts = mine.get(p.name, [])
+            if policies.prefixed:
+                metrics[policies.metric(p, "calls")] = float(calls[p.name])
+                if p.config.train:
+                    metrics[policies.metric(p, "transitions")] = float(len(ts))
+                    if ts:
+                        metrics[policies.metric(p, "reward_mean")] = sum(t.reward for t in ts) / len(ts)
+            if p.backend is None or not ts:
+                continue
+            p.backend.current_version = p.version
+            for key, value in p.backend.train_step(ts, step).items():
+                metrics[policies.metric(p, key)] = value
+            updated.append(p)
+        return updated, metrics
+
     def _drop_stale(self, transitions: list[Transition], step: int) -> tuple[list[Transition], int]:
-        """Leave out the transitions more than ``max_staleness`` versions behind the learner (counted)."""
+        """Leave out the transitions more than ``max_staleness`` versions behind their learner (counted).
+
+        In a run of several policies each is measured against its own policy's version (a policy
+        that had nothing to learn from in a step kept its version); a frozen policy's calls never are.
+        """
         bound, current = self.config.rollout.max_staleness, step - 1
         steps = self._steps_of(transitions)
-        kept = [t for t in transitions if current - steps.get(t.model_version, current) <= bound]
+        if self.policies.prefixed:
+            learners = {p.name: steps.get(p.version, 0) for p in self.policies.trained}
+            kept = [
+                t
+                for t in transitions
+                if t.policy not in learners or learners[t.policy] - steps.get(t.model_version, 0) <= bound
+            ]
+        else:
+            kept = [t for t in transitions if current - steps.get(t.model_version, current) <= bound]
         return kept, len(transitions) - len(kept)
 
     def _check_capture(self, report: BuildReport) -> None:
@@ -660,16 +737,18 @@ class Trainer:
     def _engine_counters(self) -> dict[str, int]:
         return self._engine.counters() if self._engine is not None else {}
 
-    def _publish(self, step: int) -> ModelVersion:
+    def _publish(self, step: int, policy: Policy) -> ModelVersion:
         gw = self.gateway
         if gw is not None:
             gw.pause()
         try:
-            version = self.backend.publish(step)
+            version = policy.backend.publish(step)
             if version.step is None:
                 version = version.model_copy(update={"step": step})
             self._store.add_model_version(version)
-            if gw is not None:
+            if gw is not None and gw.routes is not None:
+                gw.routes.set_version(policy.name, version.version)
+            if gw is not None and not self.policies.prefixed:
                 gw.model_version = version.version
         finally:
             if gw is not None:

@@ -193,6 +193,7 @@ def _added_columns(d: Dialect) -> list[tuple[str, str, str]]:
         ("attempts", "heartbeat_at", d.real),
         ("rollouts", "reward", d.real),
         ("llm_calls", "behaviour_logprobs", d.blob),
+        ("llm_calls", "policy", "TEXT"),
     ]
 
 
@@ -211,7 +212,7 @@ def _final_reward_sql(d: Dialect) -> str:
 # building transitions reads them as columns rather than extracting them from the JSON.
 _FIELD_COLUMNS = {
     "spans": ("seq", "end_time", "response_id", "agent"),
-    "llm_calls": ("seq", "created_at", "model_version"),
+    "llm_calls": ("seq", "created_at", "model_version", "policy"),
 }
 
 
@@ -252,7 +253,7 @@ class TransitionRows(NamedTuple):
 
     calls: list[tuple]
     """``(rollout_id, call_id, seq, created_at, model_version, prompt_ids, response_ids, response_logprobs,
-    behaviour_logprobs)``: the token columns as stored, little-endian int32 / float32 bytes (either
+    behaviour_logprobs, policy)``: the token columns as stored, little-endian int32 / float32 bytes (either
     logprob column may be None)."""
     spans: list[tuple]
     """LLM spans (kind ``llm``) only: ``(rollout_id, span_id, seq, start_time, end_time,
@@ -1108,6 +1109,7 @@ class SqlStore(Store):
                     c.seq,
                     c.created_at,
                     c.model_version,
+                    c.policy,
                 )
             )
         return _Insert(self, "llm_calls", self._CALL_COLUMNS, rows)
@@ -1230,7 +1232,7 @@ class SqlStore(Store):
         f, d = self.dialect.json_field, self.dialect
         calls = self._read_in(
             "SELECT rollout_id, call_id, seq, created_at, model_version, prompt_ids, response_ids, response_logprobs, "
-            "behaviour_logprobs FROM llm_calls WHERE",
+            "behaviour_logprobs, policy FROM llm_calls WHERE",
             "rollout_id",
             rollout_ids,
             " ORDER BY rollout_id, pk",

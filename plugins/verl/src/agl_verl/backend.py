@@ -125,17 +125,20 @@ class VerlBackend(Backend):
         return usable, chosen
 
     def publish(self, step: int) -> ModelVersion:
-        """Save the weights (or adapter) under ``workdir/versions/step-N`` and have the engine serve them."""
+        """Save the weights (or adapter) under ``workdir/versions/step-N`` (``<policy>-step-N`` for a
+        named :attr:`policy`) and have the engine serve them."""
         learner = self._require_learner()
-        path = self.settings.versions_dir / f"step-{step}"
+        name = f"step-{step}" if self.policy is None else f"{self.policy}-step-{step}"
+        path = self.settings.versions_dir / name
         learner.save_weights(path)
         self._copy_tokenizer(path)
         lora = self.settings.lora is not None
         version = ModelVersion(
-            version=f"step-{step}",
+            version=name,
             path=str(path.resolve()),
             base_model=self.settings.model_path,
             step=step,
+            policy=self.policy,
             metadata={"adapter": lora, "format": "peft" if lora else "transformers"},
         )
         if self.engine is not None:

@@ -62,6 +62,7 @@ from agl_trainer.http import (
     declared_length,
     read_body,
 )
+from agl_trainer.policies import Route, Routes, UnknownModel
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +225,10 @@ class GatewayApp:
         admin_token: str | None = None,
         keys: RolloutKeys | None = None,
         flush: Callable[[float], None] | None = None,
+        routes: Routes | None = None,
     ):
+        self.routes = routes
+        """The run's policies, by the model names they answer; None: one policy answers every call."""
         self.router = router
         self.recorder = recorder
         self.registry = registry
@@ -350,6 +354,7 @@ class GatewayApp:
         elif kind == "messages":
             chat_req = messages_api.to_chat_request(req)
         requested = req.get("model")
+        route = self._route(requested)
         n = req.get("n") or 1
         seqs = [await self.registry.next_seq(rollout_id) for _ in range(n)]
         settings = self.registry.settings(rollout_id)
@@ -362,6 +367,9 @@ class GatewayApp:
             req,
             max_response_tokens=settings.max_response_tokens,
             seed=settings.call_seed(seqs[0]),
+            policy=route.policy if route else None,
+            policy_version=route.version if route else None,
+            upstream_model=route.upstream_model if route else None,
         )
         await self.gate.enter()
         try:
@@ -370,6 +378,15 @@ class GatewayApp:
             )
         finally:
             self.gate.exit()
+
+    def _route(self, model: str | None) -> Route | None:
+        """The policy that answers ``model`` (a run that names its policies), else None; 404 when none does."""
+        if self.routes is None:
+            return None
+        try:
+            return self.routes.route(model)
+        except UnknownModel as exc:
+            raise GatewayError(404, str(exc), param="model", code="model_not_found") from None
 
     def _aborted(self, meta: CallMeta) -> Callable[[], None]:
         def record() -> None:
@@ -414,7 +431,7 @@ class GatewayApp:
 
         The client sees the model name it asked for; the served one stays in the engine request.
         """
-        model = await self.served_model()
+        model = meta.upstream_model or await self.served_model()
         shown = meta.requested_model or model
         replica, resp = await self._send_upstream(kind, meta, chat_req if chat_req is not None else req, model)
         try:
@@ -446,7 +463,7 @@ class GatewayApp:
         data["id"] = meta.call_id
         if meta.requested_model:
             data["model"] = meta.requested_model
-        self.recorder.tell(data)
+        self.recorder.tell(data, meta)
         payload = json.dumps(data).encode()
         self.recorder.record(meta, prompt_ids, tokens, data)
         await send_json(send, 200, payload)
@@ -460,7 +477,7 @@ class GatewayApp:
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         try:
             async for chunk in iter_engine_chunks(resp):
-                self.recorder.tell(chunk)
+                self.recorder.tell(chunk, meta)
                 acc.feed(chunk)
                 chunk["id"] = meta.call_id
                 if model:
@@ -583,6 +600,7 @@ class GatewayApp:
             "in_flight": self.gate.in_flight,
             "held": self.gate.held,
             "model_version": self.recorder.model_version,
+            **({"policies": self.routes.versions()} if self.routes is not None else {}),
             "recorded": self.recorder.recorded,
             "pending_writes": self.recorder.writer.pending(),
             "upstreams": [_replica_status(r) for r in self.router.replicas],

@@ -38,6 +38,12 @@ class CallMeta:
     request: dict[str, Any]
     max_response_tokens: int | None = None
     seed: int | None = None  # the sampling seed the gateway derived from the rollout's, if any
+    policy: str | None = None
+    """The policy the call was routed to (a run that names its policies), else None."""
+    policy_version: str | None = None
+    """That policy's version when the call was routed."""
+    upstream_model: str | None = None
+    """The ``model`` the engine is asked for (the policy's); None: the one it serves by default."""
     started: float = field(default_factory=time.perf_counter)
 
 
@@ -86,19 +92,22 @@ class Recorder:
         self.model_version: str | None = None
         self.recorded = 0
 
-    def version_for(self, answer: dict) -> str | None:
+    def version_for(self, answer: dict, meta: CallMeta | None = None) -> str | None:
         """The model version a call is recorded with and its client is told (``model_version`` of
-        the answer): the gateway's own when set (``--model-version``, or the trainer's latest),
-        else the one the engine's answer names (agl's engines name theirs), else None."""
+        the answer): its policy's version when the call was routed to one, else the gateway's own
+        when set (``--model-version``, or the trainer's latest), else the one the engine's answer
+        names (agl's engines name theirs), else None."""
+        if meta is not None and meta.policy_version is not None:
+            return meta.policy_version
         if self.model_version is not None:
             return self.model_version
         named = answer.get("model_version")
         return named if isinstance(named, str) else None
 
-    def tell(self, answer: dict) -> None:
+    def tell(self, answer: dict, meta: CallMeta | None = None) -> None:
         """Set ``answer``'s ``model_version`` to :meth:`version_for` (removed when there is none),
         so the client reads the version the record holds."""
-        version = self.version_for(answer)
+        version = self.version_for(answer, meta)
         if version is None:
             answer.pop("model_version", None)
         else:
@@ -107,7 +116,7 @@ class Recorder:
     def record(self, meta: CallMeta, prompt_ids: list[int], choices: list[ChoiceTokens], response: dict) -> None:
         """Record one call (or one per choice when there are several)."""
         latency = time.perf_counter() - meta.started
-        version = self.version_for(response)
+        version = self.version_for(response, meta)
         single = len(choices) == 1
         for k, choice in enumerate(choices):
             if single:
@@ -135,6 +144,7 @@ class Recorder:
                     response_logprobs=logprobs,
                     behaviour_logprobs=behaviour,
                     model_version=version,
+                    policy=meta.policy,
                     latency_s=latency,
                     max_response_tokens=meta.max_response_tokens,
                 )
@@ -159,7 +169,8 @@ class Recorder:
                 response={"id": meta.call_id, "aborted": True, "reason": reason},
                 prompt_ids=[],
                 response_ids=[],
-                model_version=self.model_version,
+                model_version=meta.policy_version or self.model_version,
+                policy=meta.policy,
                 latency_s=latency,
                 max_response_tokens=meta.max_response_tokens,
                 aborted=True,

@@ -15,6 +15,7 @@ from agl_trainer.gateway.rollouts import RolloutRegistry
 from agl_trainer.gateway.routing import Router
 from agl_trainer.http import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BackgroundServer
 from agl_trainer.http.header_timeout import check_header_timeout
+from agl_trainer.policies import Routes
 
 UVICORN_OPTIONS = {
     "loop": "auto",  # uvloop where installed
@@ -48,6 +49,9 @@ class Gateway:
     ``--logprobs-mode processed_logprobs``); calls record each kind in its own field.
     ``status_ttl_s`` is how long the gateway trusts what the store said about a
     rollout's attempt: a key stops working at most that long after its attempt ended.
+    ``routes`` (a run's policies, :class:`~agl_trainer.policies.Routes`) sends each call to the
+    policy its requested model names and records that policy and its version on the call; a
+    model no policy answers is a 404. None: every call goes to what the engines serve by default.
     """
 
     def __init__(
@@ -68,6 +72,7 @@ class Gateway:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         engine_logprobs: Literal["raw", "behaviour"] = "raw",
         header_timeout_s: float | None = DEFAULT_HEADER_TIMEOUT_S,
+        routes: Routes | None = None,
     ):
         if max_body_bytes < 1:
             raise ValueError(f"max_body_bytes: must be positive, got {max_body_bytes}")
@@ -87,6 +92,9 @@ class Gateway:
         self.recorder = Recorder(self.writer, engine_logprobs)
         self.recorder.model_version = model_version
         self.registry = RolloutRegistry(store, status_ttl_s=status_ttl_s)
+        self.routes = routes
+        """The run's policies (:class:`agl_trainer.policies.Routes`): each call goes to the one its
+        requested model names, and is recorded with that policy and its version."""
         self._gate: PauseGate | None = None
         self.app: GatewayApp | None = None
         self._server: BackgroundServer | None = None
@@ -106,6 +114,7 @@ class Gateway:
             admin_token=self.admin_token,
             keys=self.keys,
             flush=self.writer.flush,
+            routes=self.routes,
         )
         self.app.max_body_bytes = self.max_body_bytes
         server = BackgroundServer(

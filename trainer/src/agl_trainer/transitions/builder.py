@@ -57,6 +57,7 @@ _TEMPLATE = Transition(
     behaviour_logprobs=None,
     reward=0.0,
     model_version=None,
+    policy=None,
     token_source="engine",
     call_id=None,
     weight=1.0,
@@ -335,6 +336,7 @@ class TransitionBuilder:
                         "behaviour_logprobs": c.behaviour,
                         "reward": float(per_call[i]),
                         "model_version": c.model_version or fallback_version,
+                        "policy": c.policy,
                         "call_id": c.call_id,
                         "weight": weight,
                     }

@@ -23,7 +23,8 @@ from agl_trainer.transitions.config import BuildReport
 BREAK_REASONS = {
     "text_only": "one of the two calls has no engine token ids (a span with no gateway record)",
     "agent": "the calls are different agents'",
-    "model_version": "the calls were served by different model versions (policies)",
+    "policy": "the calls were served by different policies",
+    "model_version": "the calls were served by different model versions",
     "not_extending": "the later prompt's ids do not begin with the earlier call's prompt and response ids",
 }
 """Why a call starts a new row instead of joining the previous call's, as counted in
@@ -40,6 +41,8 @@ def break_reason(previous: Transition, following: Transition) -> str | None:
         return "text_only"
     if previous.agent != following.agent:
         return "agent"
+    if previous.policy != following.policy:
+        return "policy"
     if previous.model_version != following.model_version:
         return "model_version"
     if not extends(previous, following):

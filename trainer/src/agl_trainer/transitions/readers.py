@@ -90,6 +90,7 @@ class GenericReader:
                     c.request,
                     c.response,
                     c.behaviour_logprobs,
+                    c.policy,
                 )
             )
         for s in self.store.query_spans(rollout_ids=rollout_ids, kind="llm"):
@@ -152,7 +153,7 @@ class SqlReader:
         # (``setdefault`` keeps this right should a store give them in any other order).
         calls: dict[str, list[CallRecord]] = {}
         last, bucket = None, None
-        for rid, cid, seq, t, mv, p, r, lp, blp in fetched.calls:
+        for rid, cid, seq, t, mv, p, r, lp, blp, policy in fetched.calls:
             if rid != last:
                 bucket = calls.setdefault(rid, [])
                 last = rid
@@ -161,7 +162,9 @@ class SqlReader:
             pa.frombytes(p)
             ra = array("i")
             ra.frombytes(r)
-            bucket.append(CallRecord(cid, seq or 0, t or 0.0, mv, pa, ra, _floats(lp), behaviour=_floats(blp)))
+            bucket.append(
+                CallRecord(cid, seq or 0, t or 0.0, mv, pa, ra, _floats(lp), behaviour=_floats(blp), policy=policy)
+            )
         if _SWAP:  # token blobs are little-endian; swap on a big-endian host
             for bucket in calls.values():
                 for c in bucket:

@@ -34,6 +34,8 @@ class CallRecord:
     """The response body; None until the reader's ``load_calls`` decodes it."""
     behaviour: array | None = None
     """Each response token's log-prob as sampled (``LLMCall.behaviour_logprobs``), where recorded."""
+    policy: str | None = None
+    """The policy that served the call (``LLMCall.policy``)."""
 
 
 @dataclass(slots=True)
