@@ -5,6 +5,9 @@ store) into the figures the README reports: success overall and per tier, rewrit
 rounds per question, the checker's acceptance rate, how often the final query runs at
 all, how often the writer answers with a one-line query, and LLM calls per agent.
 Success is the reward plugin's execution match, recomputed from the stored output.
+With the store, :func:`checker_figures` also measures the checker on each of its recorded
+calls: how often it accepted, and how often its verdict agreed with the execution match of
+the query it was shown.
 
 :func:`run_split` serves a model (the base, or the base with a LoRA adapter) with an
 engine (the transformers engine unless the caller brings another, such as ``vllm``)
@@ -14,6 +17,7 @@ default, the way the trainer's evaluation does (:func:`examples.evaluation.run_a
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -21,7 +25,7 @@ from agl.schema import Rollout, RolloutStatus
 from agl.store.base import Store
 
 from .database import run_query
-from .prompts import extract_sql
+from .prompts import accepted, checked_query, extract_sql
 from .questions import TIERS
 from .rewards import execution_match, predicted_sql
 
@@ -42,6 +46,75 @@ def writer_one_line(store: Store, rollout_ids: list[str]) -> float | None:
             messages = span.attributes.get("gen_ai.output.messages") or [{}]
             queries.append(extract_sql(messages[0].get("content") or ""))
     return sum(bool(q) and "\n" not in q for q in queries) / len(queries) if queries else None
+
+
+CHECKER = "check_query"
+"""The checker's agent name on its calls' spans (its LangGraph node's name)."""
+
+
+def _messages(value: Any) -> list:
+    """A span's messages attribute as a list (OpenTelemetry keeps it as JSON text)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return []
+    return value if isinstance(value, list) else []
+
+
+def _content(messages: list) -> str | None:
+    """The text of the last message, when it is text."""
+    last = messages[-1] if messages else None
+    content = last.get("content") if isinstance(last, dict) else None
+    return content if isinstance(content, str) else None
+
+
+def _share(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+def checker_figures(store: Store, rollouts: list[Rollout], tasks: dict[str, dict]) -> dict[str, Any]:
+    """How the checker did on every call it made in these rollouts, read from its llm spans.
+
+    Each ``check_query`` call was shown one query (in its last request message,
+    :data:`prompts.CHECK_USER`) and answered a verdict (:func:`prompts.accepted`); the query is
+    scored against its question's gold query by the reward's execution match. ``checks``: the
+    calls scored; ``acceptance``: the share it accepted; ``accuracy``: the share whose verdict
+    agrees with the execution match; ``right_queries``: how many of the checked queries were
+    right; ``acceptance_of_right`` / ``acceptance_of_wrong``: the share of the right (wrong)
+    queries it accepted; a share of nothing is None. ``unread``: its calls whose record holds no
+    such message or no text verdict (an error), counted but not scored.
+    """
+    task_of = {r.rollout_id: tasks[r.task_id] for r in rollouts}
+    scores: dict[tuple[str, str, bool], bool] = {}
+    checks = unread = accepts = agrees = right = accepted_right = 0
+    for span in store.query_spans(rollout_ids=list(task_of), kind="llm"):
+        if span.attributes.get("gen_ai.agent.name") != CHECKER:
+            continue
+        sql = checked_query(_content(_messages(span.attributes.get("gen_ai.input.messages"))) or "")
+        verdict = _content(_messages(span.attributes.get("gen_ai.output.messages")))
+        if sql is None or verdict is None:
+            unread += 1
+            continue
+        task = task_of[span.rollout_id]
+        key = (sql, task["gold_sql"], bool(task.get("ordered")))
+        if key not in scores:
+            scores[key] = execution_match(*key) == 1.0
+        is_right, yes = scores[key], accepted(verdict)
+        checks += 1
+        accepts += yes
+        agrees += yes == is_right
+        right += is_right
+        accepted_right += yes and is_right
+    return {
+        "checks": checks,
+        "acceptance": _share(accepts, checks),
+        "accuracy": _share(agrees, checks),
+        "right_queries": right,
+        "acceptance_of_right": _share(accepted_right, right),
+        "acceptance_of_wrong": _share(accepts - accepted_right, checks - right),
+        "unread": unread,
+    }
 
 
 def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | None = None) -> dict[str, Any]:
@@ -85,6 +158,7 @@ def summarize(rollouts: list[Rollout], tasks: dict[str, dict], store: Store | No
         ids = [r.rollout_id for r in rollouts]
         summary["agent_calls"] = agent_calls(store, ids)
         summary["writer_one_line"] = writer_one_line(store, ids)
+        summary["checker"] = checker_figures(store, rollouts, tasks)
     return summary
 
 

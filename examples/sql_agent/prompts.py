@@ -37,6 +37,24 @@ CHECK_EXAMPLES = (
     (CHECK_USER.format(question=EXAMPLE_QUESTION, sql=NO_QUERY), "NO, there is no query."),
 )
 
+_CHECKED = re.compile(
+    re.escape(CHECK_USER)
+    .replace(re.escape("{question}"), "(?P<question>.*?)")
+    .replace(re.escape("{sql}"), "(?P<sql>.*)"),
+    re.DOTALL,
+)
+
+
+def checked_query(text: str) -> str | None:
+    """The query a checker's last message (:data:`CHECK_USER`) showed it: "" when it was shown
+    :data:`NO_QUERY`, None when ``text`` is not such a message."""
+    match = _CHECKED.fullmatch(text or "")
+    if match is None:
+        return None
+    sql = match.group("sql")
+    return "" if sql == NO_QUERY else sql
+
+
 REWRITE_USER = "{question}\nThis query is wrong: {sql}\nReviewer: {feedback}\nWrite the correct query."
 
 

@@ -20,7 +20,17 @@ from examples.reporting import RESULTS, half_mean, pm, report_main
 
 HERE = Path(__file__).resolve().parent
 
-ARM_ORDER = ["main", "broadcast", "last", "emitted", "all-agents"]
+ARM_ORDER = ["per-role", "main", "all-agents", "broadcast", "emitted", "last"]
+"""The tables' arm order: the three policy arms, then the credit arms."""
+ARM_LABELS = {
+    "per-role": "writer and rewriter on one trained policy, the checker a frozen policy (the base model)",
+    "main": "one shared adapter serves all three; the writer's and the rewriter's calls trained",
+    "all-agents": "one shared adapter serves all three; every call trained, the checker's too",
+    "broadcast": "as main, credit broadcast: every trained call gets the final reward",
+    "emitted": "as main, with rewards emitted inside the agent; credit emitted",
+    "last": "as main, credit last",
+}
+"""What each arm is, as the checker table says it (an arm not here gets an empty cell)."""
 
 
 def load(results: Path) -> dict[str, list[dict]]:
@@ -111,6 +121,50 @@ def behaviour_table(arms: dict[str, list[dict]]) -> list[str]:
     return arm_table(BEHAVIOUR_COLUMNS, arms, row)
 
 
+def seeds_pm(values: list[float | None], scale: float = 100, digits: int = 1) -> str:
+    """``mean ± std`` over the seeds, then each seed's value in seed order (``n/a`` where a seed
+    lacks it); just ``n/a`` when none has it."""
+    shown = pm(values, scale, digits)
+    if shown == "n/a" or len(values) < 2:
+        return shown
+    return f"{shown} ({', '.join('n/a' if v is None else f'{v * scale:.{digits}f}' for v in values)})"
+
+
+def checker(record: dict, when: str, name: str) -> float | None:
+    """A figure of the checker's on the test split (``evaluation.checker_figures``), None in a results
+    file written before they were kept."""
+    return (record.get(when) or {}).get("checker", {}).get(name)
+
+
+CHECKER_COLUMNS = (
+    "arm", "setup", "test success after (%)", "checks after", "checker acceptance before (%)", "after (%)",
+    "checker right before (%)", "after (%)", "acceptance of right queries after (%)",
+    "acceptance of wrong queries after (%)",
+)  # fmt: skip
+
+
+def checker_table(arms: dict[str, list[dict]]) -> list[str]:
+    """Per arm, test success and the checker's figures from its recorded calls, mean ± std and per seed."""
+
+    def row(records: list[dict]) -> list[str]:
+        def figure(when: str, name: str, scale: float = 100) -> str:
+            return seeds_pm([checker(r, when, name) for r in records], scale, 0 if scale == 1 else 1)
+
+        return [
+            ARM_LABELS.get(records[0]["arm"], ""),
+            seeds_pm([r["after"].get("success") for r in records]),
+            figure("after", "checks", 1),
+            figure("before", "acceptance"),
+            figure("after", "acceptance"),
+            figure("before", "accuracy"),
+            figure("after", "accuracy"),
+            figure("after", "acceptance_of_right"),
+            figure("after", "acceptance_of_wrong"),
+        ]
+
+    return arm_table(CHECKER_COLUMNS, arms, row)
+
+
 def solved_table(arms: dict[str, list[dict]]) -> list[str]:
     """Per seed, how many test questions each arm solved after training that the main arm did too."""
     main = {r["seed"]: set(r["after"]["solved"]) for r in arms.get("main", []) if "solved" in r["after"]}
@@ -132,12 +186,21 @@ def solved_table(arms: dict[str, list[dict]]) -> list[str]:
     return lines if len(lines) > 2 else []
 
 
+WHEN = ("before", "after")
+CHECKER_INTRO = (
+    "The checker on the test split, from its recorded calls (each checked query scored by execution "
+    "match; right: its verdict agreed), mean ± std over the seeds, then each seed's value in seed order:"
+)
+
+
 def render(arms: dict[str, list[dict]]) -> str:
     """The block that goes between the markers."""
     if not arms:
         return "No results yet: run train.py (see above), then this script."
     lines = ["Test split (90 questions, greedy), before and after training:", "", *main_table(arms), ""]
     lines += ["Behaviour on the test split, and who was called and trained:", "", *behaviour_table(arms)]
+    if any(checker(r, when, "checks") is not None for records in arms.values() for r in records for when in WHEN):
+        lines += ["", CHECKER_INTRO, "", *checker_table(arms)]
     solved = solved_table(arms)
     if solved:
         lines += ["", "The test questions solved after training, against the main arm's on the same seed:", "", *solved]

@@ -60,6 +60,10 @@ def test_one_training_step_end_to_end(example, tmp_path):
         # greedy evaluation: every question was written once and checked at least once
         assert figures["agent_calls"]["write_query"] == 2
         assert figures["agent_calls"]["check_query"] >= 2
+        # the checker measured on each of its calls: a random model's verdict is never "YES"
+        checker = figures["checker"]
+        assert checker["checks"] + checker["unread"] == figures["agent_calls"]["check_query"]
+        assert checker["checks"] >= 2 and checker["acceptance"] == 0.0 and checker["acceptance_of_wrong"] == 0.0
     calls = record["train_agent_calls"]
     assert set(calls) <= {"write_query", "check_query", "rewrite_query"}
     assert calls["write_query"] == 4 and calls["check_query"] >= 4

@@ -155,18 +155,29 @@ def test_the_splits_have_tiers_and_hold_out_entities(sql):
             assert sql.rewards.gold_rows(task["input"]["gold_sql"]), task
 
 
+def checker_figures(checks, acceptance, accuracy, of_right, of_wrong):
+    names = ("checks", "acceptance", "accuracy", "acceptance_of_right", "acceptance_of_wrong")
+    return dict(zip(names, (checks, acceptance, accuracy, of_right, of_wrong), strict=True))
+
+
+def cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
 def test_the_report_is_built_from_the_results_files(sql, tmp_path):
-    def record(arm, seed, after):
+    def record(arm, seed, after, checker=None):
+        """A results file; ``checker``: the checker's figures ``(before, after)``, absent from older files."""
         tiers = {"easy": after * 3, "medium": 0.0, "hard": 0.0}
         figures = {"success_by_tier": tiers, "rewrites_per_question": 1.0, "checker_acceptance": 0.25}
+        before, after_figures = ({"checker": c} for c in checker) if checker else ({}, {})
         return {
             "arm": arm,
             "seed": seed,
             "steps": 6,
             "wall_s": 1500.0 + 60 * seed,
             "transitions_config": {"credit": "discounted", "agents": ["write_query", "rewrite_query"]},
-            "before": {**figures, "success": 0.0},
-            "after": {**figures, "success": after},
+            "before": {**figures, **before, "success": 0.0},
+            "after": {**figures, **after_figures, "success": after},
             "train_agent_calls": {"write_query": 96, "check_query": 180},
             "trained_transitions": {"write_query": 96},
             "train_success_by_step": [0.0, 0.25, 0.5, 0.0, 0.0, 0.25 * seed],
@@ -177,6 +188,13 @@ def test_the_report_is_built_from_the_results_files(sql, tmp_path):
     (results / "base" / "test.json").write_text("{}")  # the shared base figures are not a run
     for seed, after in ((1, 0.1), (0, 0.2)):
         (results / f"main-seed{seed}.json").write_text(json.dumps(record("main", seed, after)))
+    assert "checker right" not in sql.report.render(sql.report.load(results))  # no file has the figures yet
+    base_checker = checker_figures(160, 0.25, 0.65, 0.5, 0.2)
+    per_role = {0: (0.3, checker_figures(150, 0.2, 0.7, 0.5, 0.1)), 1: (0.1, checker_figures(170, 0.3, 0.8, None, 0.2))}
+    for seed, (after, figures) in per_role.items():
+        (results / f"per-role-seed{seed}.json").write_text(
+            json.dumps(record("per-role", seed, after, (base_checker, figures)))
+        )
     readme = tmp_path / "README.md"
     from examples.reporting import END, START
 
@@ -185,12 +203,28 @@ def test_the_report_is_built_from_the_results_files(sql, tmp_path):
     assert sql.report.main(["--results", str(results), "--readme", str(readme)]) == 0
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text
-    row, behaviour = [line for line in text.splitlines() if line.startswith("| main |")]
+    lines = text.splitlines()
+    row, behaviour, checker = [line for line in lines if line.startswith("| main |")]
+    assert lines.index(row) - 1 == next(i for i, line in enumerate(lines) if line.startswith("| per-role |"))
+    # test success and the checker per seed: mean ± std (seed 0, seed 1); a seed without right queries has n/a
+    assert cells(lines[lines.index(checker) - 1]) == [
+        "per-role",
+        sql.report.ARM_LABELS["per-role"],
+        "20.0 ± 14.1 (30.0, 10.0)",
+        "160 ± 14 (150, 170)",
+        "25.0 ± 0.0 (25.0, 25.0)",
+        "25.0 ± 7.1 (20.0, 30.0)",
+        "65.0 ± 0.0 (65.0, 65.0)",
+        "75.0 ± 7.1 (70.0, 80.0)",
+        "50.0 (50.0, n/a)",
+        "15.0 ± 7.1 (10.0, 20.0)",
+    ]
+    # the results files from before the checker's figures were kept: n/a, never a crash
+    assert cells(checker)[2:] == ["15.0 ± 7.1 (20.0, 10.0)", *["n/a"] * 7]
     assert "check_query 180, write_query 96" in behaviour
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[3:7] == ["0, 1", "6", "0.0 ± 0.0", "15.0 ± 7.1"]  # seeds in order; after: mean ± sample std
-    assert cells[-3:-1] == ["25.0 ± 0.0", "4.2 ± 5.9"]  # training success over steps 1-3, then 4-6
-    assert cells[-1] == "25.5 ± 0.7"  # minutes
+    assert cells(row)[3:7] == ["0, 1", "6", "0.0 ± 0.0", "15.0 ± 7.1"]  # seeds in order; after: mean ± sample std
+    assert cells(row)[-3:-1] == ["25.0 ± 0.0", "4.2 ± 5.9"]  # training success over steps 1-3, then 4-6
+    assert cells(row)[-1] == "25.5 ± 0.7"  # minutes
 
 
 def test_the_report_compares_the_questions_each_arm_solved_with_the_main_arms(sql):

@@ -231,6 +231,64 @@ def test_off_policy_steps_get_their_own_charts(served):
     assert "chart-offpolicy" not in on_policy  # an on-policy run has nothing to chart there
 
 
+def series(html: str, chart: str) -> list[tuple[str, str, str]]:
+    """``(series, step, value)`` of each point of the chart with id ``chart``."""
+    svg = html.split(f'id="{chart}"')[1].split("</svg>")[0]
+    return re.findall(r'data-series="([^"]+)" data-step="(\d+)" data-value="([^"]+)"', svg)
+
+
+def test_each_policy_gets_its_own_line_on_the_per_policy_charts(served):
+    """A run of two policies: the trained writer's loss, KL, reward and transitions, and the frozen
+    checker's calls, each under its own name with its own values; a run of one policy has no such chart."""
+    store, _, client = served
+    for step, (loss, kl, calls) in enumerate(((0.5, 0.01, 12), (0.25, 0.03, 9)), start=1):
+        writer = {"loss": loss, "kl": kl, "grad_norm": 2.0 * step, "reward_mean": 0.1 * step, "transitions": 8 + step}
+        record = {f"policy/writer/{k}": v for k, v in writer.items()} | {"policy/checker/calls": calls}
+        store.add_step_record("run-policies", {"kind": "train", "step": step, "reward_mean": 0.3, **record})
+    html = client.get("/ui/runs/charts", params={"run": "run-policies"}, headers=AUTH).text
+    assert series(html, "chart-policy-loss") == [("writer", "1", "0.5"), ("writer", "2", "0.25")]
+    assert series(html, "chart-policy-kl") == [("writer", "1", "0.01"), ("writer", "2", "0.03")]
+    assert series(html, "chart-policy-grad_norm") == [("writer", "1", "2.0"), ("writer", "2", "4.0")]
+    assert series(html, "chart-policy-reward_mean") == [("writer", "1", "0.1"), ("writer", "2", "0.2")]
+    assert series(html, "chart-policy-counts") == [
+        ("checker calls", "1", "12.0"),
+        ("checker calls", "2", "9.0"),
+        ("writer transitions", "1", "9.0"),
+        ("writer transitions", "2", "10.0"),
+    ]
+    assert "chart-policy-entropy" not in html  # no policy has it
+    assert series(html, "chart-reward") == [("train", "1", "0.3"), ("train", "2", "0.3")]  # the run's own charts stay
+    one_policy = client.get("/ui/runs/charts", params={"run": "run-a"}, headers=AUTH).text
+    assert "chart-policy" not in one_policy and series(one_policy, "chart-reward") == [
+        ("train", "1", "0.25"),
+        ("train", "2", "0.625"),
+    ]
+
+
+def test_a_call_card_names_the_policy_that_served_it(served):
+    store, _, client = served
+    store.add_tasks([Task(task_id="task-policy", input={"q": "?"})])
+    store.enqueue([Rollout(rollout_id="ro-policy", task_id="task-policy")])
+    store.add_llm_calls(
+        LLMCall(
+            call_id=f"call-{name}",
+            rollout_id="ro-policy",
+            request={"model": f"{name}-model", "messages": [{"role": "user", "content": "hi"}]},
+            response={"choices": [{"message": {"content": "ok"}}]},
+            prompt_ids=[1],
+            response_ids=[2],
+            model_version=version,
+            policy=name,
+        )
+        for name, version in (("writer", "writer-step-3"), ("checker", "base"))
+    )
+    html = client.get("/ui/rollouts/ro-policy", headers=AUTH).text
+    writer, checker = html.split('id="call-call-writer"')[1].split('id="call-call-checker"')
+    assert 'policy <b class="policy">writer</b> · version writer-step-3' in writer
+    assert 'policy <b class="policy">checker</b> · version base' in checker
+    assert 'class="policy"' not in client.get("/ui/rollouts/ro-000", headers=AUTH).text  # a call of no policy
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

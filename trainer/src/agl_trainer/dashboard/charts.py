@@ -18,11 +18,13 @@ COLORS = ("#2c6bd6", "#d2691e", "#1b7f3b", "#8e44ad", "#c0392b", "#16a085")
 
 @dataclass
 class Series:
-    """One line: ``(step, value)`` points and, for a band, each point's spread (the std)."""
+    """One line: ``(step, value)`` points and, for a band, each point's spread (the std); ``color``
+    keeps one thing (a policy) the same color on every chart (else the line's place picks it)."""
 
     name: str
     points: list[tuple[float, float]]
     spread: list[float] | None = None
+    color: str | None = None
 
 
 def nice_ticks(lo: float, hi: float, *, count: int = 5, whole: bool = False) -> list[float]:
@@ -103,7 +105,7 @@ def line_chart(chart_id: str, title: str, series: list[Series]) -> str:
     parts, px, py = _frame(title, xs, min(ys), max(ys))
     legend = []
     for n, s in enumerate(series):
-        color = COLORS[n % len(COLORS)]
+        color = s.color or COLORS[n % len(COLORS)]
         if s.spread:
             upper = [f"{px(x):.1f},{py(y + d):.1f}" for (x, y), d in zip(s.points, s.spread, strict=True)]
             lower = [f"{px(x):.1f},{py(y - d):.1f}" for (x, y), d in zip(s.points, s.spread, strict=True)]

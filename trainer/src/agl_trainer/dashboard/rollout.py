@@ -1,6 +1,7 @@
 """The page of one rollout: its fields, the span tree on a time axis, each LLM call and its rewards.
 
-Each LLM call shows its messages, response, tool calls and token counts; token ids shaded
+Each LLM call shows the policy (in a run of several) and model version that served it, its
+messages, response, tool calls and token counts; token ids shaded
 by logprob where the gateway recorded them; and the reward it got after credit assignment
 and whether it was trained, as :class:`agl_trainer.transitions.TransitionBuilder` (what ``agl export
 transitions`` and the trainer use) gives them under the dashboard's transition config.
@@ -102,6 +103,7 @@ def _call_card(call: LLMCall, index: int, credit: dict[str, tuple[float, float]]
         f"<p>{verdict}</p>"
         "<p>"
         + (f"model {e(call.requested_model)} · " if call.requested_model else "")
+        + (f'policy <b class="policy">{e(call.policy)}</b> · ' if call.policy else "")
         + (f"version {e(call.model_version)} · " if call.model_version else "")
         + f"prompt tokens <b>{len(call.prompt_ids)}</b> · response tokens <b>{len(call.response_ids)}</b>"
         + (f" · usage {e(usage)}" if usage else "")

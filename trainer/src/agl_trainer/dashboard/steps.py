@@ -3,7 +3,8 @@
 A step record is what the trainer stored after a step, but the store takes any JSON
 object from whoever holds the admin token, so a value may be a string, a list or null
 where a number belongs. Such a value is left out of the charts and listed under them
-as it is (``step 3: reward_std = "abc"``); the page always renders.
+as it is (``step 3: reward_std = "abc"``); the page always renders. A run of several
+policies gets a chart per policy metric (``policy/<name>/<metric>``) with a line per policy.
 """
 
 from __future__ import annotations
@@ -20,6 +21,20 @@ STEP_TIMES = ("time_rollout_s", "time_transitions_s", "time_update_s", "time_pub
 """The step record's timings, stacked in the step-time chart."""
 OFF_POLICY = "rollout_corr/"
 """The prefix of verl's off-policy metrics in a step record (see agl_verl.correction)."""
+POLICY = "policy/"
+"""The prefix of one policy's metrics in a step record of a run of several policies:
+``policy/<name>/<metric>`` (a run of one policy keeps its metrics unprefixed)."""
+POLICY_CHARTS = (
+    ("reward_mean", "Reward (mean) per policy"),
+    ("loss", "Loss per policy"),
+    ("kl", "KL per policy"),
+    ("entropy", "Entropy per policy"),
+    ("grad_norm", "Grad norm per policy"),
+    ("pg_clipfrac", "PG clip fraction per policy"),
+)
+"""The per-policy metrics charted, one line per policy that has the metric: ``(metric, title)``."""
+POLICY_COUNTS = ("transitions", "calls")
+"""A policy's counts, charted together: transitions it trained on, calls it served (a frozen policy)."""
 
 
 class _Numbers:
@@ -98,6 +113,7 @@ def run_charts(records: list[dict[str, Any]]) -> str:
         charts.line_chart("chart-tokens", "Tokens / s", [_line(numbers, "tokens/s", train, "tokens_per_s")]),
         _step_times(numbers, train),
         *_off_policy(numbers, train),
+        *_per_policy(numbers, train),
     ]
     summary = ""
     if train:
@@ -129,6 +145,46 @@ def _off_policy(numbers: _Numbers, train: list[dict]) -> list[str]:
         charts.line_chart("chart-offpolicy", "Off-policy correction", series),
         charts.line_chart("chart-offpolicy-kl", "KL(behaviour ‖ policy)", kl),
     ]
+
+
+def _policy_metrics(train: list[dict]) -> dict[str, set[str]]:
+    """The metrics each policy has in the step records, by policy name (sorted)."""
+    found: dict[str, set[str]] = {}
+    for record in train:
+        for key in record:
+            if isinstance(key, str) and key.startswith(POLICY):
+                name, _, metric = key.removeprefix(POLICY).rpartition("/")
+                if name and metric:
+                    found.setdefault(name, set()).add(metric)
+    return dict(sorted(found.items()))
+
+
+def _per_policy(numbers: _Numbers, train: list[dict]) -> list[str]:
+    """One chart per metric with a line per policy, for a run of several policies (none for a run of one).
+
+    A policy keeps its color on every chart, whichever metrics the others lack."""
+    policies = _policy_metrics(train)
+    colors = {name: charts.COLORS[n % len(charts.COLORS)] for n, name in enumerate(policies)}
+
+    def line(name: str, metric: str, label: str) -> charts.Series:
+        series = _line(numbers, label, train, f"{POLICY}{name}/{metric}")
+        series.color = colors[name]
+        return series
+
+    out = []
+    for metric, title in POLICY_CHARTS:
+        lines = [line(name, metric, name) for name, metrics in policies.items() if metric in metrics]
+        if lines:
+            out.append(charts.line_chart(f"chart-policy-{metric}", title, lines))
+    counts = [
+        line(name, metric, f"{name} {metric}")
+        for name, metrics in policies.items()
+        for metric in POLICY_COUNTS
+        if metric in metrics
+    ]
+    if counts:
+        out.append(charts.line_chart("chart-policy-counts", "Transitions trained / calls served per policy", counts))
+    return out
 
 
 def _step_times(numbers: _Numbers, train: list[dict]) -> str:
