@@ -10,6 +10,9 @@ LoRA and learning rate.
 - ``last`` / ``emitted``: as main, with those credit strategies (for picking the best
   non-broadcast one on validation; see the README for why ``discounted`` is main's).
 - ``all-agents``: as main, but the checker's calls are trained too.
+- ``per-role``: as main, but the roles have policies of their own (``POLICIES``): the writer
+  and the rewriter (model ``sql-writer``) on one trained adapter, the checker (``sql-checker``)
+  served the base model, frozen, whatever the writer learns.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from examples.learner import run_config
+
+from .agent import CHECKER_MODEL, WRITER_MODEL
 
 TRAINED_AGENTS = ["write_query", "rewrite_query"]
 MAIN_CREDIT = {"credit": "discounted", "credit_options": {"gamma": 0.9}}
@@ -27,7 +32,16 @@ ARMS: dict[str, dict[str, Any]] = {
     "last": {"credit": "last", "agents": TRAINED_AGENTS},
     "emitted": {"credit": "emitted", "agents": TRAINED_AGENTS},
     "all-agents": {**MAIN_CREDIT, "agents": None},
+    "per-role": {**MAIN_CREDIT, "agents": TRAINED_AGENTS},
 }
+
+POLICIES: dict[str, list[dict[str, Any]]] = {
+    "per-role": [
+        {"name": "writer", "models": [WRITER_MODEL]},
+        {"name": "checker", "models": [CHECKER_MODEL], "train": False},
+    ],
+}
+"""The arms whose roles have policies of their own (``TrainerConfig.policies``); the others have one."""
 
 STEPS = 10
 BATCH_SIZE = 2
@@ -56,4 +70,7 @@ def trainer_config(arm: str, **run: Any) -> dict[str, Any]:
     """The :class:`agl_trainer.TrainerConfig` dict of ``arm`` (``run``: see :func:`examples.learner.run_config`)."""
     if arm not in ARMS:
         raise ValueError(f"arm: one of {', '.join(ARMS)}, not {arm!r}")
-    return run_config(run, DEFAULTS, lr=LR, temperature=TEMPERATURE, transitions=ARMS[arm], timeout_s=1200)
+    config = run_config(run, DEFAULTS, lr=LR, temperature=TEMPERATURE, transitions=ARMS[arm], timeout_s=1200)
+    if arm in POLICIES:
+        config["policies"] = POLICIES[arm]
+    return config
