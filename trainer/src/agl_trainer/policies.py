@@ -159,6 +159,14 @@ class Routes:
         with self._lock:
             self._versions[policy] = version
 
+    def set_upstream(self, policy: str, model: str | None) -> None:
+        """Ask the engine for ``model`` on ``policy``'s calls from now on (an engine may serve each version
+        of a policy under a name of its own, as vLLM's adapters are)."""
+        if policy not in self._upstream:
+            raise KeyError(f"policy: {policy!r} is not one of {', '.join(self.names)}")
+        with self._lock:
+            self._upstream[policy] = model
+
     def versions(self) -> dict[str, str | None]:
         """Each policy's version now."""
         with self._lock:

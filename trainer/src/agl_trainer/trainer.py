@@ -747,6 +747,8 @@ class Trainer:
                 version = version.model_copy(update={"step": step})
             self._store.add_model_version(version)
             if gw is not None and gw.routes is not None:
+                if self._engine is not None and policy.engine_name is not None:
+                    gw.routes.set_upstream(policy.name, self._engine.policy_model(policy.engine_name))
                 gw.routes.set_version(policy.name, version.version)
             if gw is not None and not self.policies.prefixed:
                 gw.model_version = version.version
