@@ -116,10 +116,12 @@ def test_one_batch_of_mixed_adapters_matches_each_adapter_alone(mixed, alone):
     requests = [
         {"model": model, "prompt": prompt, "seed": seed} for model in ROUTES for prompt in PROMPTS for seed in (None, 7)
     ]
-    before = mixed.batchers[0].batches
     with concurrent.futures.ThreadPoolExecutor(len(requests)) as pool:
-        got = list(pool.map(lambda kw: complete(mixed.urls[0], **kw), requests))
-    assert mixed.batchers[0].batches - before < len(ROUTES)  # the policies shared prefills, hence batches
+        with mixed.adapters.lock:  # no forward pass until every request waits in the queue
+            pending = [pool.submit(complete, mixed.urls[0], **kw) for kw in requests]
+            time.sleep(1.0)
+        got = [future.result(timeout=120) for future in pending]
+    assert mixed.adapters.mixed_passes > 0  # rows of different policies went through the same passes
     assert mixed.batchers[0].max_rows_seen >= len(ROUTES)
     for request, answer in zip(requests, got, strict=True):
         reference = alone[ROUTES[request["model"]]]
@@ -212,5 +214,27 @@ def test_a_full_model_default_policy_refuses_named_policies(tiny_model_dir, adap
             engine.load_version(ModelVersion(version="w", path=str(tmp_path / "step1.pt"), policy="writer"))
         assert engine.adapters is None and engine.model_version == "full-1"
         assert complete(engine.urls[0], "writer", PROMPTS[1])["model_version"] == "full-1"
+    finally:
+        engine.stop()
+
+
+def test_replicas_share_the_adapters_and_a_policy_moves_back_to_the_base(tiny_model_dir, adapters, alone):
+    engine = engine_on(tiny_model_dir, replicas=2)
+    try:
+        engine.load_version(ModelVersion(version="w-1", path=adapters["a"], policy="writer"))
+        engine.load_version(ModelVersion(version="w-2", policy="writer"))  # frozen at the base from now on
+        assert len(engine.adapters.adapters) == 1  # peft keeps its last adapter, unused
+        assert_same(
+            complete(engine.urls[1], "writer", PROMPTS[0]), complete(alone["base"].urls[0], DEFAULT, PROMPTS[0])
+        )
+        engine.load_version(ModelVersion(version="w-3", path=adapters["b"], policy="writer"))
+        assert len(engine.adapters.adapters) == 1  # the unused one went when b came
+        requests = [(engine.urls[i % 2], ("writer", DEFAULT)[i % 2], PROMPTS[i % 3]) for i in range(12)]
+        with concurrent.futures.ThreadPoolExecutor(len(requests)) as pool:
+            got = list(pool.map(lambda r: complete(*r, max_tokens=20), requests))
+        for (_, model, prompt), answer in zip(requests, got, strict=True):
+            reference = alone["b" if model == "writer" else "base"]
+            assert_same(answer, complete(reference.urls[0], DEFAULT, prompt, max_tokens=20))
+            assert answer["model_version"] == ("w-3" if model == "writer" else "base")
     finally:
         engine.stop()

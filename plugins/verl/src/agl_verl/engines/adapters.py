@@ -41,6 +41,9 @@ class AdapterSet:
         self._routes: dict[str | None, tuple[str, str]] = {}
         self._held: Counter[str] = Counter()
         self._names = itertools.count(1)
+        #: forward passes run, and of them those whose rows used more than one adapter
+        self.passes = 0
+        self.mixed_passes = 0
 
     def set_policy(self, policy: str | None, adapter_path: str | Path | None, version: str) -> None:
         """Serve ``policy`` with the adapter at ``adapter_path`` (None: the base weights) as ``version``.
@@ -49,10 +52,8 @@ class AdapterSet:
         """
         with self.lock:
             name = BASE if adapter_path is None else self._load(adapter_path, policy)
-            old = self._routes.get(policy)
             self._routes[policy] = (name, version)
-            if old is not None:
-                self._drop_if_unused(old[0])
+            self._sweep()
 
     def _load(self, path: str | Path, policy: str | None) -> str:
         from peft import PeftModel
@@ -79,15 +80,17 @@ class AdapterSet:
             self._held[name] -= 1
             if self._held[name] <= 0:
                 del self._held[name]
-                self._drop_if_unused(name)
+                self._sweep()
 
-    def _drop_if_unused(self, name: str) -> None:
+    def _sweep(self) -> None:
+        """Delete the adapters no policy serves now and no row holds (peft needs one: the last stays)."""
         current = {route[0] for route in self._routes.values()}
-        if name != BASE and name not in current and not self._held[name]:
-            self._held.pop(name, None)
-            others = [other for other in self.model.peft_config if other != name]
-            if others and name in self.model.active_adapters:
-                self.model.set_adapter(others[-1])  # the active one is never used with adapter_names
+        for name in list(getattr(self.model, "peft_config", {})):
+            if name in current or self._held[name] or len(self.model.peft_config) == 1:
+                continue
+            if name in self.model.active_adapters:
+                others = [other for other in self.model.peft_config if other != name]
+                self.model.set_adapter(others[-1])  # which one is active does not matter with adapter_names
             self.model.delete_adapter(name)
 
     @property
@@ -105,6 +108,8 @@ class AdapterSet:
     def __call__(self, *, adapter_names: list[str], **kwargs: Any) -> Any:
         """One forward pass, row ``i`` through adapter ``adapter_names[i]``."""
         with self.lock:
+            self.passes += 1
+            self.mixed_passes += len(set(adapter_names)) > 1
             if hasattr(self.model, "peft_config"):
                 return self.model(adapter_names=adapter_names, **kwargs)
             return self.model(**kwargs)  # no adapter loaded: every row is on the base weights
