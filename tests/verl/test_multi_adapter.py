@@ -4,6 +4,7 @@ LoRA adapters decoded in the same batch give what each adapter gives served alon
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import re
 import time
 
@@ -238,3 +239,18 @@ def test_replicas_share_the_adapters_and_a_policy_moves_back_to_the_base(tiny_mo
             assert answer["model_version"] == ("w-3" if model == "writer" else "base")
     finally:
         engine.stop()
+
+
+def test_a_stream_names_its_policys_version_and_decodes_on_its_adapter(mixed, alone):
+    body = {"model": "writer", "messages": [{"role": "user", "content": "hello world !"}], "max_tokens": 6}
+    body |= {"temperature": 0, "ignore_eos": True, "stream": True, "return_token_ids": True}
+    chunks = []
+    with httpx.stream("POST", mixed.urls[0] + "/chat/completions", json=body, timeout=120) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                chunks.append(json.loads(line.removeprefix("data: ")))
+    assert {chunk["model_version"] for chunk in chunks} == {"b-1"}
+    streamed = [t for chunk in chunks for choice in chunk["choices"] for t in choice.get("token_ids", [])]
+    reference = httpx.post(alone["b"].urls[0] + "/chat/completions", json={**body, "stream": False}, timeout=120)
+    assert streamed == reference.json()["choices"][0]["token_ids"]

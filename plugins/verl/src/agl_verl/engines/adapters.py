@@ -45,13 +45,18 @@ class AdapterSet:
         self.passes = 0
         self.mixed_passes = 0
 
-    def set_policy(self, policy: str | None, adapter_path: str | Path | None, version: str) -> None:
-        """Serve ``policy`` with the adapter at ``adapter_path`` (None: the base weights) as ``version``.
+    def set_policy(
+        self, policy: str | None, adapter_path: str | Path | None, version: str, model_name: str | None = None
+    ) -> None:
+        """Serve ``policy`` with the adapter at ``adapter_path`` (None: the base weights) as ``version``,
+        to the requests for ``model_name`` (a named policy's).
 
         Rows admitted from now on get the new weights; rows running keep theirs.
         """
         with self.lock:
             name = BASE if adapter_path is None else self._load(adapter_path, policy)
+            if policy is not None and model_name is not None:
+                self.policy_models[model_name] = policy
             self._routes[policy] = (name, version)
             self._sweep()
 
@@ -66,11 +71,16 @@ class AdapterSet:
         self.model.eval()
         return name
 
-    def acquire(self, model_name: str | None) -> tuple[str, str]:
-        """The adapter and version that answer a request for ``model_name`` (held until :meth:`release`)."""
+    def route(self, model_name: str | None) -> tuple[str, str]:
+        """The adapter and version that answer a request for ``model_name`` now."""
         with self.lock:
             policy = self.policy_models.get(model_name) if model_name else None
-            name, version = self._routes[policy if policy in self._routes else None]
+            return self._routes[policy if policy in self._routes else None]
+
+    def acquire(self, model_name: str | None) -> tuple[str, str]:
+        """:meth:`route`, the adapter held until :meth:`release`."""
+        with self.lock:
+            name, version = self.route(model_name)
             self._held[name] += 1
             return name, version
 

@@ -131,6 +131,11 @@ class Replica:
             rows.append(Sequence(prompt_ids=prompt_ids, params=p, forced_ids=forced, model_name=model))
         return rows
 
+    def version_for(self, model_name: str | None) -> str | None:
+        """The version that answers a request for ``model_name`` now (its policy's in mixed mode)."""
+        model, version = self.slot.get()
+        return model.route(model_name)[1] if isinstance(model, AdapterSet) else version
+
     def models(self) -> list[tuple[str, str | None]]:
         """``(model name, version)`` of what this replica answers: the default policy first, then
         each named policy in mixed mode."""
@@ -422,7 +427,7 @@ class Replica:
                     row.cancelled = True
 
     def _envelope(self, prefix: str, kind: str, model: str, rows: list[Sequence]) -> dict:
-        version = rows[0].model_version if rows and rows[0].model_version else self.slot.get()[1]
+        version = rows[0].model_version if rows and rows[0].model_version else self.version_for(model)
         return {
             "id": f"{prefix}-{uuid.uuid4().hex}",
             "object": kind,

@@ -166,10 +166,9 @@ class TransformersEngine(Engine):
             adapter = self._adapter_on_base(version, required=True)
             if not isinstance(current, AdapterSet):
                 current = self._mixed_mode(version)
-            if version.policy is not None:
-                current.policy_models[self.policy_model(version.policy)] = version.policy
             default_version = self.model_version if version.policy is not None else version.version
-            current.set_policy(version.policy, adapter, version.version)
+            model_name = self.policy_model(version.policy) if version.policy is not None else None
+            current.set_policy(version.policy, adapter, version.version, model_name)
             self._slot.set(current, default_version)
 
     def _adapter_on_base(self, version: ModelVersion, *, required: bool = False) -> Path | None | bool:
