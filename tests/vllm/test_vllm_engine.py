@@ -39,7 +39,9 @@ def vllm_engine(smollm2_path):
 
     if not (VENV / "bin" / "python").exists():
         pytest.fail(f"{VENV} is missing: run scripts/setup-vllm.sh first")
-    engine = VllmEngine(smollm2_path, venv=VENV, served_model_name="smollm2", api_key="vllm-secret")
+    engine = VllmEngine(
+        smollm2_path, venv=VENV, served_model_name="smollm2", api_key="vllm-secret", lora=True, max_loras=3
+    )
     started = time.monotonic()
     engine.start()
     print(f"vLLM started in {time.monotonic() - started:.0f} s")
@@ -193,3 +195,72 @@ def test_a_client_that_goes_away_mid_stream_frees_vllms_request(vllm_engine, tmp
     finally:
         gw.stop()
         store.close()
+
+
+def make_adapter(model_dir, path, seed: int) -> str:
+    """A random LoRA adapter on SmolLM2 with non-zero B, so it changes the outputs."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    base = AutoModelForCausalLM.from_pretrained(model_dir)
+    config = LoraConfig(r=8, lora_alpha=32, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    get_peft_model(base, config).save_pretrained(path)
+    return str(path)
+
+
+def adapted(model_dir, adapter: str):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    return PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir), adapter).eval()
+
+
+def chat(engine, model: str) -> dict:
+    body = {"model": model, "messages": MESSAGES, "max_tokens": 12, "temperature": 0, "logprobs": True}
+    response = httpx.post(
+        engine.urls[0] + "/chat/completions",
+        headers=engine_headers(),
+        json={**body, "return_token_ids": True},
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_two_policies_served_at_once_by_model_name(vllm_engine, smollm2_path, hf, tmp_path):
+    """Each named policy's adapter answers the requests for its model name, in the same server at the
+    same time; a new version comes under a new name and the old one is unloaded."""
+    import concurrent.futures
+
+    from agl.schema import ModelVersion
+
+    _, base = hf
+    paths = {name: make_adapter(smollm2_path, tmp_path / name, seed) for name, seed in (("w", 1), ("c", 2), ("w2", 3))}
+    vllm_engine.load_version(ModelVersion(version="1", path=paths["w"], policy="writer"))
+    vllm_engine.load_version(ModelVersion(version="1", path=paths["c"], policy="checker"))
+    vllm_engine.load_version(ModelVersion(version="frozen", policy="judge"))
+    names = {policy: vllm_engine.policy_model(policy) for policy in ("writer", "checker", "judge")}
+    assert names == {"writer": "writer@1", "checker": "checker@1", "judge": "smollm2"}
+    models = {policy: adapted(smollm2_path, paths[key]) for policy, key in (("writer", "w"), ("checker", "c"))}
+    models["judge"] = base
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda policy: (policy, chat(vllm_engine, names[policy])), [*names, *names]))
+    for policy, out in answers:
+        ids = out["choices"][0]["token_ids"]
+        recorded = [entry["logprob"] for entry in out["choices"][0]["logprobs"]["content"]]
+        expected = reference_logprobs(models[policy], out["prompt_token_ids"], ids)
+        assert max(abs(a - b) for a, b in zip(recorded, expected, strict=True)) < TOL, policy
+        if policy != "judge":  # the adapters change the answer: served on the base, this test would fail
+            off = reference_logprobs(base, out["prompt_token_ids"], ids)
+            assert max(abs(a - b) for a, b in zip(recorded, off, strict=True)) > 10 * TOL, policy
+    vllm_engine.load_version(ModelVersion(version="2", path=paths["w2"], policy="writer"))
+    assert vllm_engine.policy_model("writer") == "writer@2"
+    listed = {m["id"] for m in httpx.get(vllm_engine.urls[0] + "/models", headers=engine_headers()).json()["data"]}
+    assert {"smollm2", "writer@2", "checker@1"} <= listed and "writer@1" not in listed
+    out = chat(vllm_engine, "writer@2")
+    ids = out["choices"][0]["token_ids"]
+    recorded = [entry["logprob"] for entry in out["choices"][0]["logprobs"]["content"]]
+    expected = reference_logprobs(adapted(smollm2_path, paths["w2"]), out["prompt_token_ids"], ids)
+    assert max(abs(a - b) for a, b in zip(recorded, expected, strict=True)) < TOL

@@ -40,7 +40,8 @@ from typing import Any, NamedTuple
 import torch
 from transformers import DynamicCache
 
-from agl_verl.engines.prefix_cache import PrefixCache, shared_blocks
+from agl_verl.engines.adapters import AdapterSet
+from agl_verl.engines.prefix_cache import ROOT, PrefixCache, shared_blocks
 from agl_verl.engines.protocol import Decoding
 
 
@@ -71,8 +72,13 @@ class Sequence:
     #: where a stop string begins in the decoded text (the text is cut there)
     stop_at: int | None = None
     model_version: str | None = None
+    #: the ``model`` the request named: picks the policy in mixed mode (:mod:`agl_verl.engines.adapters`)
+    model_name: str | None = None
+    #: the adapter the row is decoded with in mixed mode (held from admission until it finishes)
+    adapter: str | None = None
     cancelled: bool = False
     _job: _Job | None = None
+    _adapters: AdapterSet | None = None
 
 
 class _Choice(NamedTuple):
@@ -312,8 +318,8 @@ class Batcher:
             return
         if batch.rows:
             model, version = self.slot.get()
-            if model is not batch.model or version != batch.version:
-                return  # drain on the old weights first
+            if model is not batch.model or (version != batch.version and not isinstance(model, AdapterSet)):
+                return  # drain on the old weights first (in mixed mode each row keeps its adapter instead)
         newcomers = []
         for seq in self._take_queued(room, wait=not batch.rows):
             if seq.cancelled:
@@ -338,14 +344,18 @@ class Batcher:
         """
         self.batches += 1
         for seq in seqs:
-            seq.model_version = batch.version
+            if isinstance(batch.model, AdapterSet):
+                seq.adapter, seq.model_version = batch.model.acquire(seq.model_name)
+                seq._adapters = batch.model
+            else:
+                seq.model_version = batch.version
         self.prompt_tokens += sum(len(seq.prompt_ids) for seq in seqs)
         if self.prefix_cache is None:
-            piece, logits = self._compute(batch.model, [seq.prompt_ids for seq in seqs])
+            piece, logits = self._compute(batch.model, [seq.prompt_ids for seq in seqs], [seq.adapter for seq in seqs])
         else:
             self.prefix_cache.use(batch.model)
-            prompts, prompt_of_row = _unique_prompts(seqs)
-            piece, logits, where = self._compute_in_waves(batch.model, prompts)
+            prompts, adapters, prompt_of_row = _unique_prompts(seqs)
+            piece, logits, where = self._compute_in_waves(batch.model, prompts, adapters)
             index = [where[p] for p in prompt_of_row]
             piece.take(index, self.device)
             logits = logits[index]
@@ -357,8 +367,10 @@ class Batcher:
         batch.merge(piece)
         self.max_rows_seen = max(self.max_rows_seen, len(batch.rows))
 
-    def _compute_in_waves(self, model: Any, prompts: list[list[int]]) -> tuple[_Batch, torch.Tensor, list[int]]:
-        """:meth:`_compute` of ``prompts`` in waves that share no uncached block.
+    def _compute_in_waves(
+        self, model: Any, prompts: list[list[int]], adapters: list[str | None]
+    ) -> tuple[_Batch, torch.Tensor, list[int]]:
+        """:meth:`_compute` of ``prompts`` (each through its adapter) in waves that share no uncached block.
 
         Returns the rows' cache in the order computed, their last logits in the same order,
         and where each prompt's row is in it.
@@ -369,10 +381,13 @@ class Batcher:
         while remaining:
             wave, later = [], []
             for i in remaining:
-                cached = len(cache.lookup(prompts[i]))
-                shares = any(shared_blocks(prompts[i], prompts[j], cache.block_tokens) > cached for j in wave)
+                cached = len(cache.lookup(prompts[i], _space(adapters[i])))
+                shares = any(
+                    adapters[i] == adapters[j] and shared_blocks(prompts[i], prompts[j], cache.block_tokens) > cached
+                    for j in wave
+                )
                 (later if shares else wave).append(i)
-            part, part_logits = self._compute(model, [prompts[i] for i in wave])
+            part, part_logits = self._compute(model, [prompts[i] for i in wave], [adapters[i] for i in wave])
             piece.merge(part)
             logits.append(part_logits)
             for k, i in enumerate(wave):
@@ -381,11 +396,17 @@ class Batcher:
             remaining = later
         return piece, torch.cat(logits), where
 
-    def _compute(self, model: Any, prompts: list[list[int]]) -> tuple[_Batch, torch.Tensor]:
-        """One forward pass over ``prompts`` past their cached blocks; their cache (right-aligned,
-        no rows yet) and each prompt's last logits. New whole blocks go into the prefix cache."""
+    def _compute(self, model: Any, prompts: list[list[int]], adapters: list[str | None]) -> tuple[_Batch, torch.Tensor]:
+        """One forward pass over ``prompts`` past their cached blocks, each through its adapter (mixed
+        mode); their cache (right-aligned, no rows yet) and each prompt's last logits. New whole blocks
+        go into the prefix cache, under the adapter that computed them."""
         cache = self.prefix_cache
-        hits = [cache.lookup(p) for p in prompts] if cache is not None else [[] for _ in prompts]
+        spaces = [_space(adapter) for adapter in adapters]
+        hits = (
+            [cache.lookup(p, s) for p, s in zip(prompts, spaces, strict=True)]
+            if cache is not None
+            else [[] for _ in prompts]
+        )
         block = cache.block_tokens if cache is not None else 0
         prefix_width = max(len(hit) for hit in hits) * block
         suffixes = [p[len(hit) * block :] for p, hit in zip(prompts, hits, strict=True)]
@@ -406,6 +427,7 @@ class Batcher:
             past_key_values=kv,
             use_cache=True,
             logits_to_keep=1,
+            **_adapter_names(model, adapters),
         )
         self.prompt_tokens_computed += sum(len(suffix) for suffix in suffixes)
         if cache is not None:
@@ -414,7 +436,7 @@ class Batcher:
                 if cache.reusable_blocks(prompt) > len(hits[i]):
                     tail = slice(mask.shape[1] - len(prompt), None)
                     layers = [(layer.keys[i, :, tail, :], layer.values[i, :, tail, :]) for layer in kv.layers]
-                    cache.insert(prompt, layers, start=len(hits[i]))
+                    cache.insert(prompt, layers, start=len(hits[i]), space=spaces[i])
         return _Batch(model, None, [], kv, mask, positions[:, -1]), out.logits[:, -1, :].float()
 
     def _cache_of(self, hits: list[list], width: int) -> DynamicCache:
@@ -461,6 +483,7 @@ class Batcher:
             position_ids=batch.next_pos.unsqueeze(1),
             past_key_values=batch.cache,
             use_cache=True,
+            **_adapter_names(batch.model, [row.seq.adapter for row in batch.rows]),
         )
         keep = self._choose_and_advance(out.logits[:, -1, :].float(), batch.rows)
         if len(keep) < len(batch.rows):
@@ -480,7 +503,7 @@ class Batcher:
                 continue
             tail = slice(width - len(ids), None)
             layers = [(layer.keys[b, :, tail, :], layer.values[b, :, tail, :]) for layer in batch.cache.layers]
-            cache.insert(ids, layers)
+            cache.insert(ids, layers, space=_space(row.seq.adapter))
 
     def _choose_and_advance(self, logits: torch.Tensor, rows: list[_Row]) -> list[int]:
         """Pick each row's next token; return the batch indices of rows that go on."""
@@ -494,6 +517,7 @@ class Batcher:
         return keep
 
     def _row_done(self, row: Sequence) -> None:
+        _let_go(row)
         job = row._job
         if job is None:
             return
@@ -504,6 +528,7 @@ class Batcher:
             job.future.set_result(job.rows)
 
     def _fail(self, row: Sequence, exc: BaseException) -> None:
+        _let_go(row)
         job = row._job
         if job is not None and not job.future.done():
             job.future.set_exception(exc)
@@ -573,18 +598,37 @@ class Batcher:
         return row.finish_reason is None
 
 
-def _unique_prompts(seqs: list[Sequence]) -> tuple[list[list[int]], list[int]]:
-    """The distinct prompts of ``seqs``, and which of them each row has."""
-    index: dict[tuple[int, ...], int] = {}
+def _unique_prompts(seqs: list[Sequence]) -> tuple[list[list[int]], list[str | None], list[int]]:
+    """The distinct (adapter, prompt) pairs of ``seqs`` as prompts and their adapters, and which each row has."""
+    index: dict[tuple, int] = {}
     prompts: list[list[int]] = []
+    adapters: list[str | None] = []
     of_row = []
     for seq in seqs:
-        key = tuple(seq.prompt_ids)
+        key = (seq.adapter, tuple(seq.prompt_ids))
         if key not in index:
             index[key] = len(prompts)
             prompts.append(seq.prompt_ids)
+            adapters.append(seq.adapter)
         of_row.append(index[key])
-    return prompts, of_row
+    return prompts, adapters, of_row
+
+
+def _space(adapter: str | None) -> Any:
+    """The prefix-cache space of rows on ``adapter`` (None: the one set of weights served)."""
+    return ROOT if adapter is None else adapter
+
+
+def _adapter_names(model: Any, adapters: list[str | None]) -> dict[str, Any]:
+    """The forward pass's ``adapter_names`` argument in mixed mode; nothing otherwise."""
+    return {"adapter_names": adapters} if isinstance(model, AdapterSet) else {}
+
+
+def _let_go(row: Sequence) -> None:
+    """Give back the adapter a finished (or failed) row held in mixed mode."""
+    adapters, row._adapters = row._adapters, None
+    if adapters is not None:
+        adapters.release(row.adapter)
 
 
 def _right_align(cache: DynamicCache, mask: torch.Tensor) -> torch.Tensor:

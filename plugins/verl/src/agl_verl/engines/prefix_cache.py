@@ -11,7 +11,9 @@ blocks from the start and stops at the first one missing; the batcher then compu
 the tokens after the hit, attending to the cached keys and values.
 
 A cache belongs to one set of weights: blocks computed with other weights are dropped when
-the batcher first uses new ones (:meth:`PrefixCache.use`). It is bounded in bytes and
+the batcher first uses new ones (:meth:`PrefixCache.use`). In mixed mode (several adapters on
+one base model, :mod:`agl_verl.engines.adapters`) each adapter has its own *space*: a chain
+begins at its space's root, so one adapter's blocks are never found for another's prompt. It is bounded in bytes and
 evicts least-recently-used blocks; a lookup or insert refreshes a chain from its last block
 back to its first, so a prefix's later blocks go before its earlier ones, which more prompts share.
 
@@ -22,7 +24,7 @@ agree with a full prefill to float tolerance (``tests/verl/test_prefix_cache.py`
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +33,10 @@ import torch
 BLOCK_TOKENS = 16
 """Tokens a cached block holds: a prompt's hit is a whole number of blocks (vLLM's default size)."""
 
-_Key = tuple[int, tuple[int, ...]]
+_Key = tuple[Hashable, tuple[int, ...]]
+
+ROOT = -1
+"""The space of a cache that serves one set of weights (block ids, the parents of later blocks, are positive)."""
 
 
 @dataclass(eq=False)
@@ -75,9 +80,9 @@ class PrefixCache:
         must be computed for its logits."""
         return (len(prompt_ids) - 1) // self.block_tokens
 
-    def lookup(self, prompt_ids: list[int]) -> list[_Block]:
-        """The cached blocks ``prompt_ids`` begins with, in order (marked recently used)."""
-        return self._walk(prompt_ids, make=None)
+    def lookup(self, prompt_ids: list[int], space: Hashable = ROOT) -> list[_Block]:
+        """The cached blocks ``prompt_ids`` begins with in ``space``, in order (marked recently used)."""
+        return self._walk(prompt_ids, make=None, space=space)
 
     def gather(self, chain: list[_Block], layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of ``chain`` at ``layer``: (heads, len(chain) × BLOCK_TOKENS, head_dim) each."""
@@ -85,8 +90,14 @@ class PrefixCache:
         values = torch.cat([block.layers[layer][1] for block in chain], dim=-2)
         return keys, values
 
-    def insert(self, prompt_ids: list[int], layers: list[tuple[torch.Tensor, torch.Tensor]], start: int = 0) -> None:
-        """Cache the blocks of ``prompt_ids`` (a prompt, or a prompt and its answer) not cached yet.
+    def insert(
+        self,
+        prompt_ids: list[int],
+        layers: list[tuple[torch.Tensor, torch.Tensor]],
+        start: int = 0,
+        space: Hashable = ROOT,
+    ) -> None:
+        """Cache the blocks of ``prompt_ids`` (a prompt, or a prompt and its answer) in ``space`` not cached yet.
 
         ``layers``: per layer, the keys and values of all of ``prompt_ids``, (heads,
         len(prompt_ids), head_dim) each; those of blocks ``0 .. start-1``, which the caller
@@ -101,15 +112,17 @@ class PrefixCache:
             self._next_id += 1
             return _Block(self._next_id, kv, sum(k.nbytes + v.nbytes for k, v in kv))
 
-        self._walk(prompt_ids, make)
+        self._walk(prompt_ids, make, space)
         self._evict()
 
-    def _walk(self, prompt_ids: list[int], make: Callable[[int], _Block | None] | None) -> list[_Block]:
-        """The chain of blocks ``prompt_ids`` begins with. At the first one missing, ``make(i)``
-        makes block ``i`` (it is added and the walk goes on), or the walk ends there."""
+    def _walk(
+        self, prompt_ids: list[int], make: Callable[[int], _Block | None] | None, space: Hashable = ROOT
+    ) -> list[_Block]:
+        """The chain of blocks ``prompt_ids`` begins with in ``space``. At the first one missing,
+        ``make(i)`` makes block ``i`` (it is added and the walk goes on), or the walk ends there."""
         chain: list[_Block] = []
         keys: list[_Key] = []
-        parent = -1
+        parent: Hashable = space
         for i in range(self.reusable_blocks(prompt_ids)):
             key = self._key(parent, prompt_ids, i)
             block = self._blocks.get(key)
@@ -124,7 +137,7 @@ class PrefixCache:
         self._refresh(keys)
         return chain
 
-    def _key(self, parent: int, prompt_ids: list[int], i: int) -> _Key:
+    def _key(self, parent: Hashable, prompt_ids: list[int], i: int) -> _Key:
         return parent, tuple(prompt_ids[i * self.block_tokens : (i + 1) * self.block_tokens])
 
     def _refresh(self, chain: list[_Key]) -> None:

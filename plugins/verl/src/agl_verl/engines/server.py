@@ -105,20 +105,17 @@ def create_app(replica: Replica, *, api_key: str | None = None, max_body_bytes: 
     async def models(request: Request) -> Response:
         if not authorized(request):
             return _unauthorized()
-        return JSONResponse(
+        data = [
             {
-                "object": "list",
-                "data": [
-                    {
-                        "id": replica.model_name,
-                        "object": "model",
-                        "owned_by": "agl",
-                        "max_model_len": replica.max_model_len,
-                        "model_version": replica.slot.get()[1],
-                    }
-                ],
+                "id": name,
+                "object": "model",
+                "owned_by": "agl",
+                "max_model_len": replica.max_model_len,
+                "model_version": version,
             }
-        )
+            for name, version in replica.models()
+        ]
+        return JSONResponse({"object": "list", "data": data})
 
     async def metrics(request: Request) -> Response:
         if not authorized(request):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agl_trainer.http.sse import DONE_EVENT, data_event
+from agl_verl.engines.adapters import AdapterSet
 from agl_verl.engines.batching import Batcher, SamplingParams, Sequence, WeightSlot
 from agl_verl.engines.protocol import ChatRequest, CompletionRequest, RequestError, Sampling
 from agl_verl.engines.tools import ToolChoice, forced_prefix, parse_tool_calls, render_messages, template_supports_tools
@@ -113,15 +114,34 @@ class Replica:
         return SamplingParams(max_tokens=max_tokens, top_logprobs=top_logprobs, **s.decoding())
 
     def _rows(
-        self, prompt_ids: list[int], params: SamplingParams, n: int, forced: list[int], attempt: int = 0
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        n: int,
+        forced: list[int],
+        attempt: int = 0,
+        *,
+        model: str | None = None,
     ) -> list[Sequence]:
         rows = []
         for i in range(n):
             p = SamplingParams(**{**params.__dict__})
             if p.seed is not None:
                 p.seed = p.seed + i + 1000 * attempt
-            rows.append(Sequence(prompt_ids=prompt_ids, params=p, forced_ids=forced))
+            rows.append(Sequence(prompt_ids=prompt_ids, params=p, forced_ids=forced, model_name=model))
         return rows
+
+    def version_for(self, model_name: str | None) -> str | None:
+        """The version that answers a request for ``model_name`` now (its policy's in mixed mode)."""
+        model, version = self.slot.get()
+        return model.route(model_name)[1] if isinstance(model, AdapterSet) else version
+
+    def models(self) -> list[tuple[str, str | None]]:
+        """``(model name, version)`` of what this replica answers: the default policy first, then
+        each named policy in mixed mode."""
+        model, version = self.slot.get()
+        named = model.served() if isinstance(model, AdapterSet) else []
+        return [(self.model_name, version), *named]
 
     def text_of(self, row: Sequence) -> str:
         text = self.tokenizer.decode(row.token_ids, skip_special_tokens=True)
@@ -138,14 +158,16 @@ class Replica:
     async def chat(self, req: ChatRequest) -> dict:
         prepared = self.render_chat(req)
         params = self._params(req.sampling, len(prepared.prompt_ids), req.top_logprobs, "messages")
-        rows = await self._generate(self._rows(prepared.prompt_ids, params, req.sampling.n, prepared.forced_ids))
+        rows = await self._generate(
+            self._rows(prepared.prompt_ids, params, req.sampling.n, prepared.forced_ids, model=req.model)
+        )
         if prepared.must_call:
             for attempt in range(1, TOOL_RETRIES + 1):
                 failed = [i for i, r in enumerate(rows) if not self._message(req, prepared, r)[1]]
                 if not failed:
                     break
                 retry = await self._generate(
-                    self._rows(prepared.prompt_ids, params, len(failed), prepared.forced_ids, attempt)
+                    self._rows(prepared.prompt_ids, params, len(failed), prepared.forced_ids, attempt, model=req.model)
                 )
                 for i, row in zip(failed, retry, strict=False):
                     rows[i] = row
@@ -196,7 +218,7 @@ class Replica:
         """Validate and start a streamed chat; the iterator yields SSE ``data:`` lines."""
         prepared = self.render_chat(req)
         params = self._params(req.sampling, len(prepared.prompt_ids), req.top_logprobs, "messages")
-        rows = self._rows(prepared.prompt_ids, params, req.sampling.n, prepared.forced_ids)
+        rows = self._rows(prepared.prompt_ids, params, req.sampling.n, prepared.forced_ids, model=req.model)
         return self._chat_events(req, prepared, rows)
 
     async def _chat_events(self, req: ChatRequest, prepared: _Prepared, rows: list[Sequence]) -> AsyncIterator[bytes]:
@@ -264,7 +286,7 @@ class Replica:
         for prompt in req.prompts:
             ids = self.encode_prompt(prompt)
             params = self._params(req.sampling, len(ids), top, "prompt")
-            groups.append((ids, self._rows(ids, params, req.sampling.n, [])))
+            groups.append((ids, self._rows(ids, params, req.sampling.n, [], model=req.model)))
         return groups
 
     async def completion(self, req: CompletionRequest) -> dict:
@@ -405,7 +427,7 @@ class Replica:
                     row.cancelled = True
 
     def _envelope(self, prefix: str, kind: str, model: str, rows: list[Sequence]) -> dict:
-        version = rows[0].model_version if rows and rows[0].model_version else self.slot.get()[1]
+        version = rows[0].model_version if rows and rows[0].model_version else self.version_for(model)
         return {
             "id": f"{prefix}-{uuid.uuid4().hex}",
             "object": kind,

