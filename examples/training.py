@@ -162,6 +162,7 @@ def results_record(
         "temperature": config["rollout"]["resources"]["temperature"],
         "lr": config["backend"]["config"]["lr"],
         "transitions_config": config["transitions"],
+        **({"policies": config["policies"]} if config.get("policies") else {}),
         "wall_s": round(run["wall_s"], 1),
         "step_s": [round(s, 1) for s in step_times],
         "step_s_mean": round(sum(step_times) / len(step_times), 1) if step_times else None,

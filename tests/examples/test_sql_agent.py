@@ -92,6 +92,41 @@ def test_one_training_step_end_to_end(example, tmp_path):
     assert summary["agent_calls"]["write_query"] == 2
 
 
+def test_the_per_role_arm_trains_the_writer_and_serves_the_checker_the_base_model(example, tmp_path):
+    """Two policies on one engine: the writer's calls train its adapter, the checker's stay on the base."""
+    from agl.store.sqlite import SqliteStore
+
+    model = tiny_model(example, tmp_path / "tiny")
+    argv = ["--seed", "0", "--steps", "2", "--batch-size", "1", "--n-rollouts", "2", "--eval-limit", "1"]
+    argv += ["--model", str(model), "--max-response-tokens", "8", "--workdir", str(tmp_path / "run")]
+    assert example.train.main([*argv, "--arm", "per-role", "--results", str(tmp_path / "results")]) == 0
+    record = json.loads((tmp_path / "results" / "per-role-seed0.json").read_text())
+    assert [p["name"] for p in record["policies"]] == ["writer", "checker"]
+    assert record["trained_transitions"] == {"rewrite_query": 2 * 2 * 2, "write_query": 2 * 2}
+
+    store = SqliteStore(tmp_path / "run" / "agl.db")
+    try:
+        steps = {r.rollout_id: (r.mode, r.step) for r in store.query_rollouts()}
+        seen = {(c.requested_model, c.policy, c.model_version, steps[c.rollout_id]) for c in store.query_llm_calls()}
+    finally:
+        store.close()
+    writer, checker = example.agent.WRITER_MODEL, example.agent.CHECKER_MODEL
+    assert seen == {
+        (writer, "writer", "base", ("val", 0)),  # the test split before training
+        (checker, "checker", "base", ("val", 0)),
+        (writer, "writer", "base", ("train", 1)),
+        (checker, "checker", "base", ("train", 1)),
+        (writer, "writer", "writer-step-1", ("train", 2)),
+        (checker, "checker", "base", ("train", 2)),  # frozen: the base model whatever the writer learned
+        (writer, "writer", "writer-step-2", ("val", 3)),
+        (checker, "checker", "base", ("val", 3)),
+    }
+    record = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()][-2]
+    assert record["policy/writer/transitions"] == 2 + 4 and record["policy/checker/calls"] == 6
+    versions = tmp_path / "run" / "verl" / "versions"
+    assert sorted(p.name for p in versions.iterdir()) == ["writer-step-1", "writer-step-2"]
+
+
 def test_train_yaml_is_the_main_arm_train_py_makes(example):
     workdir = Path("runs/sql-agent/yaml-main-seed0")
     made = example.config.trainer_config("main", seed=0, workdir=workdir, model_path="MODEL")

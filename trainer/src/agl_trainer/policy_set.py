@@ -132,8 +132,8 @@ class PolicySet:
         return {p.name: p.version for p in self.policies}
 
     # -- a step ---------------------------------------------------------------------------
-    def split(self, transitions: list[Transition]) -> tuple[dict[str, list[Transition]], dict[str, int]]:
-        """Each trained policy's transitions (its calls, of its agents), and each policy's count of calls.
+    def split(self, transitions: list[Transition]) -> dict[str, list[Transition]]:
+        """Each trained policy's transitions: its calls, of its agents.
 
         In a run of one policy every transition is its own. In a run of several, a transition
         names its policy (the gateway recorded it); one that names none (recorded elsewhere) trains none.
@@ -141,15 +141,11 @@ class PolicySet:
         only = self.policies[0] if len(self.policies) == 1 else None
         by_name = {p.name: p for p in self.policies}
         mine: dict[str, list[Transition]] = {p.name: [] for p in self.trained}
-        calls = dict.fromkeys(by_name, 0)
         for t in transitions:
             p = only or by_name.get(t.policy)
-            if p is None:
-                continue
-            calls[p.name] += 1
-            if p.name in mine and p.trains_on(t):
+            if p is not None and p.name in mine and p.trains_on(t):
                 mine[p.name].append(t)
-        return mine, calls
+        return mine
 
     def metric(self, policy: Policy, key: str) -> str:
         return f"policy/{policy.name}/{key}" if self.prefixed else key

@@ -651,7 +651,7 @@ class Trainer:
         self._check_capture(builder.report)
         if not transitions:
             log.warning("step %d: no transitions with engine token ids; the backend is not called", step)
-        trained, update_metrics = self._update(transitions, step)
+        trained, update_metrics = self._update(transitions, step, builder.report.policy_calls)
         t3 = time.perf_counter()
         record.update(update_metrics)
         sizes = transition_metrics(transitions, self._steps_of(transitions), step - 1, t3 - t2)
@@ -683,17 +683,19 @@ class Trainer:
         record["time_step_s"] = time.perf_counter() - t0
         return record
 
-    def _update(self, transitions: list[Transition], step: int) -> tuple[list[Policy], dict[str, float]]:
+    def _update(
+        self, transitions: list[Transition], step: int, calls: dict[str, int]
+    ) -> tuple[list[Policy], dict[str, float]]:
         """Each trained policy's update from its own transitions: the policies updated, and the metrics
-        (each policy's under ``policy/<name>/`` in a run of several)."""
+        (each policy's under ``policy/<name>/`` in a run of several; ``calls``: the calls each served)."""
         policies = self.policies
-        mine, calls = policies.split(transitions)
+        mine = policies.split(transitions)
         metrics: dict[str, float] = {}
         updated = []
         for p in policies.policies:
             ts = mine.get(p.name, [])
             if policies.prefixed:
-                metrics[policies.metric(p, "calls")] = float(calls[p.name])
+                metrics[policies.metric(p, "calls")] = float(calls.get(p.name, 0))
                 if p.config.train:
                     metrics[policies.metric(p, "transitions")] = float(len(ts))
                     if ts:

@@ -294,6 +294,10 @@ class TransitionBuilder:
     def _selected(self, joined: _Joined) -> Sequence[int]:
         """The steps to train: the selected agents' (the others counted), text-only ones only if ``text_only``."""
         n_steps = len(joined.calls)
+        served = self.report.policy_calls
+        for c in joined.calls:
+            if c is not None and c.policy is not None:
+                served[c.policy] = served.get(c.policy, 0) + 1
         agents = self._agents
         if agents is None:
             kept: Sequence[int] = range(n_steps)

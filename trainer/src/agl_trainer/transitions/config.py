@@ -76,6 +76,9 @@ class BuildReport:
     merge_breaks: dict[str, int] = field(default_factory=dict)
     """With ``merge="prefix"``: the calls that started a new row after a call of their rollout, by reason
     (:data:`agl_trainer.transitions.merge.BREAK_REASONS`)."""
+    policy_calls: dict[str, int] = field(default_factory=dict)
+    """Gateway calls by the policy that served them (``LLMCall.policy``; a run that names its policies),
+    every agent's, before ``agents`` selects which train."""
     dropped_rollouts: dict[str, int] = field(default_factory=dict)
     unmatched: list[tuple[str, str]] = field(default_factory=list)
     """``(rollout_id, span_id)`` of unmatched spans (the first 100)."""
