@@ -92,3 +92,52 @@ def test_concurrent_sql_rollouts_each_write_with_their_own_resources(scripted, s
         ("Write SQL a.", "Question a?"),
         ("Write SQL b.", "Question b?"),
     }
+
+
+def test_agl_run_points_a_program_at_its_prompt_in_a_file(tmp_path):
+    """No agl line in the program: its prompt lives in a file, and agl run hands it the rollout's as one."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from agl.schema import Rollout, Task
+    from agl.store.sqlite import SqliteStore
+
+    program = tmp_path / "agent.py"
+    program.write_text(
+        "import argparse, json, os\n"
+        "p = argparse.ArgumentParser(); p.add_argument('--prompt-file'); p.add_argument('out')\n"
+        "args = p.parse_args()\n"
+        "folder = os.path.dirname(args.prompt_file)\n"
+        "seen = {'prompt': open(args.prompt_file).read(), 'files': sorted(os.listdir(folder)), 'folder': folder}\n"
+        "seen['few_shot'] = json.load(open(os.path.join(folder, 'few_shot.json')))\n"
+        "json.dump(seen, open(args.out, 'w'))\n"
+    )
+    db = tmp_path / "agl.db"
+    store = SqliteStore(db)
+    resources = {"system_prompt": "Be brief, polite and exact.", "few_shot": ["Question: a\nAnswer: b"]}
+    try:
+        store.add_tasks([Task(task_id="t", input={"question": "q"})])
+        store.enqueue([Rollout(rollout_id="ro-file", task_id="t", resources=resources, resources_version="s1c1")])
+    finally:
+        store.close()
+    out = tmp_path / "seen.json"
+    command = f'{sys.executable} {program} --prompt-file "$AGL_RESOURCES_DIR/system_prompt.txt" {out}'
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]))
+    agl_cli = [sys.executable, "-c", "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))"]
+    done = subprocess.run(
+        [*agl_cli, "run", "--store", f"sqlite:///{db}", "--", "sh", "-c", command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(out.read_text())
+    assert seen["prompt"] == "Be brief, polite and exact." and seen["few_shot"] == resources["few_shot"]
+    assert seen["files"] == ["few_shot.json", "system_prompt.txt"]
+    assert f"AGL_RESOURCES_DIR={seen['folder']}" in done.stderr
+    assert not os.path.exists(seen["folder"])  # removed when the program ended
