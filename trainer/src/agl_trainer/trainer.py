@@ -13,7 +13,8 @@ Each step ``s`` (1-based):
 2. run them (an in-process :class:`~agl.runner.Runner` by default, or external
    ``agl runner`` processes) and wait until every one has ended, taking back the
    rollouts of silent runners with :meth:`Store.expire`;
-3. build transitions (:mod:`agl_trainer.transitions`), keep those with engine token ids,
+3. build transitions (:mod:`agl_trainer.transitions`), keep those with engine token ids
+   (all of them, with their text, for a backend that learns from text such as agl-apo's),
    and call ``agl_rollout_ended`` / ``agl_transitions_built``;
 4. ``backend.train_step``; then publish: pause the gateway, ``backend.publish``,
    register the version in the store, point the gateway at it, resume;
