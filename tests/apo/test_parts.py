@@ -134,3 +134,45 @@ def test_a_failing_or_rambling_optimizer_is_counted_not_raised(scripted):
     rambling = OptimizerModel(OptimizerSettings(base_url=scripted.url, model="m"), scripted.url, "m")
     assert rambling.rewrite("Be brief.", "critique", 2, seed=0) == ["I cannot rewrite this."]  # the weak answer
     assert rambling.counts == {"calls": 1, "unfenced": 1, "discarded": 1}
+
+
+def test_a_tool_call_answer_is_critiqued_as_no_text_and_never_a_demonstration():
+    """Transitions keep a response's text, not its tool calls: such a rollout is shown to the critique as
+    having no text answer, and is no demonstration even when it succeeded."""
+    from agl.schema import Transition
+    from agl_apo.candidates import exchanges
+    from agl_apo.optimizer import NO_TEXT
+
+    def call(rollout_id, step, user, text, reward):
+        messages = [{"role": "system", "content": "S"}, {"role": "user", "content": user}]
+        return Transition(
+            rollout_id=rollout_id,
+            task_id=rollout_id,
+            step=step,
+            prompt_ids=[],
+            response_ids=[],
+            reward=reward,
+            token_source="text",
+            prompt_messages=messages,
+            response_text=text,
+        )
+
+    found = exchanges(
+        [
+            call("tool", 0, "What is 2+3?", None, 1.0),  # a tool call, and the rollout succeeded
+            call("text", 1, "later turn", "ANSWER: 7", 1.0),
+            call("text", 0, "What is 3+4?", "thinking", 0.5),  # its first call has the question
+            call("none", 0, "", "x", 0.0),  # no user text: left out
+        ]
+    )
+    assert [(x.rollout_id, x.question, x.answer, x.reward) for x in found] == [
+        ("tool", "What is 2+3?", "", 1.0),
+        ("text", "What is 3+4?", "ANSWER: 7", 1.0),
+    ]
+    assert f"Answer: {NO_TEXT}\nReward: 1" in Failure("What is 2+3?", "", 1.0).render(100)
+    backend = _backend(max_demos=2)
+    backend.initial_resources = ("r0", {"few_shot": []})
+    backend.setup(None)
+    demos = backend._demo_sets(backend.beam[0], found, step=1)
+    assert backend.pool == ["Question: What is 3+4?\nAnswer: ANSWER: 7"]
+    assert [c.resources["few_shot"] for c in demos] == [backend.pool, backend.pool]

@@ -5,7 +5,7 @@ Each step, from that step's transitions (text-only ones too: ``needs_token_ids``
 1. the rollouts become exchanges (the task as the model saw it, its answer, the reward);
 2. ``textual_gradient``: the optimizer model reads the current best prompt and a few of the
    lowest-reward exchanges, writes a critique, then ``candidates_per_step`` rewritten prompts;
-3. ``bootstrap_demos``: the exchanges with the step's best reward (above 0) join a pool of
+3. ``bootstrap_demos``: the exchanges with the step's best reward (above 0) and a text answer join a pool of
    demonstrations, and ``candidates_per_step`` random subsets of it (up to ``max_demos``) become
    the ``demos_resource`` of new candidates;
 4. the beam and the new candidates are scored on a validation batch (``val_batch_size`` tasks
@@ -183,7 +183,7 @@ class ApoBackend(Backend):
         top = max((x.reward for x in found), default=0.0)
         for x in found:
             demo = DEMO.format(question=x.question, answer=x.answer)
-            if top > 0 and x.reward >= top and demo not in self.pool and len(self.pool) < MAX_POOL:
+            if x.answer and top > 0 and x.reward >= top and demo not in self.pool and len(self.pool) < MAX_POOL:
                 self.pool.append(demo)
         out = []
         for _ in range(s.candidates_per_step if self.pool else 0):

@@ -93,7 +93,8 @@ def _text(content: Any) -> str:
 
 def exchanges(transitions: list[Transition]) -> list[Exchange]:
     """Each rollout's exchange: the last user message of its first call, its last call's response text and
-    reward. Rollouts whose calls carry no text (engine transitions built without ``with_text``) are left out."""
+    reward. The answer is "" where that call wrote no text (a tool call: transitions keep a response's text,
+    not its tool calls); a rollout whose first call carries no user text is left out."""
     by_rollout: dict[str, list[Transition]] = {}
     for t in transitions:
         by_rollout.setdefault(t.rollout_id, []).append(t)
@@ -101,9 +102,10 @@ def exchanges(transitions: list[Transition]) -> list[Exchange]:
     for rollout_id, calls in by_rollout.items():
         calls.sort(key=lambda t: t.step)
         users = [_text(m.get("content")) for m in calls[0].prompt_messages or [] if m.get("role") == "user"]
-        answer = calls[-1].response_text
-        if users and users[-1].strip() and answer and answer.strip():
-            out.append(Exchange(rollout_id, users[-1].strip(), answer.strip(), calls[-1].reward))
+        if users and users[-1].strip():
+            out.append(
+                Exchange(rollout_id, users[-1].strip(), (calls[-1].response_text or "").strip(), calls[-1].reward)
+            )
     return out
 
 

@@ -18,6 +18,8 @@ from agl_apo.settings import OptimizerSettings
 
 log = logging.getLogger(__name__)
 
+NO_TEXT = "(no text: the assistant called a tool, or wrote nothing)"
+"""What a critique is shown for an answer with no text (a tool call: transitions keep no tool calls)."""
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
 
 CRITIQUE_SYSTEM = (
@@ -45,7 +47,8 @@ class Failure:
     reward: float
 
     def render(self, limit: int) -> str:
-        return f"Task: {_cut(self.question, limit)}\nAnswer: {_cut(self.answer, limit)}\nReward: {self.reward:g}"
+        answer = _cut(self.answer, limit) if self.answer else NO_TEXT
+        return f"Task: {_cut(self.question, limit)}\nAnswer: {answer}\nReward: {self.reward:g}"
 
 
 def _cut(text: str, limit: int) -> str:
