@@ -208,8 +208,9 @@ class Trainer:
         self._recorded: RecordedRollouts | None = None
         """Where ``from_store`` runs take their rollouts (None: the trainer generates them)."""
         self._capture_warned = False
-        self._score_tasks: list[Task] = []
         """Whether this run said already that capture was on and recorded nothing (said once a run)."""
+        self._score_tasks: list[Task] = []
+        """What a backend that scores resources may run (:attr:`Backend.score_tasks`): the val split, else train."""
         self.console: Any = None
         self.loggers: list[Logger] = []
         """The experiment-tracker loggers of the config's ``loggers``, registered as plugins while ``fit`` runs."""
@@ -257,7 +258,7 @@ class Trainer:
         metrics.truncate_after(state["completed_step"])
         try:
             self._start_loggers(state)
-            self._score_tasks = val or train  # what a backend that scores resources (Backend.score) may run
+            self._score_tasks = val or train
             self._start(agent, state)
             self._recover(state)
             self._save_state(state)
