@@ -16,7 +16,8 @@ example's temperature) and scores every candidate greedily on a batch of the val
 The test split is never seen by the search. "before" is the base model with the example's own
 prompts on test: ``results/base/test.json`` (the same model, prompts, cap and greedy sampling)
 when the whole split is evaluated, else evaluated here; "after" is the same evaluation with the
-best resources the search found. Results go to ``examples/<agent>/results/apo-<arm>-seed<N>.json``.
+best resources the search found. Results go to ``examples/<agent>/results/apo-<arm>-seed<N>.json``;
+``--report`` prints the table of every such file of the agent (every arm and seed) instead of running.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawTextHelpFormatter,
     )
     p.add_argument("--agent", choices=sorted(AGENTS), required=True)
-    p.add_argument("--arm", choices=sorted(ARMS), required=True)
+    p.add_argument("--arm", choices=sorted(ARMS), help="required unless --report")
+    p.add_argument("--report", action="store_true", help="print the table of the agent's results files and stop")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=4, help="training tasks per step")
@@ -164,8 +166,33 @@ def search_record(workdir: Path) -> dict[str, Any]:
     }
 
 
+def report(results: Path) -> str:
+    """A markdown table of the results files in ``results``: each arm and seed, test before and after."""
+    rows = [
+        "| arm | seed | test success before | after | val-batch score of the best | its version | optimizer calls "
+        "(failed, unfenced, discarded) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for path in sorted(results.glob("apo-*-seed*.json")):
+        r = json.loads(path.read_text())
+        calls = [sum(s.get(f"apo/optimizer_{k}", 0) for s in r["by_step"]) for k in ("calls", "errors", "unfenced")]
+        discarded = sum(s.get("apo/optimizer_discarded", 0) for s in r["by_step"])
+        rows.append(
+            f"| {r['arm']} | {r['seed']} | {r['before']['success']:.3f} | {r['after']['success']:.3f} | "
+            f"{r['val_batch_score']:.3f} | {r['resources_version']} | {calls[0]:.0f} ({calls[1]:.0f}, {calls[2]:.0f}, "
+            f"{discarded:.0f}) |"
+        )
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.report:
+        print(report(args.results or HERE / AGENTS[args.agent].rsplit(".", 1)[1] / "results"))
+        return 0
+    if args.arm is None:
+        p.error("--arm: required to run (one of demos, textual, both)")
     started = time.monotonic()
     import importlib
 

@@ -43,3 +43,20 @@ def test_a_named_optimizer_replaces_the_engine(tmp_path):
     args = po.parser().parse_args([*argv, "--optimizer-model", "big", "--optimizer-key-env", "EXAMPLE_KEY"])
     optimizer = po.run_config(args, SPEC, tmp_path, Path("/m"))["backend"]["config"]["optimizer"]
     assert optimizer == {"base_url": "https://api.example/v1", "model": "big", "api_key_env": "EXAMPLE_KEY"}
+
+
+def test_the_report_has_a_row_per_results_file(tmp_path, capsys):
+    import json
+
+    step = {"apo/optimizer_calls": 2.0, "apo/optimizer_unfenced": 1.0, "apo/optimizer_discarded": 1.0}
+    for arm, seed, after in (("both", 1, 0.25), ("demos", 0, 0.125)):
+        record = {"arm": arm, "seed": seed, "before": {"success": 0.1}, "after": {"success": after}}
+        record |= {"val_batch_score": 0.5, "resources_version": f"s3c{seed}-ab", "by_step": [step, step]}
+        (tmp_path / f"apo-{arm}-seed{seed}.json").write_text(json.dumps(record))
+    (tmp_path / "calc_agent-seed0.json").write_text("{}")  # an RL arm's file: not this table's
+    assert po.main(["--agent", "calc", "--report", "--results", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2:] == [
+        "| both | 1 | 0.100 | 0.250 | 0.500 | s3c1-ab | 4 (0, 2, 2) |",
+        "| demos | 0 | 0.100 | 0.125 | 0.500 | s3c0-ab | 4 (0, 2, 2) |",
+    ]
