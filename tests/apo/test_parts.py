@@ -31,11 +31,15 @@ from tests.apo.scripted_model import CRITIQUE
             "backend.config.methods: bootstrap_demos given more than once",
         ),
         ({"methods": ["bootstrap_demos"], "beam_width": 0}, "backend.config.beam_width: Input should be greater"),
-        ({"methods": ["bootstrap_demos"], "beam": 2}, "backend.config.beam: not a setting of apo (the settings: "),
+        ({"methods": ["bootstrap_demos"], "beam": 2}, "backend.config.beam: not a setting of apo (the keys there: "),
+        ({"methods": ["bootstrap_demos"], "beam_widht": 2}, "not a setting of apo (did you mean beam_width?)"),
         ({"optimizer": {"base_url": "http://x/v1"}}, "backend.config.optimizer: model: needed with base_url"),
         ({"optimizer": {"model": "m"}}, "backend.config.optimizer: give base_url"),
         ({"optimizer": {"engine": True, "base_url": "http://x/v1"}}, "give base_url or engine: true, not both"),
-        ({"optimizer": {"engine": True, "key": "k"}}, "backend.config.optimizer.key: not a setting of apo"),
+        (
+            {"optimizer": {"engine": True, "key": "k"}},
+            "backend.config.optimizer.key: not a setting of apo (did you mean optimizer.api_key?)",
+        ),
         (
             {"methods": ["bootstrap_demos"], "demos_resource": "system_prompt"},
             "backend.config: demos_resource: must differ from resource",

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agl.errors import ConfigError
+from agl_trainer.config import unknown_key
 
 Method = Literal["textual_gradient", "bootstrap_demos"]
 
@@ -110,15 +111,10 @@ def parse_settings(config: dict[str, Any]) -> ApoSettings:
         for err in exc.errors():
             where = ".".join(str(p) for p in ("backend", "config", *err["loc"]))
             message = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                message = f"not a setting of apo (the settings: {', '.join(_fields_at(err['loc']))})"
+            if err["type"] == "extra_forbidden":  # with the setting it most likely meant
+                message = unknown_key(ApoSettings, err["loc"]).replace("config key", "setting of apo")
             lines.append(f"{where}: {message}")
         raise ConfigError("; ".join(lines)) from None
-
-
-def _fields_at(loc: tuple[Any, ...]) -> list[str]:
-    model: type[BaseModel] = OptimizerSettings if loc[:1] == ("optimizer",) and len(loc) > 1 else ApoSettings
-    return list(model.model_fields)
 
 
 __all__ = ["ApoSettings", "Method", "OptimizerSettings", "parse_settings"]
