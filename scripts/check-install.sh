@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
 TORCH_INDEX=${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
-PACKAGES=(core trainer integrations/langchain integrations/autogen integrations/openai-agents integrations/otel plugins/verl)
+PACKAGES=(core trainer integrations/langchain integrations/autogen integrations/openai-agents integrations/otel plugins/verl plugins/apo)
 
 start=$(date +%s)
 work=$(mktemp -d "${TMPDIR:-/tmp}/agl-check-install.XXXXXX")

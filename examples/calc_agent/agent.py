@@ -30,7 +30,7 @@ from autogen_ext.tools.mcp import McpWorkbench, StdioServerParams
 
 from agl_autogen import AglChatCompletionClient
 
-from .prompts import SYSTEM_MESSAGE, worked_example
+from .prompts import SYSTEM_MESSAGE, demonstrations, worked_example
 
 AGENT_NAME = "solver"
 TOOL_NAME = "calculate"
@@ -100,15 +100,22 @@ def tool_activity(messages: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-async def solve(client: ChatCompletionClient, question: str) -> dict[str, Any]:
-    """Run the assistant with a fresh calculator server on one question; its final reply and tool calls."""
+async def solve(
+    client: ChatCompletionClient, question: str, system_message: str = SYSTEM_MESSAGE, demos: list[str] | None = None
+) -> dict[str, Any]:
+    """Run the assistant with a fresh calculator server on one question; its final reply and tool calls.
+
+    ``system_message`` and ``demos`` (few-shot examples, "Question: ...\nAnswer: ..." texts shown before
+    the worked example) are the rollout's resources when an algorithm such as agl-apo chose them."""
     async with McpWorkbench(calculator_server()) as calculator:
         agent = AssistantAgent(
             AGENT_NAME,
             model_client=AglChatCompletionClient(client),
             workbench=calculator,
-            system_message=SYSTEM_MESSAGE,
-            model_context=UnboundedChatCompletionContext(worked_example(TOOL_NAME, AGENT_NAME)),
+            system_message=system_message,
+            model_context=UnboundedChatCompletionContext(
+                demonstrations(demos or [], AGENT_NAME) + worked_example(TOOL_NAME, AGENT_NAME)
+            ),
             reflect_on_tool_use=False,
             max_tool_iterations=MAX_TOOL_ITERATIONS,
             tool_call_summary_format=ANSWER_FORMAT,
@@ -124,7 +131,10 @@ async def solve(client: ChatCompletionClient, question: str) -> dict[str, Any]:
 async def calc_agent(task: dict, ctx=None) -> dict[str, Any]:
     """Solve ``task["question"]``; returns the final reply and the tool calls, for the reward plugin."""
     client = model_client(ctx)
+    resources = getattr(ctx, "resources", None) or {}  # the prompts a prompt optimizer (agl-apo) chose, if any
     try:
-        return await solve(client, task["question"])
+        return await solve(
+            client, task["question"], resources.get("system_prompt", SYSTEM_MESSAGE), resources.get("few_shot", [])
+        )
     finally:
         await client.close()

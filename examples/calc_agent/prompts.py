@@ -43,6 +43,18 @@ def worked_example(tool_name: str, agent_name: str) -> list[LLMMessage]:
     return [UserMessage(content=EXAMPLE_QUESTION, source="user"), AssistantMessage(content=[call], source=agent_name)]
 
 
+def demonstrations(demos: list[str], agent_name: str) -> list[LLMMessage]:
+    """Few-shot examples as chat history: each ``Question: <q>\nAnswer: <a>`` text (agl-apo's form) as a
+    question and the assistant's answer to it; a text not of that form is shown as the question alone."""
+    out: list[LLMMessage] = []
+    for demo in demos:
+        question, _, answer = demo.removeprefix("Question: ").partition("\nAnswer: ")
+        out.append(UserMessage(content=question, source="user"))
+        if answer:
+            out.append(AssistantMessage(content=answer, source=agent_name))
+    return out
+
+
 _ANSWER = re.compile(r"ANSWER\s*[:=]\s*\**\s*(-?[\d,]*\.?\d+(?:[eE][-+]?\d+)?)", re.IGNORECASE)
 
 

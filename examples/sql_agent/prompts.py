@@ -3,11 +3,19 @@
 SmolLM2-135M-Instruct writes prose when shown the full ``CREATE TABLE`` schema; a
 compact ``Table(col, ...)`` line and example answers in fenced blocks get SQL out of it
 (see the README). No example's question is of a template's kind.
+
+The writer's instructions and worked examples can be changed per rollout by a prompt optimizer
+(agl-apo): the rollout's resources ``writer_system`` (a text) and ``few_shot`` (``Question:
+<q>\nAnswer: <a>`` texts) replace :data:`WRITER_SYSTEM` and :data:`WRITER_EXAMPLES` when given.
+Without them (every RL arm) the messages are exactly these defaults.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
+
+import agl
 
 SCHEMA = (
     "Artist(ArtistId, Name) Album(AlbumId, Title, ArtistId) "
@@ -58,13 +66,36 @@ def checked_query(text: str) -> str | None:
 REWRITE_USER = "{question}\nThis query is wrong: {sql}\nReviewer: {feedback}\nWrite the correct query."
 
 
+WRITER_SYSTEM_RESOURCE = "writer_system"
+FEW_SHOT_RESOURCE = "few_shot"
+DEFAULT_RESOURCES = {
+    WRITER_SYSTEM_RESOURCE: WRITER_SYSTEM,
+    FEW_SHOT_RESOURCE: [f"Question: {q}\nAnswer: ```sql\n{sql}\n```" for q, sql in WRITER_EXAMPLES],
+}
+"""The writer's resources as a prompt optimizer starts from them: the texts above."""
+
+
+def _resources() -> dict[str, Any]:
+    """The current rollout's resources (none outside a rollout)."""
+    ctx = agl.current_rollout()
+    return ctx.resources if ctx is not None else {}
+
+
+def _writer_system() -> str:
+    return _resources().get(WRITER_SYSTEM_RESOURCE, WRITER_SYSTEM)
+
+
 def _worked_examples() -> list[tuple[str, str]]:
-    return [m for question, sql in WRITER_EXAMPLES for m in (("human", question), ("ai", f"```sql\n{sql}\n```"))]
+    demos = _resources().get(FEW_SHOT_RESOURCE)
+    if demos is None:
+        return [m for question, sql in WRITER_EXAMPLES for m in (("human", question), ("ai", f"```sql\n{sql}\n```"))]
+    pairs = [demo.removeprefix("Question: ").partition("\nAnswer: ") for demo in demos]
+    return [m for question, _, answer in pairs for m in (("human", question), ("ai", answer))]
 
 
 def writer_messages(question: str) -> list[tuple[str, str]]:
     """The messages that ask for a first query."""
-    return [("system", WRITER_SYSTEM), *_worked_examples(), ("human", question)]
+    return [("system", _writer_system()), *_worked_examples(), ("human", question)]
 
 
 def checker_messages(question: str, sql: str) -> list[tuple[str, str]]:
@@ -76,7 +107,7 @@ def checker_messages(question: str, sql: str) -> list[tuple[str, str]]:
 def rewriter_messages(question: str, sql: str, feedback: str) -> list[tuple[str, str]]:
     """The messages that ask for a corrected query, with the checker's words."""
     user = REWRITE_USER.format(question=question, sql=sql, feedback=feedback.strip() or "NO")
-    return [("system", WRITER_SYSTEM), *_worked_examples(), ("human", user)]
+    return [("system", _writer_system()), *_worked_examples(), ("human", user)]
 
 
 _FENCE = re.compile(r"```(?:sql|sqlite)?\s*(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE)

@@ -52,6 +52,34 @@ def test_read_result_rules():
     assert read_result(RolloutResult(output="x", reward=2)) == ("x", 2.0)
 
 
+def test_a_rollouts_own_resources_override_the_runners_and_the_modes(sqlite_store):
+    """What an algorithm put on a rollout (agl-apo's prompt) wins over the runner's configured resources."""
+    tasks = [Task(task_id=f"t{i}", input={"i": i}) for i in range(2)]
+    sqlite_store.add_tasks(tasks)
+    chosen = {"system_prompt": "Be brief.", "few_shot": ["Question: 2+2\nAnswer: 4"]}
+    sqlite_store.enqueue(
+        [
+            Rollout(rollout_id="chosen", task_id="t0", mode="val", resources=chosen, resources_version="r1"),
+            Rollout(rollout_id="configured", task_id="t1", mode="val"),
+        ]
+    )
+    seen = {}
+
+    def agent(task_input, ctx):
+        seen[ctx.rollout_id] = dict(ctx.resources)
+        return 1.0
+
+    configured = {"system_prompt": "Be thorough.", "temperature": 0.7}
+    _run(Runner(agent, sqlite_store, resources=configured, mode_resources={"val": {"temperature": 0.0}}))
+    assert seen["chosen"] == {
+        "system_prompt": "Be brief.",
+        "few_shot": chosen["few_shot"],
+        "temperature": 0.0,
+        "mode": "val",
+    }
+    assert seen["configured"] == {"system_prompt": "Be thorough.", "temperature": 0.0, "mode": "val"}
+
+
 def test_sync_and_async_agents_return_rewards_and_outputs(sqlite_store):
     _enqueue(sqlite_store, 4)
 

@@ -37,6 +37,21 @@ def test_a_rollouts_response_cap_comes_back_from_every_read(store):
     assert {r.rollout_id: r.max_response_tokens for r in store.claim("runner", limit=2)} == {"capped": 64, "free": None}
 
 
+def test_a_rollouts_resources_come_back_from_every_read(store):
+    """The prompts an algorithm chose for a rollout (agl-apo) are what its runner claims and what reads show."""
+    [task] = _tasks(store, 1)
+    resources = {"system_prompt": "Answer with one number.", "few_shot": ["Question: 1+1\nAnswer: 2", "ü ✓"]}
+    store.enqueue([Rollout(rollout_id="prompted", task_id=task.task_id, resources=resources, resources_version="r3")])
+    store.enqueue([Rollout(rollout_id="plain", task_id=task.task_id)])
+    assert store.get_rollout("prompted").resources == resources
+    read = {r.rollout_id: (r.resources_version, r.resources) for r in store.query_rollouts()}
+    assert read == {"prompted": ("r3", resources), "plain": (None, {})}
+    claimed = {r.rollout_id: (r.resources_version, r.resources) for r in store.claim("runner", limit=2)}
+    assert claimed == read
+    ended = store.finish("prompted", RolloutStatus.SUCCEEDED)
+    assert (ended.resources_version, ended.resources) == ("r3", resources)
+
+
 def test_enqueue_needs_a_stored_task(store):
     with pytest.raises(NotFound, match="nope"):
         store.enqueue([Rollout(task_id="nope")])

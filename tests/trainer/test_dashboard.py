@@ -505,3 +505,22 @@ def test_the_login_page_names_the_token_the_server_printed(served):
     _, _, client = served
     html = client.get("/ui/login").text
     assert "printed when it started" in html and "$AGL_STORE_TOKEN" not in html
+
+
+def test_a_rollout_page_shows_the_resources_it_ran_with(tmp_path):
+    """The prompt and few-shot examples an algorithm chose (agl-apo), and their version, escaped."""
+    from agl_trainer.dashboard.rollout import rollout_page
+    from agl_trainer.transitions import TransitionConfig
+
+    store = SqliteStore(tmp_path / "agl.db")
+    try:
+        store.add_tasks([Task(task_id="t", input={"q": 1})])
+        resources = {"system_prompt": f"Answer in one line {EVIL}", "few_shot": ["Question: a\nAnswer: b", "Q2"]}
+        store.enqueue([Rollout(rollout_id="ro-p", task_id="t", resources=resources, resources_version="s2c1-ab")])
+        html = rollout_page(store, "ro-p", prefix="/ui", config=TransitionConfig())
+    finally:
+        store.close()
+    assert "<tr><th>resources version</th><td>s2c1-ab</td></tr>" in html
+    shown = html.split("<th>resources</th>")[1]
+    assert shown.index("system_prompt") < shown.index("Answer in one line &lt;script&gt;")
+    assert "<pre>Question: a\nAnswer: b</pre><pre>Q2</pre>" in shown and "<script>" not in shown

@@ -116,6 +116,14 @@ TASK_INPUT = Variable(
     read_by="the program `agl run` starts, which it sets it for",
     default="none",
 )
+RESOURCES_DIR = Variable(
+    "AGL_RESOURCES_DIR",
+    what="a folder holding the rollout's resources as files: <name>.txt for a text (a prompt), <name>.json "
+    "for anything else (few-shot examples); removed when the program ends",
+    read_by="the program `agl run` starts, which it sets it for when the rollout has resources "
+    "(a prompt an optimizer such as agl-apo chose)",
+    default="none",
+)
 
 # -- plugins and framework capture -----------------------------------------------------
 LOAD_PLUGINS = Variable(

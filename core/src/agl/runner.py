@@ -216,7 +216,8 @@ class Runner:
     ``rollout_keys`` (a :class:`~agl.credentials.RolloutKeys`) when given, else the one
     the store handed out with the claim (a store server holding the key secret), else
     ``api_key``. ``resources`` land in ``ctx.resources``, updated by
-    ``mode_resources[rollout.mode]`` (e.g. ``{"val": {"temperature": 0}}``), and
+    ``mode_resources[rollout.mode]`` (e.g. ``{"val": {"temperature": 0}}``), then by the
+    rollout's own :attr:`~agl.schema.Rollout.resources` (prompts an algorithm chose), and
     ``resources["mode"]`` says whether the rollout is for training or evaluation.
     ``default_timeout_s`` applies to rollouts enqueued without a timeout.
     With ``set_env=True`` (allowed only with ``concurrency=1``, since the
@@ -444,7 +445,8 @@ class Runner:
     def context_for(self, rollout: Rollout) -> RolloutContext:
         """The context an agent gets for ``rollout``."""
         base_url = rollout_base_url(self.gateway_url, rollout.rollout_id) if self.gateway_url else None
-        resources = {**self.resources, **self.mode_resources.get(rollout.mode, {})}
+        # the rollout's own resources (what an algorithm such as agl-apo chose for it) over the runner's
+        resources = {**self.resources, **self.mode_resources.get(rollout.mode, {}), **rollout.resources}
         resources.setdefault("mode", rollout.mode)
         return RolloutContext(
             rollout_id=rollout.rollout_id,

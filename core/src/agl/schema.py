@@ -262,6 +262,12 @@ class Rollout(_Model):
     error: str | None = None
     output: JSON = None
     task: Task | None = Field(default=None, description="the task, filled in when claimed")
+    resources: JSONObject = Field(
+        default_factory=dict,
+        description="named resources (prompts, few-shot examples) the rollout runs with: the runner merges them "
+        "over its own into ctx.resources; an algorithm that changes prompts (agl-apo) sets them",
+    )
+    resources_version: str | None = Field(default=None, description="the version of those resources")
 
 
 class Attempt(_Model):

@@ -9,14 +9,21 @@ trainer drives it:
    (credit already assigned, grouped by ``task_id``), then
    :meth:`Backend.publish` to make the new weights the engine's next version;
 3. :meth:`Backend.save_checkpoint` / :meth:`Backend.load_checkpoint` for resume.
+
+A backend may change the agent's resources (its prompts, its few-shot examples) instead of
+weights, as agl-apo's ``apo`` does: :meth:`Backend.resources` names the resources the next
+rollouts run with, ``needs_token_ids = False`` has the trainer hand it text-only transitions
+too (calls of a hosted model), and :attr:`Backend.score` runs candidate resources on tasks.
 """
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from agl.schema import ModelVersion, Transition
+from agl.schema import ModelVersion, Task, Transition
 from agl_trainer.engine import Engine
 
 
@@ -38,6 +45,26 @@ class Backend(abc.ABC):
     #: the trainer before :meth:`setup` in a run of several policies, each with its own backend;
     #: None: the engine's default weights. Its versions must then be named apart from other policies'.
     policy: str | None = None
+    #: Whether the backend learns from engine token ids. True: the trainer hands it only the
+    #: transitions that have them. False: every transition, text-only ones (a hosted model's
+    #: calls) too, with their messages and response text filled in.
+    needs_token_ids: bool = True
+
+    #: Runs tasks under candidate resources and returns each rollout's final reward, in the
+    #: order of the tasks: ``score(tasks, resources_version, resources)``. The trainer sets it
+    #: before :meth:`setup` (mode ``val`` rollouts, not trained on); None outside a trainer.
+    score: Callable[[list[Task], str, dict[str, Any]], list[float]] | None = None
+
+    #: The tasks :attr:`score` may run: the run's val split (its train split when it has none).
+    #: The trainer sets it with :attr:`score`.
+    score_tasks: Sequence[Task] = ()
+
+    #: The run's resources as configured (``TrainerConfig.resources``), version ``r0``; the
+    #: trainer sets it before :meth:`setup`. None: the run declares none.
+    initial_resources: tuple[str, dict[str, Any]] | None = None
+
+    #: The run's working directory, for records of the backend's own (the trainer sets it before :meth:`setup`).
+    workdir: Path | None = None
 
     @abc.abstractmethod
     def setup(self, engine: Engine | None) -> None:
@@ -58,6 +85,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def load_checkpoint(self, directory: Path) -> None:
         """Restore what :meth:`save_checkpoint` saved."""
+
+    def resources(self) -> tuple[str, dict[str, Any]] | None:
+        """The version and values of the resources the next rollouts run with; None (the
+        default, a backend that trains weights): the run's configured ones."""
+        return None
 
     def close(self) -> None:
         """Release the model and any workers."""

@@ -177,6 +177,11 @@ class TrainerConfig(_Config):
         description="the run's policies: each answers the model names it lists, trains on its own calls (or is "
         "frozen) with its own backend, optimizer and versions; none given: one policy answers every call",
     )
+    resources: dict[str, str | list[str]] = Field(
+        default_factory=dict,
+        description="named text resources the agent reads from ctx.resources (a system prompt, a template; a list "
+        "of texts for few-shot examples): version r0, put on every rollout; a backend such as apo changes them",
+    )
     backend: ComponentConfig | None = Field(default=None, description="the algorithm backend (registry name + config)")
     engine: ComponentConfig | None = Field(default=None, description="the inference engine started in-process")
     engine_urls: list[str] = Field(default_factory=list, description="base URLs of running engine replicas instead")

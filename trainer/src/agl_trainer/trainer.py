@@ -13,7 +13,8 @@ Each step ``s`` (1-based):
 2. run them (an in-process :class:`~agl.runner.Runner` by default, or external
    ``agl runner`` processes) and wait until every one has ended, taking back the
    rollouts of silent runners with :meth:`Store.expire`;
-3. build transitions (:mod:`agl_trainer.transitions`), keep those with engine token ids,
+3. build transitions (:mod:`agl_trainer.transitions`), keep those with engine token ids
+   (all of them, with their text, for a backend that learns from text such as agl-apo's),
    and call ``agl_rollout_ended`` / ``agl_transitions_built``;
 4. ``backend.train_step``; then publish: pause the gateway, ``backend.publish``,
    register the version in the store, point the gateway at it, resume;
@@ -211,6 +212,8 @@ class Trainer:
         """Where ``from_store`` runs take their rollouts (None: the trainer generates them)."""
         self._capture_warned = False
         """Whether this run said already that capture was on and recorded nothing (said once a run)."""
+        self._score_tasks: list[Task] = []
+        """What a backend that scores resources may run (:attr:`Backend.score_tasks`): the val split, else train."""
         self.console: Any = None
         self.loggers: list[Logger] = []
         """The experiment-tracker loggers of the config's ``loggers``, registered as plugins while ``fit`` runs."""
@@ -258,6 +261,7 @@ class Trainer:
         metrics.truncate_after(state["completed_step"])
         try:
             self._start_loggers(state)
+            self._score_tasks = val or train
             self._start(agent, state)
             self._recover(state)
             self._save_state(state)
@@ -365,6 +369,22 @@ class Trainer:
             "(for agl-verl, backend.config.temperature)"
         )
 
+    def _give_scoring(self, backend: Backend, state: dict[str, Any]) -> None:
+        """What a backend that changes resources needs: the run's resources, and a way to score candidates."""
+        from agl_trainer.scoring import Scorer
+
+        backend.initial_resources = ("r0", dict(self.config.resources)) if self.config.resources else None
+        backend.score = Scorer(self, state)
+        backend.score_tasks = list(self._score_tasks)
+        backend.workdir = self.workdir
+
+    def _resources_now(self) -> dict[str, Any]:
+        """The rollout fields naming the resources the next rollouts run with (the backend's, else the run's)."""
+        current = self.backend.resources() if self.backend is not None else None
+        if current is None and self.config.resources:
+            current = ("r0", dict(self.config.resources))
+        return {} if current is None else {"resources_version": current[0], "resources": current[1]}
+
     def _start(self, agent: Agent | None, state: dict[str, Any]) -> None:
         cfg = self.config
         from agl.plugins import resolve
@@ -456,6 +476,7 @@ class Trainer:
             return
         for _, backend in self.policies.backends:
             self._check_temperature(backend)
+            self._give_scoring(backend, state)
             backend.setup(self._engine)
         if state["checkpoint"] and state["completed_step"] > 0:
             self.policies.load_checkpoints(Path(state["checkpoint"]))
@@ -591,6 +612,7 @@ class Trainer:
     def _train_rollouts(self, step: int, train: list[Task], state: dict[str, Any]) -> list[Rollout]:
         """The step's rollouts: ``n_rollouts`` of each task of its batch, ids and seeds derived from the run."""
         cfg = self.config
+        resources = self._resources_now()
         return [
             self._rollout(
                 f"{state['run_id']}-s{step}-b{b}-r{k}",
@@ -599,6 +621,7 @@ class Trainer:
                 mode="train",
                 seed=rollout_seed(cfg.seed, "train", step, task.task_id, k),
                 model_version=state["model_version"],
+                **resources,
             )
             for b, task in enumerate(self._batch(step, train))
             for k in range(cfg.n_rollouts)
@@ -632,12 +655,15 @@ class Trainer:
         engine_metrics = {f"engine/{k}": v - counted.get(k, 0) for k, v in self._engine_counters().items()}
         for r in ended:
             self._hook("agl_rollout_ended", rollout=r)
-        builder = TransitionBuilder(self._store, cfg.transitions)
+        # a backend that learns from text (Backend.needs_token_ids False) gets every call, with its text
+        text_too = self.backend is not None and not self.backend.needs_token_ids
+        tcfg = cfg.transitions.model_copy(update={"with_text": True}) if text_too else cfg.transitions
+        builder = TransitionBuilder(self._store, tcfg)
         built = list(builder.iter(ended))
-        transitions = [t for t in built if t.token_source == "engine"]
+        transitions = built if text_too else [t for t in built if t.token_source == "engine"]
         record: dict[str, Any] = {"kind": "train", "step": step, "model_version": version, **engine_metrics}
         # calls of a hosted model (no engine token ids) never feed a policy-gradient update
-        record["text_only_calls"] = len(built) - len(transitions)
+        record["text_only_calls"] = sum(t.token_source == "text" for t in built)
         if self._recorded is not None:
             transitions = group_singletons(transitions, ended)
             record["recorded_rollouts"] = len(ended)
@@ -763,24 +789,36 @@ class Trainer:
     def _evaluate(
         self, val: list[Task], step: int, state: dict[str, Any], label: str | None = None
     ) -> dict[str, float]:
-        cfg = self.config
-        rollouts = [
+        rollouts = self._val_rollouts(f"val{step}", val, step, state, **self._resources_now())
+        ended = self._run_rollouts(rollouts, f"eval {label or f'step {step}'}")
+        return reward_metrics(self._val_finals(ended), ended, self.config.success_threshold, prefix="val_")
+
+    def _val_rollouts(
+        self, tag: str, tasks: list[Task], step: int, state: dict[str, Any], **fields: Any
+    ) -> list[Rollout]:
+        """Mode ``val`` rollouts ``<run>-<tag>-<i>`` of ``tasks``, never trained on."""
+        return [
             self._rollout(
-                f"{state['run_id']}-val{step}-{i}",
+                f"{state['run_id']}-{tag}-{i}",
                 task,
                 step,
                 mode="val",
-                seed=rollout_seed(cfg.seed, "val", task.task_id),  # the same before and after training
+                seed=rollout_seed(self.config.seed, "val", task.task_id),  # the same before and after training
                 model_version=state["model_version"],
+                **fields,
             )
-            for i, task in enumerate(val)
+            for i, task in enumerate(tasks)
         ]
-        ended = self._run_rollouts(rollouts, f"eval {label or f'step {step}'}")
-        val_cfg = cfg.transitions.model_copy(update={"agents": None, "missing_reward": 0.0, "failed_reward": 0.0})
+
+    def _val_finals(self, ended: list[Rollout]) -> dict[str, float]:
+        """Each ended val rollout's final reward as an evaluation reads it (a failed or unrewarded one: 0)."""
+        val_cfg = self.config.transitions.model_copy(
+            update={"agents": None, "missing_reward": 0.0, "failed_reward": 0.0}
+        )
         builder = TransitionBuilder(self._store, val_cfg)
         for _ in builder.iter(ended):
             pass
-        return reward_metrics(builder.finals, ended, cfg.success_threshold, prefix="val_")
+        return builder.finals
 
     def _run_rollouts(self, rollouts: list[Rollout], label: str) -> list[Rollout]:
         """Enqueue (idempotently) and wait until every rollout has ended."""

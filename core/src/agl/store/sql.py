@@ -129,6 +129,8 @@ _ROLLOUT_COLUMNS = (
     "output",
     "max_response_tokens",
     "seed",
+    "resources",
+    "resources_version",
 )
 _ROLLOUT_SELECT = ", ".join(_ROLLOUT_COLUMNS)
 _NULL = "null"  # the JSON text of None, what an output column holds for no output
@@ -145,7 +147,7 @@ def _schema(d: Dialect) -> list[str]:
             timeout_s {d.real}, model_version TEXT, step {d.bigint}, mode TEXT NOT NULL,
             runner_id TEXT, claim_id TEXT, created_at {d.real} NOT NULL, started_at {d.real},
             heartbeat_at {d.real}, ended_at {d.real}, error TEXT, output TEXT,
-            max_response_tokens {d.bigint}, seed {d.bigint})""",
+            max_response_tokens {d.bigint}, seed {d.bigint}, resources TEXT, resources_version TEXT)""",
         "CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts (status, pk)",
         "CREATE INDEX IF NOT EXISTS rollouts_task ON rollouts (task_id)",
         # Only running rollouts have a claim id: the others stay out of the index.
@@ -194,6 +196,8 @@ def _added_columns(d: Dialect) -> list[tuple[str, str, str]]:
         ("rollouts", "reward", d.real),
         ("llm_calls", "behaviour_logprobs", d.blob),
         ("llm_calls", "policy", "TEXT"),
+        ("rollouts", "resources", "TEXT"),
+        ("rollouts", "resources_version", "TEXT"),
     ]
 
 
@@ -242,6 +246,7 @@ def _dumps(value: Any) -> str:
 def _rollout_from_row(row: Sequence[Any]) -> Rollout:
     data = dict(zip(_ROLLOUT_COLUMNS, row, strict=False))
     data["output"] = None if data["output"] is None else json.loads(data["output"])
+    data["resources"] = json.loads(data["resources"]) if data["resources"] else {}
     return Rollout.model_validate(data, context=STORED)
 
 
@@ -884,6 +889,8 @@ class SqlStore(Store):
                         _dumps(r.output),
                         r.max_response_tokens,
                         r.seed,
+                        _dumps(r.resources) if r.resources else None,
+                        r.resources_version,
                     )
                 )
             self._insert_ignore(cur, "rollouts", _ROLLOUT_COLUMNS, rows)

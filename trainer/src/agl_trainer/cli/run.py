@@ -9,9 +9,12 @@ Which rollout:
   created and claimed.
 
 The child gets ``AGL_ROLLOUT_ID``, ``AGL_STORE_URL``, ``AGL_TASK_INPUT`` (the
-task's input as JSON) and ``AGL_ROLLOUT_KEY`` (the rollout's own key, see
-:mod:`agl.credentials`) on top of the caller's environment and, with a gateway
-(``--gateway`` or ``$AGL_GATEWAY_URL``), ``OPENAI_BASE_URL`` and ``OPENAI_API_BASE``
+task's input as JSON), ``AGL_RESOURCES_DIR`` when the rollout has resources (a folder holding
+each as a file, ``<name>.txt`` for a text such as a prompt an optimizer chose, ``<name>.json``
+for the others, removed when the child ends, so a program whose prompt lives in a file is
+pointed at it: ``--prompt-file "$AGL_RESOURCES_DIR/system_prompt.txt"``) and
+``AGL_ROLLOUT_KEY`` (the rollout's own key, see :mod:`agl.credentials`) on top of the caller's
+environment and, with a gateway (``--gateway`` or ``$AGL_GATEWAY_URL``), ``OPENAI_BASE_URL`` and ``OPENAI_API_BASE``
 (this rollout's gateway route) and ``OPENAI_API_KEY``: the rollout's key again; for
 Anthropic clients ``ANTHROPIC_BASE_URL`` and ``ANTHROPIC_API_URL`` (LangChain's
 ``ChatAnthropic`` reads that one first) are the same route without ``/v1`` (the
@@ -43,9 +46,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -238,6 +243,26 @@ def child_env(args: argparse.Namespace, rollout: Rollout, store_url: str, key: s
     return handed
 
 
+_FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+
+
+def written_resources(rollout: Rollout, handed: dict[str, str]) -> tempfile.TemporaryDirectory | None:
+    """The rollout's resources as files in a new folder, named in ``handed`` as ``AGL_RESOURCES_DIR``
+    (None when it has none). A name that cannot be a file name is said on stderr and left out."""
+    if not rollout.resources:
+        return None
+    folder = tempfile.TemporaryDirectory(prefix=f"agl-resources-{rollout.rollout_id[:40]}-")
+    for name, value in rollout.resources.items():
+        if not _FILE_NAME.fullmatch(name):
+            print(f"agl run: resource {name!r} is not a file name; not written", file=sys.stderr, flush=True)
+            continue
+        path, text = (f"{name}.txt", value) if isinstance(value, str) else (f"{name}.json", json.dumps(value))
+        with open(os.path.join(folder.name, path), "w", encoding="utf-8") as f:
+            f.write(text)
+    handed[env.RESOURCES_DIR] = folder.name
+    return folder
+
+
 def full_child_env(handed: dict[str, str]) -> dict[str, str]:
     """The child's whole environment: the caller's, less every token that opens more than one rollout
     and less a credential of the caller's that a handed one replaces (:data:`SHADOWING`)."""
@@ -266,6 +291,10 @@ def describe_env(handed: dict[str, str], args: argparse.Namespace) -> str:
         f"agl run: the child gets {env.ROLLOUT_ID}={handed[env.ROLLOUT_ID]}, "
         f"{env.STORE_URL}={hide_password(handed[env.STORE_URL])}, {env.TASK_INPUT} (the task input as JSON)"
     ]
+    if env.RESOURCES_DIR in handed:
+        lines.append(
+            f"agl run: the child gets {env.RESOURCES_DIR}={handed[env.RESOURCES_DIR]} (its resources as files)"
+        )
     if "OPENAI_BASE_URL" in handed:
         lines.append(
             f"agl run: the child gets OPENAI_BASE_URL=OPENAI_API_BASE={handed['OPENAI_BASE_URL']}, "
@@ -300,6 +329,7 @@ def run(args) -> int:
         check_key_source(args)
     store_url = args.store or default_store_url()
     store = open_store(store_url, **store_options(args, store_url))
+    resources = None
     try:
         rollout, runner_id = _resolve_rollout(store, args, f"agl-run-{os.getpid()}-{short_id(6)}")
         key = rollout_key(store, args, rollout)
@@ -309,6 +339,7 @@ def run(args) -> int:
             )
             raise ConfigError(NO_KEY)
         handed = child_env(args, rollout, store_url, key)
+        resources = written_resources(rollout, handed)
         child_environ = full_child_env(handed)
         timeout = args.timeout or rollout.timeout_s
         print(
@@ -339,6 +370,8 @@ def run(args) -> int:
         return code if code >= 0 else 128 - code
     finally:
         store.close()
+        if resources is not None:
+            resources.cleanup()
 
 
 def warn_silent_capture(store, ended: Rollout, capture: list[str]) -> None:

@@ -44,6 +44,16 @@ def _messages(messages: Any) -> str:
     return "".join(out)
 
 
+def _resources(resources: dict[str, Any]) -> str:
+    """Each named resource the rollout ran with: a text as it reads, a list (few-shot examples) item by item."""
+    rows = []
+    for name, value in resources.items():
+        items = value if isinstance(value, list) else [value]
+        shown = "".join(_content(item) for item in items)
+        rows.append(f'<div class="resource"><div class="role">{e(name)}</div>{shown}</div>')
+    return "".join(rows)
+
+
 def _tokens(ids: Any, logprobs: Any) -> str:
     ids = list(ids)[:MAX_TOKENS_SHOWN]
     lps = None if logprobs is None else list(logprobs)[:MAX_TOKENS_SHOWN]
@@ -212,6 +222,7 @@ def rollout_page(
         ("mode", e(rollout.mode)),
         ("step", e(rollout.step)),
         ("model version", e(rollout.model_version)),
+        ("resources version", e(rollout.resources_version)),
         ("attempt", f"{rollout.attempt} of {rollout.max_attempts}"),
         ("runner", e(rollout.runner_id)),
         ("created", e(when(rollout.created_at))),
@@ -224,6 +235,7 @@ def rollout_page(
         ("final reward", f'<b class="final-reward">{e(number(final, 6))}</b>' if final is not None else "none"),
         ("error", f'<pre class="err">{e(rollout.error)}</pre>' if rollout.error else ""),
         ("output", f"<pre>{pretty_json(rollout.output)}</pre>" if rollout.output is not None else ""),
+        ("resources", _resources(rollout.resources)),
     ]
     table = "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in fields)
     reward_rows = "".join(
