@@ -2,8 +2,9 @@
 
 The tests need the optimizer's answers to be known, so they come from a script, not a model:
 a critique for every critique request, and rewritten prompts chosen by the prompt being
-rewritten (:data:`REWRITES`). Asked as ``hosted-agent`` it plays a hosted model an agent
-calls directly (not through agl's gateway): it answers ``reply: <last user text>``.
+rewritten (:data:`REWRITES`). Asked for any other model (``hosted-agent``, or the model name an
+agent's role asks for) it plays a hosted model an agent calls directly (not through agl's
+gateway): it answers ``reply: <last user text>``.
 
 The server is real (``http.server`` on 127.0.0.1, the ``openai`` client talks to it over
 HTTP); only the model is a script. Every request body is kept in ``requests``.
@@ -29,7 +30,7 @@ REWRITES = {
 def _answer(body: dict) -> str:
     messages = body.get("messages") or []
     last = str(messages[-1].get("content", "")) if messages else ""
-    if body.get("model") == HOSTED:
+    if body.get("model") != OPTIMIZER:
         return f"reply: {last}"
     if "explain briefly what in the instructions led to the mistakes" in str(messages[0].get("content", "")):
         return CRITIQUE
@@ -93,7 +94,7 @@ class ScriptedModel:
         """The requests of one kind: ``critique``, ``rewrite`` or ``hosted``."""
 
         def kind_of(body: dict) -> str:
-            if body.get("model") == HOSTED:
+            if body.get("model") != OPTIMIZER:
                 return "hosted"
             return "critique" if "led to the mistakes" in body["messages"][0]["content"] else "rewrite"
 

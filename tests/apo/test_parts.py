@@ -17,7 +17,7 @@ from agl_apo.backend import ApoBackend
 from agl_apo.optimizer import Failure, OptimizerModel, extract_prompts
 from agl_apo.settings import OptimizerSettings
 from agl_trainer.engine import Engine
-from tests.apo.scripted_model import CRITIQUE
+from tests.apo.scripted_model import CRITIQUE, OPTIMIZER
 
 
 @pytest.mark.parametrize(
@@ -135,7 +135,7 @@ def test_a_failing_or_rambling_optimizer_is_counted_not_raised(scripted):
     assert gone.critique("Answer.", [Failure("q", "a", 0.0)], limit=100, seed=0) == ""
     assert gone.rewrite("Answer.", "critique", 2, seed=0) == []
     assert gone.counts == {"calls": 2, "errors": 2, "unfenced": 1, "discarded": 2}
-    rambling = OptimizerModel(OptimizerSettings(base_url=scripted.url, model="m"), scripted.url, "m")
+    rambling = OptimizerModel(OptimizerSettings(base_url=scripted.url, model=OPTIMIZER), scripted.url, OPTIMIZER)
     assert rambling.rewrite("Be brief.", "critique", 2, seed=0) == ["I cannot rewrite this."]  # the weak answer
     assert rambling.counts == {"calls": 1, "unfenced": 1, "discarded": 1}
 
