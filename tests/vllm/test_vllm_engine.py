@@ -264,3 +264,50 @@ def test_two_policies_served_at_once_by_model_name(vllm_engine, smollm2_path, hf
     recorded = [entry["logprob"] for entry in out["choices"][0]["logprobs"]["content"]]
     expected = reference_logprobs(adapted(smollm2_path, paths["w2"]), out["prompt_token_ids"], ids)
     assert max(abs(a - b) for a, b in zip(recorded, expected, strict=True)) < TOL
+
+
+def test_two_policies_behind_the_gateway_each_call_recorded_with_its_policy(vllm_engine, smollm2_path, tmp_path):
+    """The gateway routes each role's model name to its policy's vLLM adapter and records the policy and version."""
+    from agl.schema import ModelVersion, Rollout, Task
+    from agl.store.sqlite import SqliteStore
+    from agl_trainer.gateway import Gateway
+    from agl_trainer.policies import PolicyConfig, Routes
+
+    paths = {name: make_adapter(smollm2_path, tmp_path / name, seed) for name, seed in (("writer", 4), ("critic", 5))}
+    for policy, path in paths.items():
+        vllm_engine.load_version(ModelVersion(version=f"{policy}-v1", path=path, policy=policy))
+    policies = [PolicyConfig(name="writer", models=["sql-writer"]), PolicyConfig(name="critic", models=["sql-critic"])]
+    routes = Routes(policies, {p.name: vllm_engine.policy_model(p.name) for p in policies})
+    for policy in paths:
+        routes.set_version(policy, f"{policy}-v1")
+    store = SqliteStore(tmp_path / "agl.db")
+    store.add_tasks([Task(task_id="t", input={})])
+    store.enqueue([Rollout(rollout_id="ro", task_id="t")])
+    [claimed] = store.claim("runner")
+    gw = Gateway(store, vllm_engine.urls, token="gw", upstream_api_key="vllm-secret", routes=routes).start()
+    try:
+        auth = {"Authorization": f"Bearer {gw.rollout_key('ro', claimed.attempt)}"}
+        answers = {}
+        for model in ("sql-writer", "sql-critic"):
+            body = {"model": model, "messages": MESSAGES, "max_tokens": 12, "temperature": 0}
+            r = httpx.post(f"{gw.url}/rollouts/ro/v1/chat/completions", json=body, headers=auth, timeout=120)
+            assert r.status_code == 200, r.text
+            answers[model] = r.json()
+            assert answers[model]["model"] == model
+        stray = {"model": "smollm2", "messages": MESSAGES, "max_tokens": 2}
+        r = httpx.post(f"{gw.url}/rollouts/ro/v1/chat/completions", json=stray, headers=auth, timeout=120)
+        assert r.status_code == 404 and r.json()["error"]["param"] == "model"
+        gw.flush()
+        calls = {c.requested_model: c for c in store.query_llm_calls(rollout_id="ro")}
+        assert {m: (c.policy, c.model_version) for m, c in calls.items()} == {
+            "sql-writer": ("writer", "writer-v1"),
+            "sql-critic": ("critic", "critic-v1"),
+        }
+        # each call was answered by its own adapter: the same ids as asking vLLM for that adapter directly
+        for model, policy in (("sql-writer", "writer"), ("sql-critic", "critic")):
+            direct = chat(vllm_engine, vllm_engine.policy_model(policy))
+            assert list(calls[model].response_ids) == direct["choices"][0]["token_ids"]
+        assert list(calls["sql-writer"].response_ids) != list(calls["sql-critic"].response_ids)
+    finally:
+        gw.stop()
+        store.close()
