@@ -223,3 +223,27 @@ def test_a_run_killed_mid_search_resumes_with_its_beam(tmp_path, engine, scripte
         assert all(store.get_rollout(rid).ended_at == at for rid, at in ended.items())
     finally:
         store.close()
+
+
+def test_agl_train_with_backend_apo_from_the_command_line(tmp_path, engine, scripted):
+    """``agl train --backend apo``: the installed package's entry point provides the backend by name."""
+    import yaml
+
+    config = apo_config(tmp_path, scripted.url, steps=1, engine_urls=[engine.url])
+    backend = config.pop("backend")
+    (tmp_path / "apo.yaml").write_text(yaml.safe_dump({**config, "backend": {"name": "apo", **backend}}))
+    for split, n in (("train", 3), ("val", 6)):
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks(n, split)))
+    agl_cli = Path(sys.executable).parent / "agl"
+    proc = subprocess.run(
+        [str(agl_cli), "train", "tests.apo.agents:agent", "--backend", "apo", "--config", str(tmp_path / "apo.yaml")]
+        + ["--tasks", str(tmp_path / "train.jsonl"), "--val", str(tmp_path / "val.jsonl")],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = candidates(tmp_path / "run")
+    assert {c["prompt"] for c in lines} == {FIRST, "Be brief.", "Be brief and polite."}
