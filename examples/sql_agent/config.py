@@ -8,7 +8,10 @@ LoRA and learning rate.
   ``discounted`` (gamma 0.9).
 - ``broadcast``: as main, with credit ``broadcast`` (every call gets the final reward).
 - ``last`` / ``emitted``: as main, with those credit strategies (for picking the best
-  non-broadcast one on validation; see the README for why ``discounted`` is main's).
+  non-broadcast one on validation; see the README for why ``discounted`` is main's). ``emitted``
+  counts the agent's intermediate reward (``first_query_runs``, ``agent.py``) beside the reward
+  plugin's final one (``agent_rewards: always``); by default a reward the agent wrote is left out
+  of a rollout a reward plugin graded.
 - ``all-agents``: as main, but the checker's calls are trained too.
 - ``per-role``: as main, but the roles have policies of their own (``POLICIES``): the writer
   and the rewriter (model ``sql-writer``) on one trained adapter, the checker (``sql-checker``)
@@ -30,7 +33,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "main": {**MAIN_CREDIT, "agents": TRAINED_AGENTS},
     "broadcast": {"credit": "broadcast", "agents": TRAINED_AGENTS},
     "last": {"credit": "last", "agents": TRAINED_AGENTS},
-    "emitted": {"credit": "emitted", "agents": TRAINED_AGENTS},
+    "emitted": {"credit": "emitted", "agents": TRAINED_AGENTS, "agent_rewards": "always"},
     "all-agents": {**MAIN_CREDIT, "agents": None},
     "per-role": {**MAIN_CREDIT, "agents": TRAINED_AGENTS},
 }
