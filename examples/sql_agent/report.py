@@ -20,14 +20,15 @@ from examples.reporting import RESULTS, half_mean, pm, report_main
 
 HERE = Path(__file__).resolve().parent
 
-ARM_ORDER = ["per-role", "main", "all-agents", "broadcast", "emitted", "last"]
+ARM_ORDER = ["per-role", "main", "all-agents", "broadcast", "emitted", "emitted-ignored", "last"]
 """The tables' arm order: the three policy arms, then the credit arms."""
 ARM_LABELS = {
     "per-role": "writer and rewriter on one trained policy, the checker a frozen policy (the base model)",
     "main": "one shared adapter serves all three; the writer's and the rewriter's calls trained",
     "all-agents": "one shared adapter serves all three; every call trained, the checker's too",
     "broadcast": "as main, credit broadcast: every trained call gets the final reward",
-    "emitted": "as main, with rewards emitted inside the agent; credit emitted",
+    "emitted": "as main, credit emitted: the writer's call also gets the agent's intermediate reward (its query runs)",
+    "emitted-ignored": "failed arm: as emitted, but the intermediate reward was left out (agent_rewards default)",
     "last": "as main, credit last",
 }
 """What each arm is, as the checker table says it (an arm not here gets an empty cell)."""
