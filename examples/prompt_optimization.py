@@ -166,6 +166,31 @@ def search_record(workdir: Path) -> dict[str, Any]:
     }
 
 
+def summary(results: Path) -> str:
+    """A markdown table per arm: test success before and after, mean ± std over its seeds, then every seed's."""
+    from examples.reporting import pm
+
+    arms: dict[str, list[dict]] = {}
+    for path in sorted(results.glob("apo-*-seed*.json")):
+        record = json.loads(path.read_text())
+        arms.setdefault(record["arm"], []).append(record)
+    rows = [
+        "| arm | seeds | steps | test tasks | test success before (%) | after (%) | seeds whose prompt changed |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for arm in [a for a in ARMS if a in arms]:
+        records = sorted(arms[arm], key=lambda r: r["seed"])
+        after = [r["after"]["success"] for r in records]
+        every = ", ".join(f"{100 * a:.1f}" for a in after)
+        changed = sum(r["resources_version"] != "r0" for r in records)
+        rows.append(
+            f"| {arm} | {', '.join(str(r['seed']) for r in records)} | {records[0]['steps']} | "
+            f"{records[0]['eval_tasks']} | {pm([r['before']['success'] for r in records], 100)} | "
+            f"{pm(after, 100)} ({every}) | {changed} of {len(records)} |"
+        )
+    return "\n".join(rows)
+
+
 def report(results: Path) -> str:
     """A markdown table of the results files in ``results``: each arm and seed, test before and after."""
     rows = [
@@ -189,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     if args.report:
-        print(report(args.results or HERE / AGENTS[args.agent].rsplit(".", 1)[1] / "results"))
+        results = args.results or HERE / AGENTS[args.agent].rsplit(".", 1)[1] / "results"
+        print(summary(results) + "\n\n" + report(results))
         return 0
     if args.arm is None:
         p.error("--arm: required to run (one of demos, textual, both)")

@@ -50,13 +50,18 @@ def test_the_report_has_a_row_per_results_file(tmp_path, capsys):
 
     step = {"apo/optimizer_calls": 2.0, "apo/optimizer_unfenced": 1.0, "apo/optimizer_discarded": 1.0}
     for arm, seed, after in (("both", 1, 0.25), ("demos", 0, 0.125)):
-        record = {"arm": arm, "seed": seed, "before": {"success": 0.1}, "after": {"success": after}}
+        record = {"arm": arm, "seed": seed, "before": {"success": 0.1}, "after": {"success": after}, "steps": 2}
+        record["eval_tasks"] = 6
         record |= {"val_batch_score": 0.5, "resources_version": f"s3c{seed}-ab", "by_step": [step, step]}
         (tmp_path / f"apo-{arm}-seed{seed}.json").write_text(json.dumps(record))
     (tmp_path / "calc_agent-seed0.json").write_text("{}")  # an RL arm's file: not this table's
     assert po.main(["--agent", "calc", "--report", "--results", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[2:] == [
+    assert lines[2:4] == [  # per arm, in the arms' order: mean ± std (one seed each here), then every seed
+        "| demos | 0 | 2 | 6 | 10.0 | 12.5 (12.5) | 1 of 1 |",
+        "| both | 1 | 2 | 6 | 10.0 | 25.0 (25.0) | 1 of 1 |",
+    ]
+    assert lines[7:] == [
         "| both | 1 | 0.100 | 0.250 | 0.500 | s3c1-ab | 4 (0, 2, 2) |",
         "| demos | 0 | 0.100 | 0.125 | 0.500 | s3c0-ab | 4 (0, 2, 2) |",
     ]
