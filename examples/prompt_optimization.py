@@ -131,12 +131,14 @@ def evaluate_test(spec: Any, args: argparse.Namespace, test: list[dict], workdir
 
 
 def before_figures(spec: Any, args: argparse.Namespace, test: list[dict], workdir: Path) -> dict[str, Any]:
-    """The base figures on test: the shared file when the whole split is evaluated, else evaluated here."""
+    """The base figures on test: the shared file when the whole split is evaluated; for the first N
+    tasks, their success read from the shared file's ``solved`` list (the same greedy evaluation,
+    every question's result kept); else evaluated here."""
     from examples.baseline import shared_base
 
+    cap = spec.defaults["max_response_tokens"]
+    base = HERE / spec.name / "results" / "base" / "test.json"
     if args.eval_limit is None:
-        cap = spec.defaults["max_response_tokens"]
-        base = HERE / spec.name / "results" / "base" / "test.json"
         return shared_base(
             base,
             lambda: evaluate_test(spec, args, test, workdir, None),
@@ -144,6 +146,10 @@ def before_figures(spec: Any, args: argparse.Namespace, test: list[dict], workdi
             split="test",
             max_response_tokens=cap,
         )
+    shared = json.loads(base.read_text()) if base.exists() else {}
+    if "solved" in shared and shared.get("max_response_tokens") == cap and shared.get("n", 0) >= len(test):
+        solved = set(shared["solved"]) & {t["task_id"] for t in test}
+        return {"n": len(test), "success": len(solved) / len(test), "solved": sorted(solved), "source": str(base)}
     return evaluate_test(spec, args, test, workdir, None)
 
 
