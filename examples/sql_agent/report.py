@@ -133,8 +133,11 @@ def seeds_pm(values: list[float | None], scale: float = 100, digits: int = 1) ->
 
 def checker(record: dict, when: str, name: str) -> float | None:
     """A figure of the checker's on the test split (``evaluation.checker_figures``), None in a results
-    file written before they were kept."""
-    return (record.get(when) or {}).get("checker", {}).get(name)
+    file written before they were kept; the acceptance is there in every file (``checker_acceptance``,
+    verdicts YES over checks, the same count)."""
+    summary = record.get(when) or {}
+    value = summary.get("checker", {}).get(name)
+    return summary.get("checker_acceptance") if value is None and name == "acceptance" else value
 
 
 CHECKER_COLUMNS = (

@@ -219,8 +219,10 @@ def test_the_report_is_built_from_the_results_files(sql, tmp_path):
         "50.0 (50.0, n/a)",
         "15.0 ± 7.1 (10.0, 20.0)",
     ]
-    # the results files from before the checker's figures were kept: n/a, never a crash
-    assert cells(checker)[2:] == ["15.0 ± 7.1 (20.0, 10.0)", *["n/a"] * 7]
+    # the results files from before the checker's figures were kept: n/a, never a crash; the acceptance
+    # is their checker_acceptance (the same count: verdicts YES over checks)
+    accepted = "25.0 ± 0.0 (25.0, 25.0)"
+    assert cells(checker)[2:] == ["15.0 ± 7.1 (20.0, 10.0)", "n/a", accepted, accepted, *["n/a"] * 4]
     assert "check_query 180, write_query 96" in behaviour
     assert cells(row)[3:7] == ["0, 1", "6", "0.0 ± 0.0", "15.0 ± 7.1"]  # seeds in order; after: mean ± sample std
     assert cells(row)[-3:-1] == ["25.0 ± 0.0", "4.2 ± 5.9"]  # training success over steps 1-3, then 4-6
