@@ -458,3 +458,26 @@ def test_agl_train_cli_runs_a_loop_from_a_config_file(tmp_path, engine):
         timeout=60,
     )
     assert bad.returncode == 2 and "steps: Input should be greater than or equal to 1" in bad.stderr
+
+
+class GradeEverything:
+    """A reward plugin: every rollout gets 1."""
+
+    @agl.hookimpl
+    def agl_reward(self, rollout):
+        return 1.0
+
+
+@pytest.mark.parametrize(("agent_rewards", "warned"), [("without_plugin", True), ("always", False)])
+def test_emitted_credit_whose_emitted_rewards_a_plugin_overrides_is_warned_about(
+    tmp_path, engine, caplog, agent_rewards, warned
+):
+    """``emitted`` credit with a reward plugin and the default agent_rewards would be broadcast in effect."""
+    agl.register_plugin(GradeEverything(), name="grade-everything")
+    config = small_config(tmp_path, engine, transitions={"credit": "emitted", "agent_rewards": agent_rewards})
+    with caplog.at_level("WARNING", logger="agl_trainer.trainer"):
+        Trainer(config).fit(agent, _tasks(2))
+    said = [r.getMessage() for r in caplog.records if "transitions.agent_rewards" in r.getMessage()]
+    assert bool(said) is warned
+    if warned:
+        assert "set transitions.agent_rewards: always" in said[0]

@@ -249,10 +249,16 @@ class Trainer:
             val = val[: cfg.val_max_tasks]
         store = self._store = self._store or open_store(cfg.store_url())
         store.add_tasks(train + val)
-        if cfg.from_store is not None:
-            from agl.plugins import get_plugin_manager
+        from agl.plugins import get_plugin_manager
 
-            answers = bool(get_plugin_manager().hook.agl_reward.get_hookimpls()) and cfg.transitions.reward_plugins
+        answers = bool(get_plugin_manager().hook.agl_reward.get_hookimpls()) and cfg.transitions.reward_plugins
+        if answers and cfg.transitions.credit == "emitted" and cfg.transitions.agent_rewards == "without_plugin":
+            log.warning(
+                "transitions.credit: 'emitted' spreads the rewards the agent emits, but a reward plugin grades the "
+                "rollouts and transitions.agent_rewards 'without_plugin' leaves the agent's rewards out of those: "
+                "the credit is the final reward alone; set transitions.agent_rewards: always to count them"
+            )
+        if cfg.from_store is not None:
             self._recorded = RecordedRollouts(store, cfg.from_store, rewards_from_plugins=answers)
         state = self._load_state()
         metrics = MetricsLog(self.workdir / "metrics.jsonl", store=store, run_id=state.get("run_id"))
