@@ -149,7 +149,8 @@ def before_figures(spec: Any, args: argparse.Namespace, test: list[dict], workdi
     shared = json.loads(base.read_text()) if base.exists() else {}
     if "solved" in shared and shared.get("max_response_tokens") == cap and shared.get("n", 0) >= len(test):
         solved = set(shared["solved"]) & {t["task_id"] for t in test}
-        return {"n": len(test), "success": len(solved) / len(test), "solved": sorted(solved), "source": str(base)}
+        source = str(base.relative_to(HERE.parent))
+        return {"n": len(test), "success": len(solved) / len(test), "solved": sorted(solved), "source": source}
     return evaluate_test(spec, args, test, workdir, None)
 
 
