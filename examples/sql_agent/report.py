@@ -35,9 +35,10 @@ ARM_LABELS = {
 
 
 def load(results: Path) -> dict[str, list[dict]]:
-    """The result records, by arm, in seed order."""
+    """The result records, by arm, in seed order (prompt optimization's ``apo-*`` files have a table of their own:
+    ``python -m examples.prompt_optimization --agent sql --report``)."""
     arms: dict[str, list[dict]] = defaultdict(list)
-    for path in sorted(results.glob("*.json")):
+    for path in sorted(p for p in results.glob("*.json") if not p.name.startswith("apo-")):
         record = json.loads(path.read_text())
         arms[record["arm"]].append(record)
     for records in arms.values():

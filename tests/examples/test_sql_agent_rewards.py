@@ -186,6 +186,7 @@ def test_the_report_is_built_from_the_results_files(sql, tmp_path):
     results = tmp_path / "results"
     (results / "base").mkdir(parents=True)
     (results / "base" / "test.json").write_text("{}")  # the shared base figures are not a run
+    (results / "apo-both-seed0.json").write_text(json.dumps({"arm": "both", "seed": 0}))  # prompt optimization's
     for seed, after in ((1, 0.1), (0, 0.2)):
         (results / f"main-seed{seed}.json").write_text(json.dumps(record("main", seed, after)))
     assert "checker right" not in sql.report.render(sql.report.load(results))  # no file has the figures yet
