@@ -9,7 +9,6 @@ policy as a named policy of the engine, and writes each policy's metrics as
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,6 @@ from agl.schema import ModelVersion, Transition
 from agl_trainer.backend import Backend
 from agl_trainer.engine import Engine
 from agl_trainer.policies import PolicyConfig, Routes, effective_policies
-
-log = logging.getLogger(__name__)
 
 BASE_VERSION = "base"
 """The version of a policy that serves the engine's model as it is."""
