@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from agl.schema import ModelVersion, RolloutStatus, Span, Transition
+from agl.schema import ModelVersion, Reward, RolloutStatus, Span, Transition
 from agl.store.sqlite import SqliteStore
-from agl_trainer.recorded import STEP_GROUP
+from agl_trainer.baselines import STEP_GROUP
 from agl_trainer.trainer import Trainer
 from tests.conftest import wait_until
 from tests.trainer.test_trainer import REPO, TinyBackend, _tasks, agent, engine, small_config
@@ -67,21 +67,27 @@ def test_a_transition_past_the_staleness_bound_is_dropped_and_counted(tmp_path, 
         for version, step in (("v1", 1), ("v3", 3), ("v4", 4)):
             store.add_model_version(ModelVersion(version=version, step=step))
         trainer._store = store
+        trainer.policies.policies[0].version = "v4"  # the learner holds step 4's weights
 
         def made_on(version):
             return Transition(rollout_id="r", task_id="t", step=0, prompt_ids=[1], response_ids=[2], reward=1.0,
                               model_version=version)  # fmt: skip
 
         # step 5 trains on weights of step 4: v4 is 0 behind, v3 1 (the bound), v1 3
-        kept, dropped = trainer._drop_stale([made_on("v1"), made_on("v3"), made_on("v4")], step=5)
+        kept, dropped = trainer._drop_stale([made_on("v1"), made_on("v3"), made_on("v4")])
     assert [t.model_version for t in kept] == ["v3", "v4"] and dropped == 1
 
 
 def _record_traffic(tmp_path, engine, n_tasks: int) -> Path:
-    """Rollouts to train on later: a run without a backend (its rollouts, rewarded by the agent, stay in the store)."""
+    """Rollouts to train on later: a run without a backend (its rollouts stay in the store), then graded
+    by a user, as a feedback process does (the agent's own rewards are no grade)."""
     config = small_config(tmp_path / "traffic", engine, batch_size=n_tasks, n_rollouts=1, val_before=False)
     config["store"] = f"sqlite:///{tmp_path / 'agl.db'}"
     Trainer(config).fit(agent, _tasks(n_tasks))
+    with SqliteStore(tmp_path / "agl.db") as store:
+        own = [w for w in store.query_rewards() if w.name == "reward" and w.source == "agent"]
+        assert len(own) == n_tasks
+        store.add_rewards([Reward(rollout_id=w.rollout_id, value=w.value, source="user") for w in own])
     return tmp_path / "agl.db"
 
 
@@ -231,3 +237,22 @@ def test_production_traffic_is_served_while_recorded_traffic_trains_and_publishe
     assert len(versions) == len(statuses)
     order = ["base", "v1", "v2", "v3"]
     assert versions == sorted(versions, key=order.index) and len(set(versions)) >= 3
+
+
+def fails_at_step_2(task_input, ctx):
+    """The test agent, but every rollout of step 2 fails: a step with nothing to train."""
+    if "-s2-" in ctx.rollout_id:
+        raise RuntimeError("the agent failed")
+    agent(task_input, ctx)
+
+
+def test_lockstep_goes_on_training_after_a_step_with_nothing_to_train(tmp_path, engine):
+    backend = TinyBackend(tmp_path / "calls.jsonl")
+    result = Trainer(small_config(tmp_path, engine, steps=4), backend=backend).fit(fails_at_step_2, _tasks(4))
+    train = [r for r in result.history if r["kind"] == "train"]
+    # step 2 published nothing; steps 3 and 4 ran on step 1's and step 3's weights, 0 versions behind
+    assert backend.weights["trained"] == [1, 3, 4]
+    assert [r["model_version"] for r in train][1:] == ["v1", "v1", "v3"]
+    assert [r["stale_dropped"] for r in train] == [0, 0, 0, 0]
+    assert [r["transitions"] for r in train] == [8, 0, 8, 8]
+    assert result.model_version == "v4"

@@ -190,6 +190,23 @@ def test_break_between_policies_and_each_row_keeps_its_policy(sqlite_store, read
     assert report.merge_breaks == {"policy": 1}
 
 
+def test_each_transition_carries_its_calls_sampling_and_calls_sampled_apart_do_not_merge(sqlite_store, reader):
+    """Both readers: what the request asked for (temperature, top_p, top_k), read only when asked to."""
+    r = _rollout(sqlite_store)
+    asked = ({"temperature": 0.7}, {"temperature": 0.7}, {"temperature": 0.7, "top_p": 0.9, "top_k": 20})
+    calls = [
+        c.model_copy(update={"request": {**c.request, **sampling}})
+        for c, sampling in zip(_calls(_conversation()), asked, strict=True)
+    ]
+    sqlite_store.add_llm_calls(calls)
+    sqlite_store.add_spans([_span(f"c{k}", k, "solver") for k in range(3)])
+    ts, report = _build(sqlite_store, r, reader, missing_reward=0.0, with_sampling=True)
+    assert [t.sampling for t in ts] == [asked[0], asked[2]] and len(ts[0].segments) == 2
+    assert report.merge_breaks == {"sampling": 1}
+    unread, _ = build_transitions(sqlite_store, [r], TransitionConfig(missing_reward=0.0), reader=reader)
+    assert [t.sampling for t in unread] == [None, None, None]
+
+
 def test_break_at_a_text_only_call(sqlite_store, reader):
     r = _rollout(sqlite_store)
     pairs = _conversation()

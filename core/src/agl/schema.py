@@ -373,6 +373,16 @@ write any other source (``agent`` from :func:`agl.emit_reward`, ``langchain``, `
 these: the store server refuses them (403 naming the field), so an agent cannot outrank the
 reward plugins with a reward of its own making."""
 
+GRADER_SOURCES = frozenset({"human", "user"})
+"""Reward sources that say someone other than the agent graded a rollout (``agl rollouts reward``, the
+dashboard, a feedback process). Only a credential no agent holds (the admin token) writes them on a
+rollout: the store server refuses them from a rollout key or a runner token (403 naming the field),
+and ``from_store`` counts a rollout as graded only by a reward of one of these sources, by default."""
+
+REWARD_LIMIT = 3.4028234663852886e38
+"""The largest reward magnitude accepted: float32's largest finite value, the learners' reward dtype
+(a larger one would become inf there, and the advantages of its whole group NaN)."""
+
 
 class Reward(_Model):
     """A reward attached to a rollout, or to one span of it."""
@@ -381,10 +391,17 @@ class Reward(_Model):
     rollout_id: str | None = None
     span_id: str | None = None
     name: str = "reward"
-    value: float
+    value: float = Field(description="finite and within float32's range (REWARD_LIMIT)")
     source: str = "agent"
     seq: int = Field(default=0, ge=INT64_MIN, le=INT64_MAX)
     created_at: float = Field(default_factory=now)
+
+    @field_validator("value")
+    @classmethod
+    def _fits_float32(cls, value: float) -> float:
+        if abs(value) > REWARD_LIMIT:
+            raise ValueError(f"must be within float32's range (±3.4e38, the learners' reward dtype), got {value:g}")
+        return value
 
 
 class Segment(_Model):
@@ -412,6 +429,16 @@ def _segments_fit_response(value, info):
     return value
 
 
+SAMPLING_KEYS = ("temperature", "top_p", "top_k")
+"""The request fields that shape the distribution a call's tokens are drawn from (every API dialect
+the gateway serves spells them so)."""
+
+
+def sampling_of(request: dict[str, Any] | None) -> dict[str, float | int | None]:
+    """The :data:`SAMPLING_KEYS` a request body sets (a key it leaves out: the engine's default)."""
+    return {k: request[k] for k in SAMPLING_KEYS if request and request.get(k) is not None}
+
+
 class Transition(_Model):
     """One LLM call as training data, after credit assignment."""
 
@@ -428,6 +455,11 @@ class Transition(_Model):
     reward: float
     model_version: str | None = None
     policy: str | None = Field(default=None, description="the policy that served the call (LLMCall.policy)")
+    sampling: dict[str, float | int | None] | None = Field(
+        default=None,
+        description="the sampling settings the call asked for (SAMPLING_KEYS found in its request; a key absent: "
+        "the engine's default); None: not read",
+    )
     token_source: Literal["engine", "text"] = "engine"
     call_id: str | None = None
     weight: float = Field(default=1.0, ge=0, description="loss weight (rollout-level normalization)")

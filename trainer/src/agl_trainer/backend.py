@@ -50,6 +50,11 @@ class Backend(abc.ABC):
     #: calls) too, with their messages and response text filled in.
     needs_token_ids: bool = True
 
+    #: Whether the backend's advantage estimator takes each task group's mean reward as the
+    #: baseline (GRPO, RLOO, ...). True: the trainer hands it no group of one rollout, which would
+    #: have none (:mod:`agl_trainer.baselines`).
+    group_baseline: bool = False
+
     #: Runs tasks under candidate resources and returns each rollout's final reward, in the
     #: order of the tasks: ``score(tasks, resources_version, resources)``. The trainer sets it
     #: before :meth:`setup` (mode ``val`` rollouts, not trained on); None outside a trainer.

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agl.env import STORE_URL
 from agl.errors import ConfigError
+from agl.schema import GRADER_SOURCES
 from agl.store.base import default_store_url, sqlite_path, sqlite_url
 from agl_trainer.policies import PolicyConfig, check_policies
 from agl_trainer.transitions import TransitionConfig
@@ -128,8 +129,13 @@ class FromStoreConfig(_Config):
     task_ids: list[str] | None = Field(default=None, description="only rollouts of these tasks")
     rewarded_only: bool = Field(
         default=True,
-        description="only rollouts with a stored final reward ('reward'), unless a reward plugin is registered, "
-        "which rewards every rollout",
+        description="only graded rollouts: with a stored final reward ('reward') of a graded_by source, unless a "
+        "reward plugin is registered, which rewards every rollout",
+    )
+    graded_by: list[str] | None = Field(
+        default_factory=lambda: sorted(GRADER_SOURCES),
+        description="the reward sources that count as a grade for rewarded_only: by default human and user, which "
+        "only a credential agents do not hold may write; null: any, the agent's own rewards too",
     )
     rollouts_per_step: int = Field(default=32, ge=1, description="rollouts trained on per step")
     wait_s: float = Field(

@@ -49,14 +49,13 @@ def reward_metrics(
 
 
 def transition_metrics(
-    transitions: Sequence[Transition], version_steps: dict[str | None, int], current_step: int, update_s: float
+    transitions: Sequence[Transition], staleness: Sequence[int], update_s: float
 ) -> dict[str, float]:
-    """Sizes, training tokens/s and staleness (steps between a transition's model version and now)."""
+    """Sizes, training tokens/s and staleness (``staleness``: each transition's versions behind its learner)."""
     if not transitions:
         return {"transitions": 0.0}
     response = [len(t.response_ids) for t in transitions]
     prompt = [len(t.prompt_ids) for t in transitions]
-    staleness = [current_step - version_steps.get(t.model_version, current_step) for t in transitions]
     tokens = sum(response) + sum(prompt)
     return {
         "transitions": float(len(transitions)),

@@ -9,6 +9,7 @@ policy as a named policy of the engine, and writes each policy's metrics as
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,18 @@ from agl_trainer.policies import PolicyConfig, Routes, effective_policies
 
 BASE_VERSION = "base"
 """The version of a policy that serves the engine's model as it is."""
+
+
+def weighted_per_rollout(transitions: list[Transition]) -> list[Transition]:
+    """``transitions`` each weighted 1 / (calls of its rollout among them): a merged row counts its
+    calls, and keeps the weight of one call (its loss spans them all)."""
+    calls: Counter[str] = Counter()
+    for t in transitions:
+        calls[t.rollout_id] += len(t.segments) if t.segments else 1
+    return [
+        t if t.weight == 1.0 / calls[t.rollout_id] else t.model_copy(update={"weight": 1.0 / calls[t.rollout_id]})
+        for t in transitions
+    ]
 
 
 @dataclass
@@ -129,19 +142,28 @@ class PolicySet:
         return {p.name: p.version for p in self.policies}
 
     # -- a step ---------------------------------------------------------------------------
-    def split(self, transitions: list[Transition]) -> dict[str, list[Transition]]:
-        """Each trained policy's transitions: its calls, of its agents.
+    def served(self, t: Transition) -> Policy | None:
+        """The policy that served ``t``: in a run of one policy, that one; in a run of several, the one
+        the call names (the gateway recorded it), and None for a call that names none (recorded elsewhere)."""
+        if len(self.policies) == 1:
+            return self.policies[0]
+        return next((p for p in self.policies if p.name == t.policy), None)
 
-        In a run of one policy every transition is its own. In a run of several, a transition
-        names its policy (the gateway recorded it); one that names none (recorded elsewhere) trains none.
-        """
-        only = self.policies[0] if len(self.policies) == 1 else None
-        by_name = {p.name: p for p in self.policies}
+    def learner(self, t: Transition) -> Policy | None:
+        """The trained policy that learns from ``t`` (its call, of its agents), or None."""
+        p = self.served(t)
+        return p if p is not None and p.config.train and p.trains_on(t) else None
+
+    def split(self, transitions: list[Transition], *, per_rollout: bool = False) -> dict[str, list[Transition]]:
+        """Each trained policy's transitions (see :meth:`learner`); ``per_rollout``: each weighted
+        1 / (the calls of its rollout that policy learns from), as ``normalize: rollout`` means."""
         mine: dict[str, list[Transition]] = {p.name: [] for p in self.trained}
         for t in transitions:
-            p = only or by_name.get(t.policy)
-            if p is not None and p.name in mine and p.trains_on(t):
+            p = self.learner(t)
+            if p is not None:
                 mine[p.name].append(t)
+        if per_rollout:
+            mine = {name: weighted_per_rollout(ts) for name, ts in mine.items()}
         return mine
 
     def metric(self, policy: Policy, key: str) -> str:

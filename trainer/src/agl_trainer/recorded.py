@@ -8,24 +8,17 @@ completes the step, so across a SIGKILL and a restart no rollout is trained twic
 skipped: the interrupted step chooses the same ones again.
 
 Groups: rollouts of one task in one step form a GRPO group, as generated ones do. Recorded
-traffic mostly has one rollout per task; those singletons are put in one group of their own
-for the step (:data:`STEP_GROUP`), so the advantage estimator's baseline is the mean (and
-scale the standard deviation) of the step's singleton rewards: a batch-mean baseline, where
-a group of one would get an advantage of 0.
+traffic mostly has one rollout per task; those singletons share one group for the step
+(:mod:`agl_trainer.baselines`), a batch-mean baseline.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Iterable
 
-from agl.schema import Rollout, RolloutStatus, Transition
+from agl.schema import Rollout, RolloutStatus
 from agl.store.base import Store
 from agl_trainer.config import FromStoreConfig
-
-STEP_GROUP = "agl-step-singletons"
-"""The group key of the step's rollouts that are the only one of their task."""
 
 _ENDED = [RolloutStatus.SUCCEEDED, RolloutStatus.FAILED, RolloutStatus.TIMED_OUT]
 
@@ -64,10 +57,10 @@ class RecordedRollouts:
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
     def _rewarded(self, rollout_ids: list[str]) -> set[str]:
-        return {w.rollout_id for w in self.store.query_rewards(rollout_ids=rollout_ids) if w.name == "reward"}
-
-
-def group_singletons(transitions: Iterable[Transition], rollouts: Iterable[Rollout]) -> list[Transition]:
-    """``transitions`` with those of the only rollout of its task in the step moved to :data:`STEP_GROUP`."""
-    per_task = Counter(r.task_id for r in rollouts)
-    return [t.model_copy(update={"task_id": STEP_GROUP}) if per_task[t.task_id] == 1 else t for t in transitions]
+        """The rollouts with a final reward (``reward``) of a source :attr:`FromStoreConfig.graded_by` names."""
+        sources = self.config.graded_by
+        return {
+            w.rollout_id
+            for w in self.store.query_rewards(rollout_ids=rollout_ids)
+            if w.name == "reward" and (sources is None or w.source in sources)
+        }

@@ -66,6 +66,7 @@ from agl.runner import Agent, Runner
 from agl.schema import ModelVersion, Rollout, RolloutStatus, Task, Transition, short_id
 from agl.store.base import Store, open_store
 from agl_trainer.backend import Backend
+from agl_trainer.baselines import with_baselines
 from agl_trainer.capture_check import capture_switched_on, silent_capture_warning
 from agl_trainer.config import TrainerConfig, parse_config
 from agl_trainer.engine import Engine
@@ -81,7 +82,7 @@ from agl_trainer.metrics import (
     transition_metrics,
 )
 from agl_trainer.policy_set import Policy, PolicySet
-from agl_trainer.recorded import RecordedRollouts, group_singletons
+from agl_trainer.recorded import RecordedRollouts
 from agl_trainer.transitions import BuildReport, TransitionBuilder
 
 log = logging.getLogger(__name__)
@@ -663,7 +664,8 @@ class Trainer:
             self._hook("agl_rollout_ended", rollout=r)
         # a backend that learns from text (Backend.needs_token_ids False) gets every call, with its text
         text_too = self.backend is not None and not self.backend.needs_token_ids
-        tcfg = cfg.transitions.model_copy(update={"with_text": True}) if text_too else cfg.transitions
+        # each call's sampling settings: a backend tells calls sampled unlike its loss assumes (off-policy)
+        tcfg = cfg.transitions.model_copy(update={"with_text": text_too, "with_sampling": True})
         builder = TransitionBuilder(self._store, tcfg)
         built = list(builder.iter(ended))
         transitions = built if text_too else [t for t in built if t.token_source == "engine"]
@@ -671,10 +673,11 @@ class Trainer:
         # calls of a hosted model (no engine token ids) never feed a policy-gradient update
         record["text_only_calls"] = sum(t.token_source == "text" for t in built)
         if self._recorded is not None:
-            transitions = group_singletons(transitions, ended)
             record["recorded_rollouts"] = len(ended)
         else:
-            transitions, record["stale_dropped"] = self._drop_stale(transitions, step)
+            transitions, record["stale_dropped"] = self._drop_stale(transitions)
+        leave_out = self.backend is not None and self.backend.group_baseline
+        transitions = with_baselines(transitions, builder.report, fold=self._recorded is not None, leave_out=leave_out)
         self._hook("agl_transitions_built", step=step, transitions=transitions)
         t2 = time.perf_counter()
         record.update(reward_metrics(builder.finals, ended, cfg.success_threshold))
@@ -686,7 +689,7 @@ class Trainer:
         trained, update_metrics = self._update(transitions, step, builder.report.policy_calls)
         t3 = time.perf_counter()
         record.update(update_metrics)
-        sizes = transition_metrics(transitions, self._steps_of(transitions), step - 1, t3 - t2)
+        sizes = transition_metrics(transitions, self._staleness(transitions), t3 - t2)
         if "tokens_per_s" in update_metrics:  # the backend's own: tokens of the forward passes it ran
             del sizes["tokens_per_s"]
         record.update(sizes)
@@ -721,7 +724,7 @@ class Trainer:
         """Each trained policy's update from its own transitions: the policies updated, and the metrics
         (each policy's under ``policy/<name>/`` in a run of several; ``calls``: the calls each served)."""
         policies = self.policies
-        mine = policies.split(transitions)
+        mine = policies.split(transitions, per_rollout=self.config.transitions.normalize == "rollout")
         metrics: dict[str, float] = {}
         updated = []
         for p in policies.policies:
@@ -740,24 +743,26 @@ class Trainer:
             updated.append(p)
         return updated, metrics
 
-    def _drop_stale(self, transitions: list[Transition], step: int) -> tuple[list[Transition], int]:
-        """Leave out the transitions more than ``max_staleness`` versions behind their learner (counted).
-
-        In a run of several policies each is measured against its own policy's version (a policy
-        that had nothing to learn from in a step kept its version); a frozen policy's calls never are.
-        """
-        bound, current = self.config.rollout.max_staleness, step - 1
-        steps = self._steps_of(transitions)
-        if self.policies.prefixed:
-            learners = {p.name: steps.get(p.version, 0) for p in self.policies.trained}
-            kept = [
-                t
-                for t in transitions
-                if t.policy not in learners or learners[t.policy] - steps.get(t.model_version, 0) <= bound
-            ]
-        else:
-            kept = [t for t in transitions if current - steps.get(t.model_version, current) <= bound]
+    def _drop_stale(self, transitions: list[Transition]) -> tuple[list[Transition], int]:
+        """Leave out the transitions more than ``max_staleness`` versions behind their learner (counted)."""
+        bound = self.config.rollout.max_staleness
+        kept = [t for t, behind in zip(transitions, self._staleness(transitions), strict=True) if behind <= bound]
         return kept, len(transitions) - len(kept)
+
+    def _staleness(self, transitions: list[Transition]) -> list[int]:
+        """How many versions each transition is behind the version its learner holds now.
+
+        One code path for one policy and many: a policy that had nothing to learn from in a step
+        kept its version, so an empty step makes nothing look older. A call no trained policy
+        learns from (a frozen policy's), or made on a version the store does not know, counts 0.
+        """
+        steps = self._steps_of(transitions)
+        held = {p.name: steps.get(p.version, 0) for p in self.policies.trained}
+        learners = [self.policies.learner(t) for t in transitions]
+        return [
+            0 if p is None else held[p.name] - steps.get(t.model_version, held[p.name])
+            for t, p in zip(transitions, learners, strict=True)
+        ]
 
     def _check_capture(self, report: BuildReport) -> None:
         """Warn, once a run, when capture is on here and rollouts had gateway calls but no LLM span joined."""

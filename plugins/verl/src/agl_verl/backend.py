@@ -32,6 +32,9 @@ from agl_verl.quiet import import_verl_quietly
 
 import_verl_quietly()  # before agl_verl.local, .dataproto and .distributed import verl
 
+BATCH_BASELINE_ESTIMATORS = frozenset({"reinforce_plus_plus"})
+"""verl's estimators (of those agl runs) whose baseline is the batch's, not each task group's."""
+
 _STATE_FILE = "backend_state.pt"
 _META_FILE = "backend.json"
 
@@ -57,6 +60,12 @@ class VerlBackend(Backend):
     def sampling_temperature(self) -> float:
         """``temperature``: the backend divides its logits by it and recomputes old log-probs at it."""
         return self.settings.temperature
+
+    @property
+    def group_baseline(self) -> bool:
+        """Whether ``adv_estimator`` takes each task group's mean reward as its baseline (all but
+        ``reinforce_plus_plus``, which whitens over the batch)."""
+        return self.settings.adv_estimator not in BATCH_BASELINE_ESTIMATORS
 
     def setup(self, engine: Engine | None) -> None:
         """Load the model and optimizer (local mode); remember ``engine`` to publish to."""
@@ -108,21 +117,38 @@ class VerlBackend(Backend):
     def _correction(self, transitions: list[Transition], counts: dict[str, float]):
         """The transitions to train on and the off-policy correction for them (see :mod:`agl_verl.correction`).
 
-        A batch is off-policy when a transition's model version is not :attr:`current_version`;
+        A transition is off-policy when its model version is not :attr:`current_version`, or when
+        its call asked for other sampling settings than the loss assumes (:meth:`sampled_unlike`);
         a correction needs behaviour log-probs, so transitions without them are left out and
         counted (``offpolicy_without_behaviour``).
         """
         from agl_verl import correction
 
         current = self.current_version
-        behind = 0 if current is None else sum(t.model_version != current for t in transitions)
-        counts["offpolicy_transitions"] = float(behind)
-        chosen = correction.choose(self.settings.rollout_correction, behind > 0)
+        unlike = [self.sampled_unlike(t) for t in transitions]
+        behind = [current is not None and t.model_version != current for t in transitions]
+        off = sum(a or b for a, b in zip(unlike, behind, strict=True))
+        counts["offpolicy_transitions"] = float(off)
+        counts["offpolicy_sampling"] = float(sum(unlike))
+        chosen = correction.choose(self.settings.rollout_correction, off > 0)
         if chosen is None:
             return transitions, None
         usable = [t for t in transitions if t.behaviour_logprobs is not None]
         counts["offpolicy_without_behaviour"] = float(len(transitions) - len(usable))
         return usable, chosen
+
+    def sampled_unlike(self, t: Transition) -> bool:
+        """Whether ``t``'s call asked for other sampling settings than the loss assumes: ``temperature``
+        (the backend's), top_p 1 and no top_k (a key the request left out is the engine's default:
+        temperature 1, top_p 1, no top_k). A transition whose settings were not read counts as alike."""
+        if t.sampling is None:
+            return False
+        asked = {"temperature": 1.0, "top_p": 1.0, **t.sampling}
+        return (
+            float(asked["temperature"]) != self.settings.temperature
+            or float(asked["top_p"]) != 1.0
+            or asked.get("top_k") not in (None, 0, -1)
+        )
 
     def publish(self, step: int) -> ModelVersion:
         """Save the weights (or adapter) under ``workdir/versions/step-N`` (``<policy>-step-N`` for a

@@ -203,10 +203,11 @@ class VerlSettings(BaseModel):
                 "actor_rollout_ref.model.enable_gradient_checkpointing applies (on by default; set it in "
                 "distributed.overrides)"
             )
-        if self.mode == "local" and self.rollout_correction.startswith("bypass_pg"):
+        if self.rollout_correction.startswith("bypass_") and self.policy_loss != "vanilla":
             raise ValueError(
-                f"rollout_correction {self.rollout_correction!r} uses verl's REINFORCE-style bypass loss, which "
-                "only distributed mode runs; the local learner takes the decoupled_* and bypass_ppo_clip* presets"
+                f"rollout_correction {self.rollout_correction!r} makes the loss verl's bypass_mode, which replaces "
+                f"policy_loss {self.policy_loss!r} (its PPO clip is vanilla's, its REINFORCE its own); set "
+                "policy_loss: vanilla, or choose a decoupled_* preset"
             )
         if self.mode == "local" and self.device.startswith("cuda"):
             import torch

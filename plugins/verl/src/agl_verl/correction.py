@@ -5,7 +5,8 @@ trained: its rollout ran ahead of an update (asynchronous training), or it was r
 outside this run (``agl train --from-store``). The importance weight of each token is
 ``pi_old / pi_behaviour``: ``pi_old`` from the learner's forward pass at its current weights
 (verl's *decoupled* mode) or ``pi_behaviour`` itself (*bypass* mode, where PPO's clipped
-ratio does the correcting), ``pi_behaviour`` from the engine's behaviour log-probs (what
+ratio does the correcting; verl's ``bypass_mode`` loss weights and rejects in each micro-batch,
+see :meth:`agl_verl.local.LocalLearner._correct`), ``pi_behaviour`` from the engine's behaviour log-probs (what
 the tokens were sampled with, after temperature and top-p). verl computes the truncated
 weights, the rejection mask and the off-policy metrics
 (:func:`verl.trainer.ppo.rollout_corr_helper.compute_rollout_correction_and_rejection_mask`);
@@ -32,10 +33,6 @@ from verl.trainer.ppo.rollout_corr_helper import (
 AUTO_PRESET = "decoupled_token_is"
 """What ``rollout_correction: auto`` applies to a batch with off-policy transitions (agent-lightning's
 choice too: token-level truncated importance sampling, threshold 2)."""
-
-LOCAL_UNSUPPORTED = "bypass_pg"
-"""Presets whose names start with this use verl's REINFORCE-style bypass loss, which only its own
-trainer (distributed mode) runs."""
 
 
 def preset_names() -> list[str]:

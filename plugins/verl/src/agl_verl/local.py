@@ -25,12 +25,17 @@ from verl.trainer.config.algorithm import RolloutCorrectionConfig
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits, masked_mean
-from verl.workers.config import ActorConfig
+from verl.workers.config import ActorConfig, PolicyLossConfig
 
+from agl.errors import AglError
 from agl_verl import correction as rollout_correction
 from agl_verl.config import VerlSettings
 from agl_verl.quiet import no_progress_bars
 from agl_verl.segments import per_call_advantages
+
+BYPASS_LOSS = "bypass_mode"
+"""verl's policy loss for the bypass presets: old log-probs are the behaviour's, and the loss computes the
+importance weights and rejection mask from the current policy's log-probs in each micro-batch."""
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -85,8 +90,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def actor_config(settings: VerlSettings, rollout_n: int) -> ActorConfig:
-    """verl's ActorConfig for the policy loss functions (they read clip ratios and aggregation from it)."""
+def actor_config(
+    settings: VerlSettings, rollout_n: int, correction: RolloutCorrectionConfig | None = None
+) -> ActorConfig:
+    """verl's ActorConfig for the policy loss functions (they read clip ratios and aggregation from it).
+
+    A bypass ``correction`` makes the loss verl's ``bypass_mode``, with the preset where that loss
+    reads it (``policy_loss.rollout_correction``), as verl's ``apply_bypass_mode`` sets it up.
+    """
     low = settings.clip_ratio_low if settings.clip_ratio_low is not None else settings.clip_ratio
     high = settings.clip_ratio_high if settings.clip_ratio_high is not None else settings.clip_ratio
     return ActorConfig(
@@ -101,6 +112,9 @@ def actor_config(settings: VerlSettings, rollout_n: int) -> ActorConfig:
         entropy_coeff=settings.entropy_coeff,
         ppo_epochs=settings.ppo_epochs,
         use_torch_compile=False,
+        policy_loss=PolicyLossConfig(loss_mode=BYPASS_LOSS, rollout_correction=correction)
+        if correction is not None and correction.bypass_mode
+        else PolicyLossConfig(loss_mode=settings.policy_loss),
     )
 
 
@@ -113,6 +127,18 @@ def algo_config(settings: VerlSettings) -> AlgoConfig:
         norm_adv_by_std_in_grpo=settings.norm_adv_by_std_in_grpo,
         kl_penalty=settings.kl_penalty,
     )
+
+
+class NonFiniteUpdate(AglError):
+    """An update would have stepped on non-finite advantages or loss; the weights were left as they were."""
+
+
+def describe_rows(data: DataProto, rows: list[int]) -> str:
+    """The rollouts of ``rows`` of ``data`` and their rewards, for a message."""
+    rewards = data.batch["token_level_scores"].sum(-1)
+    ids = data.non_tensor_batch["rollout_id"]
+    named = ", ".join(f"rollout {ids[i]!r} (reward {rewards[i].item():g})" for i in rows[:5])
+    return named + (f" and {len(rows) - 5} more" if len(rows) > 5 else "")
 
 
 class LocalLearner:
@@ -230,28 +256,8 @@ class LocalLearner:
         started = time.perf_counter()
         metrics: dict[str, float] = {}
         n_groups = max(1, len(set(data.non_tensor_batch["uid"].tolist())))
-        data = per_call_advantages(  # merged rows: call by call, then spread over their segments
-            data,
-            lambda calls: compute_advantage(
-                calls,
-                adv_estimator=s.adv_estimator,
-                gamma=s.gamma,
-                lam=s.lam,
-                num_repeat=max(1, len(calls) // n_groups),
-                norm_adv_by_std_in_grpo=s.norm_adv_by_std_in_grpo,
-                config=self.algo,
-            ),
-        )
-        mask = data.batch["response_mask"].float()
-        adv = data.batch["advantages"]
-        valid_adv = adv[mask.bool()]
-        metrics["advantages/mean"] = valid_adv.mean().item()
-        metrics["advantages/std"] = valid_adv.std().item() if valid_adv.numel() > 1 else 0.0
-        # Rollout-level normalization: each transition's loss scaled by its weight.
-        # Every registered policy loss is linear in the advantage, so this is that weighting.
-        data.batch["advantages"] = adv * data.batch["weights"].unsqueeze(1)
+        data = self._advantages(data, n_groups)
         data.batch["has_signal"] = self._has_signal(data)
-        metrics["transitions_with_signal"] = float(data.batch["has_signal"].sum().item())
         mini_size = s.mini_batch_size or len(data)
         generator = torch.Generator().manual_seed(s.seed)
         orders = [
@@ -264,6 +270,20 @@ class LocalLearner:
         else:
             fold = False
             metrics.update(self._correct(data, correction))
+            if not correction.bypass_mode:
+                # verl's order: the estimator sees the rejection mask (batch-whitening ones depend on it)
+                data = self._advantages(data, n_groups)
+                data.batch["has_signal"] &= self._has_signal(data)
+        self._check_finite(data)
+        mask = data.batch["response_mask"].float()
+        adv = data.batch["advantages"]
+        valid_adv = adv[mask.bool()]
+        metrics["advantages/mean"] = valid_adv.mean().item() if valid_adv.numel() else 0.0
+        metrics["advantages/std"] = valid_adv.std().item() if valid_adv.numel() > 1 else 0.0
+        # Rollout-level normalization: each transition's loss scaled by its weight.
+        # Every registered policy loss is linear in the advantage, so this is that weighting.
+        data.batch["advantages"] = adv * data.batch["weights"].unsqueeze(1)
+        metrics["transitions_with_signal"] = float(data.batch["has_signal"].sum().item())
         if s.kl_coef > 0:
             data.batch["ref_log_prob"] = self.log_probs(data, reference=True)
         if "rollout_log_probs" in data.batch and s.recompute_old_log_probs and s.temperature == 1.0:
@@ -274,12 +294,14 @@ class LocalLearner:
             metrics["engine_logprob_diff"] = masked_mean(diff, mask * data.batch["has_signal"].unsqueeze(1)).item()
 
         totals: dict[str, list[float]] = {}
-        config = actor_config(s, rollout_n=max(1, len(data) // n_groups))
+        config = actor_config(s, rollout_n=max(1, len(data) // n_groups), correction=correction)
+        bypass = correction is not None and correction.bypass_mode
+        loss_fn = core_algos.get_policy_loss_fn(BYPASS_LOSS) if bypass else self.policy_loss_fn
         for epoch, order in enumerate(orders):
             shuffled = data.select_idxs(order) if order is not None else data
             for index, mini in enumerate(shuffled.split(mini_size)):
                 on_policy = fold and epoch == 0 and index == 0
-                for key, value in self._mini_step(mini, config, old_from_forward=on_policy).items():
+                for key, value in self._mini_step(mini, config, loss_fn, old_from_forward=on_policy).items():
                     totals.setdefault(key, []).append(value)
         metrics.update({key: float(np.mean(values)) for key, values in totals.items()})
 
@@ -292,6 +314,34 @@ class LocalLearner:
         metrics["tokens_per_s"] = trained * s.ppo_epochs / elapsed if elapsed > 0 else 0.0
         metrics["update_s"] = elapsed
         return metrics
+
+    def _advantages(self, data: DataProto, n_groups: int) -> DataProto:
+        """verl's advantages for ``data`` under its response mask (merged rows: call by call, then spread
+        over their segments)."""
+        s = self.settings
+        return per_call_advantages(
+            data,
+            lambda calls: compute_advantage(
+                calls,
+                adv_estimator=s.adv_estimator,
+                gamma=s.gamma,
+                lam=s.lam,
+                num_repeat=max(1, len(calls) // n_groups),
+                norm_adv_by_std_in_grpo=s.norm_adv_by_std_in_grpo,
+                config=self.algo,
+            ),
+        )
+
+    @staticmethod
+    def _check_finite(data: DataProto) -> None:
+        """Refuse an update on non-finite advantages (a reward the estimator overflowed, say), before any step."""
+        adv = data.batch["advantages"]
+        bad = (~torch.isfinite(adv) & data.batch["response_mask"].bool()).any(dim=-1)
+        if bad.any():
+            raise NonFiniteUpdate(
+                f"non-finite advantages from {describe_rows(data, bad.nonzero().flatten().tolist())}; no step "
+                "was taken and the weights are as they were (a reward must be finite in float32)"
+            )
 
     def _has_signal(self, data: DataProto) -> torch.Tensor:
         """Per transition: whether it can move the gradient (all True unless skipping is exact)."""
@@ -306,16 +356,18 @@ class LocalLearner:
         """Old log-probs for an off-policy batch, and verl's importance weights and rejection mask.
 
         Decoupled presets: the old policy is the learner's weights now (a pass of its own over
-        the transitions with signal, as verl's decoupled mode recomputes them); bypass presets:
-        the behaviour policy is the old one, and PPO's clipped ratio corrects.
+        the transitions with signal, as verl's decoupled mode recomputes them), and verl's weights
+        and rejection mask are applied here, before the advantages. Bypass presets: the behaviour
+        policy is the old one (verl's ``apply_bypass_mode``), and verl's ``bypass_mode`` loss
+        weights and rejects in each micro-batch, against the policy as it moves.
         """
         if "rollout_log_probs" not in data.batch:
             raise ValueError("rollout correction needs the engine's behaviour log-probs (rollout_log_probs)")
-        rows = data.batch["has_signal"].nonzero().flatten()
         if correction.bypass_mode:
             data.batch["old_log_probs"] = data.batch["rollout_log_probs"].clone()
-        else:
-            data.batch["old_log_probs"] = self._log_probs_where_needed(data, rows[:0])
+            return {}
+        rows = data.batch["has_signal"].nonzero().flatten()
+        data.batch["old_log_probs"] = self._log_probs_where_needed(data, rows[:0])
         return rollout_correction.apply(data, correction, rows)
 
     def _set_old_log_probs(self, data: DataProto, first_mini: torch.Tensor) -> bool:
@@ -326,9 +378,10 @@ class LocalLearner:
         one at this temperature. Before the first optimizer step the weights are the rollout's,
         so the first mini-batch's loss forward pass, detached, gives the old policy's: it folds
         unless ``old_log_probs="recompute"`` forces a pass of their own or ``ppo_epochs`` > 1
-        (its rows are seen again after a step). verl's actor takes the same shortcut when the
-        whole update is one mini-batch of one epoch. The other mini-batches' rows get a
-        separate pass here, before any step, as their old policy is the rollout's too.
+        (its rows are seen again after a step). verl's actor has no such shortcut (its trainer
+        always recomputes old log-probs, or takes the rollout's in bypass mode); the fold gives the
+        same values without the extra pass. The other mini-batches' rows get a separate pass here,
+        before any step, as their old policy is the rollout's too.
         """
         s = self.settings
         if "old_log_probs" in data.batch and not s.recompute_old_log_probs:
@@ -353,7 +406,9 @@ class LocalLearner:
         finally:
             self.model.train()
 
-    def _mini_step(self, mini: DataProto, config: ActorConfig, *, old_from_forward: bool = False) -> dict[str, float]:
+    def _mini_step(
+        self, mini: DataProto, config: ActorConfig, loss_fn: Any, *, old_from_forward: bool = False
+    ) -> dict[str, float]:
         """One optimizer step over a mini-batch, accumulating gradients over micro-batches.
 
         ``old_from_forward``: the weights are still the rollout's, and the PPO ratio's old
@@ -392,7 +447,7 @@ class LocalLearner:
             log_prob, entropy = self._forward(micro, with_entropy=True)
             old = log_prob.detach() if old_from_forward else micro.batch["old_log_probs"].to(self.device)
             is_weights = micro.batch.get("rollout_is_weights")
-            pg_loss, pg_metrics = self.policy_loss_fn(
+            pg_loss, pg_metrics = loss_fn(
                 old_log_prob=old,
                 log_prob=log_prob,
                 advantages=micro.batch["advantages"].to(self.device),
@@ -410,6 +465,12 @@ class LocalLearner:
                 kl_loss = core_algos.agg_loss(kl, mask, s.loss_agg_mode, **config.global_batch_info)
                 loss = loss + s.kl_coef * kl_loss
                 sums["kl"] = sums.get("kl", 0.0) + kl_loss.item()
+            if not torch.isfinite(loss):
+                self.optimizer.zero_grad(set_to_none=True)
+                raise NonFiniteUpdate(
+                    f"non-finite loss ({loss.item()}) on a micro-batch of "
+                    f"{describe_rows(micro, list(range(len(micro))))}; this mini-batch took no step"
+                )
             loss.backward()
             sums["loss"] = sums.get("loss", 0.0) + loss.item()
             sums["pg_loss"] = sums.get("pg_loss", 0.0) + pg_loss.item()

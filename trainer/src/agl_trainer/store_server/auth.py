@@ -13,7 +13,9 @@
   hands its child, so its rewards are the agent's own: any source but the trusted ones
   (:data:`agl.schema.TRUSTED_SOURCES`, the runner's ``return``), which are 403 naming the field,
   and under ids of its own making: the ids agl makes for the runner's and the reward plugins'
-  rewards (:data:`agl.schema.ROLLOUT_REWARD_ID`) are 409 naming the id.
+  rewards (:data:`agl.schema.ROLLOUT_REWARD_ID`) are 409 naming the id. Neither a rollout key nor
+  a runner token (both are what agent code holds) writes a grade of a rollout, a reward of a
+  :data:`agl.schema.GRADER_SOURCES` source (``human``, ``user``): 403 naming the field.
 
 Whoever writes, an id belongs to its rollout: the store refuses (409, :class:`agl.errors.IdConflict`)
 a span, LLM call or reward whose id is stored under another rollout.
@@ -37,7 +39,7 @@ from starlette.responses import JSONResponse
 
 from agl.credentials import RolloutKeys, bearer_of, same_token
 from agl.errors import IdConflict
-from agl.schema import ROLLOUT_REWARD_ID, TRUSTED_SOURCES, RolloutStatus
+from agl.schema import GRADER_SOURCES, ROLLOUT_REWARD_ID, TRUSTED_SOURCES, RolloutStatus
 from agl.store.base import Store
 from agl_trainer.http.bearer import ADMIN, ROLLOUT, Caller, caller_by_bearer
 
@@ -161,6 +163,8 @@ class StoreAuth:
             if field == "rewards":
                 _check_agent_rewards(items)
             return
+        if field == "rewards":
+            _check_grades(items, "runner token")
         ids.discard(None)
         if not ids:
             return
@@ -219,6 +223,19 @@ def _check_agent_rewards(rewards: Iterable[Any]) -> None:
                 403,
                 f"rewards[{i}].source: a rollout key may not write a {reward.source!r} reward "
                 "(the runner writes the agent function's returned reward)",
+            )
+    _check_grades(rewards, "rollout key")
+
+
+def _check_grades(rewards: Iterable[Any], credential: str) -> None:
+    """A grade of a rollout (:data:`agl.schema.GRADER_SOURCES`) comes from a credential no agent holds."""
+    for i, reward in enumerate(rewards):
+        if reward.rollout_id is not None and reward.source in GRADER_SOURCES:
+            raise Refused(
+                403,
+                f"rewards[{i}].source: a {credential} may not write a {reward.source!r} reward of a rollout: a "
+                "grade counts as a human's or a user's only from a credential agents do not hold (the admin "
+                "token: `agl rollouts reward`, the dashboard); an agent's own rewards keep a source of their own",
             )
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from operator import attrgetter
 from typing import NamedTuple
 
-from agl.schema import RETURN_SOURCE, Reward, Rollout, RolloutStatus, Task, Transition
+from agl.schema import RETURN_SOURCE, Reward, Rollout, RolloutStatus, Task, Transition, sampling_of
 from agl.store.base import Store
 from agl_trainer.credit import RolloutRewards
 from agl_trainer.transitions.config import BuildReport, TransitionConfig
@@ -315,9 +315,10 @@ class TransitionBuilder:
         """Append the transitions of the ``kept`` steps to ``out``, weighted by the config's ``normalize``."""
         cfg, reader = self.config, self.reader
         step_calls, step_spans, step_agents = joined.calls, joined.spans, joined.agents
-        with_text = cfg.with_text
-        if with_text:
+        with_text, with_sampling = cfg.with_text, cfg.with_sampling
+        if with_text or with_sampling:
             reader.load_calls([step_calls[i] for i in kept if step_calls[i] is not None])
+        if with_text:
             for i in kept:
                 if step_spans[i] is not None:
                     reader.load_span(step_spans[i])
@@ -345,6 +346,8 @@ class TransitionBuilder:
                         "weight": weight,
                     }
                 )
+                if with_sampling:
+                    t.sampling = sampling_of(c.request)
                 if with_text:
                     t.prompt_messages = messages_list(request_messages(c.request or {}))
                     t.response_text = response_text(c.response or {})

@@ -27,6 +27,11 @@ class TransitionConfig(BaseModel):
     )
     text_only: bool = Field(default=True, description="emit text-only transitions (spans with no gateway record)")
     with_text: bool = Field(default=False, description="fill prompt_messages/response_text on engine transitions too")
+    with_sampling: bool = Field(
+        default=False,
+        description="fill each engine transition's sampling (the temperature, top_p, top_k its request asked for), "
+        "so a backend can tell calls sampled at other settings than its own; reads each call's request",
+    )
     reward_plugins: bool = Field(default=True, description="run agl_reward plugins")
     agent_rewards: Literal["without_plugin", "always"] = Field(
         default="without_plugin",
@@ -71,6 +76,10 @@ class BuildReport:
     plugin_errors: int = 0
     agent_rewards_ignored: int = 0
     """Rewards the agent wrote on rollouts a reward plugin answered for, left out (``agent_rewards``)."""
+    singletons_folded: int = 0
+    """Rollouts alone with their task in the step, put in one group of their own (:mod:`agl_trainer.baselines`)."""
+    singletons_left_out: int = 0
+    """Rollouts alone with their task and with no other singleton to share a baseline with, left out."""
     merged_calls: int = 0
     """Calls that joined the previous call's row (``merge="prefix"``): transitions has that many fewer rows."""
     merge_breaks: dict[str, int] = field(default_factory=dict)

@@ -25,6 +25,7 @@ BREAK_REASONS = {
     "agent": "the calls are different agents'",
     "policy": "the calls were served by different policies",
     "model_version": "the calls were served by different model versions",
+    "sampling": "the calls asked for different sampling settings (temperature, top_p, top_k)",
     "not_extending": "the later prompt's ids do not begin with the earlier call's prompt and response ids",
 }
 """Why a call starts a new row instead of joining the previous call's, as counted in
@@ -45,6 +46,8 @@ def break_reason(previous: Transition, following: Transition) -> str | None:
         return "policy"
     if previous.model_version != following.model_version:
         return "model_version"
+    if previous.sampling != following.sampling:
+        return "sampling"
     if not extends(previous, following):
         return "not_extending"
     return None
