@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +24,8 @@ from typing import Any
 from examples.baseline import BASE_FILE, add_before_argument, shared_before
 from examples.loggers import add_logger_argument, with_loggers
 from examples.spec import ExampleSpec
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def train_parser(spec: ExampleSpec, description: str | None) -> argparse.ArgumentParser:
@@ -46,6 +50,15 @@ def train_parser(spec: ExampleSpec, description: str | None) -> argparse.Argumen
     parser.add_argument("--model", type=Path, help="model directory (default: the bundled SmolLM2-135M-Instruct)")
     parser.add_argument("--max-response-tokens", type=int, default=spec.defaults["max_response_tokens"])
     parser.add_argument("--eval-limit", type=int, help=f"evaluate on the first N test {spec.noun} only (smoke runs)")
+    parser.add_argument(
+        "--val-every",
+        type=int,
+        default=0,
+        help="evaluate the first --val-limit val problems every N steps (greedy), before the first step and "
+        "after the last: the run's validation curve; test is then evaluated once, after training, on the "
+        "last adapter (default 0: no curve, test before and after as the trainer's own evaluation)",
+    )
+    parser.add_argument("--val-limit", type=int, default=30, help="how many val problems --val-every evaluates")
     add_before_argument(parser)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--fresh", action="store_true", help="start over instead of resuming the workdir")
@@ -117,17 +130,29 @@ def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -
     config["progress"] = sys.stderr.isatty()
     config = with_loggers(config, args)
     before = shared_before(args, config, test, spec.run_split, workdir.parent / "base-test")
+    val = spec.load_split("val")[: args.val_limit] if args.val_every else []
+    if val:
+        config.update(val_every=args.val_every, val_before=True)
     try:
-        result = Trainer(config).fit(spec.agent, train_tasks=train, val_tasks=test)
+        result = Trainer(config).fit(spec.agent, train_tasks=train, val_tasks=val or test)
     finally:
         agl.plugins.unregister(counter)
-    wall_s = time.monotonic() - started
 
-    figures = collect(spec, workdir, args.steps, {t["task_id"]: t["input"] for t in test}, len(test))
+    evaluated = val or test
+    figures = collect(spec, workdir, args.steps, {t["task_id"]: t["input"] for t in evaluated}, len(evaluated))
+    if val:  # the trainer evaluated val; test once more, on the last adapter
+        figures["val_before"], figures["val_after"] = figures.pop("before"), figures.pop("after")
+        figures["val_curve"] = val_curve(workdir)
+        figures["after"] = test_figures(spec, args, workdir, test, trained=True)
+        if before is None:
+            before = test_figures(spec, args, workdir, test, trained=False)
+    wall_s = time.monotonic() - started
     if before is not None:
         figures["before"] = before
     figures["before_source"] = BASE_FILE if before is not None else "this run"
     run = {"name": name, "steps": result.steps_completed, "wall_s": wall_s, "eval_tasks": len(test)}
+    if val:
+        run["val_tasks"] = len(val)
     record = results_record(spec, args, train, config, run, counter.by_agent, figures, workdir)
     args.results.mkdir(parents=True, exist_ok=True)
     out = args.results / f"{name}-seed{args.seed}.json"
@@ -170,10 +195,52 @@ def results_record(
         "max_response_tokens": args.max_response_tokens,
         "eval_split": "test",
         f"eval_{spec.noun}": run["eval_tasks"],
+        **({"val_every": args.val_every, "val_problems": run["val_tasks"]} if "val_tasks" in run else {}),
         "trained_transitions": dict(sorted(trained_transitions.items())),
         **figures,
-        "workdir": str(workdir),
+        "workdir": repo_relative(workdir),
+        "commit": commit_of(REPO),
     }
+
+
+def val_curve(workdir: Path) -> list[dict[str, float]]:
+    """The validation success rate at each evaluation of the run (step 0: before the first step)."""
+    lines = (workdir / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    return [
+        {"step": r["step"], "success_rate": round(r["val_success_rate"], 4)} for r in records if "val_success_rate" in r
+    ]
+
+
+def test_figures(
+    spec: ExampleSpec, args: argparse.Namespace, workdir: Path, test: list[dict], *, trained: bool
+) -> dict[str, Any]:
+    """The test split's figures (greedy, as the shared base's are evaluated) on the run's last published
+    adapter (``trained``) or on the model it started from."""
+    from agl_verl.models import checkpoint_dir, smollm2_dir
+
+    return spec.run_split(
+        test,
+        model_path=args.model or smollm2_dir(),
+        adapter=checkpoint_dir(workdir) if trained else None,
+        workdir=workdir / ("test-after" if trained else "test-before"),
+        max_response_tokens=args.max_response_tokens,
+    )
+
+
+def repo_relative(path: Path) -> str:
+    """``path`` relative to the repository (results files hold no absolute paths of the machine that ran them)."""
+    return os.path.relpath(Path(path).resolve(), REPO)
+
+
+def commit_of(repo: Path) -> str | None:
+    """The commit checked out at ``repo`` (``-dirty`` when tracked files differ from it), or None outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], cwd=repo, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
 def train_metrics(workdir: Path) -> list[dict[str, Any]]:

@@ -24,7 +24,8 @@ import agl
 from agl.capture import BufferedWriter, RolloutContext
 from tests.examples.train_yaml import assert_yaml_is_the_config
 
-EXAMPLES = Path(__file__).parents[2] / "examples"
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
 
 
 @pytest.fixture
@@ -187,3 +188,21 @@ def test_one_training_step_end_to_end(example, tmp_path):
 def test_train_yaml_is_the_run_train_py_makes(example):
     made = example.config.trainer_config(seed=0, workdir=Path("runs/calc-agent/yaml-seed0"), model_path="MODEL")
     assert_yaml_is_the_config(EXAMPLES / "calc_agent" / "train.yaml", made, "examples.calc_agent.rewards")
+
+
+@pytest.mark.slow
+def test_a_run_with_a_validation_curve_evaluates_val_every_n_steps_and_test_on_its_last_adapter(example, tmp_path):
+    model = tiny_model(example, tmp_path / "tiny")
+    argv = ["--seed", "0", "--steps", "2", "--batch-size", "2", "--n-rollouts", "2", "--eval-limit", "2"]
+    argv += ["--model", str(model), "--max-response-tokens", "8", "--workdir", str(tmp_path / "run")]
+    argv += ["--val-every", "1", "--val-limit", "3", "--results", str(tmp_path / "results")]
+    assert example.train.main(argv) == 0
+    record = json.loads((tmp_path / "results" / "calc_agent-seed0.json").read_text())
+    assert [point["step"] for point in record["val_curve"]] == [0, 1, 2]
+    assert all(0 <= point["success_rate"] <= 1 for point in record["val_curve"])
+    assert (record["val_every"], record["val_problems"], record["eval_problems"]) == (1, 3, 2)
+    assert record["val_before"]["n"] == record["val_after"]["n"] == 3
+    assert record["before"]["n"] == record["after"]["n"] == 2  # test: the model it started from, its last adapter
+    assert (tmp_path / "run" / "test-after" / "agl.db").is_file()
+    assert not Path(record["workdir"]).is_absolute() and (REPO / record["workdir"]).resolve() == tmp_path / "run"
+    assert record["commit"] and len(record["commit"].removesuffix("-dirty")) == 40
