@@ -1,7 +1,8 @@
 """The calculator agent as the shared runner runs it (:class:`examples.spec.ExampleSpec`).
 
-Arms: the config's lr and optimizer steps make ``calc_agent``; another ``--lr`` or
-``--steps-without-signal skip`` is named in the arm (``calc_agent-lr0.001``, ``calc_agent-skip``).
+Arms: the config's lr, optimizer steps and step count make ``calc_agent``; another ``--lr``,
+``--steps-without-signal skip``, ``--max-staleness`` or ``--steps`` is named in the arm
+(``calc_agent-lr0.001``, ``calc_agent-skip``, ``calc_agent-async1``, ``calc_agent-steps60``).
 """
 
 from __future__ import annotations
@@ -11,18 +12,19 @@ from typing import Any
 
 from examples.spec import ExampleSpec, Subset
 
-from .config import LR, TRAIN_OPERATIONS, trainer_config
+from .config import LR, STEPS, TRAIN_OPERATIONS, trainer_config
 from .problems import load_split, of_operations
 from .tool_calls import tool_call_figures
 
 NAME = "calc_agent"
 
 
-def arm(lr: float, steps_without_signal: str, max_staleness: int = 0) -> str:
+def arm(lr: float, steps_without_signal: str, max_staleness: int = 0, steps: int = STEPS) -> str:
     """The run's name in its results file: ``calc_agent``, plus what differs from the config."""
     name = NAME if lr == LR else f"{NAME}-lr{lr:g}"
     name = name if steps_without_signal == "step" else f"{name}-{steps_without_signal}"
-    return name if max_staleness == 0 else f"{name}-async{max_staleness}"
+    name = name if max_staleness == 0 else f"{name}-async{max_staleness}"
+    return name if steps == STEPS else f"{name}-steps{steps}"
 
 
 def train_options(parser: argparse.ArgumentParser) -> None:
@@ -65,7 +67,7 @@ SPEC = ExampleSpec(
     load_split=load_split,
     train_figures=train_figures,
     subset=Subset("operations", "numbers of operations", TRAIN_OPERATIONS, of_operations),
-    arm=lambda args: arm(args.lr, args.steps_without_signal, args.max_staleness),
+    arm=lambda args: arm(args.lr, args.steps_without_signal, args.max_staleness, args.steps),
     record_extras=lambda args, train: {
         "train_operations": list(args.operations),
         "steps_without_signal": args.steps_without_signal,

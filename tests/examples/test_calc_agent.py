@@ -162,7 +162,7 @@ def test_one_training_step_end_to_end(example, tmp_path):
     argv += ["--steps-without-signal", "skip"]
     assert example.train.main([*argv, "--results", str(tmp_path / "results")]) == 0
     elapsed = time.monotonic() - started
-    record = json.loads((tmp_path / "results" / "calc_agent-skip-seed0.json").read_text())
+    record = json.loads((tmp_path / "results" / "calc_agent-skip-steps1-seed0.json").read_text())
     assert record["steps_without_signal"] == "skip"
     (step,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open() if '"train"' in line]
     assert step["optimizer_step"] == (1.0 if step["transitions_with_signal"] else 0.0)
@@ -197,7 +197,7 @@ def test_a_run_with_a_validation_curve_evaluates_val_every_n_steps_and_test_on_i
     argv += ["--model", str(model), "--max-response-tokens", "8", "--workdir", str(tmp_path / "run")]
     argv += ["--val-every", "1", "--val-limit", "3", "--results", str(tmp_path / "results")]
     assert example.train.main(argv) == 0
-    record = json.loads((tmp_path / "results" / "calc_agent-seed0.json").read_text())
+    record = json.loads((tmp_path / "results" / "calc_agent-steps2-seed0.json").read_text())
     assert [point["step"] for point in record["val_curve"]] == [0, 1, 2]
     assert all(0 <= point["success_rate"] <= 1 for point in record["val_curve"])
     assert (record["val_every"], record["val_problems"], record["eval_problems"]) == (1, 3, 2)

@@ -315,6 +315,7 @@ def test_train_py_names_its_arm_by_what_differs_from_the_config(calc):
     assert spec.arm(lr, "step") == "calc_agent"
     assert spec.arm(1e-3, "step") == "calc_agent-lr0.001"
     assert spec.arm(lr, "skip") == "calc_agent-skip"
+    assert spec.arm(lr, "step", 1, 60) == "calc_agent-async1-steps60"
     config = calc.config.trainer_config(seed=0, workdir=Path("w"), model_path="m", steps_without_signal="skip")
     assert config["backend"]["config"]["steps_without_signal"] == "skip"
     assert "steps_without_signal" not in calc.config.trainer_config(seed=0, workdir=Path("w"), model_path="m")
