@@ -7,8 +7,9 @@ produced one; the text leaves special tokens and stop strings out, so
 ``tokenizer.decode(token_ids, skip_special_tokens=True)`` starts with (and, without a stop
 string, equals) the returned text. Logprobs are raw-logit log-softmax values (see
 :mod:`agl_verl.engines.batching`); beside ``token_ids``, ``choices[i].behaviour_logprobs``
-holds each token's log-prob under the distribution it was sampled from. Each answer also
-names the ``model_version`` that produced it.
+holds each token's log-prob under the distribution it was sampled from. A choice that a
+stop string ended names that string in ``stop_reason``, as vLLM does (else it is null). Each
+answer also names the ``model_version`` that produced it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ from agl_trainer.http.sse import DONE_EVENT, data_event
 from agl_verl.engines.adapters import AdapterSet
 from agl_verl.engines.batching import Batcher, SamplingParams, Sequence, WeightSlot
 from agl_verl.engines.protocol import ChatRequest, CompletionRequest, RequestError, Sampling
-from agl_verl.engines.tools import ToolChoice, forced_prefix, parse_tool_calls, render_messages, template_supports_tools
+from agl_verl.engines.tools import (
+    TOOL_CALL_OPEN,
+    ToolChoice,
+    forced_prefix,
+    parse_tool_calls,
+    render_messages,
+    template_supports_tools,
+)
 
 TOOL_RETRIES = 2
 
@@ -179,6 +187,7 @@ class Replica:
                 "message": message,
                 "logprobs": {"content": self._chat_logprobs(row)} if req.logprobs else None,
                 "finish_reason": "tool_calls" if calls else row.finish_reason,
+                "stop_reason": row.stop_str,
             }
             if req.sampling.return_token_ids:
                 choice["token_ids"] = row.token_ids
@@ -238,19 +247,19 @@ class Replica:
         async for i, row, token, logprob, behaviour, top, finish in self._stream(rows):
             delta: dict[str, Any] = {}
             if finish is None:
-                if not prepared.tools_active:
-                    visible = _stable_text(
-                        self.tokenizer.decode(row.token_ids[: len(row.token_ids)], skip_special_tokens=True), holdback
-                    )
-                    if len(visible) > len(sent[i]) and visible.startswith(sent[i]):
-                        delta["content"] = visible[len(sent[i]) :]
-                        sent[i] = visible
+                visible = _stable_text(self.tokenizer.decode(row.token_ids, skip_special_tokens=True), holdback)
+                if prepared.tools_active:
+                    visible = _before_tool_call(visible)
+                if len(visible) > len(sent[i]) and visible.startswith(sent[i]):
+                    delta["content"] = visible[len(sent[i]) :]
+                    sent[i] = visible
             else:
                 message, calls = self._message(req, prepared, row)
                 if calls:
                     delta["tool_calls"] = [{"index": k, **call} for k, call in enumerate(calls)]
-                    if message["content"]:
-                        delta["content"] = message["content"]
+                    rest = _after(message["content"] or "", sent[i])
+                    if rest:
+                        delta["content"] = rest
                     finish = "tool_calls"
                 else:
                     text = self.text_of(row)
@@ -269,6 +278,8 @@ class Replica:
                 else None,
                 "finish_reason": finish,
             }
+            if finish is not None:
+                choice["stop_reason"] = row.stop_str
             if req.sampling.return_token_ids:
                 choice["token_ids"] = [token]
                 choice["behaviour_logprobs"] = [behaviour]
@@ -301,6 +312,7 @@ class Replica:
                     "text": self.text_of(row),
                     "logprobs": self._completion_logprobs(row) if req.logprobs is not None else None,
                     "finish_reason": row.finish_reason,
+                    "stop_reason": row.stop_str,
                 }
                 if req.sampling.return_token_ids:
                     choice["token_ids"] = row.token_ids
@@ -345,6 +357,8 @@ class Replica:
             piece = text[len(sent[i]) :] if text.startswith(sent[i]) else ""
             sent[i] += piece
             choice: dict[str, Any] = {"index": i, "text": piece, "finish_reason": finish, "logprobs": None}
+            if finish is not None:
+                choice["stop_reason"] = row.stop_str
             if req.logprobs is not None:
                 choice["logprobs"] = {
                     "tokens": [self.token_text(token)],
@@ -439,6 +453,29 @@ class Replica:
 
 def _usage(prompt: int, completion: int) -> dict:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _before_tool_call(text: str) -> str:
+    """The part of ``text`` that can be no part of a tool call (:mod:`agl_verl.engines.tools`): the text
+    before ``<tool_call>``, less a tail that may begin one and less trailing whitespace (the content of
+    an answer with calls is stripped)."""
+    cut = text.find(TOOL_CALL_OPEN)
+    if cut >= 0:
+        return text[:cut].rstrip()
+    for n in range(min(len(TOOL_CALL_OPEN) - 1, len(text)), 0, -1):
+        if text.endswith(TOOL_CALL_OPEN[:n]):
+            text = text[:-n]
+            break
+    return text.rstrip()
+
+
+def _after(content: str, sent: str) -> str:
+    """What is left of a message's ``content`` to stream once ``sent`` was (the parsed content of an answer
+    with tool calls is stripped, so streamed leading whitespace is not in it)."""
+    if content.startswith(sent):
+        return content[len(sent) :]
+    core = sent.lstrip()
+    return content[len(core) :] if content.startswith(core) else content
 
 
 def _stable_text(text: str, holdback: int) -> str:
