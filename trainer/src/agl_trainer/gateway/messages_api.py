@@ -44,7 +44,7 @@ from typing import Any
 
 from agl_trainer import anthropic_requests
 from agl_trainer.gateway import translated, validate
-from agl_trainer.gateway.errors import GatewayError
+from agl_trainer.gateway.errors import GatewayError, invalid
 from agl_trainer.gateway.recorder import CallMeta
 from agl_trainer.http import named_event
 
@@ -72,10 +72,29 @@ def error_body(err: GatewayError) -> dict:
     """
     kind = _ERROR_TYPES.get(err.status) or ("api_error" if err.status >= 500 else "invalid_request_error")
     body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": err.message}}
+    if err.code == anthropic_requests.THREAD_UNSUPPORTED:  # what the SDK's thread fallback reads
+        body["error"]["details"] = {"error_code": err.code, "unsupported": ["thread"]}
     request_id = err.headers.get("X-Request-Id")
     if request_id:
         body["request_id"] = request_id
     return body
+
+
+def in_anthropic_terms(err: GatewayError) -> GatewayError:
+    """An engine's refusal of the translated chat request, told in the Messages API's terms.
+
+    The engine names the chat request's parts: an image is an ``image_url`` part there,
+    and its message index counts the system and tool messages the translation made.
+    """
+    if err.status == 400 and "image_url" in err.message:
+        return GatewayError(
+            400,
+            "messages: image blocks are not supported by the engine serving this policy (it reads text only); "
+            "send text blocks",
+            param="messages",
+            code="unsupported_feature",
+        )
+    return err
 
 
 # -- requests -----------------------------------------------------------------------------
@@ -148,7 +167,23 @@ def _chat_messages(parsed: anthropic_requests.CountTokensRequest) -> list[dict]:
             messages += _user_messages(message.blocks())
         else:
             messages.append(_assistant_message(message.blocks()))
+    if messages[-1]["role"] == "assistant" and not messages[-1]["content"] and "tool_calls" not in messages[-1]:
+        messages.pop()  # an empty prefill: nothing to continue, the answer starts afresh
     return messages
+
+
+def _prefill(parsed: anthropic_requests.CountTokensRequest, messages: list[dict]) -> dict:
+    """The chat fields that continue a last assistant message (a prefill) rather than close it."""
+    if messages[-1]["role"] != "assistant":
+        return {}
+    if "tool_calls" in messages[-1]:
+        at = len(parsed.messages) - 1
+        raise invalid(
+            f"messages[{at}].content",
+            "a last assistant message is a prefill the answer continues: it may hold text only, no tool_use "
+            "(answer the tool_use with a tool_result in a user message)",
+        )
+    return {"continue_final_message": True, "add_generation_prompt": False}
 
 
 def _tools(parsed: anthropic_requests.CountTokensRequest) -> dict:
@@ -173,7 +208,8 @@ def _tools(parsed: anthropic_requests.CountTokensRequest) -> dict:
 
 
 def _conversation(parsed: anthropic_requests.CountTokensRequest) -> dict:
-    body: dict[str, Any] = {"model": parsed.model, "messages": _chat_messages(parsed), **_tools(parsed)}
+    messages = _chat_messages(parsed)
+    body: dict[str, Any] = {"model": parsed.model, "messages": messages, **_tools(parsed), **_prefill(parsed, messages)}
     fmt = parsed.output_config.format if parsed.output_config is not None else None
     if fmt is not None:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt.schema_}}
@@ -218,6 +254,13 @@ def _stop(finish_reason: str | None, matched: Any, stops: list[str], used_tools:
     return "end_turn", None
 
 
+def tool_use_id(call_id: str | None) -> str:
+    """The ``toolu_`` id of a chat tool call (``call_abc`` → ``toolu_abc``; a fresh one where the engine gave none)."""
+    if not call_id:
+        return f"toolu_{uuid.uuid4().hex[:24]}"
+    return call_id if call_id.startswith("toolu_") else "toolu_" + call_id.removeprefix("call_")
+
+
 def _arguments(raw: str) -> dict | None:
     """A tool call's arguments as the object ``tool_use.input`` holds; None if they are not a JSON object."""
     try:
@@ -236,8 +279,7 @@ def _tool_use(call: dict) -> dict:
             "gateway: a tool call's arguments are not a JSON object; answered as text: %.200s", fn.get("arguments")
         )
         return {"type": "text", "text": json.dumps({"name": fn.get("name", ""), "arguments": fn.get("arguments")})}
-    call_id = call.get("id") or f"toolu_{uuid.uuid4().hex[:24]}"
-    return {"type": "tool_use", "id": call_id, "name": fn.get("name", ""), "input": args}
+    return {"type": "tool_use", "id": tool_use_id(call.get("id")), "name": fn.get("name", ""), "input": args}
 
 
 def _usage(usage: dict | None) -> dict:
@@ -335,7 +377,7 @@ class EventStream:
         out: list[bytes] = []
         block = self.calls.get(k)
         if block is None:
-            call_id = tc.get("id") or f"toolu_{uuid.uuid4().hex[:24]}"
+            call_id = tool_use_id(tc.get("id"))
             block = self.calls[k] = {"type": "tool_use", "id": call_id, "name": fn.get("name") or "", "input": {}}
             self.arguments[k] = []
             out += self._open(block)
