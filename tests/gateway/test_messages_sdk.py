@@ -241,3 +241,35 @@ def test_count_tokens_is_routed_like_the_other_routes(store, engine):
 def test_request_id_header_is_on_a_raw_401(gateway):
     r = httpx.post(f"{gateway.url}/v1/messages", json={})
     assert r.status_code == 401 and r.headers["request-id"] == r.headers["x-request-id"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_tool_call_cut_by_max_tokens_stops_with_max_tokens_and_no_markup(claude, gateway, store, rollout, stream):
+    """The fake engine writes its call as ``<tool_call>{...}</tool_call>`` and streams it as text when cut."""
+    body = {
+        "model": "m",
+        "max_tokens": 24,
+        "tools": TOOLS,
+        "messages": [{"role": "user", "content": "call get_weather"}],
+    }
+    if stream:
+        with claude.messages.stream(**body) as s:
+            texts = [e.text for e in s if e.type == "text"]
+            msg = s.get_final_message()
+        assert texts == []
+    else:
+        msg = claude.messages.create(**body)
+    assert msg.stop_reason == "max_tokens" and msg.content == []
+    [call] = calls_of(gateway, store, rollout)
+    assert bytes(call.response_ids.tolist()).decode() == '<tool_call>{"name": "get'  # all recorded
+    assert len(call.response_ids) == 24
+
+
+def test_text_streams_beside_tools_while_it_cannot_be_a_call(claude):
+    with claude.messages.stream(
+        model="m", max_tokens=100, tools=TOOLS, messages=[{"role": "user", "content": "no tools <tool_ here"}]
+    ) as s:
+        texts = [e.text for e in s if e.type == "text"]
+        msg = s.get_final_message()
+    assert "".join(texts) == msg.content[0].text == "echo: no tools <tool_ here"
+    assert len(texts) > 3 and msg.stop_reason == "end_turn"

@@ -14,25 +14,35 @@ becomes a chat request:
   ``disable_parallel_tool_use`` → ``parallel_tool_calls: false``;
 - ``stop_sequences`` → ``stop``, ``metadata.user_id`` → ``user``,
   ``output_config.format`` → ``response_format``; ``max_tokens``, ``temperature``,
-  ``top_p``, ``top_k`` (vLLM's extension) and ``stream`` as they are.
+  ``top_p``, ``top_k`` (vLLM's extension) and ``stream`` as they are;
+- a last assistant message (a prefill) → ``continue_final_message: true,
+  add_generation_prompt: false`` (vLLM's and agl's engines): the prompt ends with the
+  prefill's text, open, and the answer continues it (an empty one is left out; one with
+  ``tool_use`` blocks is refused).
 
 So tools reach the model through the engine's tool convention exactly as chat tools do,
 and the recorded prompt ids are those of the prompt the engine rendered. The engine's
 chat answer becomes a Message (``msg_...``, the gateway's response id): text → a
-``text`` block, tool calls → ``tool_use`` blocks, ``finish_reason`` → ``stop_reason``
+``text`` block, tool calls → ``tool_use`` blocks (ids ``toolu_...``: the engine's
+``call_x`` is ``toolu_x``), ``finish_reason`` → ``stop_reason``
 (``length`` → ``max_tokens``, also when the rollout's ``max_response_tokens`` cut it;
-tool calls → ``tool_use``; a stop string the engine names in vLLM's ``stop_reason`` →
-``stop_sequence``; else ``end_turn``). A streamed answer becomes Anthropic's event
-sequence as it arrives: ``message_start``, ``ping``, then per block
+then a tool call cut short is left out of the text rather than shown as ``<tool_call>``
+markup; tool calls → ``tool_use``; a stop string the engine names in vLLM's
+``stop_reason`` → ``stop_sequence``; else ``end_turn``). A streamed answer becomes
+Anthropic's event sequence as it arrives (where tools were offered, text that may begin
+a tool call is held until it is known not to): ``message_start``, ``ping``, then per block
 ``content_block_start`` / ``content_block_delta`` (``text_delta``, ``input_json_delta``)
 / ``content_block_stop``, then ``message_delta`` and ``message_stop``; an engine that
 drops the stream ends it with an ``error`` event. Calls are recorded exactly as chat
 completions are, with endpoint ``messages``.
 
 ``/v1/messages/count_tokens`` asks the engine to render the same chat request (one
-token sampled, nothing recorded) and answers ``{"input_tokens": len(prompt_token_ids)}``.
+token sampled, nothing recorded; routed to the policy its ``model`` names, 404 when none
+does) and answers ``{"input_tokens": len(prompt_token_ids)}``.
 
-Errors on these routes are in Anthropic's shape (:func:`error_body`).
+Errors on these routes are in Anthropic's shape (:func:`error_body`); a refused
+``thread`` carries ``error.details.error_code: "thread_unsupported_request"``, on which the
+SDK's tool runner resends the conversation unthreaded.
 """
 
 from __future__ import annotations
@@ -50,6 +60,8 @@ from agl_trainer.http import named_event
 
 log = logging.getLogger(__name__)
 
+TOOL_CALL_MARKUP = "<tool_call>"
+"""Where a tool call begins in the text of an answer by the engines' tool convention (``agl_verl.engines.tools``)."""
 ROUTES = ("messages", "messages/count_tokens")
 """The endpoints (below ``/v1/``) that speak Anthropic's API."""
 _CHOICES = {"auto": "auto", "any": "required", "none": "none"}
@@ -282,6 +294,17 @@ def _tool_use(call: dict) -> dict:
     return {"type": "tool_use", "id": tool_use_id(call.get("id")), "name": fn.get("name", ""), "input": args}
 
 
+def _without_cut_call(text: str, finish_reason: str | None, req: dict) -> str:
+    """The text of an answer that ``max_tokens`` cut inside a tool call, without the call's unfinished markup
+    (the engine's ``<tool_call>`` convention): the answer stops with ``max_tokens``, as Claude's does; the
+    recorded ids keep every token."""
+    at = text.find(TOOL_CALL_MARKUP) if finish_reason == "length" and req.get("tools") else -1
+    if at < 0:
+        return text
+    log.info("gateway: a tool call cut by max_tokens is left out of the answer: %.200s", text[at:])
+    return text[:at].rstrip()
+
+
 def _usage(usage: dict | None) -> dict:
     usage = usage or {}
     return {"input_tokens": usage.get("prompt_tokens") or 0, "output_tokens": usage.get("completion_tokens") or 0}
@@ -305,8 +328,9 @@ def from_chat_response(chat: dict, req: dict, msg_id: str, model: str | None) ->
     message = _shell(msg_id, model, req)
     choice = (chat.get("choices") or [{}])[0]
     said = choice.get("message") or {}
-    if said.get("content"):
-        message["content"].append({"type": "text", "text": said["content"]})
+    text = _without_cut_call(said.get("content") or "", choice.get("finish_reason"), req)
+    if text:
+        message["content"].append({"type": "text", "text": text})
     message["content"] += [_tool_use(call) for call in said.get("tool_calls") or []]
     used_tools = any(b["type"] == "tool_use" for b in message["content"])
     stops = req.get("stop_sequences") or []
@@ -322,6 +346,8 @@ class EventStream:
 
     def __init__(self, req: dict, msg_id: str, model: str | None):
         self.message = _shell(msg_id, model, req)
+        self.req = req
+        self.held = ""  # text that may be tool-call markup, not streamed yet
         self.stops = req.get("stop_sequences") or []
         self.started = False
         self.block: dict | None = None  # the open content block
@@ -372,6 +398,30 @@ class EventStream:
         index = len(self.message["content"]) - 1
         return out + [self._event("content_block_delta", index=index, delta={"type": "text_delta", "text": text})]
 
+    def _offer(self, text: str) -> list[bytes]:
+        """Stream ``text``, but where tools were offered hold back what may be tool-call markup (from
+        ``<tool_call>`` on, or a tail that may begin it) until the answer ends (:meth:`_release`)."""
+        if not self.req.get("tools"):
+            return self._text(text)
+        self.held += text
+        at = self.held.find(TOOL_CALL_MARKUP)
+        if at < 0:
+            at = next(
+                (
+                    len(self.held) - n
+                    for n in range(len(TOOL_CALL_MARKUP) - 1, 0, -1)
+                    if self.held.endswith(TOOL_CALL_MARKUP[:n])
+                ),
+                len(self.held),
+            )
+        ready, self.held = self.held[:at], self.held[at:]
+        return self._text(ready) if ready else []
+
+    def _release(self) -> list[bytes]:
+        """The held-back text, once the answer has ended or a tool call has come as such."""
+        held, self.held = _without_cut_call(self.held, self.finish_reason, self.req), ""
+        return self._text(held) if held else []
+
     def _tool(self, tc: dict) -> list[bytes]:
         k, fn = tc.get("index", 0), tc.get("function") or {}
         out: list[bytes] = []
@@ -395,16 +445,19 @@ class EventStream:
                 continue
             delta = choice.get("delta") or {}
             if delta.get("content"):
-                out += self._text(delta["content"])
+                out += self._offer(delta["content"])
+            if delta.get("tool_calls"):
+                out += self._release()
             for tc in delta.get("tool_calls") or []:
                 out += self._tool(tc)
             if choice.get("finish_reason") is not None:
                 self.finish_reason = choice["finish_reason"]
                 self.matched = choice.get("stop_reason")
+                out += self._release()
         return out
 
     def finish(self, usage: dict | None) -> list[bytes]:
-        out = ([] if self.started else self._start({})) + self._close()
+        out = ([] if self.started else self._start({})) + self._release() + self._close()
         for k, block in self.calls.items():  # the record keeps arguments that are no JSON object as their text
             text = "".join(self.arguments[k])
             block["input"] = _arguments(text) if _arguments(text) is not None else text
