@@ -190,3 +190,30 @@ def test_stop_sequences_against_smollm2(stack, stream):
     msg = ask(stop_sequences=["\n", "."])
     assert (msg.stop_reason, msg.stop_sequence) == ("stop_sequence", first)
     assert "".join(b.text for b in msg.content) == free[:at]
+
+
+def test_tool_arguments_stream_as_they_are_generated(stack):
+    """SmolLM2 asked for a named tool (greedy): the call's arguments arrive in several ``input_json_delta``
+    events, adding up to the input of the same call asked without streaming."""
+    gw, store, key = stack
+    claude = anthropic.Anthropic(base_url=gw.rollout_anthropic_url("ro-claude"), api_key=key, max_retries=0)
+    body = {
+        "model": "m",
+        "max_tokens": 48,
+        "tools": TOOLS,
+        "tool_choice": {"type": "tool", "name": "get_weather"},
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "extra_body": GREEDY,
+    }
+    plain = claude.messages.create(**body)
+    with claude.messages.stream(**body) as s:
+        pieces = [e.partial_json for e in s if e.type == "input_json"]
+        streamed = s.get_final_message()
+    [use] = [b for b in plain.content if b.type == "tool_use"]
+    [streamed_use] = [b for b in streamed.content if b.type == "tool_use"]
+    assert streamed_use.input == use.input and streamed.stop_reason == plain.stop_reason == "tool_use"
+    assert len(pieces) > 2 and json.loads("".join(pieces)) == use.input
+    gw.flush()
+    calls = sorted(store.query_llm_calls(rollout_id="ro-claude"), key=lambda c: c.seq)
+    assert list(calls[0].response_ids) == list(calls[1].response_ids)
+    assert calls[1].response["content"] == [b.model_dump(exclude_none=True) for b in streamed.content]

@@ -8,8 +8,10 @@ produced one; the text leaves special tokens and stop strings out, so
 string, equals) the returned text. Logprobs are raw-logit log-softmax values (see
 :mod:`agl_verl.engines.batching`); beside ``token_ids``, ``choices[i].behaviour_logprobs``
 holds each token's log-prob under the distribution it was sampled from. A choice that a
-stop string ended names that string in ``stop_reason``, as vLLM does (else it is null). Each
-answer also names the ``model_version`` that produced it.
+stop string ended names that string in ``stop_reason``, as vLLM does (else it is null). A
+streamed chat sends text and tool calls as they are generated
+(:mod:`agl_verl.engines.chat_stream`). Each answer also names the ``model_version`` that
+produced it.
 """
 
 from __future__ import annotations
@@ -24,15 +26,9 @@ from typing import Any
 from agl_trainer.http.sse import DONE_EVENT, data_event
 from agl_verl.engines.adapters import AdapterSet
 from agl_verl.engines.batching import Batcher, SamplingParams, Sequence, WeightSlot
+from agl_verl.engines.chat_stream import ChatDeltas
 from agl_verl.engines.protocol import ChatRequest, CompletionRequest, RequestError, Sampling
-from agl_verl.engines.tools import (
-    TOOL_CALL_OPEN,
-    ToolChoice,
-    forced_prefix,
-    parse_tool_calls,
-    render_messages,
-    template_supports_tools,
-)
+from agl_verl.engines.tools import ToolChoice, forced_prefix, parse_tool_calls, render_messages, template_supports_tools
 
 TOOL_RETRIES = 2
 
@@ -243,29 +239,17 @@ class Replica:
             if req.sampling.return_token_ids:
                 chunk["prompt_token_ids"] = prepared.prompt_ids
             yield data_event(chunk)
-        sent = [""] * len(rows)
+        streams = [
+            ChatDeltas(tools_active=prepared.tools_active, allowed=prepared.allowed, parallel=req.parallel_tool_calls)
+            for _ in rows
+        ]
         async for i, row, token, logprob, behaviour, top, finish in self._stream(rows):
-            delta: dict[str, Any] = {}
             if finish is None:
-                visible = _stable_text(self.tokenizer.decode(row.token_ids, skip_special_tokens=True), holdback)
-                if prepared.tools_active:
-                    visible = _before_tool_call(visible)
-                if len(visible) > len(sent[i]) and visible.startswith(sent[i]):
-                    delta["content"] = visible[len(sent[i]) :]
-                    sent[i] = visible
+                delta = streams[i].step(
+                    _stable_text(self.tokenizer.decode(row.token_ids, skip_special_tokens=True), holdback)
+                )
             else:
-                message, calls = self._message(req, prepared, row)
-                if calls:
-                    delta["tool_calls"] = [{"index": k, **call} for k, call in enumerate(calls)]
-                    rest = _after(message["content"] or "", sent[i])
-                    if rest:
-                        delta["content"] = rest
-                    finish = "tool_calls"
-                else:
-                    text = self.text_of(row)
-                    rest = text[len(sent[i]) :] if text.startswith(sent[i]) else text
-                    if rest:
-                        delta["content"] = rest
+                delta, finish = streams[i].last(*self._message(req, prepared, row), self.text_of(row), finish)
             choice: dict[str, Any] = {
                 "index": i,
                 "delta": delta,
@@ -453,29 +437,6 @@ class Replica:
 
 def _usage(prompt: int, completion: int) -> dict:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-def _before_tool_call(text: str) -> str:
-    """The part of ``text`` that can be no part of a tool call (:mod:`agl_verl.engines.tools`): the text
-    before ``<tool_call>``, less a tail that may begin one and less trailing whitespace (the content of
-    an answer with calls is stripped)."""
-    cut = text.find(TOOL_CALL_OPEN)
-    if cut >= 0:
-        return text[:cut].rstrip()
-    for n in range(min(len(TOOL_CALL_OPEN) - 1, len(text)), 0, -1):
-        if text.endswith(TOOL_CALL_OPEN[:n]):
-            text = text[:-n]
-            break
-    return text.rstrip()
-
-
-def _after(content: str, sent: str) -> str:
-    """What is left of a message's ``content`` to stream once ``sent`` was (the parsed content of an answer
-    with tool calls is stripped, so streamed leading whitespace is not in it)."""
-    if content.startswith(sent):
-        return content[len(sent) :]
-    core = sent.lstrip()
-    return content[len(core) :] if content.startswith(core) else content
 
 
 def _stable_text(text: str, holdback: int) -> str:
