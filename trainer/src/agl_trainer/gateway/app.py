@@ -18,7 +18,8 @@ A rollout key names its rollout; a path segment or ``X-Agl-Rollout-Id`` header n
 another one is refused with 403, as is (whoever calls) a header naming another rollout than
 the path. Admin routes take the admin token only. Errors are in
 OpenAI's shape, except on the Anthropic routes (:mod:`agl_trainer.gateway.messages_api`),
-whose clients read Anthropic's.
+whose clients read Anthropic's. Every answer, errors included, names its request id
+(``req_...``) in ``x-request-id`` and ``request-id``, the headers OpenAI's and Anthropic's SDKs read.
 """
 
 from __future__ import annotations
