@@ -266,6 +266,8 @@ def test_a_tool_call_cut_by_max_tokens_stops_with_max_tokens_and_no_markup(claud
 
 
 def test_text_streams_beside_tools_while_it_cannot_be_a_call(claude):
+    """A guard on the gateway's hold-back of what may be tool-call markup (passes on main too: there the
+    gateway held nothing back): text with a ``<`` that begins no call still streams in pieces, whole."""
     with claude.messages.stream(
         model="m", max_tokens=100, tools=TOOLS, messages=[{"role": "user", "content": "no tools <tool_ here"}]
     ) as s:
