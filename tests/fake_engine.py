@@ -12,6 +12,8 @@ Its "model" works on bytes: a token id is a byte of UTF-8.
 
       <tools>[...]</s>  (when tools are given)  <system>…</s><user>…</s><assistant>…</s><tool id>…</s> … <assistant>
 
+  (with ``continue_final_message`` the last message, an assistant's, stays open: ``…<assistant>prefill``).
+
 - The answer is ``echo: <last user text>`` (or ``result: <tool output>`` after a tool
   message), followed by ``</s>``. A tool is called when ``tool_choice`` is ``required``
   or names one, or when the last user message says ``call <tool name>``; the call is
@@ -66,11 +68,14 @@ def render_message(m: dict) -> str:
     return f"<{role}>{_text(m.get('content'))}{END}"
 
 
-def render_chat(messages: list[dict], tools: list[dict] | None = None) -> str:
-    """The prompt text the fake "model" sees; its ids are its UTF-8 bytes."""
+def render_chat(messages: list[dict], tools: list[dict] | None = None, continue_final: bool = False) -> str:
+    """The prompt text the fake "model" sees; its ids are its UTF-8 bytes. With ``continue_final``
+    (vLLM's ``continue_final_message``) the last message, an assistant's, is left open to continue."""
     head = ""
     if tools:
         head = "<tools>" + json.dumps([t.get("function") for t in tools], sort_keys=True) + END
+    if continue_final:
+        return head + "".join(render_message(m) for m in messages)[: -len(END)]
     return head + "".join(render_message(m) for m in messages) + "<assistant>"
 
 
@@ -215,7 +220,7 @@ class FakeEngine:
         ]
 
     def chat(self, req: dict) -> tuple[int, dict]:
-        prompt = list(render_chat(req["messages"], req.get("tools")).encode())
+        prompt = list(render_chat(req["messages"], req.get("tools"), bool(req.get("continue_final_message"))).encode())
         refused = self._check(req, len(prompt))
         if refused:
             return refused

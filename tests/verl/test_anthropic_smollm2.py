@@ -123,3 +123,97 @@ def test_sdk_and_chat_anthropic_calls_are_transitions_with_the_templates_ids(sta
     assert all(t.token_source == "engine" for t in ts)
     by_id = {c.call_id: c for c in calls}
     assert all(list(t.prompt_ids) == list(by_id[t.call_id].prompt_ids) for t in ts)
+
+
+def _tool_runner_turns(claude, stream: bool) -> list:
+    """The SDK's beta tool runner as its docs show it, threads on (its default), at most three turns."""
+    from anthropic import beta_tool
+
+    @beta_tool
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city.
+
+        Args:
+            city: The city's name.
+        """
+        return f"Sunny, 21 C in {city}"
+
+    runner = claude.beta.messages.tool_runner(
+        model="claude-sonnet-4-5",
+        max_tokens=48,
+        max_iterations=3,
+        tools=[get_weather],
+        messages=[{"role": "user", "content": "What is the weather in Paris? Use get_weather."}],
+        stream=stream,
+        extra_body=GREEDY,
+    )
+    if not stream:
+        return list(runner)
+    turns = []
+    for turn in runner:
+        for _ in turn:
+            pass
+        turns.append(turn.get_final_message())
+    return turns
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_the_sdks_tool_runner_runs_against_smollm2(stack, stream):
+    """Whatever SmolLM2 answers, the runner gets through without an error from agl, and each turn is a call."""
+    gw, store, key = stack
+    claude = anthropic.Anthropic(base_url=gw.rollout_anthropic_url("ro-claude"), api_key=key, max_retries=0)
+    turns = _tool_runner_turns(claude, stream)
+    assert 1 <= len(turns) <= 3
+    assert all(t.stop_reason in ("end_turn", "tool_use", "max_tokens") for t in turns)
+    gw.flush()
+    calls = sorted(store.query_llm_calls(rollout_id="ro-claude"), key=lambda c: c.seq)
+    assert [c.call_id for c in calls] == [t.id for t in turns]
+    assert all("thread" not in c.request for c in calls)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_stop_sequences_against_smollm2(stack, stream):
+    gw, _, key = stack
+    claude = anthropic.Anthropic(base_url=gw.rollout_anthropic_url("ro-claude"), api_key=key, max_retries=0)
+    body = {"model": "m", "max_tokens": 40, "messages": [{"role": "user", "content": "Name two colours."}]}
+
+    def ask(**more):
+        if not stream:
+            return claude.messages.create(**body, **more, extra_body=GREEDY)
+        with claude.messages.stream(**body, **more, extra_body=GREEDY) as s:
+            return s.get_final_message()
+
+    free = ask().content[0].text
+    hits = sorted((free.find(s), s) for s in ("\n", ".") if s in free)
+    assert hits, free  # greedy SmolLM2 writes a sentence or a line break within 40 tokens
+    at, first = hits[0]
+    msg = ask(stop_sequences=["\n", "."])
+    assert (msg.stop_reason, msg.stop_sequence) == ("stop_sequence", first)
+    assert "".join(b.text for b in msg.content) == free[:at]
+
+
+def test_tool_arguments_stream_as_they_are_generated(stack):
+    """SmolLM2 asked for a named tool (greedy): the call's arguments arrive in several ``input_json_delta``
+    events, adding up to the input of the same call asked without streaming."""
+    gw, store, key = stack
+    claude = anthropic.Anthropic(base_url=gw.rollout_anthropic_url("ro-claude"), api_key=key, max_retries=0)
+    body = {
+        "model": "m",
+        "max_tokens": 48,
+        "tools": TOOLS,
+        "tool_choice": {"type": "tool", "name": "get_weather"},
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "extra_body": GREEDY,
+    }
+    plain = claude.messages.create(**body)
+    with claude.messages.stream(**body) as s:
+        pieces = [e.partial_json for e in s if e.type == "input_json"]
+        streamed = s.get_final_message()
+    [use] = [b for b in plain.content if b.type == "tool_use"]
+    [streamed_use] = [b for b in streamed.content if b.type == "tool_use"]
+    assert streamed_use.input == use.input and streamed.stop_reason == plain.stop_reason == "tool_use"
+    assert len(pieces) > 2 and json.loads("".join(pieces)) == use.input
+    gw.flush()
+    calls = sorted(store.query_llm_calls(rollout_id="ro-claude"), key=lambda c: c.seq)
+    assert list(calls[0].response_ids) == list(calls[1].response_ids)
+    assert calls[1].response["content"] == [b.model_dump(exclude_none=True) for b in streamed.content]

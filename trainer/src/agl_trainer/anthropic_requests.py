@@ -21,8 +21,13 @@ What the gateway serves, and what it refuses rather than drop:
   ``tool_choice`` is ``auto``, ``any``, ``tool`` (with ``name``) or ``none``, with
   ``disable_parallel_tool_use``.
 - ``output_config.format`` (a JSON schema) is served as the engine's structured output.
+- A last message of role ``assistant`` is a prefill: the answer continues it.
+- Refused: ``thread`` (message threads; the 400 carries ``error.details.error_code``
+  ``thread_unsupported_request``, on which the SDK's tool runner resends the whole
+  history unthreaded), and ``thinking`` other than ``{"type": "disabled"}`` (the policy
+  writes no thinking blocks).
 - Accepted and ignored (they do not change what the policy samples): ``metadata``
-  (its ``user_id`` is passed on), ``thinking``, ``service_tier``, ``cache_control``,
+  (its ``user_id`` is passed on), ``service_tier``, ``cache_control``,
   ``inference_geo``, ``speed``, ``diagnostics``, ``user_profile_id``, ``workspace_id``,
   ``output_config.effort``. Any other field is refused as an unknown parameter, as
   Anthropic's API does.
@@ -49,6 +54,8 @@ _REQUIRED = {
     "tool_result": {"tool_use_id": str},
 }
 _KIND_NAMES = {str: "a string", dict: "an object"}
+THREAD_UNSUPPORTED = "thread_unsupported_request"
+"""The ``error.details.error_code`` of a refused ``thread``: the SDK then resends without one."""
 
 
 def _check_block(block: Any, allowed: tuple[str, ...], *at: str | int) -> None:
@@ -198,12 +205,24 @@ class CountTokensRequest(_Strict):
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     output_config: OutputConfig | None = None
+    thinking: Any = None  # only {"type": "disabled"}: see _no_thinking
     # accepted and ignored
-    thinking: Any = None
     cache_control: Any = None
     speed: Any = None
     user_profile_id: Any = None
     workspace_id: Any = None
+
+    @model_validator(mode="after")
+    def _no_thinking(self) -> CountTokensRequest:
+        kind = self.thinking.get("type") if isinstance(self.thinking, dict) else self.thinking
+        if self.thinking is not None and kind != "disabled":
+            raise Problem(
+                f"extended thinking ({kind!r}) is not served: the policy under training writes no thinking "
+                "blocks; leave 'thinking' out or send {'type': 'disabled'}",
+                "thinking",
+                code="unsupported_feature",
+            )
+        return self
 
     @model_validator(mode="after")
     def _links(self) -> CountTokensRequest:
@@ -240,7 +259,19 @@ class MessagesRequest(CountTokensRequest):
     top_p: Probability | None = None
     top_k: TopK | None = None
     metadata: Metadata | None = None
+    thread: Any = None  # refused below, in the shape the SDK's tool runner falls back on
     # accepted and ignored
     service_tier: Any = None
     inference_geo: Any = None
     diagnostics: Any = None
+
+    @model_validator(mode="after")
+    def _unthreaded(self) -> MessagesRequest:
+        if self.thread is not None:
+            raise Problem(
+                "message threads are not served here: send the whole conversation in 'messages' "
+                "(the anthropic SDK does so on its own after this error)",
+                "thread",
+                code=THREAD_UNSUPPORTED,
+            )
+        return self

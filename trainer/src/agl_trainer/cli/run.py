@@ -251,7 +251,7 @@ def written_resources(rollout: Rollout, handed: dict[str, str]) -> tempfile.Temp
     (None when it has none). A name that cannot be a file name is said on stderr and left out."""
     if not rollout.resources:
         return None
-    folder = tempfile.TemporaryDirectory(prefix=f"agl-resources-{rollout.rollout_id[:40]}-")
+    folder = tempfile.TemporaryDirectory(prefix=f"agl-resources-{_safe_prefix(rollout.rollout_id)}-")
     for name, value in rollout.resources.items():
         if not _FILE_NAME.fullmatch(name):
             print(f"agl run: resource {name!r} is not a file name; not written", file=sys.stderr, flush=True)
@@ -261,6 +261,12 @@ def written_resources(rollout: Rollout, handed: dict[str, str]) -> tempfile.Temp
             f.write(text)
     handed[env.RESOURCES_DIR] = folder.name
     return folder
+
+
+def _safe_prefix(rollout_id: str) -> str:
+    """Up to 40 characters of ``rollout_id`` usable in a file name: any other than ``A-Za-z0-9_.-`` becomes ``_``
+    (an id may hold ``/``, which would name a folder that does not exist)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", rollout_id[:40])
 
 
 def full_child_env(handed: dict[str, str]) -> dict[str, str]:

@@ -18,7 +18,8 @@ A rollout key names its rollout; a path segment or ``X-Agl-Rollout-Id`` header n
 another one is refused with 403, as is (whoever calls) a header naming another rollout than
 the path. Admin routes take the admin token only. Errors are in
 OpenAI's shape, except on the Anthropic routes (:mod:`agl_trainer.gateway.messages_api`),
-whose clients read Anthropic's.
+whose clients read Anthropic's. Every answer, errors included, names its request id
+(``req_...``) in ``x-request-id`` and ``request-id``, the headers OpenAI's and Anthropic's SDKs read.
 """
 
 from __future__ import annotations
@@ -245,10 +246,13 @@ class GatewayApp:
                 await send({"type": "lifespan.shutdown.complete"})
             return
         started = False
+        request_id = "req_" + uuid.uuid4().hex[:24]
 
         async def tracked_send(message: dict) -> None:
             nonlocal started
             started = True
+            if message["type"] == "http.response.start":
+                message = dict(message, headers=_with_request_id(message.get("headers") or [], request_id))
             await send(message)
 
         try:
@@ -262,16 +266,16 @@ class GatewayApp:
                 with contextlib.suppress(Exception):
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
             elif isinstance(exc, GatewayError):
-                await send_error(send, exc, anthropic=anthropic)
+                await send_error(tracked_send, exc, anthropic=anthropic)
             elif isinstance(exc, StoreUnavailable):  # the store could not say whose key this is
                 err = server_error(
                     503, "the store is unavailable; retry shortly", str(exc), headers={"Retry-After": "1"}
                 )
-                await send_error(send, err, anthropic=anthropic)
+                await send_error(tracked_send, err, anthropic=anthropic)
             else:  # a bug: answer 500 (its details go to the log) rather than dropping the connection
                 log.exception("gateway: internal error")
                 err = server_error(500, "internal gateway error", f"{type(exc).__name__}: {exc}")
-                await send_error(send, err, anthropic=anthropic)
+                await send_error(tracked_send, err, anthropic=anthropic)
 
     async def _dispatch(self, scope: dict, receive: Callable, send: Callable) -> None:
         path: str = scope["path"]
@@ -436,7 +440,8 @@ class GatewayApp:
         replica, resp = await self._send_upstream(kind, meta, chat_req if chat_req is not None else req, model)
         try:
             if resp.status != 200:
-                raise upstream_error(resp.status, await resp.read(), req)
+                err = upstream_error(resp.status, await resp.read(), req)
+                raise messages_api.in_anthropic_terms(err) if kind == "messages" else err
             if not req.get("stream"):
                 try:
                     await resp.read()
@@ -502,7 +507,9 @@ class GatewayApp:
     async def _count_tokens(self, rollout_id: str | None, body: bytes) -> dict:
         """``/v1/messages/count_tokens``: the length of the prompt the engine renders (nothing recorded)."""
         chat_req = messages_api.count_chat_request(_json_body(body))
-        upstream = chat.upstream_chat_request(chat_req, await self.served_model(), 1)
+        route = self._route(chat_req.get("model"))
+        model = (route.upstream_model if route else None) or await self.served_model()
+        upstream = chat.upstream_chat_request(chat_req, model, 1)
         await self.gate.enter()
         try:
             replica, resp = await self._post(rollout_id, "/chat/completions", upstream)
@@ -514,7 +521,7 @@ class GatewayApp:
                         502, "the engine's answer was cut short", str(exc), type="upstream_error", code="engine_error"
                     ) from None
                 if resp.status != 200:
-                    raise upstream_error(resp.status, raw, chat_req)
+                    raise messages_api.in_anthropic_terms(upstream_error(resp.status, raw, chat_req))
             finally:
                 resp.aclose()
                 Router.done(replica)
@@ -665,6 +672,15 @@ def _json_body(body: bytes) -> dict:
         raise invalid("body", "nests too deeply", code="invalid_json") from None
     validate.check_body(req)
     return req
+
+
+def _with_request_id(headers: list, request_id: str) -> list:
+    """``headers`` with the answer's request id as ``x-request-id`` (OpenAI's SDK reads it) and ``request-id``
+    (Anthropic's): an id already there (a 5xx's, which the log names) is kept."""
+    named = {name.lower(): value for name, value in headers}
+    value = named.get(b"x-request-id") or named.get(b"request-id") or request_id.encode()
+    out = [(k, v) for k, v in headers if k.lower() not in (b"x-request-id", b"request-id")]
+    return out + [(b"x-request-id", value), (b"request-id", value)]
 
 
 def _replica_status(r: Replica) -> dict:

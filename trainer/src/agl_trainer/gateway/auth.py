@@ -66,9 +66,9 @@ class GatewayAuth:
         """The caller of a request with these (lower-cased) headers; 401 for no or a wrong credential."""
         if self.open:
             return OPEN
-        given = bearer_of(headers)
+        given, where = bearer_of(headers), "bearer token"
         if given is None:
-            given = api_key_of(headers)
+            given, where = api_key_of(headers), "x-api-key"
         if given is None:
             raise unauthorized(
                 "missing credential (Authorization: Bearer <rollout key or token>, or x-api-key: <the same>)"
@@ -77,8 +77,8 @@ class GatewayAuth:
         if caller is not None:
             return caller
         if self.keys is not None and looks_like_rollout_key(given):
-            raise unauthorized("not a rollout key of this gateway", code="invalid_rollout_key")
-        raise unauthorized("wrong bearer token")
+            raise unauthorized(f"invalid {where}: not a rollout key of this gateway", code="invalid_rollout_key")
+        raise unauthorized(f"invalid {where}")
 
     @staticmethod
     def rollout_of(caller: Caller, named: str | None, where: str) -> str | None:

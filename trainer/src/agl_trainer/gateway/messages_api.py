@@ -14,25 +14,35 @@ becomes a chat request:
   ``disable_parallel_tool_use`` → ``parallel_tool_calls: false``;
 - ``stop_sequences`` → ``stop``, ``metadata.user_id`` → ``user``,
   ``output_config.format`` → ``response_format``; ``max_tokens``, ``temperature``,
-  ``top_p``, ``top_k`` (vLLM's extension) and ``stream`` as they are.
+  ``top_p``, ``top_k`` (vLLM's extension) and ``stream`` as they are;
+- a last assistant message (a prefill) → ``continue_final_message: true,
+  add_generation_prompt: false`` (vLLM's and agl's engines): the prompt ends with the
+  prefill's text, open, and the answer continues it (an empty one is left out; one with
+  ``tool_use`` blocks is refused).
 
 So tools reach the model through the engine's tool convention exactly as chat tools do,
 and the recorded prompt ids are those of the prompt the engine rendered. The engine's
 chat answer becomes a Message (``msg_...``, the gateway's response id): text → a
-``text`` block, tool calls → ``tool_use`` blocks, ``finish_reason`` → ``stop_reason``
+``text`` block, tool calls → ``tool_use`` blocks (ids ``toolu_...``: the engine's
+``call_x`` is ``toolu_x``), ``finish_reason`` → ``stop_reason``
 (``length`` → ``max_tokens``, also when the rollout's ``max_response_tokens`` cut it;
-tool calls → ``tool_use``; a stop string the engine names in vLLM's ``stop_reason`` →
-``stop_sequence``; else ``end_turn``). A streamed answer becomes Anthropic's event
-sequence as it arrives: ``message_start``, ``ping``, then per block
+then a tool call cut short is left out of the text rather than shown as ``<tool_call>``
+markup; tool calls → ``tool_use``; a stop string the engine names in vLLM's
+``stop_reason`` → ``stop_sequence``; else ``end_turn``). A streamed answer becomes
+Anthropic's event sequence as it arrives (where tools were offered, text that may begin
+a tool call is held until it is known not to): ``message_start``, ``ping``, then per block
 ``content_block_start`` / ``content_block_delta`` (``text_delta``, ``input_json_delta``)
 / ``content_block_stop``, then ``message_delta`` and ``message_stop``; an engine that
 drops the stream ends it with an ``error`` event. Calls are recorded exactly as chat
 completions are, with endpoint ``messages``.
 
 ``/v1/messages/count_tokens`` asks the engine to render the same chat request (one
-token sampled, nothing recorded) and answers ``{"input_tokens": len(prompt_token_ids)}``.
+token sampled, nothing recorded; routed to the policy its ``model`` names, 404 when none
+does) and answers ``{"input_tokens": len(prompt_token_ids)}``.
 
-Errors on these routes are in Anthropic's shape (:func:`error_body`).
+Errors on these routes are in Anthropic's shape (:func:`error_body`); a refused
+``thread`` carries ``error.details.error_code: "thread_unsupported_request"``, on which the
+SDK's tool runner resends the conversation unthreaded.
 """
 
 from __future__ import annotations
@@ -44,12 +54,14 @@ from typing import Any
 
 from agl_trainer import anthropic_requests
 from agl_trainer.gateway import translated, validate
-from agl_trainer.gateway.errors import GatewayError
+from agl_trainer.gateway.errors import GatewayError, invalid
 from agl_trainer.gateway.recorder import CallMeta
 from agl_trainer.http import named_event
 
 log = logging.getLogger(__name__)
 
+TOOL_CALL_MARKUP = "<tool_call>"
+"""Where a tool call begins in the text of an answer by the engines' tool convention (``agl_verl.engines.tools``)."""
 ROUTES = ("messages", "messages/count_tokens")
 """The endpoints (below ``/v1/``) that speak Anthropic's API."""
 _CHOICES = {"auto": "auto", "any": "required", "none": "none"}
@@ -72,10 +84,29 @@ def error_body(err: GatewayError) -> dict:
     """
     kind = _ERROR_TYPES.get(err.status) or ("api_error" if err.status >= 500 else "invalid_request_error")
     body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": err.message}}
+    if err.code == anthropic_requests.THREAD_UNSUPPORTED:  # what the SDK's thread fallback reads
+        body["error"]["details"] = {"error_code": err.code, "unsupported": ["thread"]}
     request_id = err.headers.get("X-Request-Id")
     if request_id:
         body["request_id"] = request_id
     return body
+
+
+def in_anthropic_terms(err: GatewayError) -> GatewayError:
+    """An engine's refusal of the translated chat request, told in the Messages API's terms.
+
+    The engine names the chat request's parts: an image is an ``image_url`` part there,
+    and its message index counts the system and tool messages the translation made.
+    """
+    if err.status == 400 and "image_url" in err.message:
+        return GatewayError(
+            400,
+            "messages: image blocks are not supported by the engine serving this policy (it reads text only); "
+            "send text blocks",
+            param="messages",
+            code="unsupported_feature",
+        )
+    return err
 
 
 # -- requests -----------------------------------------------------------------------------
@@ -148,7 +179,23 @@ def _chat_messages(parsed: anthropic_requests.CountTokensRequest) -> list[dict]:
             messages += _user_messages(message.blocks())
         else:
             messages.append(_assistant_message(message.blocks()))
+    if messages[-1]["role"] == "assistant" and not messages[-1]["content"] and "tool_calls" not in messages[-1]:
+        messages.pop()  # an empty prefill: nothing to continue, the answer starts afresh
     return messages
+
+
+def _prefill(parsed: anthropic_requests.CountTokensRequest, messages: list[dict]) -> dict:
+    """The chat fields that continue a last assistant message (a prefill) rather than close it."""
+    if messages[-1]["role"] != "assistant":
+        return {}
+    if "tool_calls" in messages[-1]:
+        at = len(parsed.messages) - 1
+        raise invalid(
+            f"messages[{at}].content",
+            "a last assistant message is a prefill the answer continues: it may hold text only, no tool_use "
+            "(answer the tool_use with a tool_result in a user message)",
+        )
+    return {"continue_final_message": True, "add_generation_prompt": False}
 
 
 def _tools(parsed: anthropic_requests.CountTokensRequest) -> dict:
@@ -173,7 +220,8 @@ def _tools(parsed: anthropic_requests.CountTokensRequest) -> dict:
 
 
 def _conversation(parsed: anthropic_requests.CountTokensRequest) -> dict:
-    body: dict[str, Any] = {"model": parsed.model, "messages": _chat_messages(parsed), **_tools(parsed)}
+    messages = _chat_messages(parsed)
+    body: dict[str, Any] = {"model": parsed.model, "messages": messages, **_tools(parsed), **_prefill(parsed, messages)}
     fmt = parsed.output_config.format if parsed.output_config is not None else None
     if fmt is not None:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt.schema_}}
@@ -218,6 +266,13 @@ def _stop(finish_reason: str | None, matched: Any, stops: list[str], used_tools:
     return "end_turn", None
 
 
+def tool_use_id(call_id: str | None) -> str:
+    """The ``toolu_`` id of a chat tool call (``call_abc`` → ``toolu_abc``; a fresh one where the engine gave none)."""
+    if not call_id:
+        return f"toolu_{uuid.uuid4().hex[:24]}"
+    return call_id if call_id.startswith("toolu_") else "toolu_" + call_id.removeprefix("call_")
+
+
 def _arguments(raw: str) -> dict | None:
     """A tool call's arguments as the object ``tool_use.input`` holds; None if they are not a JSON object."""
     try:
@@ -236,8 +291,18 @@ def _tool_use(call: dict) -> dict:
             "gateway: a tool call's arguments are not a JSON object; answered as text: %.200s", fn.get("arguments")
         )
         return {"type": "text", "text": json.dumps({"name": fn.get("name", ""), "arguments": fn.get("arguments")})}
-    call_id = call.get("id") or f"toolu_{uuid.uuid4().hex[:24]}"
-    return {"type": "tool_use", "id": call_id, "name": fn.get("name", ""), "input": args}
+    return {"type": "tool_use", "id": tool_use_id(call.get("id")), "name": fn.get("name", ""), "input": args}
+
+
+def _without_cut_call(text: str, finish_reason: str | None, req: dict) -> str:
+    """The text of an answer that ``max_tokens`` cut inside a tool call, without the call's unfinished markup
+    (the engine's ``<tool_call>`` convention): the answer stops with ``max_tokens``, as Claude's does; the
+    recorded ids keep every token."""
+    at = text.find(TOOL_CALL_MARKUP) if finish_reason == "length" and req.get("tools") else -1
+    if at < 0:
+        return text
+    log.info("gateway: a tool call cut by max_tokens is left out of the answer: %.200s", text[at:])
+    return text[:at].rstrip()
 
 
 def _usage(usage: dict | None) -> dict:
@@ -263,8 +328,9 @@ def from_chat_response(chat: dict, req: dict, msg_id: str, model: str | None) ->
     message = _shell(msg_id, model, req)
     choice = (chat.get("choices") or [{}])[0]
     said = choice.get("message") or {}
-    if said.get("content"):
-        message["content"].append({"type": "text", "text": said["content"]})
+    text = _without_cut_call(said.get("content") or "", choice.get("finish_reason"), req)
+    if text:
+        message["content"].append({"type": "text", "text": text})
     message["content"] += [_tool_use(call) for call in said.get("tool_calls") or []]
     used_tools = any(b["type"] == "tool_use" for b in message["content"])
     stops = req.get("stop_sequences") or []
@@ -280,6 +346,8 @@ class EventStream:
 
     def __init__(self, req: dict, msg_id: str, model: str | None):
         self.message = _shell(msg_id, model, req)
+        self.req = req
+        self.held = ""  # text that may be tool-call markup, not streamed yet
         self.stops = req.get("stop_sequences") or []
         self.started = False
         self.block: dict | None = None  # the open content block
@@ -330,12 +398,36 @@ class EventStream:
         index = len(self.message["content"]) - 1
         return out + [self._event("content_block_delta", index=index, delta={"type": "text_delta", "text": text})]
 
+    def _offer(self, text: str) -> list[bytes]:
+        """Stream ``text``, but where tools were offered hold back what may be tool-call markup (from
+        ``<tool_call>`` on, or a tail that may begin it) until the answer ends (:meth:`_release`)."""
+        if not self.req.get("tools"):
+            return self._text(text)
+        self.held += text
+        at = self.held.find(TOOL_CALL_MARKUP)
+        if at < 0:
+            at = next(
+                (
+                    len(self.held) - n
+                    for n in range(len(TOOL_CALL_MARKUP) - 1, 0, -1)
+                    if self.held.endswith(TOOL_CALL_MARKUP[:n])
+                ),
+                len(self.held),
+            )
+        ready, self.held = self.held[:at], self.held[at:]
+        return self._text(ready) if ready else []
+
+    def _release(self) -> list[bytes]:
+        """The held-back text, once the answer has ended or a tool call has come as such."""
+        held, self.held = _without_cut_call(self.held, self.finish_reason, self.req), ""
+        return self._text(held) if held else []
+
     def _tool(self, tc: dict) -> list[bytes]:
         k, fn = tc.get("index", 0), tc.get("function") or {}
         out: list[bytes] = []
         block = self.calls.get(k)
         if block is None:
-            call_id = tc.get("id") or f"toolu_{uuid.uuid4().hex[:24]}"
+            call_id = tool_use_id(tc.get("id"))
             block = self.calls[k] = {"type": "tool_use", "id": call_id, "name": fn.get("name") or "", "input": {}}
             self.arguments[k] = []
             out += self._open(block)
@@ -353,16 +445,19 @@ class EventStream:
                 continue
             delta = choice.get("delta") or {}
             if delta.get("content"):
-                out += self._text(delta["content"])
+                out += self._offer(delta["content"])
+            if delta.get("tool_calls"):
+                out += self._release()
             for tc in delta.get("tool_calls") or []:
                 out += self._tool(tc)
             if choice.get("finish_reason") is not None:
                 self.finish_reason = choice["finish_reason"]
                 self.matched = choice.get("stop_reason")
+                out += self._release()
         return out
 
     def finish(self, usage: dict | None) -> list[bytes]:
-        out = ([] if self.started else self._start({})) + self._close()
+        out = ([] if self.started else self._start({})) + self._release() + self._close()
         for k, block in self.calls.items():  # the record keeps arguments that are no JSON object as their text
             text = "".join(self.arguments[k])
             block["input"] = _arguments(text) if _arguments(text) is not None else text

@@ -71,6 +71,8 @@ class Sequence:
     finish_reason: str | None = None
     #: where a stop string begins in the decoded text (the text is cut there)
     stop_at: int | None = None
+    #: the stop string that ended the row (the first one in the text), as vLLM's ``stop_reason`` names it
+    stop_str: str | None = None
     model_version: str | None = None
     #: the ``model`` the request named: picks the policy in mixed mode (:mod:`agl_verl.engines.adapters`)
     model_name: str | None = None
@@ -581,9 +583,10 @@ class Batcher:
                 row.finish_reason = "stop"
             elif params.stop:
                 text = self.tokenizer.decode(row.token_ids, skip_special_tokens=True)
-                hits = [text.find(s) for s in params.stop if s in text]
+                hits = [(text.find(s), k) for k, s in enumerate(params.stop) if s in text]
                 if hits:
-                    row.stop_at = min(hits)
+                    row.stop_at, first = min(hits)
+                    row.stop_str = params.stop[first]
                     row.finish_reason = "stop"
         if row.finish_reason is None:
             if (

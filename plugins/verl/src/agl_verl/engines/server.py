@@ -3,7 +3,8 @@
 Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions``,
 ``POST /v1/completions`` (plain JSON or SSE with ``"stream": true``), and ``GET /metrics``
 (prompt tokens computed and cached, tokens generated, in Prometheus' text format). With an
-``api_key`` every route but ``/health`` wants ``Authorization: Bearer <api_key>``.
+``api_key`` every route but ``/health`` wants ``Authorization: Bearer <api_key>`` (the scheme
+in any case, as RFC 7235 has it).
 
 A request body past ``max_body_bytes`` is answered 413 (a ``gzip`` or ``deflate`` body is
 inflated within the same limit: :class:`agl_trainer.http.BodyLimits`).
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from agl.credentials import bearer, same_token
 from agl_trainer.http import BODY_ERRORS, DEFAULT_MAX_BODY_BYTES, BackgroundServer, BodyLimits
 from agl_trainer.http.sse import SSE_MEDIA_TYPE
 from agl_verl.engines.protocol import RequestError, parse_chat, parse_completion
@@ -96,8 +97,7 @@ def create_app(replica: Replica, *, api_key: str | None = None, max_body_bytes: 
     def authorized(request: Request) -> bool:
         if not api_key:
             return True
-        header = request.headers.get("authorization", "")
-        return hmac.compare_digest(header.encode(), f"Bearer {api_key}".encode())
+        return same_token(bearer(request.headers.get("authorization")), api_key)
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "model_version": replica.slot.get()[1]})

@@ -7,8 +7,11 @@ produced one; the text leaves special tokens and stop strings out, so
 ``tokenizer.decode(token_ids, skip_special_tokens=True)`` starts with (and, without a stop
 string, equals) the returned text. Logprobs are raw-logit log-softmax values (see
 :mod:`agl_verl.engines.batching`); beside ``token_ids``, ``choices[i].behaviour_logprobs``
-holds each token's log-prob under the distribution it was sampled from. Each answer also
-names the ``model_version`` that produced it.
+holds each token's log-prob under the distribution it was sampled from. A choice that a
+stop string ended names that string in ``stop_reason``, as vLLM does (else it is null). A
+streamed chat sends text and tool calls as they are generated
+(:mod:`agl_verl.engines.chat_stream`). Each answer also names the ``model_version`` that
+produced it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 from agl_trainer.http.sse import DONE_EVENT, data_event
 from agl_verl.engines.adapters import AdapterSet
 from agl_verl.engines.batching import Batcher, SamplingParams, Sequence, WeightSlot
+from agl_verl.engines.chat_stream import ChatDeltas
 from agl_verl.engines.protocol import ChatRequest, CompletionRequest, RequestError, Sampling
 from agl_verl.engines.tools import ToolChoice, forced_prefix, parse_tool_calls, render_messages, template_supports_tools
 
@@ -179,6 +183,7 @@ class Replica:
                 "message": message,
                 "logprobs": {"content": self._chat_logprobs(row)} if req.logprobs else None,
                 "finish_reason": "tool_calls" if calls else row.finish_reason,
+                "stop_reason": row.stop_str,
             }
             if req.sampling.return_token_ids:
                 choice["token_ids"] = row.token_ids
@@ -234,29 +239,17 @@ class Replica:
             if req.sampling.return_token_ids:
                 chunk["prompt_token_ids"] = prepared.prompt_ids
             yield data_event(chunk)
-        sent = [""] * len(rows)
+        streams = [
+            ChatDeltas(tools_active=prepared.tools_active, allowed=prepared.allowed, parallel=req.parallel_tool_calls)
+            for _ in rows
+        ]
         async for i, row, token, logprob, behaviour, top, finish in self._stream(rows):
-            delta: dict[str, Any] = {}
             if finish is None:
-                if not prepared.tools_active:
-                    visible = _stable_text(
-                        self.tokenizer.decode(row.token_ids[: len(row.token_ids)], skip_special_tokens=True), holdback
-                    )
-                    if len(visible) > len(sent[i]) and visible.startswith(sent[i]):
-                        delta["content"] = visible[len(sent[i]) :]
-                        sent[i] = visible
+                delta = streams[i].step(
+                    _stable_text(self.tokenizer.decode(row.token_ids, skip_special_tokens=True), holdback)
+                )
             else:
-                message, calls = self._message(req, prepared, row)
-                if calls:
-                    delta["tool_calls"] = [{"index": k, **call} for k, call in enumerate(calls)]
-                    if message["content"]:
-                        delta["content"] = message["content"]
-                    finish = "tool_calls"
-                else:
-                    text = self.text_of(row)
-                    rest = text[len(sent[i]) :] if text.startswith(sent[i]) else text
-                    if rest:
-                        delta["content"] = rest
+                delta, finish = streams[i].last(*self._message(req, prepared, row), self.text_of(row), finish)
             choice: dict[str, Any] = {
                 "index": i,
                 "delta": delta,
@@ -269,6 +262,8 @@ class Replica:
                 else None,
                 "finish_reason": finish,
             }
+            if finish is not None:
+                choice["stop_reason"] = row.stop_str
             if req.sampling.return_token_ids:
                 choice["token_ids"] = [token]
                 choice["behaviour_logprobs"] = [behaviour]
@@ -301,6 +296,7 @@ class Replica:
                     "text": self.text_of(row),
                     "logprobs": self._completion_logprobs(row) if req.logprobs is not None else None,
                     "finish_reason": row.finish_reason,
+                    "stop_reason": row.stop_str,
                 }
                 if req.sampling.return_token_ids:
                     choice["token_ids"] = row.token_ids
@@ -345,6 +341,8 @@ class Replica:
             piece = text[len(sent[i]) :] if text.startswith(sent[i]) else ""
             sent[i] += piece
             choice: dict[str, Any] = {"index": i, "text": piece, "finish_reason": finish, "logprobs": None}
+            if finish is not None:
+                choice["stop_reason"] = row.stop_str
             if req.logprobs is not None:
                 choice["logprobs"] = {
                     "tokens": [self.token_text(token)],

@@ -13,8 +13,10 @@ nothing of tools. For them the engine uses one convention, the Hermes / Qwen2.5 
       </tool_call>
 
   Several calls are several blocks. The engine parses them out of the output and returns
-  OpenAI ``tool_calls`` (arguments as a JSON string) with ``finish_reason
-  "tool_calls"``; text outside the blocks is the message ``content``.
+  OpenAI ``tool_calls`` (arguments as a JSON string: the model's own text of the object
+  where that is valid JSON, else the object re-encoded) with ``finish_reason
+  "tool_calls"``; text outside the blocks is the message ``content``. A stream sends a
+  call's arguments as they are generated (:mod:`agl_verl.engines.chat_stream`).
 - **History**: an assistant message with ``tool_calls`` is rendered as its content
   followed by one block per call; ``tool`` messages become a ``user`` turn holding
   ``<tool_response>...</tool_response>`` (consecutive ones share that turn).
@@ -44,6 +46,8 @@ from typing import Any
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
+_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*,\s*"arguments"\s*:\s*')
+"""The start of a call as the convention writes it, up to its arguments (the name in group 1)."""
 
 
 @dataclass
@@ -176,18 +180,69 @@ def parse_tool_calls(text: str, *, allowed: set[str] | None = None) -> tuple[str
         if allowed is not None and obj["name"] not in allowed:
             return (text or None), []
         arguments = obj.get("arguments", obj.get("parameters", {}))
+        if not isinstance(arguments, str):
+            raw = _raw_arguments(body, closed=True)
+            arguments = (
+                raw if raw is not None and _loads(raw) == arguments else json.dumps(arguments, ensure_ascii=False)
+            )
         calls.append(
             {
                 "id": "call_" + uuid.uuid4().hex[:24],
                 "type": "function",
-                "function": {
-                    "name": obj["name"],
-                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False),
-                },
+                "function": {"name": obj["name"], "arguments": arguments},
             }
         )
     content = _BLOCK.sub("", text).strip()
     return (content or None), calls
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _raw_arguments(body: str, *, closed: bool) -> str | None:
+    """The arguments of one call's JSON text ``body`` as the model wrote them: what follows
+    ``"arguments":``, less the call object's closing brace once the call is ``closed``, and,
+    while it is not, less a tail that may still be part of the end (whitespace, closing braces,
+    the start of ``</tool_call>``), so that what is returned only ever grows. None before the
+    arguments begin."""
+    head = _HEAD.match(body)
+    if head is None:
+        return None
+    args = body[head.end() :]
+    if closed:
+        args = args.rstrip()
+        return args[:-1].rstrip() if args.endswith("}") else args
+    for n in range(len(TOOL_CALL_CLOSE) - 1, 0, -1):
+        if args.endswith(TOOL_CALL_CLOSE[:n]):
+            args = args[:-n]
+            break
+    return args.rstrip().rstrip("}").rstrip()
+
+
+def streamable_calls(text: str) -> list[tuple[str, str]]:
+    """``(name, arguments so far)`` of each tool call in an output still being generated, in order, as far
+    as they can be streamed: up to the first call whose arguments have not begun. The arguments of a
+    finished call are the raw text :func:`parse_tool_calls` returns for it when that text is its JSON
+    object (the usual case), so a stream of them adds up to what the parse gives at the end."""
+    out: list[tuple[str, str]] = []
+    start = text.find(TOOL_CALL_OPEN)
+    while start >= 0:
+        begin = start + len(TOOL_CALL_OPEN)
+        end = text.find(TOOL_CALL_CLOSE, begin)
+        body = text[begin:end].strip() if end >= 0 else text[begin:].lstrip()
+        head = _HEAD.match(body)
+        args = _raw_arguments(body, closed=end >= 0)
+        if head is None or args is None:
+            break
+        out.append((head.group(1), args))
+        if end < 0:
+            break
+        start = text.find(TOOL_CALL_OPEN, end + len(TOOL_CALL_CLOSE))
+    return out
 
 
 def _load_call(body: str) -> Any:
