@@ -156,3 +156,26 @@ def test_the_patches_instrument_returns_are_the_hooks_in_place():
     finally:
         agl_autogen.uninstrument()
     assert len(patches) == 0
+
+
+def test_agl_otel_declares_the_sdk_it_instruments_as_its_pyproject_does():
+    """OpenTelemetry's own dependency check (run by instrument() and opentelemetry-instrument) sees the SDK range."""
+    import tomllib
+    from pathlib import Path
+
+    from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
+    from packaging.requirements import Requirement
+
+    from agl_otel import AglInstrumentor
+    from agl_otel.instrument import INSTRUMENTS
+
+    pyproject = Path(__file__).resolve().parents[2] / "integrations" / "otel" / "pyproject.toml"
+    declared = {
+        Requirement(d).name: str(Requirement(d))
+        for d in tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    }
+    assert AglInstrumentor().instrumentation_dependencies() == INSTRUMENTS
+    assert [str(Requirement(r)) for r in INSTRUMENTS] == [declared["opentelemetry-sdk"]]
+    assert get_dependency_conflicts(INSTRUMENTS) is None  # the installed SDK is one it instruments
+    conflict = get_dependency_conflicts(["opentelemetry-sdk>=99"])
+    assert conflict is not None and "opentelemetry-sdk>=99" in str(conflict)  # what an SDK outside the range meets
