@@ -31,9 +31,9 @@ class Kind:
     """A kind of thing plugins provide."""
 
     name: str
-    """How :func:`resolve` and errors name it (``backend``, ``credit_assignment``)."""
+    """How :func:`agl.plugins.resolve` and errors name it (``backend``, ``credit_assignment``)."""
     builds: bool
-    """Whether :func:`resolve` calls the factory with the config (backends, engines) or returns it as registered."""
+    """Whether :func:`agl.plugins.resolve` calls the factory with the config (backends, engines) or returns it."""
     pattern: re.Pattern[str]
     """What a name of this kind may look like."""
     fixed: bool = False
