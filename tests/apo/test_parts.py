@@ -11,7 +11,7 @@ import socket
 import pytest
 
 from agl.errors import ConfigError
-from agl.providers import resolve
+from agl.plugins import resolve
 from agl.schema import Task
 from agl_apo.backend import ApoBackend
 from agl_apo.optimizer import Failure, OptimizerModel, extract_prompts

@@ -11,12 +11,14 @@ from autogen_ext.models.replay import ReplayChatCompletionClient
 
 import agl_autogen
 from agl.capture import versions
+from agl.capture.patching import is_wrapped
 from agl.capture.versions import UnsupportedVersionError, UntestedVersionWarning
 from agl.env import STRICT_VERSIONS
 from agl_autogen import AglChatCompletionClient
 from tests.versions import fake_installed_version
 
 instrument_module = importlib.import_module("agl_autogen.instrument")
+structure_module = importlib.import_module("agl_autogen.structure")
 
 PLACE = "install structure hooks on an untested AgentChat version"
 
@@ -33,7 +35,7 @@ def clean():
 
 
 def _client_hooked() -> bool:
-    return hasattr(vars(ReplayChatCompletionClient)["create"], instrument_module._MARK)
+    return is_wrapped(vars(ReplayChatCompletionClient)["create"])
 
 
 def test_tested_range_holds_the_installed_agentchat():
@@ -56,7 +58,7 @@ def test_outside_the_range_instrument_warns_and_the_client_hooks_still_go_in(mon
     def moved(original):  # as if AgentChat had moved its private module
         raise AttributeError("module 'autogen_agentchat.agents._base_chat_agent' has no 'trace_invoke_agent_span'")
 
-    monkeypatch.setattr(instrument_module, "_wrap_invoke_agent", moved)
+    monkeypatch.setattr(structure_module, "_wrap_invoke_agent", moved)
     before = agl_autogen.errors[PLACE]
     with pytest.warns(UntestedVersionWarning) as caught:
         agl_autogen.instrument()
@@ -74,7 +76,7 @@ def test_inside_the_range_a_structure_failure_is_not_hidden(monkeypatch):
     def broken(original):
         raise AttributeError("broken")
 
-    monkeypatch.setattr(instrument_module, "_wrap_invoke_agent", broken)
+    monkeypatch.setattr(structure_module, "_wrap_invoke_agent", broken)
     with pytest.raises(AttributeError, match="broken"):
         agl_autogen.instrument()
 

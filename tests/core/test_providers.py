@@ -17,8 +17,8 @@ import pytest
 import agl_trainer  # noqa: F401  (its built-in credit strategies and loggers)
 from agl.errors import ConfigError
 from agl.hookspecs import hookimpl
-from agl.plugins import get_plugin_manager, list_plugins, register, unregister
-from agl.providers import KINDS, resolve
+from agl.plugins import get_plugin_manager, list_plugins, register, resolve, unregister
+from agl.providers import KINDS
 
 
 @pytest.fixture

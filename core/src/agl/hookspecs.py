@@ -45,7 +45,7 @@ replaced. See :mod:`agl.providers`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
     from starlette.routing import BaseRoute
 
     from agl.schema import LLMCall, Reward, Rollout, Span, Transition
-    from agl.store.base import Store
 
 Register = Callable[..., None]
 """The ``register(name, factory, description="")`` a provider hook is called with."""
@@ -231,11 +230,13 @@ def agl_step_ended(step: int, metrics: Mapping[str, float]) -> None:
 
 
 @hookspec
-def agl_store_routes(store: Store) -> Sequence[BaseRoute] | None:
+def agl_store_routes(store: Any) -> Sequence[BaseRoute] | None:
     """Extra Starlette routes for ``agl store serve`` (for example agl-otel's OTLP endpoint).
 
     The routes are mounted next to the store's own API, behind the same bearer
-    token; ``store`` is the store the server serves.
+    token; ``store`` is the :class:`agl.store.Store` the server serves. (It is annotated
+    ``Any``: the store opens its schemes through this registry, so naming its class here,
+    even for type checkers only, would make the two modules import each other.)
 
     Example::
 

@@ -11,7 +11,8 @@ or a provider hook (``agl_register_*``) that registers a bad name or factory is 
 :class:`~agl.errors.ConfigError` naming the plugin and the hook.
 
 What plugins provide (backends, engines, credit strategies, store schemes, loggers,
-commands) is recorded by :mod:`agl.providers`; :func:`resolve` finds one of them.
+commands) is described by :mod:`agl.providers`; :func:`registrations` collects it from
+the provider hooks and :func:`resolve` finds one of them.
 """
 
 from __future__ import annotations
@@ -28,23 +29,25 @@ import pluggy
 from agl import hookspecs, providers
 from agl.env import LOAD_PLUGINS
 from agl.errors import ConfigError
-from agl.providers import KNOWN_PACKAGES, resolve
+from agl.providers import ENTRY_POINT_GROUP, Provided, Registrations, kind_of, not_provided
 
 __all__ = [
-    "KNOWN_PACKAGES",
+    "ENTRY_POINT_GROUP",
     "RewardAnswer",
     "add_builtin",
     "builtin_modules",
+    "find",
+    "fixed_builtins",
     "get_plugin_manager",
     "hook",
     "list_plugins",
     "load_plugin",
+    "names",
     "register",
+    "registrations",
     "resolve",
     "unregister",
 ]
-
-ENTRY_POINT_GROUP = "agl"
 
 _manager: pluggy.PluginManager | None = None
 _lock = threading.RLock()  # re-entered when loading a plugin imports agl-trainer, which adds its built-ins
@@ -137,7 +140,7 @@ class _Manager(pluggy.PluginManager):
         for caller in self.get_hookcallers(plugin) or []:
             kind = providers.HOOKS.get(caller.name)
             if kind is not None:
-                found = providers.Registrations(kind, providers.fixed_builtins(kind.name))
+                found = Registrations(kind, fixed_builtins(kind.name))
                 self.subset_hook_caller(caller.name, remove_plugins=others)(register=found)
 
 
@@ -334,10 +337,71 @@ def _provides_by_plugin() -> dict[str, dict[str, list[str]]]:
     """``{plugin: {kinds: [names]}}`` from one call of each provider hook."""
     out: dict[str, dict[str, list[str]]] = {}
     for kind in providers.KINDS:
-        found = providers.registrations(kind)
+        found = registrations(kind)
         winners = found.winners()
         for provided in found.found:
             winner = winners[provided.name].plugin
             label = provided.name if winner == provided.plugin else f"{provided.name} (overridden by {winner!r})"
             out.setdefault(provided.plugin, {}).setdefault(f"{kind}s", []).append(label)
     return out
+
+
+# -- what the plugins provide ----------------------------------------------------------
+
+
+def registrations(kind: str) -> Registrations:
+    """Every registration of ``kind`` by the built-in and installed plugins, in call order."""
+    found = Registrations(kind_of(kind), fixed_builtins(kind))
+    getattr(hook(), found.kind.hook)(register=found)
+    return found
+
+
+def fixed_builtins(kind: str) -> dict[str, Provided]:
+    """agl's own names of ``kind`` where they cannot be replaced (store schemes), found without loading plugins.
+
+    So ``open_store("sqlite:///...")`` neither loads nor depends on installed plugins.
+    """
+    spec = kind_of(kind)
+    if not spec.fixed:
+        return {}
+    found = Registrations(spec)
+    for module_name in builtin_modules():
+        function = getattr(__import__(module_name, fromlist=["_"]), spec.hook, None)
+        if function is not None:
+            function(register=found.bound_to(module_name))
+    return found.winners()
+
+
+def find(kind: str, name: str) -> Provided | None:
+    """The registration that provides the ``kind`` called ``name`` (the first in call order), or None."""
+    fixed = fixed_builtins(kind).get(name)
+    return fixed or registrations(kind).winners().get(name)
+
+
+def names(kind: str) -> list[str]:
+    """Every name of ``kind`` the loaded plugins provide, sorted."""
+    return sorted(registrations(kind).winners())
+
+
+def resolve(kind: str, name: str, config: dict[str, Any] | None = None, *, field: str | None = None) -> Any:
+    """The component ``name`` of ``kind`` (backend, engine, credit_assignment, store_scheme, logger, command).
+
+    A backend or an engine is built: its factory is called with ``config`` as keyword
+    arguments. The other kinds are returned as registered (a credit-assignment strategy,
+    a store opener, a logger class, a command's parser setup). The
+    :class:`~agl.errors.ConfigError` for a name nothing provides names the package to
+    install where an installed package declares it (``no backend 'verl': pip install agl-verl``,
+    see :func:`agl.providers.declared_by`), else the
+    closest provided name and what is provided; ``field`` (``store url '...'``) is put
+    before it.
+    """
+    spec = kind_of(kind)
+    provided = find(kind, name)
+    if provided is None:
+        message = not_provided(kind, name, names(kind))
+        raise ConfigError(f"{field}: {message}" if field else message)
+    if spec.builds:
+        return provided.factory(**(config or {}))
+    if config:
+        raise TypeError(f"resolve: a {spec.what} takes no config (got {sorted(config)})")
+    return provided.factory

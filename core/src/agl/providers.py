@@ -1,11 +1,12 @@
-"""What plugins provide: the registrations made through the ``agl_register_*`` hooks.
+"""What plugins provide: the kinds of component, and the registrations made through the ``agl_register_*`` hooks.
 
 Every provider hook has one shape, ``agl_register_<kind>s(register)``, and a plugin
 calls ``register(name, factory, description="")`` once per thing it provides (see
 :mod:`agl.hookspecs` for why). The relay hands each implementation a ``register``
-bound to its plugin's name, so the registry knows, for each name, which plugin gave
-it: :func:`registrations` lists them in call order, :func:`resolve` finds one (the
-first in call order wins a name) and :func:`agl.plugins.list_plugins` shows them.
+bound to its plugin's name (:func:`bind_register`), so a :class:`Registrations` knows,
+for each name, which plugin gave it. This module only describes them: the registry,
+:mod:`agl.plugins`, makes the calls (:func:`agl.plugins.registrations` lists them in
+call order, :func:`agl.plugins.resolve` finds one: the first in call order wins a name).
 
 A name is checked where it is registered: an empty or malformed name, a factory that
 is not callable, a name the same plugin registers twice, or a replacement for one of
@@ -30,9 +31,9 @@ class Kind:
     """A kind of thing plugins provide."""
 
     name: str
-    """How :func:`resolve` and errors name it (``backend``, ``credit_assignment``)."""
+    """How :func:`agl.plugins.resolve` and errors name it (``backend``, ``credit_assignment``)."""
     builds: bool
-    """Whether :func:`resolve` calls the factory with the config (backends, engines) or returns it as registered."""
+    """Whether :func:`agl.plugins.resolve` calls the factory with the config (backends, engines) or returns it."""
     pattern: re.Pattern[str]
     """What a name of this kind may look like."""
     fixed: bool = False
@@ -65,12 +66,8 @@ KINDS: dict[str, Kind] = {
 HOOKS: dict[str, Kind] = {kind.hook: kind for kind in KINDS.values()}
 """Every kind, by the name of its hook."""
 
-KNOWN_PACKAGES = {
-    ("backend", "verl"): "agl-verl",
-    ("engine", "transformers"): "agl-verl",
-    ("engine", "vllm"): "agl-verl",
-}
-"""The package that provides a component agl's own plugins give, for the error when it is not installed."""
+ENTRY_POINT_GROUP = "agl"
+"""The entry-point group installed plugins are found in; ``agl.<kind>`` groups declare what they provide."""
 
 
 @dataclass(frozen=True)
@@ -157,72 +154,34 @@ def kind_of(kind: str) -> Kind:
         raise ValueError(f"kind: no kind {kind!r} (agl has: {', '.join(KINDS)})") from None
 
 
-def registrations(kind: str) -> Registrations:
-    """Every registration of ``kind`` by the built-in and installed plugins, in call order."""
-    from agl.plugins import hook
+def declared_by(kind: str, name: str) -> str | None:
+    """The installed distribution that declares it provides the ``kind`` called ``name``, or None.
 
-    found = Registrations(kind_of(kind), fixed_builtins(kind))
-    getattr(hook(), found.kind.hook)(register=found)
-    return found
+    A plugin package declares what it provides, besides registering it, as entry points in
+    the group ``agl.<kind>`` (``agl.backend``, ``agl.engine``, ...), one per name, valued
+    with its plugin module; agl-verl's ``pyproject.toml``::
 
+        [project.entry-points."agl.backend"]
+        verl = "agl_verl.plugin"
 
-def fixed_builtins(kind: str) -> dict[str, Provided]:
-    """agl's own names of ``kind`` where they cannot be replaced (store schemes), found without loading plugins.
-
-    So ``open_store("sqlite:///...")`` neither loads nor depends on installed plugins.
+    Read from the installed metadata, without importing anything: so the error for a name
+    no loaded plugin provides can name the package that does (installed, but left out by
+    ``AGL_LOAD_PLUGINS``).
     """
-    from agl.plugins import builtin_modules
+    from importlib.metadata import entry_points
 
-    spec = kind_of(kind)
-    if not spec.fixed:
-        return {}
-    found = Registrations(spec)
-    for module_name in builtin_modules():
-        function = getattr(__import__(module_name, fromlist=["_"]), spec.hook, None)
-        if function is not None:
-            function(register=found.bound_to(module_name))
-    return found.winners()
-
-
-def find(kind: str, name: str) -> Provided | None:
-    """The registration that provides the ``kind`` called ``name`` (the first in call order), or None."""
-    fixed = fixed_builtins(kind).get(name)
-    return fixed or registrations(kind).winners().get(name)
-
-
-def names(kind: str) -> list[str]:
-    """Every name of ``kind`` the loaded plugins provide, sorted."""
-    return sorted(registrations(kind).winners())
-
-
-def resolve(kind: str, name: str, config: dict[str, Any] | None = None, *, field: str | None = None) -> Any:
-    """The component ``name`` of ``kind`` (backend, engine, credit_assignment, store_scheme, logger, command).
-
-    A backend or an engine is built: its factory is called with ``config`` as keyword
-    arguments. The other kinds are returned as registered (a credit-assignment strategy,
-    a store opener, a logger class, a command's parser setup). The
-    :class:`~agl.errors.ConfigError` for a name nothing provides names the package to
-    install where agl knows it (``no backend 'verl': pip install agl-verl``), else the
-    closest provided name and what is provided; ``field`` (``store url '...'``) is put
-    before it.
-    """
-    spec = kind_of(kind)
-    provided = find(kind, name)
-    if provided is None:
-        message = not_provided(kind, name, names(kind))
-        raise ConfigError(f"{field}: {message}" if field else message)
-    if spec.builds:
-        return provided.factory(**(config or {}))
-    if config:
-        raise TypeError(f"resolve: a {spec.what} takes no config (got {sorted(config)})")
-    return provided.factory
+    for entry_point in entry_points(group=f"{ENTRY_POINT_GROUP}.{kind_of(kind).name}", name=name):
+        dist = entry_point.dist
+        if dist is not None:
+            return str(dist.name)
+    return None
 
 
 def not_provided(kind: str, name: str, known: list[str]) -> str:
     """The message for a ``kind`` called ``name`` that none of the ``known`` names is."""
     what = kind_of(kind).what
     installed = f"installed: {', '.join(known) or 'none'}"
-    package = KNOWN_PACKAGES.get((kind, name))
+    package = declared_by(kind, name)
     if package is not None:
         return f"no {what} {name!r}: pip install {package} (it provides it; {installed})"
     close = difflib.get_close_matches(name, known, n=1)

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from agl import env
-from agl.capture.env import TRUE_VALUES
+from agl.capture.flags import TRUE_VALUES
 
 SWITCHES: dict[str, str] = {
     env.LANGCHAIN_INSTRUMENT: "agl-langchain",

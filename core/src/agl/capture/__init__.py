@@ -17,7 +17,7 @@ from agl.capture.context import (
     span,
     use_rollout,
 )
-from agl.capture.env import env_flag
+from agl.capture.flags import env_flag
 from agl.capture.guard import ErrorGuard, error_guard, guarded
 from agl.capture.writer import BufferedWriter
 

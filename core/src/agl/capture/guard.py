@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from agl.capture.context import emit_span
-from agl.capture.env import env_flag
+from agl.capture.flags import env_flag
 from agl.schema import Span
 
 

@@ -26,7 +26,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from agl.capture.env import env_flag
+from agl.capture.flags import env_flag
 from agl.env import STRICT_VERSIONS
 from agl.errors import AglError
 

@@ -305,7 +305,7 @@ def open_store(url: str | os.PathLike[str] | None = None, *, create: bool = True
     (``no such store: PATH``) instead of a new, empty store; other schemes open as usual.
     Raises :class:`~agl.errors.ConfigError` for a scheme nothing opens, listing the known ones.
     """
-    from agl.providers import resolve
+    from agl.plugins import resolve
 
     url = os.fspath(url) if url else default_store_url()
     scheme = url.split("://", 1)[0].lower() if "://" in url else "sqlite"

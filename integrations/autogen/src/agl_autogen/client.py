@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from agl.capture import error_guard
 from agl.capture.versions import UnsupportedVersionError
 from agl_autogen import _record
+from agl_autogen.structure import install_structure_hooks
 
 _guard = error_guard("agl_autogen")
 
@@ -42,7 +43,7 @@ class AglChatCompletionClient(ChatCompletionClient):
     Every ``create`` and ``create_stream`` becomes an agl ``llm`` span with the
     calling agent's name, the messages, tools, output, usage and (for OpenAI-style
     clients) the response id. Constructing one also installs agl's agent, team and
-    tool hooks (:func:`agl_autogen.instrument.install_structure_hooks`), which is
+    tool hooks (:func:`agl_autogen.structure.install_structure_hooks`), which is
     what makes the agent name reliable. Everything else is delegated to ``inner``.
     """
 
@@ -51,8 +52,6 @@ class AglChatCompletionClient(ChatCompletionClient):
             raise TypeError(f"inner: expected an autogen ChatCompletionClient, got {type(inner).__name__}")
         self.inner = inner
         try:
-            from agl_autogen.instrument import install_structure_hooks
-
             install_structure_hooks()
         except UnsupportedVersionError:
             raise  # AGL_STRICT_VERSIONS=1 and an untested AgentChat: the user asked for an error

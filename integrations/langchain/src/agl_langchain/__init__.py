@@ -17,7 +17,7 @@ Rewards from inside the agent: ``agl.emit_reward(1.0)`` or
 
 from agl_langchain.feedback import reward_run, span_id_of
 from agl_langchain.handler import AGENT_METADATA_KEY, REWARD_EVENT, AglCallbackHandler
-from agl_langchain.instrument import ENV_VAR, active_handler, instrument, uninstrument
+from agl_langchain.instrument import ENV_VAR, active_handler, instrument, instrumented, uninstrument
 
 __version__ = "0.1.0"
 
@@ -28,6 +28,7 @@ __all__ = [
     "AglCallbackHandler",
     "active_handler",
     "instrument",
+    "instrumented",
     "reward_run",
     "span_id_of",
     "uninstrument",

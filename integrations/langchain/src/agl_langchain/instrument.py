@@ -14,8 +14,12 @@ bare ``threading.Thread``) and so that :func:`uninstrument` can turn it off
 again (LangChain offers no way to remove a hook). The switch returns a handler
 when :func:`instrument` has been called, or when ``AGL_LANGCHAIN_INSTRUMENT``
 is switched on (read with :func:`agl.capture.env_flag` on each run, so it can be
-flipped at run time). See ``agl_langchain._autoload`` for how
-``AGL_LANGCHAIN_INSTRUMENT=1`` works without importing anything.
+flipped at run time). ``AGL_LANGCHAIN_INSTRUMENT=1`` works without importing
+anything: the ``agl_langchain.pth`` file installed with the package runs
+:func:`agl.capture.integration.autoload`, which imports this module (registering the
+hook) and runs :func:`autoload`. The contract :func:`instrument`, :func:`uninstrument`
+and :func:`instrumented` share with the other integrations is
+:mod:`agl.capture.integration`'s.
 """
 
 from __future__ import annotations
@@ -111,6 +115,11 @@ def instrument(handler: AglCallbackHandler | None = None) -> AglCallbackHandler:
 def uninstrument() -> None:
     """Stop the capture :func:`instrument` started (``AGL_LANGCHAIN_INSTRUMENT`` still applies if on)."""
     _switch.handler = None
+
+
+def instrumented() -> bool:
+    """Whether capture is on: :func:`instrument` is in effect, or ``AGL_LANGCHAIN_INSTRUMENT`` is on."""
+    return _switch.get() is not None
 
 
 def autoload() -> bool:

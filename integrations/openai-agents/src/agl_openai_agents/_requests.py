@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agl.capture import error_guard
+from agl.capture.patching import Patches
 from agl_openai_agents._notes import SpanNotes
-from agl_openai_agents._patch import MethodPatch
 
 _guard = error_guard("agl_openai_agents")
 
@@ -82,6 +82,15 @@ def _noting_requests(original: Any) -> Any:
     return _fetch_response
 
 
-_patch = MethodPatch(_responses_model, "_fetch_response", _noting_requests)
-install = _patch.install  # wrap OpenAIResponsesModel._fetch_response (idempotent)
-uninstall = _patch.uninstall
+_patches = Patches()
+
+
+def install() -> None:
+    """Wrap ``OpenAIResponsesModel._fetch_response`` (idempotent)."""
+    if not _patches:
+        _patches.wrap(_responses_model(), "_fetch_response", _noting_requests)
+
+
+def uninstall() -> None:
+    """Put the original ``_fetch_response`` back (idempotent)."""
+    _patches.undo()

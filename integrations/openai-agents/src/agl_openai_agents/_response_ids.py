@@ -13,8 +13,8 @@ import functools
 from typing import Any
 
 from agl.capture import error_guard
+from agl.capture.patching import Patches
 from agl_openai_agents._notes import SpanNotes
-from agl_openai_agents._patch import MethodPatch
 
 _guard = error_guard("agl_openai_agents")
 
@@ -71,6 +71,15 @@ def _noting_ids(original: Any) -> Any:
     return _fetch_response
 
 
-_patch = MethodPatch(_chat_completions_model, "_fetch_response", _noting_ids)
-install = _patch.install  # wrap OpenAIChatCompletionsModel._fetch_response (idempotent)
-uninstall = _patch.uninstall
+_patches = Patches()
+
+
+def install() -> None:
+    """Wrap ``OpenAIChatCompletionsModel._fetch_response`` (idempotent)."""
+    if not _patches:
+        _patches.wrap(_chat_completions_model(), "_fetch_response", _noting_ids)
+
+
+def uninstall() -> None:
+    """Put the original ``_fetch_response`` back (idempotent)."""
+    _patches.undo()

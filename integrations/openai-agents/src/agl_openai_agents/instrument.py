@@ -1,8 +1,9 @@
 """The zero-line integration: add agl's processor to the SDK's trace processors.
 
 Setting ``AGL_OPENAI_AGENTS_INSTRUMENT=1`` calls :func:`instrument` at interpreter
-start: the ``agl_openai_agents.pth`` file installed with the package imports
-:mod:`agl_openai_agents._autoload`, which runs :func:`autoload`.
+start: the ``agl_openai_agents.pth`` file installed with the package runs
+:func:`agl.capture.integration.autoload`, which runs :func:`autoload`. The contract
+these functions share with the other integrations is :mod:`agl.capture.integration`'s.
 """
 
 from __future__ import annotations
@@ -10,34 +11,17 @@ from __future__ import annotations
 import threading
 
 from agl.capture import error_guard
-from agl.capture.versions import check_version
 from agl.env import OPENAI_AGENTS_INSTRUMENT
 from agl_openai_agents import _requests, _response_ids
 from agl_openai_agents.processor import AglTracingProcessor
+from agl_openai_agents.supported import TESTED, check_framework_version
+
+__all__ = ["ENV_VAR", "TESTED", "autoload", "check_framework_version", "instrument", "instrumented", "uninstrument"]
 
 ENV_VAR = OPENAI_AGENTS_INSTRUMENT
 """Switch on (``1``, ``true``, ``yes``, ``on``; see :func:`agl.capture.env_flag`) to instrument at start."""
 
-TESTED = "openai-agents>=0.24,<0.25"
-"""The Agents SDK versions agl-openai-agents is tested with; the package installs up to ``<1``."""
-
 _guard = error_guard("agl_openai_agents")
-
-
-def check_framework_version() -> bool:
-    """Whether the installed SDK is in :data:`TESTED`; outside it warns once (raises with ``AGL_STRICT_VERSIONS=1``).
-
-    Called by :class:`AglTracingProcessor` (and so by :func:`instrument`) before any hook goes in.
-    """
-    return check_version(
-        "agl_openai_agents",
-        TESTED,
-        still_works="the trace processor on the SDK's public tracing API (model calls from generation and "
-        "response spans, tools, agents, handoffs, guardrails)",
-        may_break="the two hooks on private SDK methods, OpenAIChatCompletionsModel._fetch_response (the "
-        "response id of Chat Completions calls) and OpenAIResponsesModel._fetch_response (the request of a "
-        "failed Responses API call), which join those calls to the gateway's token ids",
-    )
 
 
 _lock = threading.Lock()

@@ -13,6 +13,7 @@ from agl.capture import RolloutContext, capture_context, current_span_id, error_
 from agl.schema import now
 from agl_openai_agents import _requests, _response_ids, convert
 from agl_openai_agents.export_guard import guard_default_exporter
+from agl_openai_agents.supported import check_framework_version
 
 _guard = error_guard("agl_openai_agents")
 
@@ -42,8 +43,6 @@ class AglTracingProcessor(TracingProcessor):
     """
 
     def __init__(self) -> None:
-        from agl_openai_agents.instrument import check_framework_version
-
         check_framework_version()
         guard_default_exporter()  # before anything is recorded: no rollout key or trace goes to OpenAI
         self.enabled = True

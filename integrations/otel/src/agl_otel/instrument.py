@@ -6,6 +6,8 @@ zero-code switch) loads it next to the GenAI instrumentations. In code,
 :func:`instrument` does the same. agl-otel installs no ``.pth`` file of its own:
 a tracer provider set at interpreter start would take the place of the one the
 program sets later, so starting OpenTelemetry is left to ``opentelemetry-instrument``.
+The contract :func:`instrument`, :func:`uninstrument` and :func:`instrumented` share with
+the other integrations is :mod:`agl.capture.integration`'s.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Collection
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from agl.capture.versions import check_version
@@ -22,6 +25,10 @@ from agl_otel.processor import AglSpanProcessor
 
 TESTED = "opentelemetry-sdk>=1.30,<2"
 """The OpenTelemetry SDK versions agl-otel supports: public API only, so up to the next major."""
+
+INSTRUMENTS = ("opentelemetry-sdk>=1.30,<2",)
+"""What :class:`AglInstrumentor` instruments, as OpenTelemetry's dependency check reads it: the SDK, whose
+tracer provider takes agl's span processor (the range agl-otel's own dependency on it allows)."""
 
 
 def check_framework_version() -> bool:
@@ -50,7 +57,8 @@ class AglInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     processor: AglSpanProcessor | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
-        return ()
+        """:data:`INSTRUMENTS`: ``instrument()`` and ``opentelemetry-instrument`` check them before anything else."""
+        return INSTRUMENTS
 
     def _instrument(self, **kwargs: Any) -> None:
         warn_unknown()  # opentelemetry-instrument's start: where the agent's AGL_* variables are read
@@ -76,11 +84,13 @@ def instrument() -> AglSpanProcessor:
     """Add an :class:`AglSpanProcessor` to the global tracer provider (once) and return it.
 
     With no SDK tracer provider configured yet, an SDK ``TracerProvider`` is installed.
+    A RuntimeError names the conflict when the installed SDK is not one :data:`INSTRUMENTS` allows.
     """
     instrumentor = AglInstrumentor()
     if not instrumentor.is_instrumented_by_opentelemetry:
         instrumentor.instrument()
-    assert instrumentor.processor is not None
+    if instrumentor.processor is None:  # OpenTelemetry's dependency check refused (and logged why)
+        raise RuntimeError(f"agl_otel.instrument: {get_dependency_conflicts(INSTRUMENTS)}")
     return instrumentor.processor
 
 

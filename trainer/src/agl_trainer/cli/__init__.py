@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _plugin_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add the commands plugins register; a name already taken is a ConfigError naming the plugin."""
-    from agl.providers import registrations
+    from agl.plugins import registrations
 
     for name, provided in registrations("command").winners().items():
         if name in subparsers.choices:

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from agl.errors import ConfigError
 from agl.hookspecs import Register, hookimpl
-from agl.providers import resolve
+from agl.plugins import resolve
 from agl_trainer.loggers.base import Logger, LoggerOptions, RunInfo, metric_name, redacted, scalars
 from agl_trainer.loggers.tensorboard import TensorBoardLogger
 from agl_trainer.loggers.wandb import WandbLogger

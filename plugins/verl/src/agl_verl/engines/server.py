@@ -232,12 +232,9 @@ def serve_in_thread(apps: list[Any], *, host: str = "127.0.0.1", port: int = 0) 
     return server.start()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m agl_verl.engines.server``: the options and the serving of ``agl engine serve``."""
-    from agl_verl.cli import main as serve_main
-
-    return serve_main(argv)
-
-
 if __name__ == "__main__":
+    # Run as a script, this file is the module ``__main__``, which nothing imports: the options and
+    # the serving are agl engine serve's (agl_verl.cli, which imports this module as agl_verl.engines.server).
+    from agl_verl.cli import main
+
     raise SystemExit(main())
