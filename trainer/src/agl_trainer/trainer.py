@@ -53,7 +53,7 @@ import random
 import shutil
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,6 +93,16 @@ JOIN_COUNTS = ("joined_by_id", "joined_by_order", "gateway_only", "text_only")
 STATE_FILE = "trainer_state.json"
 # Fields a resumed run may change: more steps extend it; output switches change nothing trained.
 _FREE_ON_RESUME = {"steps", "progress", "plot", "loggers"}
+
+
+@contextlib.contextmanager
+def _timed(record: dict[str, Any], key: str) -> Iterator[None]:
+    """Put the seconds the block took into ``record[key]``."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        record[key] = time.perf_counter() - started
 
 
 def rollout_seed(*parts: object) -> int:
@@ -227,13 +237,40 @@ class Trainer:
 
         ``agent`` may be None when rollouts run in external ``agl runner`` processes.
         """
+        train, val = self._prepare(agent, train_tasks, val_tasks)
+        state = self._load_state()
+        metrics = MetricsLog(self.workdir / "metrics.jsonl", store=self._store, run_id=state.get("run_id"))
+        # How this run turns rollouts into transitions, for the dashboard's rollout pages.
+        transitions = self.config.transitions.model_dump(mode="json")
+        metrics.keep_in_store({"kind": "config", "step": 0, "transitions": transitions})
+        metrics.truncate_after(state["completed_step"])
+        try:
+            self._start_loggers(state)
+            self._score_tasks = val or train
+            self._start(agent, state)
+            self._recover(state)
+            self._save_state(state)
+            self._evaluate_once(val, "before", state, metrics)
+            self._run_steps(train, val, state, metrics)
+            self._evaluate_once(val, "after", state, metrics)
+            return self._report(state, metrics)
+        except BaseException:
+            self._stop_loggers(failed=True)  # W&B marks the run failed
+            raise
+        finally:
+            self._stop()
+
+    def _prepare(
+        self, agent: Agent | None, train_tasks: Iterable[Any], val_tasks: Iterable[Any] | None
+    ) -> tuple[list[Task], list[Task]]:
+        """Check the inputs, load the config's plugins and loggers, open the store and add the tasks to it."""
         cfg = self.config
         warn_unknown()
         if agent is None and cfg.rollout.runners == "inprocess" and cfg.from_store is None:
             raise ConfigError("agent: needed for in-process runners (or set rollout.runners: external)")
         from rich.console import Console
 
-        from agl.plugins import load_plugin
+        from agl.plugins import get_plugin_manager, load_plugin
 
         for i, spec in enumerate(cfg.plugins):
             load_plugin(spec, f"plugins[{i}]")
@@ -250,8 +287,6 @@ class Trainer:
             val = val[: cfg.val_max_tasks]
         store = self._store = self._store or open_store(cfg.store_url())
         store.add_tasks(train + val)
-        from agl.plugins import get_plugin_manager
-
         answers = bool(get_plugin_manager().hook.agl_reward.get_hookimpls()) and cfg.transitions.reward_plugins
         if answers and cfg.transitions.credit == "emitted" and cfg.transitions.agent_rewards == "without_plugin":
             log.warning(
@@ -261,49 +296,44 @@ class Trainer:
             )
         if cfg.from_store is not None:
             self._recorded = RecordedRollouts(store, cfg.from_store, rewards_from_plugins=answers)
-        state = self._load_state()
-        metrics = MetricsLog(self.workdir / "metrics.jsonl", store=store, run_id=state.get("run_id"))
-        # How this run turns rollouts into transitions, for the dashboard's rollout pages.
-        metrics.keep_in_store({"kind": "config", "step": 0, "transitions": cfg.transitions.model_dump(mode="json")})
-        metrics.truncate_after(state["completed_step"])
-        try:
-            self._start_loggers(state)
-            self._score_tasks = val or train
-            self._start(agent, state)
-            self._recover(state)
-            self._save_state(state)
-            if val and cfg.val_before and state.get("before") is None:
-                state["before"] = self._evaluate(val, 0, state, label="before")
-                self._save_state(state)
-                metrics.append({"kind": "val", "step": 0, **state["before"]})
-                self._log_evaluation(0, state["before"])
-            for step in range(state["completed_step"] + 1, cfg.steps + 1):
-                record = self._step(step, train, val, state)
-                if record is None:
-                    self.console.print(f"agl: no recorded rollouts left to train on; stopping before step {step}")
-                    break
-                ckpt = self.workdir / "checkpoints" / f"step-{step}"
-                self.policies.save_checkpoints(ckpt)
-                metrics.append(record)
-                self._hook("agl_step_ended", step=step, metrics=record)
-                state["completed_step"] = step
-                state["checkpoint"] = str(ckpt)
-                self._save_state(state)
-                self._prune_checkpoints(keep=ckpt)
-                width = self.console.width if self.console.is_terminal else None  # a log file: one line a step
-                self.console.print(console_line(record, cfg.steps, width), soft_wrap=True, highlight=False)
-            if val and state.get("after") is None:
-                # Its rollouts are <run>-val<steps + 1>-<i>; its metrics go at the last training step.
-                state["after"] = self._evaluate(val, cfg.steps + 1, state, label="after")
-                self._save_state(state)
-                metrics.append({"kind": "val", "step": cfg.steps, **state["after"]})
-                self._log_evaluation(cfg.steps, state["after"])
-            return self._report(state, metrics)
-        except BaseException:
-            self._stop_loggers(failed=True)  # W&B marks the run failed
-            raise
-        finally:
-            self._stop()
+        return train, val
+
+    def _run_steps(self, train: list[Task], val: list[Task], state: dict[str, Any], metrics: MetricsLog) -> None:
+        """The steps after the last completed one, each made durable as it ends."""
+        cfg = self.config
+        for step in range(state["completed_step"] + 1, cfg.steps + 1):
+            record = self._step(step, train, val, state)
+            if record is None:
+                self.console.print(f"agl: no recorded rollouts left to train on; stopping before step {step}")
+                return
+            self._complete(step, record, state, metrics)
+
+    def _complete(self, step: int, record: dict[str, Any], state: dict[str, Any], metrics: MetricsLog) -> None:
+        """Checkpoint the step, record its metrics, then write the state file: that write makes it done."""
+        ckpt = self.workdir / "checkpoints" / f"step-{step}"
+        self.policies.save_checkpoints(ckpt)
+        metrics.append(record)
+        self._hook("agl_step_ended", step=step, metrics=record)
+        state["completed_step"] = step
+        state["checkpoint"] = str(ckpt)
+        self._save_state(state)
+        self._prune_checkpoints(keep=ckpt)
+        width = self.console.width if self.console.is_terminal else None  # a log file: one line a step
+        self.console.print(console_line(record, self.config.steps, width), soft_wrap=True, highlight=False)
+
+    def _evaluate_once(self, val: list[Task], when: str, state: dict[str, Any], metrics: MetricsLog) -> None:
+        """The evaluation ``before`` the first step (if ``val_before``) or ``after`` the last, once a run.
+
+        The rollouts ``after`` are ``<run>-val<steps + 1>-<i>``; its metrics go at the last training step.
+        """
+        cfg = self.config
+        if not val or state.get(when) is not None or (when == "before" and not cfg.val_before):
+            return
+        tag_step, metric_step = (0, 0) if when == "before" else (cfg.steps + 1, cfg.steps)
+        state[when] = self.evaluate(val, tag_step, state, label=when)
+        self._save_state(state)
+        metrics.append({"kind": "val", "step": metric_step, **state[when]})
+        self._log_evaluation(metric_step, state[when])
 
     # -- state ---------------------------------------------------------------------------
     def _load_state(self) -> dict[str, Any]:
@@ -648,51 +678,72 @@ class Trainer:
         self._store.enqueue(rollouts)
         for ahead in range(step + 1, min(step + cfg.rollout.max_staleness, cfg.steps) + 1):
             self._store.enqueue(self._train_rollouts(ahead, train, state))
-        return self._run_rollouts(rollouts, f"step {step}/{cfg.steps}")
+        return self.run_rollouts(rollouts, f"step {step}/{cfg.steps}")
 
     def _step(self, step: int, train: list[Task], val: list[Task], state: dict[str, Any]) -> dict[str, Any] | None:
-        cfg = self.config
-        version = state["model_version"]
+        """One step as its phases: rollouts, build, select, update, publish, evaluate. Its record, or None
+        when there was nothing left to train on (recorded traffic)."""
+        record: dict[str, Any] = {"kind": "train", "step": step, "model_version": state["model_version"]}
         counted = self._engine_counters()
-        t0 = time.perf_counter()
-        ended = self._step_rollouts(step, train, state)
+        started = time.perf_counter()
+        with _timed(record, "time_rollout_s"):
+            ended = self._step_rollouts(step, train, state)
         if ended is None:
             return None
-        t1 = time.perf_counter()
-        engine_metrics = {f"engine/{k}": v - counted.get(k, 0) for k, v in self._engine_counters().items()}
-        for r in ended:
-            self._hook("agl_rollout_ended", rollout=r)
-        # a backend that learns from text (Backend.needs_token_ids False) gets every call, with its text
-        text_too = self.backend is not None and not self.backend.needs_token_ids
-        # each call's sampling settings: a backend tells calls sampled unlike its loss assumes (off-policy)
-        tcfg = cfg.transitions.model_copy(update={"with_text": text_too, "with_sampling": True})
-        builder = TransitionBuilder(self._store, tcfg)
-        built = list(builder.iter(ended))
-        transitions = built if text_too else [t for t in built if t.token_source == "engine"]
-        record: dict[str, Any] = {"kind": "train", "step": step, "model_version": version, **engine_metrics}
-        # calls of a hosted model (no engine token ids) never feed a policy-gradient update
-        record["text_only_calls"] = sum(t.token_source == "text" for t in built)
+        record.update({f"engine/{k}": v - counted.get(k, 0) for k, v in self._engine_counters().items()})
         if self._recorded is not None:
             record["recorded_rollouts"] = len(ended)
-        else:
-            transitions, record["stale_dropped"] = self._drop_stale(transitions)
-        leave_out = self.backend is not None and self.backend.group_baseline
-        transitions = with_baselines(transitions, builder.report, fold=self._recorded is not None, leave_out=leave_out)
-        self._hook("agl_transitions_built", step=step, transitions=transitions)
-        t2 = time.perf_counter()
-        record.update(reward_metrics(builder.finals, ended, cfg.success_threshold))
+        with _timed(record, "time_transitions_s"):
+            for r in ended:
+                self._hook("agl_rollout_ended", rollout=r)
+            built, builder = self._build(ended, record)
+            transitions = self._select(built, builder.report, record)
+            self._hook("agl_transitions_built", step=step, transitions=transitions)
+        record.update(reward_metrics(builder.finals, ended, self.config.success_threshold))
         report = builder.report.as_metrics()
         record.update({f"build_{k}": v for k, v in report.items() if v or k in JOIN_COUNTS})
         self._check_capture(builder.report)
-        if not transitions:
-            log.warning("step %d: no transitions with engine token ids; the backend is not called", step)
-        trained, update_metrics = self._update(transitions, step, builder.report.policy_calls)
-        t3 = time.perf_counter()
+        with _timed(record, "time_update_s"):
+            trained, update_metrics = self._update(transitions, step, builder.report.policy_calls)
         record.update(update_metrics)
-        sizes = transition_metrics(transitions, self._staleness(transitions), t3 - t2)
+        sizes = transition_metrics(transitions, self._staleness(transitions), record["time_update_s"])
         if "tokens_per_s" in update_metrics:  # the backend's own: tokens of the forward passes it ran
             del sizes["tokens_per_s"]
         record.update(sizes)
+        with _timed(record, "time_publish_s"):
+            self._publish_trained(step, trained, ended, state)
+        cfg = self.config
+        if val and cfg.val_every and step % cfg.val_every == 0 and step != cfg.steps:
+            with _timed(record, "time_val_s"):
+                record.update(self.evaluate(val, step, state))
+        record["time_step_s"] = time.perf_counter() - started
+        return record
+
+    def _build(self, ended: list[Rollout], record: dict[str, Any]) -> tuple[list[Transition], TransitionBuilder]:
+        """The build phase: the transitions of the ended rollouts (engine ones; every one, with its text,
+        for a backend that learns from text), and the builder with its report and final rewards."""
+        # a backend that learns from text (Backend.needs_token_ids False) gets every call, with its text
+        text_too = self.backend is not None and not self.backend.needs_token_ids
+        # each call's sampling settings: a backend tells calls sampled unlike its loss assumes (off-policy)
+        tcfg = self.config.transitions.model_copy(update={"with_text": text_too, "with_sampling": True})
+        builder = TransitionBuilder(self._store, tcfg)
+        built = list(builder.iter(ended))
+        # calls of a hosted model (no engine token ids) never feed a policy-gradient update
+        record["text_only_calls"] = sum(t.token_source == "text" for t in built)
+        return (built if text_too else [t for t in built if t.token_source == "engine"]), builder
+
+    def _select(self, transitions: list[Transition], report: BuildReport, record: dict[str, Any]) -> list[Transition]:
+        """The select phase: leave out what is too stale, and give every group a baseline (counted)."""
+        if self._recorded is None:
+            transitions, record["stale_dropped"] = self._drop_stale(transitions)
+        leave_out = self.backend is not None and self.backend.group_baseline
+        transitions = with_baselines(transitions, report, fold=self._recorded is not None, leave_out=leave_out)
+        if not transitions:
+            log.warning("step %d: no transitions with engine token ids; the backend is not called", record["step"])
+        return transitions
+
+    def _publish_trained(self, step: int, trained: list[Policy], ended: list[Rollout], state: dict[str, Any]) -> None:
+        """The publish phase: each updated policy's new version served and recorded in the run's state."""
         for policy in trained:
             new = self._publish(step, policy)
             policy.version = new.version
@@ -702,21 +753,6 @@ class Trainer:
             state["policy_versions"] = self.policies.versions()
         if self._recorded is not None:  # saved with the step: trained at most once, across restarts
             state.setdefault("trained_rollouts", []).extend(r.rollout_id for r in ended)
-        t4 = time.perf_counter()
-        record.update(
-            {
-                "time_rollout_s": t1 - t0,
-                "time_transitions_s": t2 - t1,
-                "time_update_s": t3 - t2,
-                "time_publish_s": t4 - t3,
-            }
-        )
-        if val and cfg.val_every and step % cfg.val_every == 0 and step != cfg.steps:
-            tv = time.perf_counter()
-            record.update(self._evaluate(val, step, state))
-            record["time_val_s"] = time.perf_counter() - tv
-        record["time_step_s"] = time.perf_counter() - t0
-        return record
 
     def _update(
         self, transitions: list[Transition], step: int, calls: dict[str, int]
@@ -797,14 +833,12 @@ class Trainer:
         self._remember_version(version.version, step)
         return version
 
-    def _evaluate(
-        self, val: list[Task], step: int, state: dict[str, Any], label: str | None = None
-    ) -> dict[str, float]:
-        rollouts = self._val_rollouts(f"val{step}", val, step, state, **self._resources_now())
-        ended = self._run_rollouts(rollouts, f"eval {label or f'step {step}'}")
-        return reward_metrics(self._val_finals(ended), ended, self.config.success_threshold, prefix="val_")
+    def evaluate(self, val: list[Task], step: int, state: dict[str, Any], label: str | None = None) -> dict[str, float]:
+        rollouts = self.val_rollouts(f"val{step}", val, step, state, **self._resources_now())
+        ended = self.run_rollouts(rollouts, f"eval {label or f'step {step}'}")
+        return reward_metrics(self.val_finals(ended), ended, self.config.success_threshold, prefix="val_")
 
-    def _val_rollouts(
+    def val_rollouts(
         self, tag: str, tasks: list[Task], step: int, state: dict[str, Any], **fields: Any
     ) -> list[Rollout]:
         """Mode ``val`` rollouts ``<run>-<tag>-<i>`` of ``tasks``, never trained on."""
@@ -821,7 +855,7 @@ class Trainer:
             for i, task in enumerate(tasks)
         ]
 
-    def _val_finals(self, ended: list[Rollout]) -> dict[str, float]:
+    def val_finals(self, ended: list[Rollout]) -> dict[str, float]:
         """Each ended val rollout's final reward as an evaluation reads it (a failed or unrewarded one: 0)."""
         val_cfg = self.config.transitions.model_copy(
             update={"agents": None, "missing_reward": 0.0, "failed_reward": 0.0}
@@ -831,7 +865,7 @@ class Trainer:
             pass
         return builder.finals
 
-    def _run_rollouts(self, rollouts: list[Rollout], label: str) -> list[Rollout]:
+    def run_rollouts(self, rollouts: list[Rollout], label: str) -> list[Rollout]:
         """Enqueue (idempotently) and wait until every rollout has ended."""
         cfg = self.config
         store = self._store
