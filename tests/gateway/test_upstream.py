@@ -1,4 +1,4 @@
-"""The gateway's engine client (aiohttp) against a real socket server that misbehaves on purpose."""
+"""The gateway's engine client against a real socket server that misbehaves on purpose."""
 
 from __future__ import annotations
 
