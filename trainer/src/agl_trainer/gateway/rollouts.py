@@ -12,9 +12,13 @@ so a key stops working at most that long after its rollout ended or was given to
 attempt; any other answer is asked again on the next call. A rollout's first call asks the
 store once, in one thread hop, for everything the gateway needs of it: its status and
 attempt, its settings and its next ``seq`` (:meth:`RolloutRegistry.check_attempt` then
-:meth:`RolloutRegistry.next_seq` share that answer), so the first call costs about what a
-later one does. Same-run figures (``python -m tests.benchmarks.bench_gateway_ab``, against
-28dbf9d's gateway, which asked twice): SEE_FIGURES_FIRST
+:meth:`RolloutRegistry.next_seq` share that answer). A SQLite store is asked on the event loop
+itself: a read on its own reader connection takes ~50-75 us, less than the CPU of a hop to a
+thread and back (~95 us), and on a loaded host the hop's wait for the thread to be scheduled
+was most of a first call's extra time. A store across a network (PostgreSQL, the store
+server) is asked in a thread, one lookup a rollout at a time, so the loop never waits on it.
+Same-run figures (``python -m tests.benchmarks.bench_gateway_ab``, against 28dbf9d's gateway,
+which asked twice, each in a thread): SEE_FIGURES_FIRST
 A call the admin token makes for a rollout is served whatever its status (late calls
 are data; the store keeps late observations by design).
 
@@ -37,6 +41,7 @@ from typing import NamedTuple, TypeVar
 from agl.errors import NotFound
 from agl.schema import Rollout, RolloutStatus
 from agl.store.base import Store
+from agl.store.sqlite import SqliteStore
 from agl_trainer.gateway.errors import GatewayError
 from agl_trainer.http.running import RunningRollouts, expired_reason
 
@@ -81,6 +86,7 @@ class RolloutRegistry:
         self._settings: dict[str, RolloutSettings] = {}  # only rollouts that have some
         self._pending: dict[str, asyncio.Future] = {}
         self._production_seq = itertools.count()
+        self._on_loop = isinstance(store, SqliteStore)  # local reads: cheaper than a thread hop
 
     @property
     def status_ttl_s(self) -> float:
@@ -120,7 +126,7 @@ class RolloutRegistry:
         status = RolloutStatus.RUNNING
         if current is None:
             if rollout_id in self._seq:
-                status, current = await _shared_call(self._status_pending, rollout_id, self.status_of)
+                status, current = await self._ask(self._status_pending, rollout_id, self.status_of)
                 self.running.remember(rollout_id, status, current)
             else:
                 facts = await self._load(rollout_id)
@@ -145,7 +151,7 @@ class RolloutRegistry:
 
     async def _load(self, rollout_id: str) -> _Facts:
         """Look the rollout up (once, however many calls ask meanwhile) and keep what it says."""
-        facts = await _shared_call(self._pending, rollout_id, self._lookup)
+        facts = await self._ask(self._pending, rollout_id, self._lookup)
         self.running.remember(rollout_id, facts.status, facts.attempt)
         if rollout_id not in self._seq:
             self._seq[rollout_id] = itertools.count(facts.next_seq)
@@ -155,6 +161,12 @@ class RolloutRegistry:
                 evicted, _ = self._seq.popitem(last=False)
                 self._settings.pop(evicted, None)
         return facts
+
+    async def _ask(self, pending: dict[str, asyncio.Future[T]], rollout_id: str, call: Callable[[str], T]) -> T:
+        """``call(rollout_id)``: here for a SQLite store, else in a thread (see the module's docstring)."""
+        if self._on_loop:
+            return call(rollout_id)
+        return await _shared_call(pending, rollout_id, call)
 
     def _lookup(self, rollout_id: str) -> _Facts:
         """The rollout's next free ``seq``, settings, status and attempt, from the store."""
