@@ -18,7 +18,7 @@ rollout key secret; then it measures, with the hand-written load generator of
 Compare the two checkouts' figures within a round and across rounds (ratios, not absolute
 figures: the host is shared).
 
-    .venv/bin/python -m tests.benchmarks.bench_gateway_ab --other /path/to/old/checkout \\
+    .venv/bin/python -m tests.benchmarks.bench_gateway_ab [--against 28dbf9d | --other CHECKOUT] \\
         [--rounds 3] [--requests 2000] [--concurrency 1 16 64] [--rollouts 300 --calls-per-rollout 4]
 """
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -40,9 +41,12 @@ from pathlib import Path
 
 from tests.benchmarks.bench_gateway import BODY, TOKEN, _wait_ready
 from tests.benchmarks.raw_http import ConnectionPool, Endpoint
+from tests.benchmarks.store_beside import exported_tree
 from tests.conftest import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
+AGAINST = "28dbf9d"
+"""The commit compared against by default: the gateway's and the LangChain handler's fastest (issue 46)."""
 SOURCES = (
     "core/src",
     "trainer/src",
@@ -282,18 +286,24 @@ def report(turns: list[tuple[int, str, dict]], levels: list[int], names: list[st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--other", type=Path, required=True, help="the other checkout (e.g. a worktree at the old commit)"
-    )
+    parser.add_argument("--other", type=Path, help="the other checkout (a worktree); default: --against's tree")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--rollouts", type=int, default=300, help="rollouts of the rollout traffic (0: none)")
     parser.add_argument("--calls-per-rollout", type=int, default=4)
+    parser.add_argument("--against", default=AGAINST, help=f"the other commit, exported (default {AGAINST})")
     args = parser.parse_args()
-    checkouts = {"this": ROOT, "other": args.other.resolve()}
+    with contextlib.ExitStack() as stack:
+        other = args.other.resolve() if args.other else stack.enter_context(exported_tree(args.against))
+        run(ROOT, other, args)
+
+
+def run(this: Path, other: Path, args: argparse.Namespace) -> None:
+    """Every round's turns, then the table."""
+    checkouts = {"this": this, "other": other}
     names = list(checkouts)
-    print(f"this: {ROOT}; other: {checkouts['other']}; {os.cpu_count()} cores; load {_load()}")
+    print(f"this: {this}; other: {checkouts['other']}; {os.cpu_count()} cores; load {_load()}")
     turns = []
     for rnd in range(args.rounds):
         order = names if rnd % 2 == 0 else names[::-1]

@@ -16,13 +16,14 @@ fresh processes importing that checkout's sources (``AGL_LOAD_PLUGINS`` empty: n
 Compare the two checkouts within a round and across rounds (the host is shared: ratios and
 differences, not absolute figures).
 
-    .venv/bin/python -m tests.benchmarks.bench_langchain_ab --other /path/to/old/checkout \\
+    .venv/bin/python -m tests.benchmarks.bench_langchain_ab [--against 28dbf9d | --other CHECKOUT] \\
         [--rounds 3] [--calls 3000] [--memory-calls 5000]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -32,8 +33,11 @@ import tempfile
 from pathlib import Path
 
 from tests.benchmarks.bench_gateway_ab import SOURCES, _load
+from tests.benchmarks.store_beside import exported_tree
 
 ROOT = Path(__file__).resolve().parents[2]
+AGAINST = "28dbf9d"
+"""The commit compared against by default: the gateway's and the LangChain handler's fastest (issue 46)."""
 
 _COMMON = """
 import itertools, json, sys, time
@@ -163,14 +167,22 @@ def report(turns: list[tuple[int, str, dict]], names: list[str]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--other", type=Path, required=True, help="the other checkout (a worktree)")
+    parser.add_argument("--other", type=Path, help="the other checkout (a worktree); default: --against's tree")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=3000, help="timed calls of each set-up in each turn")
     parser.add_argument("--memory-calls", type=int, default=5000)
+    parser.add_argument("--against", default=AGAINST, help=f"the other commit, exported (default {AGAINST})")
     args = parser.parse_args()
-    checkouts = {"this": ROOT, "other": args.other.resolve()}
+    with contextlib.ExitStack() as stack:
+        other = args.other.resolve() if args.other else stack.enter_context(exported_tree(args.against))
+        run(ROOT, other, args)
+
+
+def run(this: Path, other: Path, args: argparse.Namespace) -> None:
+    """Every round's turns, then the table."""
+    checkouts = {"this": this, "other": other}
     names = list(checkouts)
-    print(f"this: {ROOT}; other: {checkouts['other']}; {os.cpu_count()} cores; load {_load()}")
+    print(f"this: {this}; other: {checkouts['other']}; {os.cpu_count()} cores; load {_load()}")
     turns = []
     for rnd in range(args.rounds):
         for name in names if rnd % 2 == 0 else names[::-1]:

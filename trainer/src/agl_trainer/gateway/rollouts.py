@@ -17,8 +17,12 @@ itself: a read on its own reader connection takes ~50-75 us, less than the CPU o
 thread and back (~95 us), and on a loaded host the hop's wait for the thread to be scheduled
 was most of a first call's extra time. A store across a network (PostgreSQL, the store
 server) is asked in a thread, one lookup a rollout at a time, so the loop never waits on it.
-Same-run figures (``python -m tests.benchmarks.bench_gateway_ab``, against 28dbf9d's gateway,
-which asked twice, each in a thread): SEE_FIGURES_FIRST
+Same-run figures (``python -m tests.benchmarks.bench_gateway_ab --other <28dbf9d checkout>``,
+300 rollouts of 4 calls each, one client; 28dbf9d asked the store twice, each in a thread), a
+rollout's first call's p50 minus its later calls' p50, 2026-11-29 on the shared 2-core host:
+0.11-0.16 ms (median 0.12) against 28dbf9d's 0.32-0.55 ms (0.36), three rounds at load average
+13-16; 0.16-0.25 ms against 0.56-0.97 ms in three more at 9.6. With the one lookup still in a
+thread the gap was 0.48-1.16 ms at load 9.5, against 0.16-0.24 ms asked on the loop.
 A call the admin token makes for a rollout is served whatever its status (late calls
 are data; the store keeps late observations by design).
 
