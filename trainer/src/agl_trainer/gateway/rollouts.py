@@ -10,7 +10,7 @@ the rollout's status and attempt and keeps a "running" answer ``status_ttl_s`` (
 the cache the store server keeps too (:class:`agl_trainer.http.running.RunningRollouts`),
 so a key stops working at most that long after its rollout ended or was given to a new
 attempt; any other answer is asked again on the next call. A rollout's first call asks the
-store once, in one thread hop, for everything the gateway needs of it: its status and
+store once for everything the gateway needs of it: its status and
 attempt, its settings and its next ``seq`` (:meth:`RolloutRegistry.check_attempt` then
 :meth:`RolloutRegistry.next_seq` share that answer). A SQLite store is asked on the event loop
 itself: a read on its own reader connection takes ~50-75 us, less than the CPU of a hop to a
@@ -20,8 +20,8 @@ server) is asked in a thread, one lookup a rollout at a time, so the loop never 
 Same-run figures (``python -m tests.benchmarks.bench_gateway_ab --other <28dbf9d checkout>``,
 300 rollouts of 4 calls each, one client; 28dbf9d asked the store twice, each in a thread), a
 rollout's first call's p50 minus its later calls' p50, 2026-11-29 on the shared 2-core host:
-0.11-0.16 ms (median 0.12) against 28dbf9d's 0.32-0.55 ms (0.36), three rounds at load average
-13-16; 0.16-0.25 ms against 0.56-0.97 ms in three more at 9.6. With the one lookup still in a
+0.11-0.17 ms (median 0.12) against 28dbf9d's 0.32-0.55 ms (0.36), seven rounds in two runs at
+load average 11-17; 0.16-0.25 ms against 0.56-0.97 ms in three more at 9.6. With the one lookup still in a
 thread the gap was 0.48-1.16 ms at load 9.5, against 0.16-0.24 ms asked on the loop.
 A call the admin token makes for a rollout is served whatever its status (late calls
 are data; the store keeps late observations by design).

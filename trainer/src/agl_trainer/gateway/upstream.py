@@ -33,13 +33,14 @@ cleanup of closed TLS transports): no setting of aiohttp's closes the gap. This 
 the gateway had at 28dbf9d, with what was added since: the keep-alive limit, a retry of a POST
 on a stale connection only before any answer came, :class:`UpstreamConnectError` transient, a
 pool that lets answers being read finish when it closes. Against 28dbf9d's whole gateway in
-the same script (three rounds, load average 13-16, so the calls/s of any one turn swing 2-3x
-with the host; CPU per call is the steadier figure): CPU per call 0.93x / 1.09x / 1.11x at 1 /
-16 / 64 clients, calls/s (medians) 1247 / 1023 / 572 against 494 / 977 / 517, added p50 at one
-client 0.50 ms against 0.47 ms. The CPU still above 28dbf9d's is spent outside this client
-(py-spy, GIL samples over the same 6,000 calls at 16 clients, this code against 28dbf9d's: the
-request checked against the pydantic request model, the LLM call record's field checks, the
-store writer's inserts, the header-timeout protocol; this client's share is unchanged).
+the same script (seven rounds in two runs, load average 11-17, so the calls/s of any one turn
+swing 2-4x with the host; CPU per call is the steadier figure), medians: calls/s 1175 / 790
+against 977 / 550 at 16 / 64 clients, CPU per call 0.99x / 1.13x / 1.01x at 1 / 16 / 64
+clients, added p50 at one client 0.506 ms against 0.482 ms. The CPU still above 28dbf9d's is
+spent outside this client (py-spy, GIL samples over the same 6,000 calls at 16 clients, this
+code against 28dbf9d's: the request checked against the pydantic request model, the LLM call
+record's field checks, the store writer's inserts, the header-timeout protocol; this client's
+share is unchanged).
 httpx was further behind still when the gateway last tried it (+0.32-0.34 ms p50 for the
 engine alone against aiohttp's +0.06 ms, 423 against 15.5k calls/s at 64 clients).
 """
