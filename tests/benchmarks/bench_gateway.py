@@ -6,13 +6,13 @@ concurrency level the same requests go first to the engine directly (the baselin
 then through the gateway; the difference of the latency percentiles is the gateway's
 added latency.
 
-The load generator is the small hand-written HTTP/1.1 client in ``raw_http.py``, so that it
-takes little of the machine from the processes it measures. ``--httpx`` and ``--aiohttp``
-also send the same requests straight to the engine, in the same run, through one
-``httpx.AsyncClient`` (HTTP/1.1, no connection limit, ``trust_env=False``) or through
-the gateway's own engine client, ``agl_trainer.gateway.upstream`` (one ``aiohttp.ClientSession``
-on a ``TCPConnector`` with no limit, no proxy lookup): what each library costs as an
-engine client over the hand-written one.
+The load generator is the gateway's own small HTTP/1.1 client (``raw_http.py``,
+``agl_trainer.gateway.upstream``), so that it takes little of the machine from the processes
+it measures. ``--httpx`` and ``--aiohttp`` also send the same requests straight to the engine,
+in the same run, through one ``httpx.AsyncClient`` (HTTP/1.1, no connection limit,
+``trust_env=False``) or one ``aiohttp.ClientSession`` with the levers that make it fastest
+(:class:`AiohttpClient`): what each library would cost as the gateway's engine client over
+the hand-written one. ``bench_gateway_ab`` compares two checkouts' whole gateways.
 
     .venv/bin/python -m tests.benchmarks.bench_gateway [--requests 3000] [--concurrency 1 64] [--httpx] [--aiohttp]
 """
@@ -34,7 +34,6 @@ from pathlib import Path
 
 import httpx
 
-from agl_trainer.gateway import upstream as gateway_upstream
 from tests.benchmarks.raw_http import ConnectionPool, Endpoint
 from tests.conftest import free_port, stop_process
 
@@ -108,6 +107,36 @@ def servers(tmp: str, pythonpath: str | None = None):
             stop_process(p, timeout_s=15)
 
 
+class AiohttpClient:
+    """aiohttp tuned as an engine client, as the gateway used it until it went back to its own
+    client: one ``ClientSession`` on a ``TCPConnector`` with no limit and 4 s keep-alive, no proxy
+    lookup, no decompression, every header fixed on the session (per-request headers and
+    ``skip_auto_headers`` cost aiohttp time), bodies read with ``read()``."""
+
+    def __init__(self, base_url: str, headers: dict[str, str]):
+        self.base_url = base_url
+        self.headers = {"User-Agent": "agl-bench", "Content-Type": "application/json", **headers}
+        self._session = None
+
+    async def post(self, path: str, payload: bytes) -> tuple[int, bytes]:
+        import aiohttp  # only for this comparison: agl does not depend on it
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0),
+                headers={"Accept-Encoding": "identity", **self.headers},
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0),
+                auto_decompress=False,
+                trust_env=False,
+            )
+        async with self._session.post(self.base_url + path, data=payload) as resp:
+            return resp.status, await resp.read()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
 class _Clients:
     """One client of each kind to the same base URL; ``send`` POSTs through the one named
     (``own``: the hand-written load generator)."""
@@ -125,14 +154,15 @@ class _Clients:
             timeout=httpx.Timeout(None, connect=5.0),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
         )
-        self.aiohttp = gateway_upstream.ConnectionPool(Endpoint.parse(base_url), headers=auth)
+        self.aiohttp = AiohttpClient(base_url, auth)
 
     async def send(self, engine: str, path: str, payload: bytes) -> tuple[int, bytes]:
         if engine == "httpx":
             resp = await self.httpx.post(path, content=payload, headers={"Content-Type": "application/json"})
             return resp.status_code, resp.content
-        pool = self.aiohttp if engine == "aiohttp" else self.pool
-        resp = await pool.request("POST", path, payload)
+        if engine == "aiohttp":
+            return await self.aiohttp.post(path, payload)
+        resp = await self.pool.request("POST", path, payload)
         return resp.status, await resp.read()
 
     async def close(self) -> None:

@@ -20,6 +20,7 @@ NAME = re.compile(r"\bAGL_[A-Z][A-Z0-9_]*\b")
 
 NOT_VARIABLES = {
     "AGL_OTEL_INSTRUMENT": "integrations/otel/README.md says there is no such variable",
+    "AGL_REPO": "agl.env's docstrings: a user's own name, which agl draws no warning for",
 }
 """``AGL_*`` names the docs may mention that agl does not read."""
 
@@ -72,8 +73,9 @@ def test_the_check_catches_a_literal(tmp_path):
 
 
 def test_every_name_the_code_and_docs_mention_is_declared():
-    """Docstrings, comments and READMEs may name variables, but only ones agl.env declares (or retired ones)."""
-    known = set(env.VARIABLES) | set(env.RETIRED) | set(env.READ_ELSEWHERE) | set(NOT_VARIABLES)
+    """Docstrings, comments and READMEs may name variables, but only ones agl.env declares (or retired,
+    renamed ones)."""
+    known = set(env.VARIABLES) | set(env.RETIRED) | set(env.RENAMED) | set(env.READ_ELSEWHERE) | set(NOT_VARIABLES)
     paths = [ROOT / "README.md", *_python_files()]
     for folder in SCANNED:
         paths += sorted(p for p in (ROOT / folder).rglob("*.md") if "node_modules" not in p.parts)
@@ -151,12 +153,18 @@ def test_a_retired_variable_in_use_names_its_successor(monkeypatch):
 
 
 def test_an_unknown_variable_is_named_with_the_one_it_likely_meant():
-    """A renamed switch (``AGL_LANGCHAIN``), a misspelling, a name close to nothing; agl's own
-    variables, retired ones and those the tests and setup scripts read are not unknown."""
+    """A renamed switch (``AGL_LANGCHAIN``), misspellings (a swap, a dropped letter, an extra
+    one); agl's own variables, retired ones, those the tests and setup scripts read, and names
+    far from all of agl's (a user's ``AGL_REPO``) are not unknown."""
     environ = {
         "AGL_LANGCHAIN": "1",
         "AGL_STORE_ULR": "x",
+        "AGL_STORE_TOKN": "x",
+        "AGL_ROLLOUT_KEYS": "k",
         "AGL_NOTHING_LIKE_IT": "1",
+        "AGL_REPO": "x",
+        "AGL_VENV": "x",
+        "AGL_STORE": "x",
         "AGL_STORE_URL": "x",
         "AGL_UPSTREAM_API_KEY": "k",
         **dict.fromkeys(env.READ_ELSEWHERE, "1"),
@@ -165,11 +173,27 @@ def test_an_unknown_variable_is_named_with_the_one_it_likely_meant():
     assert env.unknown(environ) == {
         "AGL_LANGCHAIN": "AGL_LANGCHAIN_INSTRUMENT",
         "AGL_STORE_ULR": "AGL_STORE_URL",
-        "AGL_NOTHING_LIKE_IT": None,
+        "AGL_STORE_TOKN": "AGL_STORE_TOKEN",
+        "AGL_ROLLOUT_KEYS": "AGL_ROLLOUT_KEY",
     }
     assert env.unknown_line("AGL_LANGCHAIN", "AGL_LANGCHAIN_INSTRUMENT") == (
         "$AGL_LANGCHAIN is set but agl reads no such variable; did you mean $AGL_LANGCHAIN_INSTRUMENT?"
     )
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "distance"),
+    [
+        ("AGL_STORE_URL", "AGL_STORE_URL", 0),
+        ("AGL_STORE_ULR", "AGL_STORE_URL", 1),  # a swap of neighbours is one edit
+        ("AGL_STORE_TOKN", "AGL_STORE_TOKEN", 1),
+        ("AGL_STOR_TOKN", "AGL_STORE_TOKEN", 2),
+        ("AGL_STR_TOKN", "AGL_STORE_TOKEN", 3),  # past the limit: limit + 1
+        ("AGL_REPO", "AGL_ROLLOUT_ID", 3),
+    ],
+)
+def test_edit_distance_counts_single_character_edits_up_to_its_limit(a, b, distance):
+    assert env.edit_distance(a, b) == distance == env.edit_distance(b, a)
 
 
 def test_an_unknown_variable_is_warned_about_once_a_process(monkeypatch, caplog):
@@ -188,7 +212,13 @@ READS = re.compile(r"""(?:environ(?:\.get\(|\[)|setenv\(|\$\{?)["']?(AGL_[A-Z][A
 def test_the_variables_tests_and_setup_scripts_read_are_known():
     """What tests/, scripts/ and the Makefile read is agl's or in ``env.READ_ELSEWHERE``: set, it
     draws no warning. Names a test sets on purpose to be unknown are listed here."""
-    deliberately_unknown = {"AGL_LANGCHAIN_INSTRUMNT", "AGL_OPENAI_AGENT_INSTRUMENT", "AGL_LANGCHAIN", "AGL_STORE_ULR"}
+    deliberately_unknown = {
+        "AGL_LANGCHAIN_INSTRUMNT",
+        "AGL_OPENAI_AGENT_INSTRUMENT",
+        "AGL_LANGCHAIN",
+        "AGL_STORE_ULR",
+        "AGL_STORE_TOKN",
+    }
     paths = [ROOT / "Makefile", *sorted((ROOT / "scripts").glob("*.sh")), *sorted((ROOT / "tests").rglob("*.py"))]
     paths.remove(Path(__file__).resolve())  # its samples are unknown on purpose
     read = {(p.relative_to(ROOT).as_posix(), name) for p in paths for name in READS.findall(p.read_text())}

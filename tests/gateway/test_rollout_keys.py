@@ -155,3 +155,30 @@ def test_a_straggler_of_the_last_attempt_does_not_lock_out_the_next_one(gateway,
     )
     (again,) = store.claim("runner-b")
     assert chat(gateway, path, gateway.rollout_key("ro-s", again.attempt)).status_code == 200
+
+
+def test_a_rollouts_first_call_asks_the_store_about_it_once(gateway, store, rollout, key, monkeypatch):
+    """The key check and the rollout's ``seq`` and settings come from one lookup: one
+    ``get_rollout`` for the first call, none for the next ones while the answer is fresh; with
+    no time to trust it, each call asks again, and a finished rollout's key is refused."""
+    asked: list[str] = []
+    real = store.get_rollout
+
+    def counting(rollout_id: str):
+        asked.append(rollout_id)
+        return real(rollout_id)
+
+    monkeypatch.setattr(store, "get_rollout", counting)
+    path = f"/rollouts/{rollout}/v1/chat/completions"
+    assert chat(gateway, path, key).status_code == 200
+    assert asked == [rollout]
+    assert [chat(gateway, path, key).status_code for _ in range(3)] == [200, 200, 200]
+    assert asked == [rollout]
+    assert [c.seq for c in calls_of(gateway, store, rollout)] == [0, 1, 2, 3]
+    gateway.registry.status_ttl_s = 0.0
+    assert chat(gateway, path, key).status_code == 200
+    assert asked == [rollout, rollout]
+    store.finish(rollout, RolloutStatus.SUCCEEDED)
+    refused = chat(gateway, path, key)
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "rollout_key_expired"
+    assert "(the rollout is succeeded)" in refused.json()["error"]["message"]

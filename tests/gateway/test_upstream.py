@@ -1,4 +1,4 @@
-"""The gateway's engine client (aiohttp) against a real socket server that misbehaves on purpose."""
+"""The gateway's engine client against a real socket server that misbehaves on purpose."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from agl.retry import is_transient
+from agl_trainer.gateway import upstream
 from agl_trainer.gateway.upstream import ConnectionPool, Endpoint, UpstreamConnectError
 from tests.conftest import free_port
 
@@ -100,6 +101,51 @@ def test_closing_a_pool_lets_an_answer_being_read_finish_then_refuses_new_reques
             with pytest.raises(UpstreamConnectError, match="removed from the gateway"):
                 await pool.request("GET", "/models")
         finally:
+            listening.close()
+
+    asyncio.run(scenario())
+
+
+class CountingServer:
+    """Answers every request on a connection, counting connections and requests."""
+
+    def __init__(self):
+        self.connections = 0
+        self.requests = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        while True:
+            try:
+                await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                break
+            self.requests += 1
+            writer.write(OK)
+            await writer.drain()
+        writer.close()
+
+
+def test_a_connection_is_reused_while_fresh_and_replaced_once_idle_past_the_keepalive(monkeypatch):
+    """Kept-alive connections carry the next requests; one idle longer than ``KEEPALIVE_S`` (under
+    the engine's own keep-alive, which would close it any moment) is closed, not reused."""
+    monkeypatch.setattr(upstream, "KEEPALIVE_S", 0.2)
+
+    async def scenario() -> None:
+        server = CountingServer()
+        listening = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+        pool = ConnectionPool(Endpoint.parse(f"http://127.0.0.1:{listening.sockets[0].getsockname()[1]}/v1"))
+        try:
+            for _ in range(3):
+                resp = await pool.request("GET", "/models")
+                assert await resp.read() == b"{}"
+            assert (server.connections, server.requests) == (1, 3)
+            await asyncio.sleep(0.3)
+            resp = await pool.request("GET", "/models")
+            assert await resp.read() == b"{}"
+            assert (server.connections, server.requests) == (2, 4)
+        finally:
+            await pool.close()
             listening.close()
 
     asyncio.run(scenario())

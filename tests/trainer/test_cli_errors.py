@@ -222,6 +222,23 @@ def test_an_agl_variable_agl_does_not_read_is_warned_about_once(workdir):
     assert _one_line_error(done.stderr).startswith("no such store")
 
 
+def test_a_users_own_agl_variable_draws_no_warning(workdir):
+    """``AGL_REPO`` and ``AGL_VENV`` are a user's own names, nothing like agl's: ``agl plugins``
+    runs as if they were unset, stderr empty."""
+    done = _agl("plugins", cwd=workdir, env={"AGL_REPO": "x", "AGL_VENV": "/tmp/venv"})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+
+
+def test_a_misspelled_agl_variable_is_warned_about_once_naming_the_right_one(workdir):
+    """``AGL_STORE_TOKN`` is one letter from ``AGL_STORE_TOKEN``: one warning naming it."""
+    done = _agl("plugins", cwd=workdir, env={"AGL_STORE_TOKN": "x"})
+    line = "$AGL_STORE_TOKN is set but agl reads no such variable; did you mean $AGL_STORE_TOKEN?"
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count(line) == 1, done.stderr
+    assert [w for w in done.stderr.splitlines() if w.strip() and line not in w] == []
+
+
 @pytest.fixture
 def taken_port():
     """A port another process's server listens on (a socket listening on it here)."""

@@ -14,7 +14,6 @@ spells the same name as :data:`LANGCHAIN_INSTRUMENT` and the others.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 from collections.abc import Mapping
@@ -174,6 +173,17 @@ RETIRED: dict[str, Variable] = {
 """Variables agl read once, each with the one that took its place (a reader that would have
 read one refuses to start while it is set, naming its successor)."""
 
+RENAMED: dict[str, Variable] = {
+    "AGL_LANGCHAIN": LANGCHAIN_INSTRUMENT,
+}
+"""Names agl's switches had before they were renamed, each with its present name: nothing reads
+them any more (unlike :data:`RETIRED`, setting one stops nothing), so :func:`warn_unknown` names
+the present one."""
+
+MISSPELLING_DISTANCE = 2
+"""How many single-character edits (insertions, deletions, substitutions, swaps of two neighbours)
+an ``AGL_*`` name may be from one of agl's variables to count as its misspelling."""
+
 READ_ELSEWHERE: dict[str, str] = {
     "AGL_FUZZ_SEED": "tests/reliability: the fuzzer's seed, to replay a failure",
     "AGL_FUZZ_REQUESTS": "tests/reliability: how many requests the fuzzer sends each server",
@@ -190,21 +200,49 @@ def retired_in_use() -> list[str]:
     return [f"${old} is no longer read: set ${new} instead" for old, new in RETIRED.items() if old in os.environ]
 
 
+_KNOWN = frozenset(map(str, VARIABLES)) | RETIRED.keys() | READ_ELSEWHERE.keys()
 _log = logging.getLogger(__name__)
 _warned: set[str] = set()
 
 
-def unknown(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
-    """``AGL_*`` variables set in ``environ`` (default: this process's) that nothing reads, each
-    with the variable it most likely meant (None when none is close): a misspelling, or a name
-    agl never had (the old name of a renamed switch)."""
+def edit_distance(a: str, b: str, limit: int = MISSPELLING_DISTANCE) -> int:
+    """The optimal-string-alignment distance between ``a`` and ``b`` (Levenshtein's, with a swap of
+    two neighbouring characters one edit), or ``limit + 1`` for any distance past ``limit``."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    before: list[int] | None = None
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        now = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            now[j] = min(row[j] + 1, now[j - 1] + 1, row[j - 1] + (ca != cb))
+            if before is not None and i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                now[j] = min(now[j], before[j - 2] + 1)
+        before, row = row, now
+    return min(row[-1], limit + 1)
+
+
+def likely_meant(name: str) -> str | None:
+    """The agl variable an ``AGL_*`` name that nothing reads most likely meant: the present name
+    of a renamed switch, else the nearest of agl's variables within :data:`MISSPELLING_DISTANCE`
+    edits (None: not a name of agl's, such as a user's own ``AGL_REPO``)."""
+    if name in RENAMED:
+        return str(RENAMED[name])
+    distances = {str(v): edit_distance(name, v) for v in VARIABLES}
+    nearest = min(distances, key=distances.__getitem__)
+    return nearest if distances[nearest] <= MISSPELLING_DISTANCE else None
+
+
+def unknown(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``AGL_*`` variables set in ``environ`` (default: this process's) that nothing reads and that
+    look meant for agl, each with the variable it most likely meant: a misspelling of one of
+    agl's variables or a renamed switch's old name. Other ``AGL_*`` names (a user's own
+    ``AGL_REPO``) are none of agl's business and are left out."""
     environ = os.environ if environ is None else environ
-    names = [str(v) for v in VARIABLES]
-    found: dict[str, str | None] = {}
+    found: dict[str, str] = {}
     for name in environ:
-        if name.startswith("AGL_") and name not in names and name not in RETIRED and name not in READ_ELSEWHERE:
-            close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-            found[name] = close[0] if close else None
+        if name.startswith("AGL_") and name not in _KNOWN and (target := likely_meant(name)) is not None:
+            found[name] = target
     return found
 
 

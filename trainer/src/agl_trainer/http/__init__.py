@@ -9,7 +9,9 @@
 - :mod:`~agl_trainer.http.header_timeout`: :func:`http_protocol`, uvicorn's protocol closing a
   connection whose request headers are not in within a bound (``DEFAULT_HEADER_TIMEOUT_S``);
 - :mod:`~agl_trainer.http.bearer`: who sent a request (:class:`Caller`), found by its bearer
-  credential among the server's tokens and rollout keys (:func:`caller_by_bearer`).
+  credential among the server's tokens and rollout keys (:func:`caller_by_bearer`);
+- :mod:`~agl_trainer.http.running`: whether a rollout key still works (:func:`expired_reason`),
+  and the cache of running rollouts both servers keep (:class:`RunningRollouts`).
 """
 
 from agl_trainer.http.bearer import Caller, caller_by_bearer
@@ -26,6 +28,7 @@ from agl_trainer.http.request_body import (
     declared_length,
     read_body,
 )
+from agl_trainer.http.running import RunningRollouts, expired_reason
 from agl_trainer.http.sse import DONE_EVENT, SSE_HEADERS, data_event, named_event
 from agl_trainer.http.thread import BackgroundServer
 
@@ -41,11 +44,13 @@ __all__ = [
     "BodyTooLarge",
     "Caller",
     "ClientDisconnect",
+    "RunningRollouts",
     "UnsupportedEncoding",
     "body_encoding",
     "caller_by_bearer",
     "data_event",
     "declared_length",
+    "expired_reason",
     "http_protocol",
     "named_event",
     "read_body",

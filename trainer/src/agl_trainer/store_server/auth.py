@@ -22,15 +22,14 @@ a span, LLM call or reward whose id is stored under another rollout.
 
 A refused route is 403 naming the scope; an observation of another rollout is 403 naming
 the rollout. That a rollout runs is asked of the store (or learnt from a claim) and kept
-``status_ttl_s`` (1 s), so a key stops working at most that long after its attempt ended;
-a rollout found not running is asked again next time, so a claim opens it at once.
+``status_ttl_s`` (1 s) in the cache the gateway keeps too
+(:class:`agl_trainer.http.running.RunningRollouts`), so a key stops working at most that long
+after its attempt ended; a rollout found not running is asked again next time, so a claim
+opens it at once.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -42,6 +41,7 @@ from agl.errors import IdConflict
 from agl.schema import GRADER_SOURCES, ROLLOUT_REWARD_ID, TRUSTED_SOURCES, RolloutStatus
 from agl.store.base import Store
 from agl_trainer.http.bearer import ADMIN, ROLLOUT, Caller, caller_by_bearer
+from agl_trainer.http.running import RunningRollouts, expired_reason
 
 RUNNER = "runner"
 """The runner token's scope (beside :data:`ADMIN` and :data:`ROLLOUT`)."""
@@ -112,10 +112,7 @@ class StoreAuth:
         self.token = token
         self.runner_token = runner_token
         self.keys = keys
-        self.status_ttl_s = status_ttl_s
-        self.max_cached = max_cached
-        self._status: OrderedDict[str, tuple[float, RolloutStatus, int]] = OrderedDict()
-        self._lock = threading.Lock()
+        self.running = RunningRollouts(ttl_s=status_ttl_s, max_cached=max_cached)
 
     # -- who ---------------------------------------------------------------------------
     def identify(self, headers: Iterable[tuple[bytes, bytes]]) -> Caller | None:
@@ -139,12 +136,9 @@ class StoreAuth:
         if caller.scope != ROLLOUT:
             return
         status, attempt = self._statuses([caller.rollout_id]).get(caller.rollout_id, (None, None))
-        if status != RolloutStatus.RUNNING or attempt != caller.attempt:
-            raise Refused(
-                401,
-                f"this rollout key has expired: rollout {caller.rollout_id!r} attempt {caller.attempt} "
-                "is no longer running",
-            )
+        reason = expired_reason(caller.rollout_id, caller.attempt, status, attempt)
+        if reason is not None:
+            raise Refused(401, reason)
 
     def check_rollout(self, caller: Caller, rollout_id: str | None, what: str) -> None:
         """``what`` names ``rollout_id``: refused unless the caller may touch that rollout."""
@@ -177,36 +171,25 @@ class StoreAuth:
 
     def _statuses(self, rollout_ids: list[str]) -> dict[str, tuple[RolloutStatus, int]]:
         """``{rollout_id: (status, attempt)}`` for the known ones, from the cache or the store."""
-        now = time.monotonic()
         out: dict[str, tuple[RolloutStatus, int]] = {}
         missing = []
-        with self._lock:
-            for rid in rollout_ids:
-                hit = self._status.get(rid)
-                if hit is not None and now - hit[0] <= self.status_ttl_s:
-                    out[rid] = (hit[1], hit[2])
-                else:
-                    missing.append(rid)
+        for rid in rollout_ids:
+            attempt = self.running.attempt(rid)
+            if attempt is None:
+                missing.append(rid)
+            else:
+                out[rid] = (RolloutStatus.RUNNING, attempt)
         if missing:
-            found = list(self.store.query_rollouts(rollout_ids=missing))
-            for r in found:
+            for r in self.store.query_rollouts(rollout_ids=missing):
                 out[r.rollout_id] = (r.status, r.attempt)
-            self._remember(r for r in found if r.status == RolloutStatus.RUNNING)
+                self.running.remember(r.rollout_id, r.status, r.attempt)
         return out
-
-    def _remember(self, running: Iterable[Any]) -> None:
-        now = time.monotonic()
-        with self._lock:
-            for r in running:
-                self._status[r.rollout_id] = (now, RolloutStatus.RUNNING, r.attempt)
-                self._status.move_to_end(r.rollout_id)
-            while len(self._status) > self.max_cached:
-                self._status.popitem(last=False)
 
     def claim_keys(self, rollouts: Iterable[Any]) -> dict[str, str] | None:
         """The key of each claimed rollout, for the claim's answer (None without a secret)."""
         rollouts = list(rollouts)
-        self._remember(rollouts)  # just claimed: running
+        for r in rollouts:
+            self.running.remember(r.rollout_id, RolloutStatus.RUNNING, r.attempt)  # just claimed
         if self.keys is None:
             return None
         return {r.rollout_id: self.keys.mint(r.rollout_id, r.attempt) for r in rollouts}
