@@ -1,0 +1,201 @@
+"""The bulk reads that building transitions makes (:meth:`agl.store.base.Store.transition_rows` and its
+siblings): their typed rows, and the default implementations through the store's public queries.
+
+A row holds only the fields the build reads, the token ids as little-endian int32 bytes and the
+logprobs as float32 bytes, as a SQL store keeps them, so a backend that reads its columns directly
+(:class:`~agl.store.sql.SqlStore`) decodes no record whole. The defaults here work on any store,
+one record at a time (only slower).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from agl.errors import NotFound
+from agl.schema import Task
+from agl.tokens import to_bytes
+
+if TYPE_CHECKING:
+    from agl.store.base import Store
+
+RESPONSE_ID = "gen_ai.response.id"
+AGENT_NAME = "gen_ai.agent.name"
+INPUT_MESSAGES = "gen_ai.input.messages"
+OUTPUT_MESSAGES = "gen_ai.output.messages"
+
+
+@dataclass(slots=True)
+class CallRow:
+    """One LLM call (gateway record) of a rollout, as building transitions reads it."""
+
+    rollout_id: str
+    call_id: str
+    seq: int | None
+    created_at: float | None
+    model_version: str | None
+    prompt_ids: bytes
+    """Little-endian int32 token ids."""
+    response_ids: bytes
+    """Little-endian int32 token ids."""
+    response_logprobs: bytes | None
+    """Little-endian float32, or None."""
+    behaviour_logprobs: bytes | None
+    """Little-endian float32, or None."""
+    policy: str | None
+
+
+@dataclass(slots=True)
+class SpanRow:
+    """One LLM span (kind ``llm``) of a rollout, without its messages."""
+
+    rollout_id: str
+    span_id: str
+    seq: int | None
+    start_time: float
+    end_time: float | None
+    response_id: str | None
+    """The ``gen_ai.response.id`` attribute as :func:`attribute_text` gives it."""
+    agent: str | None
+    """The ``gen_ai.agent.name`` attribute as :func:`attribute_text` gives it."""
+
+
+@dataclass(slots=True)
+class RewardRow:
+    """One reward of a rollout."""
+
+    rollout_id: str
+    reward_id: str
+    name: str
+    value: float
+    source: str | None
+    created_at: float | None
+
+
+class TransitionRows(NamedTuple):
+    """The records of some rollouts that building transitions reads, each list grouped by rollout,
+    each rollout's records in the order they were stored."""
+
+    calls: list[CallRow]
+    spans: list[SpanRow]
+    """LLM spans (kind ``llm``) only."""
+    rewards: list[RewardRow]
+
+
+@dataclass(slots=True)
+class SpanMessages:
+    """A span's ``gen_ai.input.messages`` and ``gen_ai.output.messages`` attributes: a string as it
+    is, a structure as its JSON text, None where the span has none."""
+
+    span_id: str
+    input: Any
+    output: Any
+
+
+@dataclass(slots=True)
+class CallPayload:
+    """The JSON text of an LLM call's request and response bodies (None where there was none)."""
+
+    call_id: str
+    request: str | None
+    response: str | None
+
+
+def attribute_text(value: Any) -> str | None:
+    """A span attribute as a text column holds it: a string as it is, None as None, a structure
+    as its JSON text, anything else as ``str`` gives it."""
+    if value is None or value.__class__ is str:
+        return value
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"), allow_nan=True)
+    return str(value)
+
+
+def _json_value(value: Any) -> Any:
+    """A JSON value as SQLite's ``json_extract`` gives it: a structure as its JSON text, the rest as it is."""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"), allow_nan=True)
+    return value
+
+
+def _optional_bytes(values: Any) -> bytes | None:
+    return None if values is None else to_bytes(values)
+
+
+def transition_rows(store: Store, rollout_ids: Sequence[str]) -> TransitionRows:
+    """:meth:`Store.transition_rows <agl.store.base.Store.transition_rows>` through the public queries."""
+    ids = list(rollout_ids)
+    calls = [
+        CallRow(
+            c.rollout_id,
+            c.call_id,
+            c.seq,
+            c.created_at,
+            c.model_version,
+            to_bytes(c.prompt_ids),
+            to_bytes(c.response_ids),
+            _optional_bytes(c.response_logprobs),
+            _optional_bytes(c.behaviour_logprobs),
+            c.policy,
+        )
+        for c in store.query_llm_calls(rollout_ids=ids)
+    ]
+    spans = [
+        SpanRow(
+            s.rollout_id,
+            s.span_id,
+            s.seq,
+            s.start_time,
+            s.end_time,
+            attribute_text(s.attributes.get(RESPONSE_ID)),
+            attribute_text(s.attributes.get(AGENT_NAME)),
+        )
+        for s in store.query_spans(rollout_ids=ids, kind="llm")
+    ]
+    rewards = [
+        RewardRow(r.rollout_id, r.reward_id, r.name, r.value, r.source, r.created_at)
+        for r in store.query_rewards(rollout_ids=ids)
+    ]
+    return TransitionRows(calls, spans, rewards)
+
+
+def span_messages(store: Store, span_ids: Sequence[str]) -> list[SpanMessages]:
+    """:meth:`Store.span_messages <agl.store.base.Store.span_messages>` through the public queries:
+    the store's LLM spans are read until every one asked for is found (the queries have no span-id
+    filter, so this reads up to every LLM span)."""
+    wanted = set(span_ids)
+    found: list[SpanMessages] = []
+    if not wanted:
+        return found
+    for s in store.query_spans(kind="llm"):
+        if s.span_id in wanted:
+            a = s.attributes
+            found.append(
+                SpanMessages(s.span_id, _json_value(a.get(INPUT_MESSAGES)), _json_value(a.get(OUTPUT_MESSAGES)))
+            )
+            wanted.discard(s.span_id)
+            if not wanted:
+                break
+    return found
+
+
+def call_payloads(store: Store, call_ids: Sequence[str]) -> list[CallPayload]:
+    """:meth:`Store.call_payloads <agl.store.base.Store.call_payloads>` through ``query_llm_calls``."""
+
+    def text(body: dict[str, Any] | None) -> str | None:
+        return None if body is None else json.dumps(body, separators=(",", ":"), allow_nan=True)
+
+    return [CallPayload(c.call_id, text(c.request), text(c.response)) for c in store.query_llm_calls(call_ids=call_ids)]
+
+
+def get_tasks(store: Store, task_ids: Sequence[str]) -> dict[str, Task]:
+    """:meth:`Store.get_tasks <agl.store.base.Store.get_tasks>`: one ``get_task`` each."""
+    out: dict[str, Task] = {}
+    for task_id in task_ids:
+        try:
+            out[task_id] = store.get_task(task_id)
+        except NotFound:
+            continue
+    return out
