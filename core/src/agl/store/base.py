@@ -24,12 +24,9 @@ from typing import Any, TypedDict, Unpack
 from agl.env import STORE_URL
 from agl.errors import ConfigError
 from agl.schema import LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, StoreStats, Task
-from agl.store import batch as _batch
-from agl.store import bulk as _bulk
-from agl.store import listing as _listing
-from agl.store.batch import BatchOutcome, WriteBatch
-from agl.store.bulk import CallPayload, SpanMessages, TransitionRows
-from agl.store.listing import RolloutListQuery, RolloutPage, RunSummary
+from agl.store.batch import BatchWrites
+from agl.store.bulk import BulkReads
+from agl.store.listing import ListingReads
 
 
 class RolloutQuery(TypedDict, total=False):
@@ -103,8 +100,15 @@ def with_defaults(options: type[Mapping[str, Any]], given: Mapping[str, Any], me
     return {name: given.get(name, _OPTION_DEFAULTS.get(name)) for name in names}
 
 
-class Store(abc.ABC):
-    """Tasks, rollouts, spans, LLM call records, rewards and model versions."""
+class Store(BatchWrites, BulkReads, ListingReads, abc.ABC):
+    """Tasks, rollouts, spans, LLM call records, rewards and model versions.
+
+    Besides the abstract methods every backend implements, the interface has methods with a
+    default that works on any backend through the ones above, only slower, and that a backend
+    may implement better: the batched writes (:class:`~agl.store.batch.BatchWrites`), the bulk
+    reads of building transitions (:class:`~agl.store.bulk.BulkReads`) and the dashboard's reads
+    (:class:`~agl.store.listing.ListingReads`, and :meth:`count_spans`).
+    """
 
     # -- tasks ---------------------------------------------------------------------
     @abc.abstractmethod
@@ -243,60 +247,15 @@ class Store(abc.ABC):
         """The step records stored (of one run, or all), oldest first, each with its ``run_id``."""
         return []
 
-    # -- batched writes --------------------------------------------------------------
-    def write_batch(self, batch: WriteBatch) -> BatchOutcome:
-        """Several callers' writes at once (the store server's ``/v1/batch``); each claim's and finish's
-        outcome is its result or its exception, a failed observation write raises once the rest has run.
-        A SQL store commits them together; this default calls each part's own method."""
-        return _batch.write_one_by_one(self, batch)
-
-    def writer_idle(self) -> bool:
-        """Whether :meth:`write_batch` called now would run at once on the calling thread, queued
-        behind no other write: a hint for a caller on an event loop (the store server then runs a
-        batch on its loop instead of a worker thread). A store that cannot tell says False."""
-        return False
-
+    # -- the settings and defaults a backend may override -------------------------------
     max_wait_s: float | None = None
     """How long a call retries a transient failure (a locked database) before it fails with
     :class:`~agl.errors.StoreUnavailable`; None leaves it to the store's retry count. A store
     that does not retry ignores it."""
 
-    # -- bulk reads for building transitions ------------------------------------------
-    def transition_rows(self, rollout_ids: Sequence[str]) -> TransitionRows:
-        """What building transitions reads of these rollouts (:class:`~agl.store.bulk.TransitionRows`).
-        The default reads them through the queries, every record whole (:mod:`agl.store.bulk`)."""
-        return _bulk.transition_rows(self, rollout_ids)
-
-    def span_messages(self, span_ids: Sequence[str]) -> list[SpanMessages]:
-        """The messages of these LLM spans (ids not stored left out); the default reads LLM spans till all are found."""
-        return _bulk.span_messages(self, span_ids)
-
-    def call_payloads(self, call_ids: Sequence[str]) -> list[CallPayload]:
-        """The request and response bodies of these LLM calls (ids the store lacks are left out)."""
-        return _bulk.call_payloads(self, call_ids)
-
-    def get_tasks(self, task_ids: Sequence[str]) -> dict[str, Task]:
-        """These tasks by id; ids not in the store are left out. The default: one :meth:`get_task` each."""
-        return _bulk.get_tasks(self, task_ids)
-
-    # -- what the dashboard reads -------------------------------------------------------
-    def list_rollouts(self, query: RolloutListQuery) -> RolloutPage:
-        """One page of rollouts (:class:`~agl.store.listing.RolloutListQuery`) with their final reward and
-        first agent, and how many match in all. The default reads every matching rollout through the
-        queries (:func:`agl.store.listing.list_rollouts`); a SQL store reads one page in one statement."""
-        return _listing.list_rollouts(self, query)
-
     def count_spans(self, **query: Unpack[SpanQuery]) -> int:
         """How many spans match every given filter (:class:`SpanQuery`). The default counts :meth:`query_spans`."""
         return sum(1 for _ in self.query_spans(**query))
-
-    def runs(self) -> list[RunSummary]:
-        """Every run with step records, newest first: how many records each has and when the last came."""
-        return _listing.runs(self)
-
-    def latest_step_records(self, kind: str) -> dict[str, dict]:
-        """Each run's last stored step record of this ``kind`` (as :meth:`step_records` gives it), by run id."""
-        return _listing.latest_step_records(self, kind)
 
     # -- the rest ------------------------------------------------------------------
     @abc.abstractmethod

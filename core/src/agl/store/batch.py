@@ -2,20 +2,16 @@
 
 The store server's ``/v1/batch`` is one :class:`WriteBatch`: the observations, claims and
 finishes that clients' coalescers sent together. A SQL store queues them all at once so they
-share one group commit; the default (:func:`write_one_by_one`) runs each part through its own
-store method.
+share one group commit; the default (:class:`BatchWrites`, which :class:`~agl.store.base.Store`
+inherits) runs each part through its own store method.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from agl.schema import LLMCall, Reward, Rollout, RolloutStatus, Span
-
-if TYPE_CHECKING:
-    from agl.store.base import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,31 +54,6 @@ class BatchOutcome:
     finishes: list[Rollout | Exception]
 
 
-def write_one_by_one(store: Store, batch: WriteBatch) -> BatchOutcome:
-    """:meth:`Store.write_batch <agl.store.base.Store.write_batch>` through the store's own methods:
-    the observations, then each claim, then each finish. Every part runs; a failed observation
-    write is raised once the rest has run."""
-    failure: Exception | None = None
-    for write, items in ((store.add_spans, batch.spans), (store.add_llm_calls, batch.llm_calls)):
-        failure = _run_write(write, items, failure)
-    failure = _run_write(store.add_rewards, batch.rewards, failure)
-    claims: list[list[Rollout] | Exception] = []
-    for c in batch.claims:
-        try:
-            claims.append(store.claim(c.runner_id, limit=c.limit, claim_id=c.claim_id))
-        except Exception as exc:
-            claims.append(exc)
-    finishes: list[Rollout | Exception] = []
-    for f in batch.finishes:
-        try:
-            finishes.append(store.finish(f.rollout_id, f.status, error=f.error, output=f.output, attempt=f.attempt))
-        except Exception as exc:
-            finishes.append(exc)
-    if failure is not None:
-        raise failure
-    return BatchOutcome(claims, finishes)
-
-
 def _run_write(write, items: Sequence[object], failure: Exception | None) -> Exception | None:
     """``write(items)`` where there are items; the first failure so far."""
     if not items:
@@ -92,3 +63,39 @@ def _run_write(write, items: Sequence[object], failure: Exception | None) -> Exc
     except Exception as exc:
         return failure or exc
     return failure
+
+
+class BatchWrites:
+    """The batched writes of :class:`~agl.store.base.Store`, by default one part at a time (a mixin
+    of the interface: ``self`` is the store)."""
+
+    def write_batch(self, batch: WriteBatch) -> BatchOutcome:
+        """Several callers' writes at once (the store server's ``/v1/batch``): each claim's and finish's
+        outcome is its result or the exception it raised; a failed observation write raises once the
+        rest has run. A SQL store commits them together; this default calls each part's own method:
+        the observations, then each claim, then each finish."""
+        failure: Exception | None = None
+        for write, items in ((self.add_spans, batch.spans), (self.add_llm_calls, batch.llm_calls)):
+            failure = _run_write(write, items, failure)
+        failure = _run_write(self.add_rewards, batch.rewards, failure)
+        claims: list[list[Rollout] | Exception] = []
+        for c in batch.claims:
+            try:
+                claims.append(self.claim(c.runner_id, limit=c.limit, claim_id=c.claim_id))
+            except Exception as exc:
+                claims.append(exc)
+        finishes: list[Rollout | Exception] = []
+        for f in batch.finishes:
+            try:
+                finishes.append(self.finish(f.rollout_id, f.status, error=f.error, output=f.output, attempt=f.attempt))
+            except Exception as exc:
+                finishes.append(exc)
+        if failure is not None:
+            raise failure
+        return BatchOutcome(claims, finishes)
+
+    def writer_idle(self) -> bool:
+        """Whether :meth:`write_batch` called now would run at once on the calling thread, queued
+        behind no other write: a hint for a caller on an event loop (the store server then runs a
+        batch on its loop instead of a worker thread). A store that cannot tell says False."""
+        return False

@@ -1,5 +1,6 @@
 """The bulk reads that building transitions makes (:meth:`agl.store.base.Store.transition_rows` and its
-siblings): their typed rows, and the default implementations through the store's public queries.
+siblings): their typed rows, and their default implementations (:class:`BulkReads`, which
+:class:`~agl.store.base.Store` inherits) through the store's public queries.
 
 A row holds only the fields the build reads, the token ids as little-endian int32 bytes and the
 logprobs as float32 bytes, as a SQL store keeps them, so a backend that reads its columns directly
@@ -12,14 +13,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from agl.errors import NotFound
 from agl.schema import Task
 from agl.tokens import to_bytes
-
-if TYPE_CHECKING:
-    from agl.store.base import Store
 
 RESPONSE_ID = "gen_ai.response.id"
 AGENT_NAME = "gen_ai.agent.name"
@@ -124,78 +122,80 @@ def _optional_bytes(values: Any) -> bytes | None:
     return None if values is None else to_bytes(values)
 
 
-def transition_rows(store: Store, rollout_ids: Sequence[str]) -> TransitionRows:
-    """:meth:`Store.transition_rows <agl.store.base.Store.transition_rows>` through the public queries."""
-    ids = list(rollout_ids)
-    calls = [
-        CallRow(
-            c.rollout_id,
-            c.call_id,
-            c.seq,
-            c.created_at,
-            c.model_version,
-            to_bytes(c.prompt_ids),
-            to_bytes(c.response_ids),
-            _optional_bytes(c.response_logprobs),
-            _optional_bytes(c.behaviour_logprobs),
-            c.policy,
-        )
-        for c in store.query_llm_calls(rollout_ids=ids)
-    ]
-    spans = [
-        SpanRow(
-            s.rollout_id,
-            s.span_id,
-            s.seq,
-            s.start_time,
-            s.end_time,
-            attribute_text(s.attributes.get(RESPONSE_ID)),
-            attribute_text(s.attributes.get(AGENT_NAME)),
-        )
-        for s in store.query_spans(rollout_ids=ids, kind="llm")
-    ]
-    rewards = [
-        RewardRow(r.rollout_id, r.reward_id, r.name, r.value, r.source, r.created_at)
-        for r in store.query_rewards(rollout_ids=ids)
-    ]
-    return TransitionRows(calls, spans, rewards)
+class BulkReads:
+    """The bulk reads of :class:`~agl.store.base.Store`, by default through its queries (a mixin
+    of the interface: ``self`` is the store)."""
 
-
-def span_messages(store: Store, span_ids: Sequence[str]) -> list[SpanMessages]:
-    """:meth:`Store.span_messages <agl.store.base.Store.span_messages>` through the public queries:
-    the store's LLM spans are read until every one asked for is found (the queries have no span-id
-    filter, so this reads up to every LLM span)."""
-    wanted = set(span_ids)
-    found: list[SpanMessages] = []
-    if not wanted:
-        return found
-    for s in store.query_spans(kind="llm"):
-        if s.span_id in wanted:
-            a = s.attributes
-            found.append(
-                SpanMessages(s.span_id, _json_value(a.get(INPUT_MESSAGES)), _json_value(a.get(OUTPUT_MESSAGES)))
+    def transition_rows(self, rollout_ids: Sequence[str]) -> TransitionRows:
+        """What building transitions reads of these rollouts: their LLM calls, LLM spans and rewards,
+        without messages or payloads. The default reads them through the queries, every record whole."""
+        ids = list(rollout_ids)
+        calls = [
+            CallRow(
+                c.rollout_id,
+                c.call_id,
+                c.seq,
+                c.created_at,
+                c.model_version,
+                to_bytes(c.prompt_ids),
+                to_bytes(c.response_ids),
+                _optional_bytes(c.response_logprobs),
+                _optional_bytes(c.behaviour_logprobs),
+                c.policy,
             )
-            wanted.discard(s.span_id)
-            if not wanted:
-                break
-    return found
+            for c in self.query_llm_calls(rollout_ids=ids)
+        ]
+        spans = [
+            SpanRow(
+                s.rollout_id,
+                s.span_id,
+                s.seq,
+                s.start_time,
+                s.end_time,
+                attribute_text(s.attributes.get(RESPONSE_ID)),
+                attribute_text(s.attributes.get(AGENT_NAME)),
+            )
+            for s in self.query_spans(rollout_ids=ids, kind="llm")
+        ]
+        rewards = [
+            RewardRow(r.rollout_id, r.reward_id, r.name, r.value, r.source, r.created_at)
+            for r in self.query_rewards(rollout_ids=ids)
+        ]
+        return TransitionRows(calls, spans, rewards)
 
+    def span_messages(self, span_ids: Sequence[str]) -> list[SpanMessages]:
+        """The messages of these LLM spans (ids the store lacks are left out). The default reads the
+        store's LLM spans until it has found them all (the queries have no span-id filter)."""
+        wanted = set(span_ids)
+        found: list[SpanMessages] = []
+        if not wanted:
+            return found
+        for s in self.query_spans(kind="llm"):
+            if s.span_id in wanted:
+                a = s.attributes
+                found.append(
+                    SpanMessages(s.span_id, _json_value(a.get(INPUT_MESSAGES)), _json_value(a.get(OUTPUT_MESSAGES)))
+                )
+                wanted.discard(s.span_id)
+                if not wanted:
+                    break
+        return found
 
-def call_payloads(store: Store, call_ids: Sequence[str]) -> list[CallPayload]:
-    """:meth:`Store.call_payloads <agl.store.base.Store.call_payloads>` through ``query_llm_calls``."""
+    def call_payloads(self, call_ids: Sequence[str]) -> list[CallPayload]:
+        """The request and response bodies of these LLM calls (ids the store lacks are left out)."""
 
-    def text(body: dict[str, Any] | None) -> str | None:
-        return None if body is None else json.dumps(body, separators=(",", ":"), allow_nan=True)
+        def text(body: dict[str, Any] | None) -> str | None:
+            return None if body is None else json.dumps(body, separators=(",", ":"), allow_nan=True)
 
-    return [CallPayload(c.call_id, text(c.request), text(c.response)) for c in store.query_llm_calls(call_ids=call_ids)]
+        calls = self.query_llm_calls(call_ids=call_ids)
+        return [CallPayload(c.call_id, text(c.request), text(c.response)) for c in calls]
 
-
-def get_tasks(store: Store, task_ids: Sequence[str]) -> dict[str, Task]:
-    """:meth:`Store.get_tasks <agl.store.base.Store.get_tasks>`: one ``get_task`` each."""
-    out: dict[str, Task] = {}
-    for task_id in task_ids:
-        try:
-            out[task_id] = store.get_task(task_id)
-        except NotFound:
-            continue
-    return out
+    def get_tasks(self, task_ids: Sequence[str]) -> dict[str, Task]:
+        """These tasks by id; ids not in the store are left out. The default: one ``get_task`` each."""
+        out: dict[str, Task] = {}
+        for task_id in task_ids:
+            try:
+                out[task_id] = self.get_task(task_id)
+            except NotFound:
+                continue
+        return out

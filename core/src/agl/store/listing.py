@@ -1,8 +1,9 @@
 """What the dashboard reads of a store: pages of rollouts, sorted and filtered; runs; span counts.
 
 The query and result types of :meth:`agl.store.base.Store.list_rollouts`, :meth:`~agl.store.base.Store.runs`
-and :meth:`~agl.store.base.Store.latest_step_records`, and their default implementations through
-the store's public queries, which read every matching rollout (a SQL store answers in one indexed
+and :meth:`~agl.store.base.Store.latest_step_records`, and their default implementations
+(:class:`ListingReads`, which :class:`~agl.store.base.Store` inherits) through the store's public
+queries, which read every matching rollout (a SQL store answers in one indexed
 statement instead: :mod:`agl.store.sql.dashboard`).
 
 A rollout's reward is its final reward: its returned ``reward`` (source ``return``) if it has one,
@@ -14,12 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agl.schema import Reward, Rollout
-
-if TYPE_CHECKING:
-    from agl.store.base import Store
 
 ROLLOUT_SORTS = (
     "created",
@@ -126,34 +124,6 @@ def final_reward(rewards: Iterable[Reward]) -> float | None:
     return returned if returned is not None else last
 
 
-def list_rollouts(store: Store, query: RolloutListQuery) -> RolloutPage:
-    """:meth:`Store.list_rollouts <agl.store.base.Store.list_rollouts>` through the public queries."""
-    rollouts = [r for r in store.query_rollouts(task_id=query.task, step=query.step) if _kept(r, query)]
-    ids = [r.rollout_id for r in rollouts]
-    rewards: dict[str, list[Reward]] = {}
-    for w in store.query_rewards(rollout_ids=ids):
-        rewards.setdefault(w.rollout_id or "", []).append(w)
-    first_agent: dict[str, str] = {}
-    agents: dict[str, set[str]] = {}
-    for s in store.query_spans(rollout_ids=ids):
-        name = s.attributes.get("gen_ai.agent.name")
-        if name is not None and s.rollout_id is not None:
-            text = name if isinstance(name, str) else str(name)
-            first_agent.setdefault(s.rollout_id, text)
-            agents.setdefault(s.rollout_id, set()).add(text)
-    rows = [_row(r, final_reward(rewards.get(r.rollout_id, ())), first_agent.get(r.rollout_id)) for r in rollouts]
-    rows = [
-        (i, row)
-        for i, row in enumerate(rows)
-        if _in_range(row.reward, query.reward_min, query.reward_max)
-        and _in_range(row.duration_s, query.duration_min, query.duration_max)
-        and (query.agent is None or query.agent in agents.get(row.rollout_id, ()))
-    ]
-    rows.sort(key=lambda item: (_sort_key(_SORT_FIELDS[query.sort](item[1])), item[0]), reverse=query.desc)
-    page = [row for _, row in rows[query.offset : query.offset + query.limit]]
-    return RolloutPage(page, len(rows))
-
-
 def _kept(r: Rollout, q: RolloutListQuery) -> bool:
     """Whether a rollout passes the query's filters on its own fields."""
     if q.status and r.status.value not in q.status:
@@ -213,19 +183,52 @@ _SORT_FIELDS = {
 }
 
 
-def runs(store: Store) -> list[RunSummary]:
-    """:meth:`Store.runs <agl.store.base.Store.runs>` through ``step_records``: runs by their last
-    record, newest first (the store's records carry no time: ``last_at`` is None)."""
-    counts: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for i, record in enumerate(store.step_records()):
-        run_id = record["run_id"]
-        counts[run_id] = counts.get(run_id, 0) + 1
-        last[run_id] = i
-    order = sorted(counts, key=lambda run_id: last[run_id], reverse=True)
-    return [RunSummary(run_id, counts[run_id], None) for run_id in order]
+class ListingReads:
+    """The dashboard's reads of :class:`~agl.store.base.Store`, by default through its queries (a
+    mixin of the interface: ``self`` is the store)."""
 
+    def list_rollouts(self, query: RolloutListQuery) -> RolloutPage:
+        """One page of rollouts (:class:`RolloutListQuery`) with their final reward and first agent, and
+        how many match in all. The default reads every matching rollout, its rewards and its spans
+        through the queries; a SQL store reads one page in one statement."""
+        rollouts = [r for r in self.query_rollouts(task_id=query.task, step=query.step) if _kept(r, query)]
+        ids = [r.rollout_id for r in rollouts]
+        rewards: dict[str, list[Reward]] = {}
+        for w in self.query_rewards(rollout_ids=ids):
+            rewards.setdefault(w.rollout_id or "", []).append(w)
+        first_agent: dict[str, str] = {}
+        agents: dict[str, set[str]] = {}
+        for s in self.query_spans(rollout_ids=ids):
+            name = s.attributes.get("gen_ai.agent.name")
+            if name is not None and s.rollout_id is not None:
+                text = name if isinstance(name, str) else str(name)
+                first_agent.setdefault(s.rollout_id, text)
+                agents.setdefault(s.rollout_id, set()).add(text)
+        rows = [_row(r, final_reward(rewards.get(r.rollout_id, ())), first_agent.get(r.rollout_id)) for r in rollouts]
+        rows = [
+            (i, row)
+            for i, row in enumerate(rows)
+            if _in_range(row.reward, query.reward_min, query.reward_max)
+            and _in_range(row.duration_s, query.duration_min, query.duration_max)
+            and (query.agent is None or query.agent in agents.get(row.rollout_id, ()))
+        ]
+        rows.sort(key=lambda item: (_sort_key(_SORT_FIELDS[query.sort](item[1])), item[0]), reverse=query.desc)
+        page = [row for _, row in rows[query.offset : query.offset + query.limit]]
+        return RolloutPage(page, len(rows))
 
-def latest_step_records(store: Store, kind: str) -> dict[str, dict[str, Any]]:
-    """:meth:`Store.latest_step_records <agl.store.base.Store.latest_step_records>` through ``step_records``."""
-    return {r["run_id"]: r for r in store.step_records() if r.get("kind", "train") == kind}
+    def runs(self) -> list[RunSummary]:
+        """Every run with step records, newest first: how many records each has and when the last came.
+        The default orders runs by their last record in ``step_records`` (which carry no time:
+        ``last_at`` is None)."""
+        counts: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for i, record in enumerate(self.step_records()):
+            run_id = record["run_id"]
+            counts[run_id] = counts.get(run_id, 0) + 1
+            last[run_id] = i
+        order = sorted(counts, key=lambda run_id: last[run_id], reverse=True)
+        return [RunSummary(run_id, counts[run_id], None) for run_id in order]
+
+    def latest_step_records(self, kind: str) -> dict[str, dict[str, Any]]:
+        """Each run's last stored step record of this ``kind`` (as ``step_records`` gives it), by run id."""
+        return {r["run_id"]: r for r in self.step_records() if r.get("kind", "train") == kind}
