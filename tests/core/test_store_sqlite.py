@@ -330,8 +330,6 @@ def test_a_caller_interrupted_while_waiting_does_not_stall_the_writes(tmp_path):
 
 
 def test_transition_rows_read_the_fields_copied_into_columns(tmp_path):
-    from dataclasses import astuple
-
     from agl.schema import LLMCall
 
     store = _quick(tmp_path / "agl.db")
@@ -375,8 +373,8 @@ def test_transition_rows_read_the_fields_copied_into_columns(tmp_path):
         store.add_llm_calls(calls)
         store.add_llm_calls(calls)
         rows = store.transition_rows(["r"])
-        assert [astuple(row)[:5] for row in rows.calls] == [("r", "c1", 2, 9.5, "v1"), ("r", "c2", 6, 10.0, None)]
-        assert [astuple(row) for row in rows.spans] == [
+        assert [row[:5] for row in rows.calls.rows()] == [("r", "c1", 2, 9.5, "v1"), ("r", "c2", 6, 10.0, None)]
+        assert rows.spans.rows() == [
             ("r", "s1", 3, 1.0, 2.5, "c1", "planner"),
             ("r", "s2", 4, 3.0, None, "7", '["a",1]'),
         ]

@@ -10,7 +10,6 @@ statements, on the same records.
 from __future__ import annotations
 
 import json
-from dataclasses import astuple
 
 import pytest
 
@@ -119,12 +118,12 @@ def test_default_transition_rows_match_the_sql_stores_columns(stores):
     ids = ["ro-00", "ro-03", "ro-07", "ro-22", "no-such-rollout"]
     mine, theirs = http.transition_rows(ids), sql.transition_rows(ids)
     for kind in ("calls", "spans", "rewards"):
-        got = sorted(astuple(row) for row in getattr(mine, kind))
-        assert got == sorted(astuple(row) for row in getattr(theirs, kind)), kind
+        got = sorted(getattr(mine, kind).rows())
+        assert got == sorted(getattr(theirs, kind).rows()), kind
         assert got, kind
-    span_ids = [s.span_id for s in theirs.spans] + ["no-such-span"]
+    span_ids = [*theirs.spans.span_id, "no-such-span"]
     assert _decoded(http.span_messages(span_ids)) == _decoded(sql.span_messages(span_ids))
-    call_ids = [c.call_id for c in theirs.calls] + ["no-such-call"]
+    call_ids = [*theirs.calls.call_id, "no-such-call"]
     assert _payloads(http.call_payloads(call_ids)) == _payloads(sql.call_payloads(call_ids))
     assert http.get_tasks(["task-2", "nope", "task-0"]) == sql.get_tasks(["task-2", "nope", "task-0"])
     assert set(http.get_tasks(["task-2", "nope"])) == {"task-2"}
@@ -227,3 +226,26 @@ def test_a_failed_observation_write_raises_once_the_claims_have_run(stores):
     with pytest.raises(Exception, match="taken"):
         http.write_batch(batch)
     assert sql.get_rollout(queued).runner_id == "r9"
+
+
+def test_the_dashboard_serves_a_store_that_is_not_sql(stores):
+    from starlette.testclient import TestClient
+
+    from agl_trainer.dashboard import dashboard_app
+
+    sql, http = stores
+    app = dashboard_app(http, token="dash-token")
+    with TestClient(app) as client:
+        auth = {"Authorization": "Bearer dash-token"}
+        page = client.get("/ui/rollouts?sort=reward&dir=asc&size=25", headers=auth)
+        runs = client.get("/ui/runs", headers=auth)
+        traces = client.get("/ui/traces", headers=auth)
+    assert page.status_code == runs.status_code == traces.status_code == 200
+    shown = sql.list_rollouts(RolloutListQuery(sort="reward", desc=False, limit=25)).rows
+    positions = [page.text.index(f'data-rollout-id="{r.rollout_id}"') for r in shown]
+    assert positions == sorted(positions) and "24 rollouts" in page.text
+    assert (
+        "run-a (5 records)" in runs.text
+        and "run-b (3 records)" in runs.text
+        and "3 span(s) of gateway traffic" in traces.text
+    )

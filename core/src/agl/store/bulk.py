@@ -1,8 +1,8 @@
 """The bulk reads that building transitions makes (:meth:`agl.store.base.Store.transition_rows` and its
-siblings): their typed rows, and their default implementations (:class:`BulkReads`, which
+siblings): their typed results, and their default implementations (:class:`BulkReads`, which
 :class:`~agl.store.base.Store` inherits) through the store's public queries.
 
-A row holds only the fields the build reads, the token ids as little-endian int32 bytes and the
+A record holds only the fields the build reads, the token ids as little-endian int32 bytes and the
 logprobs as float32 bytes, as a SQL store keeps them, so a backend that reads its columns directly
 (:class:`~agl.store.sql.SqlStore`) decodes no record whole. The defaults here work on any store,
 one record at a time (only slower).
@@ -25,61 +25,83 @@ INPUT_MESSAGES = "gen_ai.input.messages"
 OUTPUT_MESSAGES = "gen_ai.output.messages"
 
 
-@dataclass(slots=True)
-class CallRow:
-    """One LLM call (gateway record) of a rollout, as building transitions reads it."""
+class Columns:
+    """Records as one sequence per field: row ``i`` of the records is item ``i`` of every field.
 
-    rollout_id: str
-    call_id: str
-    seq: int | None
-    created_at: float | None
-    model_version: str | None
-    prompt_ids: bytes
+    Columns rather than an object per record: a chunk of a build is thousands of records, and
+    turning the database's rows into columns is one pass in C (:meth:`from_rows`).
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Sequence[Any]]) -> Any:
+        """These columns of ``rows`` (tuples in field order)."""
+        return cls(*(tuple(zip(*rows, strict=True)) or ((),) * len(cls.__slots__)))
+
+    def __len__(self) -> int:
+        return len(getattr(self, self.__slots__[0]))
+
+    def rows(self) -> list[tuple]:
+        """The records as tuples in field order."""
+        return list(zip(*(getattr(self, name) for name in self.__slots__), strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class CallColumns(Columns):
+    """LLM calls (gateway records), as building transitions reads them."""
+
+    rollout_id: Sequence[str]
+    call_id: Sequence[str]
+    seq: Sequence[int | None]
+    created_at: Sequence[float | None]
+    model_version: Sequence[str | None]
+    prompt_ids: Sequence[bytes]
     """Little-endian int32 token ids."""
-    response_ids: bytes
+    response_ids: Sequence[bytes]
     """Little-endian int32 token ids."""
-    response_logprobs: bytes | None
+    response_logprobs: Sequence[bytes | None]
     """Little-endian float32, or None."""
-    behaviour_logprobs: bytes | None
+    behaviour_logprobs: Sequence[bytes | None]
     """Little-endian float32, or None."""
-    policy: str | None
+    policy: Sequence[str | None]
 
 
-@dataclass(slots=True)
-class SpanRow:
-    """One LLM span (kind ``llm``) of a rollout, without its messages."""
+@dataclass(frozen=True, slots=True)
+class SpanColumns(Columns):
+    """LLM spans (kind ``llm``), without their messages."""
 
-    rollout_id: str
-    span_id: str
-    seq: int | None
-    start_time: float
-    end_time: float | None
-    response_id: str | None
+    rollout_id: Sequence[str]
+    span_id: Sequence[str]
+    seq: Sequence[int | None]
+    start_time: Sequence[float]
+    end_time: Sequence[float | None]
+    response_id: Sequence[str | None]
     """The ``gen_ai.response.id`` attribute as :func:`attribute_text` gives it."""
-    agent: str | None
+    agent: Sequence[str | None]
     """The ``gen_ai.agent.name`` attribute as :func:`attribute_text` gives it."""
 
 
-@dataclass(slots=True)
-class RewardRow:
-    """One reward of a rollout."""
+@dataclass(frozen=True, slots=True)
+class RewardColumns(Columns):
+    """Rewards."""
 
-    rollout_id: str
-    reward_id: str
-    name: str
-    value: float
-    source: str | None
-    created_at: float | None
+    rollout_id: Sequence[str]
+    reward_id: Sequence[str]
+    name: Sequence[str]
+    value: Sequence[float]
+    source: Sequence[str | None]
+    created_at: Sequence[float | None]
 
 
 class TransitionRows(NamedTuple):
-    """The records of some rollouts that building transitions reads, each list grouped by rollout,
+    """The records of some rollouts that building transitions reads, each grouped by rollout,
     each rollout's records in the order they were stored."""
 
-    calls: list[CallRow]
-    spans: list[SpanRow]
+    calls: CallColumns
+    spans: SpanColumns
     """LLM spans (kind ``llm``) only."""
-    rewards: list[RewardRow]
+    rewards: RewardColumns
 
 
 @dataclass(slots=True)
@@ -131,7 +153,7 @@ class BulkReads:
         without messages or payloads. The default reads them through the queries, every record whole."""
         ids = list(rollout_ids)
         calls = [
-            CallRow(
+            (
                 c.rollout_id,
                 c.call_id,
                 c.seq,
@@ -146,7 +168,7 @@ class BulkReads:
             for c in self.query_llm_calls(rollout_ids=ids)
         ]
         spans = [
-            SpanRow(
+            (
                 s.rollout_id,
                 s.span_id,
                 s.seq,
@@ -158,10 +180,12 @@ class BulkReads:
             for s in self.query_spans(rollout_ids=ids, kind="llm")
         ]
         rewards = [
-            RewardRow(r.rollout_id, r.reward_id, r.name, r.value, r.source, r.created_at)
+            (r.rollout_id, r.reward_id, r.name, r.value, r.source, r.created_at)
             for r in self.query_rewards(rollout_ids=ids)
         ]
-        return TransitionRows(calls, spans, rewards)
+        return TransitionRows(
+            CallColumns.from_rows(calls), SpanColumns.from_rows(spans), RewardColumns.from_rows(rewards)
+        )
 
     def span_messages(self, span_ids: Sequence[str]) -> list[SpanMessages]:
         """The messages of these LLM spans (ids the store lacks are left out). The default reads the

@@ -50,14 +50,13 @@ refused, :class:`Unauthorized` and :class:`Forbidden` (401, 403), :class:`StoreS
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, TypeVar, Unpack
+from typing import Any, Unpack
 from urllib.parse import quote, urlsplit
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 
 from agl.env import ROLLOUT_KEY, STORE_TOKEN
 from agl.errors import StoreUnavailable
@@ -99,10 +98,6 @@ __all__ = [
     "Unauthorized",
     "error_from",
 ]
-
-log = logging.getLogger(__name__)
-
-M = TypeVar("M", bound=BaseModel)
 
 MAX_KEPT_KEYS = 100_000
 """Rollout keys from claim answers kept for :meth:`HttpStore.rollout_key`, the oldest dropped first."""

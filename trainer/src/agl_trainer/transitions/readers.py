@@ -1,7 +1,7 @@
 """Readers: how the builder gets a chunk of rollouts' records out of a store.
 
 :class:`SqlReader` uses the store's bulk reads (:meth:`agl.store.base.Store.transition_rows`
-and its siblings: only the fields the build needs, typed rows of :mod:`agl.store.bulk`), which a
+and its siblings: only the fields the build needs, typed columns of :mod:`agl.store.bulk`), which a
 SQL store answers from its columns; :class:`GenericReader` goes through the public
 :class:`~agl.store.Store` queries, every record whole (HTTP included). :func:`reader_for` picks one for a
 store (what :class:`~agl_trainer.transitions.builder.TransitionBuilder` uses unless
@@ -152,54 +152,62 @@ class SqlReader:
         # (``setdefault`` keeps this right should a store give them in any other order).
         calls: dict[str, list[CallRecord]] = {}
         last, bucket = None, None
-        for c in fetched.calls:
-            if c.rollout_id != last:
-                last = c.rollout_id
-                bucket = calls.setdefault(last, [])
+        c = fetched.calls
+        for rid, cid, seq, t, mv, p, r, lp, blp, policy in zip(
+            c.rollout_id,
+            c.call_id,
+            c.seq,
+            c.created_at,
+            c.model_version,
+            c.prompt_ids,
+            c.response_ids,
+            c.response_logprobs,
+            c.behaviour_logprobs,
+            c.policy,
+            strict=True,
+        ):
+            if rid != last:
+                bucket = calls.setdefault(rid, [])
+                last = rid
             # One copy: the row's bytes straight into the array's buffer.
             pa = array("i")
-            pa.frombytes(c.prompt_ids)
+            pa.frombytes(p)
             ra = array("i")
-            ra.frombytes(c.response_ids)
+            ra.frombytes(r)
             bucket.append(
-                CallRecord(
-                    c.call_id,
-                    c.seq or 0,
-                    c.created_at or 0.0,
-                    c.model_version,
-                    pa,
-                    ra,
-                    _floats(c.response_logprobs),
-                    behaviour=_floats(c.behaviour_logprobs),
-                    policy=c.policy,
-                )
+                CallRecord(cid, seq or 0, t or 0.0, mv, pa, ra, _floats(lp), behaviour=_floats(blp), policy=policy)
             )
         if _SWAP:  # token blobs are little-endian; swap on a big-endian host
             for bucket in calls.values():
-                for c in bucket:
-                    for values in (c.prompt_ids, c.response_ids, c.logprobs, c.behaviour):
+                for call in bucket:
+                    for values in (call.prompt_ids, call.response_ids, call.logprobs, call.behaviour):
                         if values is not None:
                             values.byteswap()
         spans: dict[str, list[SpanRecord]] = {}
         last = None
-        for s in fetched.spans:
-            if s.rollout_id != last:
-                last = s.rollout_id
-                bucket = spans.setdefault(last, [])
+        sp = fetched.spans
+        for rid, sid, seq, start, end, resp_id, agent in zip(
+            sp.rollout_id, sp.span_id, sp.seq, sp.start_time, sp.end_time, sp.response_id, sp.agent, strict=True
+        ):
+            if rid != last:
+                bucket = spans.setdefault(rid, [])
+                last = rid
             # The store's text columns hold the attribute (a string as it is); anything else goes through optional_str.
-            resp_id, agent = s.response_id, s.agent
             if resp_id.__class__ is not str or not resp_id:
                 resp_id = optional_str(resp_id)
             if agent.__class__ is not str or not agent:
                 agent = optional_str(agent)
-            bucket.append(SpanRecord(s.span_id, s.seq or 0, s.end_time or s.start_time, resp_id, agent))
+            bucket.append(SpanRecord(sid, seq or 0, end or start, resp_id, agent))
         rewards: dict[str, list[Any]] = {}
         last = None
-        for w in fetched.rewards:
-            if w.rollout_id != last:
-                last = w.rollout_id
-                bucket = rewards.setdefault(last, [])
-            bucket.append(RewardRecord(w.reward_id, w.name, float(w.value), w.source, w.created_at or 0.0))
+        w = fetched.rewards
+        for rid, wid, name, value, source, t in zip(
+            w.rollout_id, w.reward_id, w.name, w.value, w.source, w.created_at, strict=True
+        ):
+            if rid != last:
+                bucket = rewards.setdefault(rid, [])
+                last = rid
+            bucket.append(RewardRecord(wid, name, float(value), source, t or 0.0))
         return Chunk(calls, spans, rewards)
 
     def load_span(self, span: SpanRecord) -> None:

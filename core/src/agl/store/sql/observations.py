@@ -14,7 +14,7 @@ from itertools import starmap
 from typing import Any
 
 from agl.schema import LLMCall, Span
-from agl.store.bulk import CallPayload, CallRow, SpanMessages, SpanRow, attribute_text
+from agl.store.bulk import CallColumns, CallPayload, SpanColumns, SpanMessages, attribute_text
 from agl.store.sql.commit import GroupCommit
 from agl.store.sql.dialect import FIELD_COLUMNS
 from agl.store.sql.jobs import Insert
@@ -116,7 +116,7 @@ class SpansAndCalls(GroupCommit):
     # One statement per table for up to 500 rollouts. Rows come grouped by rollout (``ORDER BY
     # rollout_id, pk``: the ``(rollout_id, pk)`` index gives that order, where ``ORDER BY pk``
     # alone made the database sort every row, token blobs included).
-    def _call_rows(self, rollout_ids: Sequence[str]) -> list[CallRow]:
+    def _call_rows(self, rollout_ids: Sequence[str]) -> CallColumns:
         rows = self._read_in(
             "SELECT rollout_id, call_id, seq, created_at, model_version, prompt_ids, response_ids, response_logprobs, "
             "behaviour_logprobs, policy FROM llm_calls WHERE",
@@ -124,9 +124,9 @@ class SpansAndCalls(GroupCommit):
             rollout_ids,
             " ORDER BY rollout_id, pk",
         )
-        return list(starmap(CallRow, rows))
+        return CallColumns.from_rows(rows)
 
-    def _span_rows(self, rollout_ids: Sequence[str]) -> list[SpanRow]:
+    def _span_rows(self, rollout_ids: Sequence[str]) -> SpanColumns:
         rows = self._read_in(
             "SELECT rollout_id, span_id, seq, start_time, end_time, response_id, agent"
             " FROM spans WHERE kind = 'llm' AND",
@@ -134,7 +134,7 @@ class SpansAndCalls(GroupCommit):
             rollout_ids,
             " ORDER BY rollout_id, pk",
         )
-        return list(starmap(SpanRow, rows))
+        return SpanColumns.from_rows(rows)
 
     def span_messages(self, span_ids: Sequence[str]) -> list[SpanMessages]:
         """Their ``gen_ai.input.messages`` and ``gen_ai.output.messages`` attributes as

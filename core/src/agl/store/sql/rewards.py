@@ -5,12 +5,11 @@ them that building transitions makes."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from itertools import starmap
 from typing import Any
 
 from agl.errors import IdConflict
 from agl.schema import ROLLOUT_REWARD_ID, Reward
-from agl.store.bulk import RewardRow
+from agl.store.bulk import RewardColumns
 from agl.store.sql.commit import GroupCommit
 from agl.store.sql.dialect import final_reward_sql
 from agl.store.sql.jobs import Insert
@@ -39,7 +38,7 @@ class Rewards(GroupCommit):
         for (body,) in self._paged("rewards", "body", where, params):
             yield Reward.model_validate_json(body)
 
-    def _reward_rows(self, rollout_ids: Sequence[str]) -> list[RewardRow]:
+    def _reward_rows(self, rollout_ids: Sequence[str]) -> RewardColumns:
         """The rewards of these rollouts, their fields extracted from the JSON by the database,
         grouped by rollout (see :meth:`~agl.store.sql.SqlStore.transition_rows`)."""
         f, d = self.dialect.json_field, self.dialect
@@ -50,7 +49,7 @@ class Rewards(GroupCommit):
             rollout_ids,
             " ORDER BY rollout_id, pk",
         )
-        return list(starmap(RewardRow, rows))
+        return RewardColumns.from_rows(rows)
 
     def _inserted(self, cur, table: str, rows: Sequence[tuple]) -> None:
         super()._inserted(cur, table, rows)
