@@ -6,6 +6,12 @@ A record holds only the fields the build reads, the token ids as little-endian i
 logprobs as float32 bytes, as a SQL store keeps them, so a backend that reads its columns directly
 (:class:`~agl.store.sql.SqlStore`) decodes no record whole. The defaults here work on any store,
 one record at a time (only slower).
+
+The records come as columns (:class:`Columns`), not an object each: beside the commit before
+this interface (plain tuples read by position), on the shared 2-core host at load average 11-13,
+``bench_transitions``' fast path took 0.157 -> 0.155 CPU s (medians of 4 interleaved runs; wall
+0.251 -> 0.237 s), and the build alone, CPU min of 8 repeats on one stored 1,000 x 6 calls,
+121.6 -> 125.8 ms (median of 5 interleaved runs each); a dataclass per record had cost 9-12 %.
 """
 
 from __future__ import annotations
