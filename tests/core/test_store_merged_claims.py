@@ -1,6 +1,6 @@
 """A group commit's claims and finishes run as merged statements (agl.store.claims) on the SQL backends.
 
-``_write_batch`` queues all its writes before any runs, so they share one group: these
+``write_batch`` queues all its writes before any runs, so they share one group: these
 tests drive the merged statements deterministically and compare them with what the
 same calls do one at a time.
 """
@@ -11,6 +11,7 @@ import pytest
 
 from agl.errors import InvalidTransition, NotFound
 from agl.schema import Rollout, RolloutStatus, Task
+from agl.store.batch import ClaimRequest, FinishRequest, WriteBatch
 from agl.store.claims import MERGE_MAX
 from tests.core.backends import BACKENDS
 
@@ -43,8 +44,15 @@ def _queue(store, n, *, max_attempts=1):
     return store.enqueue([Rollout(task_id="t", max_attempts=max_attempts) for _ in range(n)])
 
 
+def _batch(store, *, claims=(), finishes=()):
+    """``store.write_batch`` of these claims and finishes (tuples of their arguments): their outcomes."""
+    batch = WriteBatch(claims=[ClaimRequest(*c) for c in claims], finishes=[FinishRequest(*f) for f in finishes])
+    outcome = store.write_batch(batch)
+    return outcome.claims, outcome.finishes
+
+
 def _claims(store, claims):
-    claimed, _ = store._write_batch(claims=claims)
+    claimed, _ = _batch(store, claims=claims)
     for outcome in claimed:
         if isinstance(outcome, BaseException):
             raise outcome
@@ -100,13 +108,14 @@ def test_merged_finishes_apply_each_status_and_the_retry_policy(sql_store):
     _queue(sql_store, 4, max_attempts=2)
     running = [r for c in _claims(sql_store, [(f"r{i}", 1, None) for i in range(4)]) for r in c]
     a, b, c, d = (r.rollout_id for r in running)
-    _, finished = sql_store._write_batch(
+    _, finished = _batch(
+        sql_store,
         finishes=[
             (a, RolloutStatus.SUCCEEDED, None, {"answer": 4}, None),
             (b, RolloutStatus.FAILED, "boom", None, None),  # attempts left: back in the queue
             (c, RolloutStatus.CANCELLED, "stop", None, 1),
             (d, RolloutStatus.TIMED_OUT, "late", None, 1),  # attempts left: back in the queue
-        ]
+        ],
     )
     assert [r.status for r in finished] == [
         RolloutStatus.SUCCEEDED,
@@ -123,7 +132,7 @@ def test_merged_finishes_apply_each_status_and_the_retry_policy(sql_store):
     # The requeued ones run again and fail for good on their last attempt.
     again = [r for cl in _claims(sql_store, [("x", 1, None), ("y", 1, None)]) for r in cl]
     assert sorted(r.rollout_id for r in again) == sorted([b, d]) and all(r.attempt == 2 for r in again)
-    _, last = sql_store._write_batch(finishes=[(r.rollout_id, RolloutStatus.FAILED, "again", None, 2) for r in again])
+    _, last = _batch(sql_store, finishes=[(r.rollout_id, RolloutStatus.FAILED, "again", None, 2) for r in again])
     assert [r.status for r in last] == [RolloutStatus.FAILED, RolloutStatus.FAILED]
     assert sql_store.merged == {"claims": 6, "finishes": 6}
 
@@ -133,14 +142,15 @@ def test_a_bad_finish_in_a_merged_group_fails_alone(sql_store):
     running = [r for c in _claims(sql_store, [(f"r{i}", 1, None) for i in range(3)]) for r in c]
     a, b, c = (r.rollout_id for r in running)
     sql_store.finish(c, RolloutStatus.SUCCEEDED)
-    _, finished = sql_store._write_batch(
+    _, finished = _batch(
+        sql_store,
         finishes=[
             (a, RolloutStatus.SUCCEEDED, None, None, 1),
             ("ro-missing", RolloutStatus.SUCCEEDED, None, None, None),
             (c, RolloutStatus.FAILED, "too late", None, None),  # already succeeded
             (b, RolloutStatus.SUCCEEDED, None, None, None),
             (a, RolloutStatus.SUCCEEDED, None, None, 1),  # the same finish twice in one group: a retry
-        ]
+        ],
     )
     assert isinstance(finished[1], NotFound) and isinstance(finished[2], InvalidTransition)
     assert finished[0].status == finished[3].status == finished[4].status == RolloutStatus.SUCCEEDED
@@ -187,18 +197,19 @@ def test_a_merged_finish_naming_an_attempt_that_ended_changes_nothing(sql_store)
     _queue(sql_store, 2, max_attempts=2)
     first = [r for c in _claims(sql_store, [("r1", 1, None), ("r2", 1, None)]) for r in c]
     a, b = (r.rollout_id for r in first)
-    sql_store._write_batch(
-        finishes=[(a, RolloutStatus.FAILED, "try again", None, 1), (b, RolloutStatus.FAILED, "x", None, 1)]
+    _batch(
+        sql_store, finishes=[(a, RolloutStatus.FAILED, "try again", None, 1), (b, RolloutStatus.FAILED, "x", None, 1)]
     )
     again = [r for c in _claims(sql_store, [("r3", 1, None), ("r4", 1, None)]) for r in c]
     assert sorted(r.rollout_id for r in again) == sorted([a, b]) and all(r.attempt == 2 for r in again)
     # Late finishes of the first attempts arrive while the second ones run, next to a good one.
-    _, finished = sql_store._write_batch(
+    _, finished = _batch(
+        sql_store,
         finishes=[
             (a, RolloutStatus.SUCCEEDED, None, None, 1),  # too late: attempt 1 ended failed
             (b, RolloutStatus.FAILED, "x", None, 1),  # a repeat of how attempt 1 ended: a no-op
             (b, RolloutStatus.SUCCEEDED, None, None, 2),  # the running attempt: applies
-        ]
+        ],
     )
     assert isinstance(finished[0], InvalidTransition) and "attempt 1 ended 'failed'" in str(finished[0])
     assert finished[1].status == RolloutStatus.RUNNING and finished[1].attempt == 2

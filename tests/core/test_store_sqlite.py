@@ -373,8 +373,8 @@ def test_transition_rows_read_the_fields_copied_into_columns(tmp_path):
         store.add_llm_calls(calls)
         store.add_llm_calls(calls)
         rows = store.transition_rows(["r"])
-        assert [row[:5] for row in rows.calls] == [("r", "c1", 2, 9.5, "v1"), ("r", "c2", 6, 10.0, None)]
-        assert rows.spans == [
+        assert [row[:5] for row in rows.calls.rows()] == [("r", "c1", 2, 9.5, "v1"), ("r", "c2", 6, 10.0, None)]
+        assert rows.spans.rows() == [
             ("r", "s1", 3, 1.0, 2.5, "c1", "planner"),
             ("r", "s2", 4, 3.0, None, "7", '["a",1]'),
         ]

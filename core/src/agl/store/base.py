@@ -24,6 +24,9 @@ from typing import Any, TypedDict, Unpack
 from agl.env import STORE_URL
 from agl.errors import ConfigError
 from agl.schema import LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, StoreStats, Task
+from agl.store.batch import BatchWrites
+from agl.store.bulk import BulkReads
+from agl.store.listing import ListingReads
 
 
 class RolloutQuery(TypedDict, total=False):
@@ -97,8 +100,15 @@ def with_defaults(options: type[Mapping[str, Any]], given: Mapping[str, Any], me
     return {name: given.get(name, _OPTION_DEFAULTS.get(name)) for name in names}
 
 
-class Store(abc.ABC):
-    """Tasks, rollouts, spans, LLM call records, rewards and model versions."""
+class Store(BatchWrites, BulkReads, ListingReads, abc.ABC):
+    """Tasks, rollouts, spans, LLM call records, rewards and model versions.
+
+    Besides the abstract methods every backend implements, the interface has methods with a
+    default that works on any backend through the ones above, only slower, and that a backend
+    may implement better: the batched writes (:class:`~agl.store.batch.BatchWrites`), the bulk
+    reads of building transitions (:class:`~agl.store.bulk.BulkReads`) and the dashboard's reads
+    (:class:`~agl.store.listing.ListingReads`, and :meth:`count_spans`).
+    """
 
     # -- tasks ---------------------------------------------------------------------
     @abc.abstractmethod
@@ -236,6 +246,16 @@ class Store(abc.ABC):
     def step_records(self, run_id: str | None = None) -> list[dict]:
         """The step records stored (of one run, or all), oldest first, each with its ``run_id``."""
         return []
+
+    # -- the settings and defaults a backend may override -------------------------------
+    max_wait_s: float | None = None
+    """How long a call retries a transient failure (a locked database) before it fails with
+    :class:`~agl.errors.StoreUnavailable`; None leaves it to the store's retry count. A store
+    that does not retry ignores it."""
+
+    def count_spans(self, **query: Unpack[SpanQuery]) -> int:
+        """How many spans match every given filter (:class:`SpanQuery`). The default counts :meth:`query_spans`."""
+        return sum(1 for _ in self.query_spans(**query))
 
     # -- the rest ------------------------------------------------------------------
     @abc.abstractmethod

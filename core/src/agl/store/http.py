@@ -49,26 +49,18 @@ refused, :class:`Unauthorized` and :class:`Forbidden` (401, 403), :class:`StoreS
 
 from __future__ import annotations
 
-import contextlib
-import http.client
 import json
-import logging
-import socket
 import threading
-import time
 import uuid
-from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future
-from typing import Any, TypeVar, Unpack
+from typing import Any, Unpack
 from urllib.parse import quote, urlsplit
 
-import httpx
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 
 from agl.env import ROLLOUT_KEY, STORE_TOKEN
-from agl.errors import AglError, IdConflict, InvalidTransition, NotFound, Refused, StoreUnavailable, Transient
-from agl.retry import Attempts, RetryPolicy
+from agl.errors import StoreUnavailable
+from agl.retry import RetryPolicy
 from agl.schema import Attempt, LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, StoreStats, Task
 from agl.store.base import (
     FinishOptions,
@@ -80,280 +72,40 @@ from agl.store.base import (
     step_record_row,
     with_defaults,
 )
+from agl.store.http_coalesce import Coalescer, Op
+from agl.store.http_errors import (
+    RETRY_STATUSES,
+    Forbidden,
+    RequestRejected,
+    StoreServerError,
+    Unauthorized,
+    error_from,
+)
+from agl.store.http_requests import _ADAPTERS as _ADAPTERS  # noqa: F401  (the store benchmark encodes with them)
+from agl.store.http_requests import ROLLOUT_LIST, HttpRequests
+from agl.store.http_transport import KEEPALIVE_S, BatchConnections, http_client
 from agl.tokens import STORED
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "KEEPALIVE_S",
+    "MAX_BATCH_BYTES",
+    "MAX_KEPT_KEYS",
+    "RETRY_STATUSES",
+    "Forbidden",
+    "HttpStore",
+    "RequestRejected",
+    "StoreServerError",
+    "Unauthorized",
+    "error_from",
+]
 
-M = TypeVar("M", bound=BaseModel)
-
-RETRY_STATUSES = frozenset({502, 503, 504})
 MAX_KEPT_KEYS = 100_000
 """Rollout keys from claim answers kept for :meth:`HttpStore.rollout_key`, the oldest dropped first."""
 MAX_BATCH_BYTES = 8 * 1024 * 1024
 """Largest body the coalescer builds; one caller's larger write is split to fit."""
 
-_ADAPTERS: dict[str, TypeAdapter] = {
-    "spans": TypeAdapter(list[Span]),
-    "llm_calls": TypeAdapter(list[LLMCall]),
-    "rewards": TypeAdapter(list[Reward]),
-}
-_MODELS: dict[str, type[BaseModel]] = {"spans": Span, "llm_calls": LLMCall, "rewards": Reward}
-_ROLLOUTS = TypeAdapter(list[Rollout])
-_KINDS = ("spans", "llm_calls", "rewards", "claims", "finishes")
 
-
-class Unauthorized(AglError, PermissionError):
-    """The server refused the bearer token (or none was given)."""
-
-
-class Forbidden(AglError, PermissionError):
-    """The credential is valid, but the request is outside its scope (a runner token, a rollout key)."""
-
-
-class StoreServerError(Transient):
-    """The server failed inside (a 5xx other than 502/503/504): not retried per request, but
-    :class:`~agl.errors.Transient`, so the runner tries the call again later."""
-
-    def __init__(self, status: int, message: str):
-        self.status = status
-        super().__init__(message)
-
-
-class RequestRejected(AglError, ValueError):
-    """The server refused a request body (422, 413): ``field`` says which value and ``reason`` why."""
-
-    def __init__(self, status: int, field: str, reason: str):
-        self.status = status
-        self.field = field
-        self.reason = reason
-        super().__init__(f"{field}: {reason}")
-
-
-def error_from(status: int, error: dict[str, Any]) -> Exception:
-    """The exception for a server error answer (``{"type", "reason", ...}``)."""
-    reason = str(error.get("reason", "no reason given"))
-    if status == 404 and "kind" in error:
-        return NotFound(str(error["kind"]), str(error.get("ident", "")))
-    if status == 409 and error.get("type") == "IdConflict":
-        return IdConflict(str(error.get("field", "id")), str(error.get("ident", "")))
-    if status == 409:
-        return InvalidTransition(reason)
-    if status in (413, 422):
-        return RequestRejected(status, str(error.get("field", "body")), reason)
-    if status == 401:
-        return Unauthorized(f"store server: {reason} (pass token= or set {STORE_TOKEN})")
-    if status == 403:
-        return Forbidden(f"store server: {reason}")
-    if status in RETRY_STATUSES:
-        return StoreUnavailable(f"store server answered {status}: {reason}")
-    message = f"store server answered {status}: {error.get('type', 'error')}: {reason}"
-    return StoreServerError(status, message) if status >= 500 else Refused(message)
-
-
-def _response_error(response: httpx.Response) -> Exception:
-    try:
-        error = response.json()["error"]
-        if not isinstance(error, dict):
-            raise TypeError
-    except (ValueError, KeyError, TypeError):
-        error = {"reason": response.text[:500] or response.reason_phrase}
-    return error_from(response.status_code, error)
-
-
-KEEPALIVE_S = 4.0
-"""How long the httpx client keeps an idle connection: under uvicorn's 5 s, so the client closes it first."""
-
-
-def _client(url: str, headers: dict[str, str], timeout_s: float, max_connections: int) -> httpx.Client:
-    """The pooled HTTP/1.1 client: keep-alive connections, and a refused connect retried once by the transport.
-
-    Proxies from the environment are not used: a store server is reached directly.
-    """
-    limits = httpx.Limits(
-        max_connections=max_connections, max_keepalive_connections=max_connections, keepalive_expiry=KEEPALIVE_S
-    )
-    return httpx.Client(
-        base_url=url,
-        headers=headers,
-        timeout=httpx.Timeout(timeout_s),
-        transport=httpx.HTTPTransport(limits=limits, retries=1),
-        trust_env=False,
-    )
-
-
-class _BatchConnections:
-    """Keep-alive ``http.client`` connections for ``/v1/batch`` on ``http://`` servers (see the module docstring).
-
-    A connection is taken for one request and put back after it; when the server
-    has closed a kept-alive one, the request goes once more, at once, on a fresh
-    connection. Failures raise :class:`httpx.TransportError`, so the caller retries
-    them as it does httpx's.
-    """
-
-    def __init__(self, url: str, headers: dict[str, str], timeout_s: float, max_idle: int):
-        parts = urlsplit(url)
-        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
-        self.path = parts.path.rstrip("/") + "/v1/batch"
-        self.headers = {**headers, "Content-Type": "application/json"}
-        self.timeout_s = timeout_s
-        self.max_idle = max_idle
-        self._idle: list[http.client.HTTPConnection] = []
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def post(self, body: bytes, key: str) -> httpx.Response:
-        """POST ``body`` with ``Idempotency-Key: key``; the answer, read in full."""
-        with self._lock:
-            conn = self._idle.pop() if self._idle else None
-        if conn is not None:
-            try:
-                return self._exchange(conn, body, key)
-            except httpx.RemoteProtocolError:
-                pass  # the server had closed this idle connection: once more on a fresh one
-        return self._exchange(self._connect(), body, key)
-
-    def _connect(self) -> http.client.HTTPConnection:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
-        try:
-            conn.connect()
-            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError as exc:
-            conn.close()
-            raise httpx.ConnectError(f"{type(exc).__name__}: {exc}") from exc
-        return conn
-
-    def _exchange(self, conn: http.client.HTTPConnection, body: bytes, key: str) -> httpx.Response:
-        try:
-            conn.request("POST", self.path, body=body, headers={**self.headers, "Idempotency-Key": key})
-            answer = conn.getresponse()
-            content = answer.read()
-        except (http.client.RemoteDisconnected, ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:
-            conn.close()
-            raise httpx.RemoteProtocolError(f"{type(exc).__name__}: {exc}") from exc
-        except TimeoutError as exc:
-            conn.close()
-            raise httpx.ReadTimeout(f"no answer in {self.timeout_s} s") from exc
-        except (OSError, http.client.HTTPException) as exc:
-            conn.close()
-            raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from exc
-        self._put_back(conn, answer.will_close)
-        return httpx.Response(answer.status, content=content)
-
-    def _put_back(self, conn: http.client.HTTPConnection, will_close: bool) -> None:
-        with self._lock:
-            if not (will_close or self._closed or len(self._idle) >= self.max_idle):
-                self._idle.append(conn)
-                return
-        conn.close()
-
-    def close(self) -> None:
-        """Close the idle connections; one in use closes when it comes back."""
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
-
-
-class _Op:
-    """One caller's part of a coalesced request."""
-
-    __slots__ = ("future", "kind", "payload")
-
-    def __init__(self, kind: str, payload: bytes):
-        self.kind = kind
-        self.payload = payload
-        self.future: Future = Future()
-
-
-class _Coalescer:
-    """Sends whatever calls are waiting as one ``/v1/batch`` request, at most ``senders`` at a time.
-
-    A caller that finds a sending slot free sends its own calls itself, with whatever
-    is queued ahead of and behind them, so a lone caller never waits on another
-    thread. Calls that arrive while every slot is busy wait in the queue: a caller
-    whose own calls have been answered passes its slot, queue and all, to a helper
-    thread rather than keep sending for the others, and the helper sends until the
-    queue is empty.
-    """
-
-    def __init__(self, store: HttpStore, senders: int, max_bytes: int, linger_s: float):
-        self.store = store
-        self.max_bytes = max_bytes
-        self.linger_s = linger_s
-        self.senders = senders
-        self._pending: deque[_Op] = deque()
-        self._cond = threading.Condition()
-        self._busy = 0  # slots in use: callers and helpers sending
-        self._handed = 0  # slots passed on, not yet taken up by a helper
-        self._closed = False
-        self._helpers = [
-            threading.Thread(target=self._help, name=f"agl-http-sender-{i}", daemon=True) for i in range(senders)
-        ]
-        for thread in self._helpers:
-            thread.start()
-
-    def submit(self, ops: list[_Op]) -> list[Any]:
-        with self._cond:
-            if self._closed:
-                raise StoreUnavailable("the HTTP store is closed")
-            self._pending.extend(ops)
-            lead = self._busy < self.senders
-            if lead:
-                self._busy += 1
-        if lead:
-            self._send(ops)
-        return [op.future.result() for op in ops]
-
-    def _send(self, mine: list[_Op] | None) -> None:
-        """Send batches from the queue on one slot: until ``mine`` are answered (a caller)
-        or the queue is empty (a helper); then pass the slot on or give it back."""
-        while True:
-            batch = self._take()
-            if batch:
-                self.store._send_batch(batch)  # settles every op's future; never raises
-            with self._cond:
-                if not self._pending:
-                    self._busy -= 1
-                    if self._closed:
-                        self._cond.notify_all()  # helpers waiting for the last sender to leave
-                    return
-                if mine is not None and all(op.future.done() for op in mine):
-                    self._handed += 1
-                    self._cond.notify()
-                    return
-
-    def _take(self) -> list[_Op]:
-        if self.linger_s:
-            time.sleep(self.linger_s)
-        with self._cond:
-            batch: list[_Op] = []
-            size = 0
-            while self._pending and (not batch or size + len(self._pending[0].payload) <= self.max_bytes):
-                op = self._pending.popleft()
-                size += len(op.payload)
-                batch.append(op)
-            return batch
-
-    def _help(self) -> None:
-        while True:
-            with self._cond:
-                while not self._handed:
-                    if self._closed and not self._busy:
-                        return
-                    self._cond.wait()
-                self._handed -= 1
-            self._send(None)
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        for thread in self._helpers:
-            thread.join(timeout=30)
-
-
-class HttpStore(Store):
+class HttpStore(HttpRequests, Store):
     """A :class:`Store` on a store server (``agl store serve``).
 
     ``retries`` transient failures are retried per request, with backoff from
@@ -391,10 +143,10 @@ class HttpStore(Store):
         headers = {"User-Agent": "agl-http-store"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self._client = _client(self.url, headers, timeout_s, max_connections)
+        self._client = http_client(self.url, headers, timeout_s, max_connections)
         http_url = urlsplit(self.url).scheme == "http"
-        self._batch = _BatchConnections(self.url, headers, timeout_s, max_connections) if http_url else None
-        self._coalescer = _Coalescer(self, senders, max_batch_bytes, linger_s)
+        self._batch = BatchConnections(self.url, headers, timeout_s, max_connections) if http_url else None
+        self._coalescer = Coalescer(self, senders, max_batch_bytes, linger_s)
         self._closed = False
         self._keys: dict[tuple[str, int], str] = {}
         self._keys_lock = threading.Lock()
@@ -402,141 +154,6 @@ class HttpStore(Store):
     def __repr__(self) -> str:
         return f"HttpStore({self.url!r})"
 
-    # -- transport -----------------------------------------------------------------
-    def _retrying(self, what: str):
-        """The ``on_retry`` and ``give_up`` for :attr:`retry`: a debug line, then :class:`StoreUnavailable`."""
-
-        def on_retry(exc: BaseException, wait: float) -> None:
-            log.debug("store server %s: %s failed (%s); retrying in %.2fs", self.url, what, exc, wait)
-
-        def give_up(exc: BaseException, attempts: Attempts) -> StoreUnavailable:
-            return StoreUnavailable(f"store server {self.url} unavailable after {attempts.failures - 1} retries: {exc}")
-
-        return {"on_retry": on_retry, "give_up": give_up}
-
-    def _unreachable(self, exc: httpx.TransportError) -> StoreUnavailable:
-        return StoreUnavailable(f"store server {self.url}: {type(exc).__name__}: {exc}")
-
-    def _request(self, method: str, path: str, *, body: bytes | None = None) -> httpx.Response:
-        """Send one request, retrying transient failures; a POST keeps one ``Idempotency-Key`` across retries."""
-        key = uuid.uuid4().hex
-        headers = {"Content-Type": "application/json", "Idempotency-Key": key} if method == "POST" else None
-        batch = self._batch if path == "/v1/batch" else None
-
-        def once() -> httpx.Response:
-            try:
-                if batch is not None and body is not None:
-                    response = batch.post(body, key)
-                else:
-                    response = self._client.request(method, path, content=body, headers=headers)
-            except httpx.TransportError as exc:
-                raise self._unreachable(exc) from exc
-            if response.status_code >= 400:
-                raise _response_error(response)
-            return response
-
-        return self.retry.call(once, **self._retrying(f"{method} {path}"))
-
-    def _get(self, path: str) -> Any:
-        return self._request("GET", path).json()
-
-    def _post(self, path: str, payload: Any) -> httpx.Response:
-        body = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
-        return self._request("POST", path, body=body)
-
-    def _stream(self, path: str, filters: dict[str, Any], model: type[M]) -> Iterator[M]:
-        """POST ``filters`` and yield the NDJSON lines as models; a broken stream resumes where it stopped."""
-        body = json.dumps({k: v for k, v in filters.items() if v is not None}, separators=(",", ":")).encode()
-        attempts = self.retry.start()
-        retrying = self._retrying(f"POST {path}")
-        yielded = 0
-        while True:
-            seen = 0
-            try:
-                with contextlib.closing(self._stream_lines(path, body)) as lines:  # a reader that stops early
-                    for line in lines:
-                        seen += 1
-                        if seen > yielded:
-                            yielded = seen
-                            attempts.reset()
-                            yield model.model_validate_json(line, context=STORED)
-                return
-            except httpx.TransportError as exc:
-                error: Exception = self._unreachable(exc)
-            except StoreUnavailable as exc:
-                error = exc
-            self.retry.sleep(attempts.wait_or_raise(error, **retrying))
-
-    def _stream_lines(self, path: str, body: bytes) -> Iterator[bytes]:
-        """One try at a query: its NDJSON lines; a server error in the stream is raised as its exception."""
-        with self._client.stream("POST", path, content=body, headers={"Content-Type": "application/json"}) as response:
-            if response.status_code >= 400:
-                response.read()
-                raise _response_error(response)
-            rest = b""
-            for chunk in response.iter_bytes():
-                lines = (rest + chunk).split(b"\n")
-                rest = lines.pop()
-                for line in lines:
-                    if line.startswith(b'{"agl_stream_error"'):
-                        error = json.loads(line)["agl_stream_error"]
-                        raise error_from(_status_of(error), error)
-                    if line:
-                        yield line
-            if rest.strip():
-                raise StoreUnavailable(f"store server {self.url}: stream of {path} ended mid-line")
-
-    # -- coalesced writes ----------------------------------------------------------
-    def _send_batch(self, ops: list[_Op]) -> None:
-        """Send ``ops`` as one request and settle each one's future (called by sender threads)."""
-        parts: dict[str, list[bytes]] = {kind: [] for kind in _KINDS}
-        for op in ops:
-            parts[op.kind].append(op.payload)
-        body = b"{" + b",".join(b'"' + k.encode() + b'":[' + b",".join(v) + b"]" for k, v in parts.items() if v) + b"}"
-        try:
-            response = self._request("POST", "/v1/batch", body=body)
-            answer = response.json()
-        except (RequestRejected, AglError) as exc:
-            if len(ops) > 1 and not isinstance(exc, (StoreUnavailable, Unauthorized)):
-                for op in ops:  # find whose part the server refused; the others go through
-                    self._send_batch([op])
-                return
-            for op in ops:
-                op.future.set_exception(exc)
-            return
-        except BaseException as exc:
-            for op in ops:
-                op.future.set_exception(exc)
-            return
-        results = {"claims": iter(answer.get("claims", [])), "finishes": iter(answer.get("finishes", []))}
-        for op in ops:
-            if op.kind not in results:
-                op.future.set_result(None)
-                continue
-            result = next(results[op.kind], None)
-            if result is None:
-                op.future.set_exception(AglError(f"store server {self.url}: batch answer is missing a result"))
-            elif "error" in result:
-                error = result["error"]
-                op.future.set_exception(error_from(_status_of(error), error))
-            else:
-                op.future.set_result(result)
-
-    def _observations(self, kind: str, items: Iterable[Any]) -> None:
-        model = _MODELS[kind]
-        values = [item if isinstance(item, model) else model.model_validate(item) for item in items]
-        if not values:
-            return
-        self._coalescer.submit(self._split(kind, values))
-
-    def _split(self, kind: str, values: list[Any]) -> list[_Op]:
-        payload = _ADAPTERS[kind].dump_json(values)[1:-1]
-        if len(payload) <= self._coalescer.max_bytes or len(values) == 1:
-            return [_Op(kind, payload)]
-        half = len(values) // 2
-        return self._split(kind, values[:half]) + self._split(kind, values[half:])
-
-    # -- tasks ---------------------------------------------------------------------
     def add_tasks(self, tasks: Iterable[Task]) -> None:
         body = TypeAdapter(list[Task]).dump_json(list(tasks))
         self._post("/v1/tasks", b'{"tasks":' + body + b"}")
@@ -549,16 +166,16 @@ class HttpStore(Store):
 
     # -- rollouts ------------------------------------------------------------------
     def enqueue(self, rollouts: Sequence[Rollout]) -> list[Rollout]:
-        body = _ROLLOUTS.dump_json(list(rollouts))
+        body = ROLLOUT_LIST.dump_json(list(rollouts))
         answer = self._post("/v1/rollouts", b'{"rollouts":' + body + b"}")
-        return _ROLLOUTS.validate_python(answer.json()["rollouts"], context=STORED)
+        return ROLLOUT_LIST.validate_python(answer.json()["rollouts"], context=STORED)
 
     def claim(self, runner_id: str, *, limit: int = 1, claim_id: str | None = None) -> list[Rollout]:
         if limit < 1:
             raise ValueError(f"limit: must be at least 1, got {limit}")
         payload = {"runner_id": runner_id, "limit": limit, "claim_id": claim_id or f"claim-{uuid.uuid4().hex}"}
-        [result] = self._coalescer.submit([_Op("claims", json.dumps(payload).encode())])
-        claimed = _ROLLOUTS.validate_python(result["rollouts"], context=STORED)
+        [result] = self._coalescer.submit([Op("claims", json.dumps(payload).encode())])
+        claimed = ROLLOUT_LIST.validate_python(result["rollouts"], context=STORED)
         keys = result.get("keys") or {}
         if keys:
             with self._keys_lock:
@@ -586,7 +203,7 @@ class HttpStore(Store):
             encoded = json.dumps(payload, separators=(",", ":")).encode()
         except (TypeError, ValueError) as exc:
             raise ValueError(f"output: not JSON-serialisable: {exc}") from exc
-        [result] = self._coalescer.submit([_Op("finishes", encoded)])
+        [result] = self._coalescer.submit([Op("finishes", encoded)])
         return Rollout.model_validate(result["rollout"], context=STORED)
 
     def cancel(self, rollout_ids: Sequence[str]) -> None:
@@ -594,7 +211,7 @@ class HttpStore(Store):
 
     def expire(self, *, heartbeat_timeout_s: float, now: float | None = None) -> list[Rollout]:
         answer = self._post("/v1/expirations", {"heartbeat_timeout_s": heartbeat_timeout_s, "now": now})
-        return _ROLLOUTS.validate_python(answer.json()["rollouts"], context=STORED)
+        return ROLLOUT_LIST.validate_python(answer.json()["rollouts"], context=STORED)
 
     def get_rollout(self, rollout_id: str) -> Rollout:
         answer = self._request("GET", f"/v1/rollouts/{_seg(rollout_id)}").content
@@ -670,23 +287,6 @@ class HttpStore(Store):
         if self._batch is not None:
             self._batch.close()
         self._client.close()
-
-
-_STATUS_BY_TYPE = {
-    "NotFound": 404,
-    "InvalidTransition": 409,
-    "IdConflict": 409,
-    "ValidationError": 422,
-    "ValueError": 422,
-    "BodyTooLarge": 413,
-    "StoreUnavailable": 503,
-    "Unauthorized": 401,
-}
-
-
-def _status_of(error: dict[str, Any]) -> int:
-    status = error.get("status")
-    return int(status) if isinstance(status, int) else _STATUS_BY_TYPE.get(str(error.get("type")), 500)
 
 
 def _seg(value: str) -> str:

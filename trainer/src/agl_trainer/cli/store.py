@@ -197,10 +197,7 @@ def run_serve(args) -> int:
     store = open_store(url)
     try:
         print(f"agl store: serving {store!r} on http://{args.host}:{args.port}", flush=True)
-        from agl.store.sql import SqlStore
-
-        if isinstance(store, SqlStore):  # what the dashboard reads
-            print(f"agl store: dashboard at http://{args.host}:{args.port}/ui/ (log in with the token)", flush=True)
+        print(f"agl store: dashboard at http://{args.host}:{args.port}/ui/ (log in with the token)", flush=True)
         if runner_token:
             print("agl store: runners may use the runner token (claim, heartbeat, finish, observations)", flush=True)
         if keys is not None:

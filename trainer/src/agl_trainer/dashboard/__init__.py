@@ -40,11 +40,7 @@ def with_dashboard(
     app: Any, store: Store, *, token: str, prefix: str = PREFIX, max_body_bytes: int = MAX_BODY_BYTES
 ) -> Any:
     """``app`` with the dashboard served under ``prefix`` (it checks the token itself, bearer or
-    login cookie, and refuses a body past ``max_body_bytes``); ``app`` as it is for a store the
-    dashboard cannot read (not SQL)."""
-    from agl.store.sql import SqlStore
-
-    if not isinstance(store, SqlStore):
-        return app
+    login cookie, and refuses a body past ``max_body_bytes``). It reads any store through the
+    :class:`~agl.store.base.Store` interface."""
     dashboard = dashboard_app(store, token=token, prefix=prefix, max_body_bytes=max_body_bytes)
     return _Dispatch(app, dashboard, prefix)

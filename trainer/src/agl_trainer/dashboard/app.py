@@ -26,7 +26,7 @@ from starlette.routing import Route
 from agl.credentials import bearer, same_token
 from agl.errors import NotFound
 from agl.schema import Reward, RolloutStatus
-from agl.store.sql import SqlStore
+from agl.store.base import Store
 from agl_trainer.dashboard import queries, steps
 from agl_trainer.dashboard.html import attr, csp, e, number, page, path_id, seconds, url, when
 from agl_trainer.dashboard.rollout import rollout_page
@@ -53,7 +53,7 @@ the user may never have set."""
 class Dashboard:
     """The pages, bound to a store, the admin token and the path prefix they are served under."""
 
-    def __init__(self, store: SqlStore, token: str, prefix: str, config: TransitionConfig | None):
+    def __init__(self, store: Store, token: str, prefix: str, config: TransitionConfig | None):
         if not token:
             raise ValueError("token: the dashboard needs a non-empty token")
         self.store = store
@@ -273,7 +273,7 @@ class Dashboard:
 
     async def runs(self, request: Request) -> Response:
         all_runs = await anyio.to_thread.run_sync(queries.runs, self.store)
-        run_id = request.query_params.get("run") or (all_runs[0][0] if all_runs else None)
+        run_id = request.query_params.get("run") or (all_runs[0].run_id if all_runs else None)
         if run_id is None:
             body = (
                 "<h2>Runs</h2><p class='muted'>No step records yet: <code>agl train</code> writes one into the "
@@ -281,8 +281,9 @@ class Dashboard:
             )
             return self._html("Runs", body, "runs")
         options = "".join(
-            f"<option value={attr(r)}{' selected' if r == run_id else ''}>{e(r)} ({n} records, {e(when(t))})</option>"
-            for r, n, t in all_runs
+            f"<option value={attr(r.run_id)}{' selected' if r.run_id == run_id else ''}>{e(r.run_id)} "
+            f"({r.records} records{'' if r.last_at is None else ', ' + e(when(r.last_at))})</option>"
+            for r in all_runs
         )
         picker = (
             f'<form method="get" action={attr(self.prefix + "/runs")}><label>run '
@@ -358,7 +359,7 @@ def _js_string(text: str) -> str:
 
 
 def dashboard_app(
-    store: SqlStore,
+    store: Store,
     *,
     token: str,
     prefix: str = "/ui",
@@ -371,8 +372,6 @@ def dashboard_app(
     on the rollout page (the default: :class:`~agl_trainer.transitions.TransitionConfig`'s).
     A request body past ``max_body_bytes`` is refused with 413.
     """
-    if not isinstance(store, SqlStore):
-        raise ValueError(f"store: the dashboard reads a SQLite or PostgreSQL store, not {type(store).__name__}")
     d = Dashboard(store, token, prefix, config)
     p, g = d.prefix, d.guarded
     routes = [

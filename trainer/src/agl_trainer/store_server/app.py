@@ -8,7 +8,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anyio.to_thread
@@ -27,6 +26,7 @@ from agl.schema import (
     Rollout,
 )
 from agl.store.base import Store
+from agl.store.batch import ClaimRequest, FinishRequest, WriteBatch
 from agl_trainer.http import BODY_ERRORS, DEFAULT_MAX_BODY_BYTES, BodyLimits, read_body
 from agl_trainer.store_server.auth import (
     ADMIN,
@@ -46,7 +46,6 @@ from agl_trainer.store_server.bodies import (
     ClaimBody,
     ExpireBody,
     FinishBody,
-    FinishItem,
     HeartbeatBody,
     LLMCallQuery,
     LLMCallsBody,
@@ -70,8 +69,6 @@ the client's 30 s timeout."""
 STREAM_CHUNK = 256
 """Models serialised per thread hop while streaming a query."""
 IDEMPOTENCY_CACHE = 4096
-BATCH_WORKERS = 64
-"""Threads that run the parts of ``/v1/batch`` requests side by side."""
 INLINE_MAX_S = 0.005
 """A batch run on the event loop that takes longer than this sends the next ones to threads ..."""
 INLINE_PAUSE_S = 1.0
@@ -139,22 +136,6 @@ class _IdempotencyCache:
 
 
 # -- the app ----------------------------------------------------------------------
-_BATCHED_METHODS = ("add_spans", "add_llm_calls", "add_rewards", "claim", "finish")
-
-
-def _batch_writer(store: Store) -> Callable[..., Any] | None:
-    """The store's own way to queue a whole batch at once (SQL stores), unless a subclass
-    changed one of the methods a batch stands for: then each part goes through that method."""
-    from agl.store.sql import SqlStore
-
-    if not isinstance(store, SqlStore):
-        return None
-    cls = type(store)
-    if any(getattr(cls, name) is not getattr(SqlStore, name) for name in _BATCHED_METHODS):
-        return None
-    return store._write_batch
-
-
 class _Api:
     """The route handlers, bound to one store."""
 
@@ -163,13 +144,10 @@ class _Api:
         self.max_body_bytes = max_body_bytes
         self.auth: StoreAuth | None = None  # set by create_app
         self.cache = _IdempotencyCache()
-        self.pool = ThreadPoolExecutor(max_workers=BATCH_WORKERS, thread_name_prefix="agl-store-batch")
-        self.together = _batch_writer(store)
         self.inline_after = 0.0  # batches run on threads until then (see _run_batch_inline)
 
     def close(self) -> None:
-        """Stop the batch threads (the store itself belongs to the caller)."""
-        self.pool.shutdown(wait=True)
+        """Nothing to release: every batch runs on its request's thread (the store belongs to the caller)."""
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
@@ -415,7 +393,7 @@ class _Api:
         body = BatchBody.model_validate_json(raw)
         if caller.scope != ADMIN:
             await self.call(self._check_batch, caller, body)
-        if self.together is not None and time.monotonic() >= self.inline_after and self.store._writer_free():
+        if time.monotonic() >= self.inline_after and self.store.writer_idle():
             return self._run_batch_inline(body)
         return await self.call(self._run_batch, body)
 
@@ -454,65 +432,21 @@ class _Api:
                 self.inline_after = time.monotonic() + INLINE_PAUSE_S
 
     def _run_batch(self, body: BatchBody) -> bytes:
-        """Run every part of a batch at once, so the store's writer commits them as one group."""
-        store, pool = self.store, self.pool
-        together = self.together
-        if together is not None:  # a SQL store queues every part in one go, on this thread
-            claimed, finished = together(
-                spans=body.spans,
-                llm_calls=body.llm_calls,
-                rewards=body.rewards,
-                claims=[(c.runner_id, c.limit, c.claim_id) for c in body.claims],
-                finishes=[(f.rollout_id, f.status, f.error, f.output, f.attempt) for f in body.finishes],
-            )
-            return (
-                b'{"claims":['
-                + b",".join(
-                    error_item(got) if isinstance(got, BaseException) else self._claimed(got) for got in claimed
-                )
-                + b'],"finishes":['
-                + b",".join(
-                    error_item(done)
-                    if isinstance(done, BaseException)
-                    else b'{"rollout":' + done.model_dump_json().encode() + b"}"
-                    for done in finished
-                )
-                + b"]}"
-            )
-        writes = []
-        if body.spans:
-            writes.append(pool.submit(store.add_spans, body.spans))
-        if body.llm_calls:
-            writes.append(pool.submit(store.add_llm_calls, body.llm_calls))
-        if body.rewards:
-            writes.append(pool.submit(store.add_rewards, body.rewards))
-        claims = [pool.submit(self._claim_one, item) for item in body.claims]
-        finishes = [pool.submit(self._finish_one, item) for item in body.finishes]
-        for write in writes:
-            write.result()  # a failed observation write fails the request: the client retries all of it
-        return (
-            b'{"claims":['
-            + b",".join(f.result() for f in claims)
-            + b'],"finishes":['
-            + b",".join(f.result() for f in finishes)
-            + b"]}"
+        """Hand every part of a batch to the store at once (a SQL store commits them as one group)."""
+        batch = WriteBatch(
+            spans=body.spans,
+            llm_calls=body.llm_calls,
+            rewards=body.rewards,
+            claims=[ClaimRequest(c.runner_id, c.limit, c.claim_id) for c in body.claims],
+            finishes=[FinishRequest(f.rollout_id, f.status, f.error, f.output, f.attempt) for f in body.finishes],
         )
-
-    def _claim_one(self, item: ClaimBody) -> bytes:
-        try:
-            got = self.store.claim(item.runner_id, limit=item.limit, claim_id=item.claim_id)
-        except Exception as exc:
-            return error_item(exc)
-        return self._claimed(got)
-
-    def _finish_one(self, item: FinishItem) -> bytes:
-        try:
-            done = self.store.finish(
-                item.rollout_id, item.status, error=item.error, output=item.output, attempt=item.attempt
-            )
-        except Exception as exc:
-            return error_item(exc)
-        return b'{"rollout":' + done.model_dump_json().encode() + b"}"
+        outcome = self.store.write_batch(batch)
+        claims = (error_item(got) if isinstance(got, Exception) else self._claimed(got) for got in outcome.claims)
+        finishes = (
+            error_item(done) if isinstance(done, Exception) else b'{"rollout":' + done.model_dump_json().encode() + b"}"
+            for done in outcome.finishes
+        )
+        return b'{"claims":[' + b",".join(claims) + b'],"finishes":[' + b",".join(finishes) + b"]}"
 
     def routes(self) -> list[BaseRoute]:
         w = self.write
@@ -557,13 +491,7 @@ def _plugin_routes(store: Store) -> list[BaseRoute]:
 
 
 def _bound_lock_wait(store: Store, max_lock_wait_s: float | None) -> None:
-    from agl.store.sql import SqlStore
-
-    if (
-        max_lock_wait_s is not None
-        and isinstance(store, SqlStore)
-        and (store.max_wait_s is None or store.max_wait_s > max_lock_wait_s)
-    ):
+    if max_lock_wait_s is not None and (store.max_wait_s is None or store.max_wait_s > max_lock_wait_s):
         store.max_wait_s = max_lock_wait_s
 
 

@@ -61,8 +61,8 @@ started) are left out and counted; they stay in the store.
 
 Where the records come from is the builder's *reader* (:class:`~agl_trainer.transitions.readers.Reader`):
 :class:`SqlReader` reads a SQL store (the embedded SQLite store, PostgreSQL) through its
-bulk reads (:meth:`~agl.store.sql.SqlStore.transition_rows` and its siblings, found by
-duck typing: only the columns the build needs, token blobs unpacked straight into arrays,
+bulk reads (:meth:`~agl.store.base.Store.transition_rows` and its siblings, which a SQL
+store answers from its columns: only the fields the build needs, token blobs unpacked straight into arrays,
 JSON fields extracted by the database); :class:`GenericReader` goes through the public
 :class:`~agl.store.Store` queries and works on any store (HTTP). A builder reads through
 the reader it is given (``TransitionBuilder(store, config, reader=GenericReader(store))``),

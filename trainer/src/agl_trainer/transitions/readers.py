@@ -1,9 +1,9 @@
 """Readers: how the builder gets a chunk of rollouts' records out of a store.
 
-:class:`SqlReader` uses a SQL store's bulk reads (only the columns the build
-needs, see :meth:`agl.store.sql.SqlStore.transition_rows`) on any store that offers
-them; :class:`GenericReader` goes through the public :class:`~agl.store.Store`
-queries and works on any store (HTTP included). :func:`reader_for` picks one for a
+:class:`SqlReader` uses the store's bulk reads (:meth:`agl.store.base.Store.transition_rows`
+and its siblings: only the fields the build needs, typed columns of :mod:`agl.store.bulk`), which a
+SQL store answers from its columns; :class:`GenericReader` goes through the public
+:class:`~agl.store.Store` queries, every record whole (HTTP included). :func:`reader_for` picks one for a
 store (what :class:`~agl_trainer.transitions.builder.TransitionBuilder` uses unless
 it is given a reader); both follow :class:`Reader`.
 """
@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from agl.schema import Task
 from agl.store.base import Store
+from agl.store.bulk import TransitionRows
 from agl_trainer.transitions.messages import json_attribute, optional_str
 from agl_trainer.transitions.records import CallRecord, Chunk, RewardRecord, SpanRecord
 
@@ -129,31 +130,42 @@ class GenericReader:
 
 
 class SqlReader:
-    """Reads a SQL store's bulk reads: only the needed columns, no record decoded whole.
-
-    Works on any store with the methods in ``FAST_READS`` (:class:`~agl.store.sql.SqlStore`:
-    SQLite and PostgreSQL): their rows are described at
-    :meth:`~agl.store.sql.SqlStore.transition_rows`.
+    """Reads through the store's bulk reads (the methods in :data:`FAST_READS`): only the needed
+    fields, no record decoded whole where the store has its own (a SQL store: SQLite, PostgreSQL).
+    On any other store the :class:`~agl.store.base.Store` defaults answer them, only slower.
     """
 
-    def __init__(self, store: Any):
+    def __init__(self, store: Store):
         self.store = store
 
     def read(self, rollout_ids: list[str]) -> Chunk:
         """The calls, LLM spans and rewards of these rollouts (their messages and payloads not read yet)."""
         return self.convert(self.fetch(rollout_ids))
 
-    def fetch(self, rollout_ids: list[str]) -> Any:
+    def fetch(self, rollout_ids: list[str]) -> TransitionRows:
         """The store's rows of these rollouts (the database's part: the builder runs it on a helper thread)."""
         return self.store.transition_rows(rollout_ids)
 
-    def convert(self, fetched: Any) -> Chunk:
+    def convert(self, fetched: TransitionRows) -> Chunk:
         """The rows :meth:`fetch` returned, as records (the Python part: the builder runs it on its own thread)."""
         # Rows come grouped by rollout: a bucket is looked up once per rollout, not per row
         # (``setdefault`` keeps this right should a store give them in any other order).
         calls: dict[str, list[CallRecord]] = {}
         last, bucket = None, None
-        for rid, cid, seq, t, mv, p, r, lp, blp, policy in fetched.calls:
+        c = fetched.calls
+        for rid, cid, seq, t, mv, p, r, lp, blp, policy in zip(
+            c.rollout_id,
+            c.call_id,
+            c.seq,
+            c.created_at,
+            c.model_version,
+            c.prompt_ids,
+            c.response_ids,
+            c.response_logprobs,
+            c.behaviour_logprobs,
+            c.policy,
+            strict=True,
+        ):
             if rid != last:
                 bucket = calls.setdefault(rid, [])
                 last = rid
@@ -167,13 +179,16 @@ class SqlReader:
             )
         if _SWAP:  # token blobs are little-endian; swap on a big-endian host
             for bucket in calls.values():
-                for c in bucket:
-                    for values in (c.prompt_ids, c.response_ids, c.logprobs, c.behaviour):
+                for call in bucket:
+                    for values in (call.prompt_ids, call.response_ids, call.logprobs, call.behaviour):
                         if values is not None:
                             values.byteswap()
         spans: dict[str, list[SpanRecord]] = {}
         last = None
-        for rid, sid, seq, start, end, resp_id, agent in fetched.spans:
+        sp = fetched.spans
+        for rid, sid, seq, start, end, resp_id, agent in zip(
+            sp.rollout_id, sp.span_id, sp.seq, sp.start_time, sp.end_time, sp.response_id, sp.agent, strict=True
+        ):
             if rid != last:
                 bucket = spans.setdefault(rid, [])
                 last = rid
@@ -185,7 +200,10 @@ class SqlReader:
             bucket.append(SpanRecord(sid, seq or 0, end or start, resp_id, agent))
         rewards: dict[str, list[Any]] = {}
         last = None
-        for rid, wid, name, value, source, t in fetched.rewards:
+        w = fetched.rewards
+        for rid, wid, name, value, source, t in zip(
+            w.rollout_id, w.reward_id, w.name, w.value, w.source, w.created_at, strict=True
+        ):
             if rid != last:
                 bucket = rewards.setdefault(rid, [])
                 last = rid
@@ -196,10 +214,10 @@ class SqlReader:
         """Read the span's input and output messages (one ``span_messages`` query), unless ``loaded``."""
         if span.loaded:
             return
-        rows = self.store.span_messages([span.span_id])
-        if rows:
-            span.input_messages = json_attribute(rows[0][1])
-            span.output_messages = json_attribute(rows[0][2])
+        found = self.store.span_messages([span.span_id])
+        if found:
+            span.input_messages = json_attribute(found[0].input)
+            span.output_messages = json_attribute(found[0].output)
         span.loaded = True
 
     def load_calls(self, calls: list[CallRecord]) -> None:
@@ -208,9 +226,10 @@ class SqlReader:
         if not todo:
             return
         by_id = {c.call_id: c for c in todo}
-        for cid, req, resp in self.store.call_payloads([c.call_id for c in todo]):
-            by_id[cid].request = json.loads(req) if req else {}
-            by_id[cid].response = json.loads(resp) if resp else {}
+        for payload in self.store.call_payloads([c.call_id for c in todo]):
+            call = by_id[payload.call_id]
+            call.request = json.loads(payload.request) if payload.request else {}
+            call.response = json.loads(payload.response) if payload.response else {}
 
     def tasks(self, task_ids: list[str]) -> dict[str, Task]:
         """The tasks the store has of these ids (one ``get_tasks`` query)."""
@@ -218,16 +237,19 @@ class SqlReader:
 
 
 FAST_READS = ("transition_rows", "span_messages", "call_payloads", "get_tasks")
-"""The bulk reads a store offers for the fast path (duck-typed: no store class is named here)."""
+"""The :class:`~agl.store.base.Store` bulk reads :class:`SqlReader` reads through."""
 
 
 def reader_for(store: Store) -> GenericReader | SqlReader:
     """The reader a builder uses on ``store`` unless told otherwise.
 
-    :class:`SqlReader` where ``store`` has every method in :data:`FAST_READS` (SQLite,
-    PostgreSQL), :class:`GenericReader` otherwise (HTTP, any other store).
+    :class:`SqlReader` where ``store`` has its own implementation of every method in
+    :data:`FAST_READS` (SQLite, PostgreSQL), :class:`GenericReader` otherwise (HTTP, any
+    other store: the interface's defaults of the bulk reads decode every record whole
+    anyway, and the generic reader does that in fewer queries).
     """
-    if all(callable(getattr(store, name, None)) for name in FAST_READS):
+    cls = type(store)
+    if all(getattr(cls, name, None) not in (None, getattr(Store, name)) for name in FAST_READS):
         return SqlReader(store)
     return GenericReader(store)
 
