@@ -366,3 +366,60 @@ def test_what_distributed_mode_cannot_honour_is_refused(tmp_path, field, value, 
     config = parse_config(data)
     with pytest.raises(ConfigError, match=message):
         DistributedRun(config, distributed_settings(config))
+
+
+# -- item 9: one command ---------------------------------------------------------------------------
+
+
+def echo_agent(task, ctx=None):
+    """An agent for the CLI test (it never runs: no GPU, no rollout)."""
+    return {"answer": task["q"]}
+
+
+@pytest.mark.slow
+def test_agl_train_runs_distributed_mode_up_to_the_gpus(tmp_path, tiny_model_dir):
+    """``agl train --backend verl`` with the calculator's distributed config: config, data, gateway,
+    runner and Ray workers (the reward plugin loaded in them), then a clear stop for want of GPUs."""
+    import json
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    root = Path(__file__).resolve().parents[2]
+    tasks = tmp_path / "train.jsonl"
+    tasks.write_text("".join(json.dumps({"task_id": f"t{i}", "input": {"q": i}}) + "\n" for i in range(4)))
+    val = tmp_path / "val.jsonl"
+    val.write_text(json.dumps({"task_id": "v0", "input": {"q": 9}}) + "\n")
+    command = [
+        sys.executable,
+        "-c",
+        "from agl_trainer.cli import main; raise SystemExit(main())",
+        "train",
+        "tests.verl.test_distributed_gpu_path:echo_agent",
+        "--config",
+        str(root / "examples/calc_agent/distributed.yaml"),
+        "--model",
+        str(tiny_model_dir),
+        "--tasks",
+        str(tasks),
+        "--val",
+        str(val),
+        "--workdir",
+        str(tmp_path / "run"),
+        "--set",
+        f"store=sqlite:///{tmp_path}/agl.db",
+        "--set",
+        "plugins=[tests.verl.reward_plugin_for_workers]",
+    ]
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert "[validate_config] All configuration checks passed" in out, out
+    assert "'reward_plugins': ['tests.verl.reward_plugin_for_workers']" in out, out  # loaded in a Ray worker
+    assert "agl: error: mode='distributed' needs GPUs" in out, out
+    data = tmp_path / "run" / "verl" / "data"
+    assert len(pd.read_parquet(data / "train.parquet")) == 4 and len(pd.read_parquet(data / "val.parquet")) == 1
+    entry = (tmp_path / "run" / "verl" / "agent_loops.yaml").read_text()
+    assert "gateway_url: http://127.0.0.1:" in entry and "tests.verl.reward_plugin_for_workers" in entry
+    assert "token" not in entry.lower()  # credentials travel in Ray's runtime environment, not the file

@@ -88,7 +88,8 @@ def build_config(args):
         if data.get("backend") is None:
             raise ConfigError("--model: name a backend too (--backend verl, or backend: in the config)")
         data["backend"]["config"]["model_path"] = args.model
-        if data.get("engine") is None and not data.get("engine_urls"):
+        own_servers = data["backend"]["config"].get("mode") == "distributed"  # verl's vLLM servers serve it
+        if data.get("engine") is None and not data.get("engine_urls") and not own_servers:
             data["engine"] = {"name": "transformers", "config": {}}
         if data.get("engine") is not None:
             data["engine"]["config"].setdefault("model_path", args.model)
