@@ -76,6 +76,7 @@ import importlib
 import time
 
 MODULES = (
+    "agl_verl",  # first: it sets OpenMP's wait policy before torch is imported
     "transfer_queue",
     "verl.trainer.main_ppo",
     "verl.trainer.ppo.v1",
@@ -91,6 +92,7 @@ MODULES = (
     "agl_verl.launch",
     "agl_verl.task_runner",
     "agl_verl.worker_context",
+    "agl_verl.manager",
 )
 for name in MODULES:
     t = time.perf_counter()

@@ -64,9 +64,9 @@ def test_agent_loops_run_through_verls_manager_on_ray(tmp_path, tiny_model_dir, 
     from openai import OpenAI  # noqa: F401 - the agent's client
     from verl.protocol import DataProto
     from verl.trainer.ppo.ray_trainer import compute_advantage
-    from verl.trainer.ppo.v1 import AgentLoopManagerTQ
     from verl.utils import tensordict_utils as tu
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+    from verl.utils.import_utils import load_class_from_fqn
     from verl.workers.rollout.llm_server import LLMServerClient
     from verl.workers.rollout.router import get_router_handle
 
@@ -128,12 +128,15 @@ def test_agent_loops_run_through_verls_manager_on_ray(tmp_path, tiny_model_dir, 
         tq.init(cfg.transfer_queue)
         address = engine.url.removeprefix("http://").removesuffix("/v1")
         balancer = get_router_handle(servers={address: None})  # verl's own load balancer actor
-        manager = AgentLoopManagerTQ.create(
-            config=cfg,
-            llm_client=LLMServerClient(cfg, load_balancer_handle=balancer),
-            teacher_client=None,
-            reward_loop_worker_handles=None,
-        )
+        # the manager class verl's TaskRunnerV1 loads from the config: agl's AgentLoopManagerTQ
+        manager_cls = load_class_from_fqn(cfg.actor_rollout_ref.rollout.agent.agent_loop_manager_class, "manager")
+        llm_client = LLMServerClient(cfg, load_balancer_handle=balancer)
+        roles = {"teacher_client": None, "reward_loop_worker_handles": None}
+        manager = manager_cls.create(config=cfg, llm_client=llm_client, **roles)
+        setups = manager.worker_setups  # agl's context, set up in the worker at startup
+        write_agent_loop_config(loops, store_url=server.url, rollout_timeout_s=5, plugins=["no_such_reward_module"])
+        with pytest.raises(Exception, match=r"plugins\[0\] 'no_such_reward_module' cannot be loaded"):
+            manager_cls.create(config=cfg, llm_client=llm_client, **roles)
         # what verl's trainer does with a dataloader batch (trainer_base._validate / fit)
         from transformers import AutoTokenizer
 
@@ -168,6 +171,8 @@ def test_agent_loops_run_through_verls_manager_on_ray(tmp_path, tiny_model_dir, 
         engine.stop()
         server.stop()
 
+    plugin = "tests.verl.reward_plugin_for_workers"
+    assert setups == [{"plugins": [plugin], "reward_plugins": [plugin], "gateway": True}]
     assert upstreams == [engine.url]  # registered by the agent-loop workers from verl's load balancer
     assert len(keys) == 8  # 2 prompts x rollout.n 2 x 2 calls, each call its own sample
     chats = [r for r in engine.requests if "messages" in r]

@@ -36,6 +36,7 @@ from agl_verl.dataproto import generated_mask
 
 SUPPORTED_VERL = "0.9"
 AGENT_LOOP_NAME = "agl"
+MANAGER_CLASS = "agl_verl.manager.AglAgentLoopManager"
 
 
 class VerlVersionError(AglError, RuntimeError):
@@ -175,6 +176,8 @@ def trainer_overrides(
         overrides.append(f"actor_rollout_ref.rollout.agent.num_workers={d.agent_loop_workers}")
     if agent_loop_config is not None:
         overrides.append(f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_loop_config}")
+        # verl's TransferQueue manager, checking agl's worker setup in every worker at startup
+        overrides.append(f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={MANAGER_CLASS}")
     if d.total_training_steps is not None:
         overrides.append(f"trainer.total_training_steps={d.total_training_steps}")
     if s.lora is not None:
