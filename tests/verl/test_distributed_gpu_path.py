@@ -423,3 +423,32 @@ def test_agl_train_runs_distributed_mode_up_to_the_gpus(tmp_path, tiny_model_dir
     entry = (tmp_path / "run" / "verl" / "agent_loops.yaml").read_text()
     assert "gateway_url: http://127.0.0.1:" in entry and "tests.verl.reward_plugin_for_workers" in entry
     assert "token" not in entry.lower()  # credentials travel in Ray's runtime environment, not the file
+
+
+def test_a_worker_waits_for_many_rollouts_at_once(http_store):
+    """verl runs every sample of a worker at once; each waits for its rollout in a thread. asyncio's
+    default executor would let min(32, cores + 4) of them wait (6 on this machine), the rest queued."""
+    import asyncio
+
+    from agl_verl.worker_context import WorkerSetup, close_worker_contexts, worker_context
+
+    store, url = http_store
+    store.add_tasks([Task(task_id="t", input={})])
+    context = worker_context(WorkerSetup(store_url=url, rollout_timeout_s=3.0, run_id="many"))
+    seen = []
+
+    async def samples():
+        waiting = [asyncio.ensure_future(context.bridge.arun("t")) for _ in range(40)]
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            seen.append(sum(r.status == RolloutStatus.QUEUED for r in store.query_rollouts()))
+            if seen[-1] == 40:
+                break
+        return await asyncio.gather(*waiting)
+
+    try:
+        results = asyncio.run(samples())
+    finally:
+        close_worker_contexts()
+    assert max(seen) == 40  # all 40 enqueued and waiting together
+    assert results == [[]] * 40  # no runner: each timed out and was cancelled

@@ -23,6 +23,8 @@ import asyncio
 import json
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -378,11 +380,14 @@ class RolloutBridge:
         builder: TransitionBuilder | None = None,
         transition_config: dict[str, Any] | None = None,
         rollout_prefix: str = "verl-",
+        executor: Executor | None = None,
     ):
         self.store = store
         self.timeout_s = timeout_s
         self.builder = builder or _default_builder(transition_config or {})
         self.rollout_prefix = rollout_prefix
+        self.executor = executor
+        """Where :meth:`arun` waits (None: asyncio's default executor, at most 32 threads)."""
 
     def run(
         self, task_id: str, *, step: int | None = None, model_version: str | None = None, mode: str = "train"
@@ -407,8 +412,10 @@ class RolloutBridge:
         return self.builder(self.store, [done])
 
     async def arun(self, task_id: str, **kwargs) -> list[Transition]:
-        """:meth:`run` in a worker thread, so verl's event loop keeps serving other samples."""
-        return await asyncio.to_thread(self.run, task_id, **kwargs)
+        """:meth:`run` in a thread of :attr:`executor`, so verl's event loop keeps serving other samples."""
+        if self.executor is None:
+            return await asyncio.to_thread(self.run, task_id, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self.executor, partial(self.run, task_id, **kwargs))
 
 
 def take_back_rollouts(store, rollout_prefix: str) -> list[str]:

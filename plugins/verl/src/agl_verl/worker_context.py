@@ -19,6 +19,7 @@ import atexit
 import json
 import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -55,6 +56,8 @@ class WorkerSetup:
     plugins: Sequence[str] = ()
     gateway_url: str | None = None
     run_id: str = "run"
+    max_rollouts: int = 512
+    """Rollouts one worker process waits for at once (each holds a thread while it waits)."""
 
     @classmethod
     def of(cls, **entry: Any) -> WorkerSetup:
@@ -108,10 +111,13 @@ class WorkerContext:
             timeout_s=setup.rollout_timeout_s,
             transition_config=dict(setup.transition_config),
             rollout_prefix=setup.rollout_prefix,
+            executor=ThreadPoolExecutor(max_workers=setup.max_rollouts, thread_name_prefix="agl-rollout"),
         )
         self.gateway = GatewayLink(setup.gateway_url) if setup.gateway_url else None
 
     def close(self) -> None:
+        if self.bridge.executor is not None:
+            self.bridge.executor.shutdown(wait=False, cancel_futures=True)
         self.store.close()
 
 
