@@ -160,20 +160,8 @@ def trainer_overrides(
         "actor_rollout_ref.rollout.calculate_log_probs=True",
         f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={s.micro_batch_size}",
-        f"trainer.n_gpus_per_node={d.n_gpus_per_node}",
-        f"trainer.nnodes={d.nnodes}",
-        f"trainer.total_epochs={d.total_epochs}",
-        f"trainer.project_name={d.project_name}",
-        f"trainer.experiment_name={d.experiment_name}",
-        f"trainer.default_local_dir={Path(s.workdir).resolve() / 'checkpoints'}",
-        "trainer.use_v1=True",
-        "trainer.logger=[console]",
-        f"trainer.save_freq={d.save_freq}",
-        f"trainer.max_actor_ckpt_to_keep={'null' if d.max_checkpoints is None else d.max_checkpoints}",
-        f"trainer.resume_mode={d.resume}",
-        f"trainer.val_before_train={val is not None and d.val_before_train}",
-        f"trainer.test_freq={d.test_freq if (val is not None and d.test_freq) else -1}",
     ]
+    overrides += trainer_section(settings, validating=val is not None)
     if d.agent_loop_workers is not None:
         overrides.append(f"actor_rollout_ref.rollout.agent.num_workers={d.agent_loop_workers}")
     if agent_loop_config is not None:
@@ -182,18 +170,43 @@ def trainer_overrides(
         overrides.append(f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={MANAGER_CLASS}")
     if d.total_training_steps is not None:
         overrides.append(f"trainer.total_training_steps={d.total_training_steps}")
-    if s.lora is not None:
-        targets = s.lora.target_modules
-        overrides += [
-            f"actor_rollout_ref.model.lora_rank={s.lora.r}",
-            f"actor_rollout_ref.model.lora_alpha={s.lora.alpha}",
-            "actor_rollout_ref.model.target_modules="
-            + (targets if isinstance(targets, str) else "[" + ",".join(targets) + "]"),
-            # merged into the weights verl syncs to vLLM, which serves them under the base model's
-            # name: what agl's gateway sends the agents to (see check_servable)
-            "actor_rollout_ref.model.lora.merge=True",
-        ]
-    return overrides + correction_overrides(s.rollout_correction) + list(d.overrides)
+    return overrides + lora_overrides(s) + correction_overrides(s.rollout_correction) + list(d.overrides)
+
+
+def lora_overrides(settings: VerlSettings) -> list[str]:
+    """The LoRA adapter, merged into the weights verl syncs to vLLM, which serves them under the base
+    model's name: what agl's gateway sends the agents to (see :func:`check_servable`)."""
+    lora = settings.lora
+    if lora is None:
+        return []
+    targets = lora.target_modules if isinstance(lora.target_modules, str) else "[" + ",".join(lora.target_modules) + "]"
+    return [
+        f"actor_rollout_ref.model.lora_rank={lora.r}",
+        f"actor_rollout_ref.model.lora_alpha={lora.alpha}",
+        f"actor_rollout_ref.model.target_modules={targets}",
+        "actor_rollout_ref.model.lora.merge=True",
+    ]
+
+
+def trainer_section(settings: VerlSettings, *, validating: bool) -> list[str]:
+    """verl's ``trainer`` overrides: the cluster, checkpoints (every ``save_freq`` steps, resumed
+    from ``<workdir>/checkpoints``) and validation (only with a val file)."""
+    d = settings.distributed
+    return [
+        f"trainer.n_gpus_per_node={d.n_gpus_per_node}",
+        f"trainer.nnodes={d.nnodes}",
+        f"trainer.total_epochs={d.total_epochs}",
+        f"trainer.project_name={d.project_name}",
+        f"trainer.experiment_name={d.experiment_name}",
+        f"trainer.default_local_dir={Path(settings.workdir).resolve() / 'checkpoints'}",
+        "trainer.use_v1=True",
+        "trainer.logger=[console]",
+        f"trainer.save_freq={d.save_freq}",
+        f"trainer.max_actor_ckpt_to_keep={'null' if d.max_checkpoints is None else d.max_checkpoints}",
+        f"trainer.resume_mode={d.resume}",
+        f"trainer.val_before_train={validating and d.val_before_train}",
+        f"trainer.test_freq={d.test_freq if (validating and d.test_freq) else -1}",
+    ]
 
 
 LORA_UNSERVABLE = (
