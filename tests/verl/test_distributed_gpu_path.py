@@ -452,3 +452,25 @@ def test_a_worker_waits_for_many_rollouts_at_once(http_store):
         close_worker_contexts()
     assert max(seen) == 40  # all 40 enqueued and waiting together
     assert results == [[]] * 40  # no runner: each timed out and was cancelled
+
+
+@pytest.mark.parametrize("example", ["calc_agent", "sql_agent"])
+def test_example_distributed_configs_pass_agls_and_verls_checks(tmp_path, example):
+    """The examples' 8-GPU configs, as ``agl train`` reads them, through agl's refusals and verl's validate_config."""
+    from verl.utils.config import validate_config
+
+    from agl_trainer.config import apply_overrides, load_config, parse_config
+    from agl_verl.distributed import write_agent_loop_config
+    from agl_verl.launch import DistributedRun, distributed_settings
+
+    root = Path(__file__).resolve().parents[2]
+    data = load_config(root / "examples" / example / "distributed.yaml", []).model_dump(mode="json")
+    data = apply_overrides(data, [f"workdir={tmp_path}", "backend.config.model_path=/models/Qwen2.5-1.5B-Instruct"])
+    config = parse_config(data, "test")
+    run = DistributedRun(config, distributed_settings(config))
+    loops = write_agent_loop_config(tmp_path / "loops.yaml", store_url="http://127.0.0.1:1", rollout_timeout_s=60)
+    cfg = compose_trainer_config(run.settings, train_files="/t.parquet", agent_loop_config=str(loops), val_files="/v")
+    validate_config(cfg, use_reference_policy=False, use_critic=False)
+    assert cfg.trainer.n_gpus_per_node == 8 and cfg.actor_rollout_ref.rollout.n == 8
+    assert cfg.actor_rollout_ref.model.lora.merge is True and cfg.trainer.total_training_steps == 100
+    assert cfg.actor_rollout_ref.rollout.agent.agent_loop_manager_class == "agl_verl.manager.AglAgentLoopManager"
