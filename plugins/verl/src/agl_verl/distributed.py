@@ -9,7 +9,14 @@ to finish it (the agent reaches the policy through agl's gateway, in front of ve
 vLLM servers), builds the rollout's transitions from the gateway-recorded token ids and
 returns them as a list of ``AgentLoopOutput`` (verl 0.9's TransferQueue agent-loop worker
 stores each one as a sample; the final one's reward applies to the whole rollout, which
-is agl's ``broadcast`` credit).
+is agl's ``broadcast`` credit, and :mod:`agl_verl.advantages` gives every sample its
+rollout's advantage).
+
+Around it: :mod:`agl_verl.worker_context` (what a worker process holds once: plugins, one
+store client, the gateway link of :mod:`agl_verl.gateway_link` that registers verl's
+servers as the gateway's upstreams), :mod:`agl_verl.manager` (verl's agent-loop manager,
+checking that setup in every worker at startup), :mod:`agl_verl.task_runner` (verl's task
+runner with agl's advantage step) and :mod:`agl_verl.launch` (what ``agl train`` runs).
 
 This module is pinned to verl 0.9.x (:func:`check_verl_version`): trainer internals change
 every minor release. The full trainer needs CUDA GPUs (verl's device is always ``cuda``
