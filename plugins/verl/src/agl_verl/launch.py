@@ -341,6 +341,7 @@ def train_distributed(config: Any, agent: Any, train: Sequence[Task], val: Seque
         train_file, val_file = run.prepare_data(train, val)
         print(f"agl train: distributed mode, run {run.run_id}; data in {train_file.parent}", flush=True)
         run.start_services(agent)
+        print(f"agl train: gateway {run.gateway.url} (verl's rollout servers are registered as they start)", flush=True)
         run.compose(train_file, val_file)
         checked = run.start_workers()
         print(f"agl train: {len(checked)} Ray node(s) ready: {checked}", flush=True)
