@@ -2,8 +2,10 @@
 # Checks that the README's pip install works from nothing: builds wheels of this repository's
 # packages, installs them into a fresh virtual environment in a temporary directory by the
 # README's own lines (with --find-links pointing at the built wheels, as if they were on PyPI),
-# imports agl, agl_trainer, agl_langchain, agl_verl and the verl backend, runs `pip check`, and
-# fails if any nvidia-* (CUDA) package was installed.
+# imports agl, agl_trainer, agl_langchain, agl_verl and the verl backend, then installs
+# agl-verl[distributed] and imports what verl's V1 trainer and its Ray workers import (TransferQueue
+# included; not vLLM, which needs CUDA), runs `pip check`, and fails if any nvidia-* (CUDA)
+# package was installed.
 #
 #   scripts/check-install.sh            # PYTHON=python3.11 by default
 #
@@ -61,6 +63,41 @@ versions = {d: md.version(d) for d in ("torch", "verl", "tensordict", "transform
 print("  " + ", ".join(f"{d} {v}" for d, v in versions.items()))
 assert versions["verl"] == "0.9.1", versions
 assert torch.version.cuda is None, f"a CUDA build of torch was installed: {torch.__version__}"
+EOF
+
+# Distributed mode: the README's `agl-verl[distributed]` line, then every module verl's driver,
+# its task runner and its Ray workers (agent loops, TransferQueue, FSDP engine workers) import in
+# that mode, except vLLM's rollout server, which needs CUDA to import (agl-verl[gpu] brings it).
+step "pip install agl-verl[distributed] (--find-links $work/wheels)"
+"${pip[@]}" install -q --find-links "$work/wheels" "agl-verl[distributed]"
+step "imports of distributed mode (driver and Ray workers)"
+"$work/venv/bin/python" - <<'EOF'
+import importlib
+import time
+
+MODULES = (
+    "agl_verl",  # first: it sets OpenMP's wait policy before torch is imported
+    "transfer_queue",
+    "verl.trainer.main_ppo",
+    "verl.trainer.ppo.v1",
+    "verl.trainer.ppo.v1.agent_loop_tq",
+    "verl.trainer.ppo.v1.trainer_base",
+    "verl.experimental.agent_loop",
+    "verl.workers.rollout.llm_server",
+    "verl.workers.rollout.router",
+    "verl.workers.engine_workers",
+    "verl.workers.engine.fsdp.transformer_impl",
+    "verl.utils.dataset.rl_dataset",
+    "agl_verl.distributed",
+    "agl_verl.launch",
+    "agl_verl.task_runner",
+    "agl_verl.worker_context",
+    "agl_verl.manager",
+)
+for name in MODULES:
+    t = time.perf_counter()
+    importlib.import_module(name)
+    print(f"  import {name:<42} {time.perf_counter() - t:5.1f} s")
 EOF
 
 step "pip check"

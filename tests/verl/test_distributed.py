@@ -112,7 +112,7 @@ def test_train_step_is_not_for_distributed_mode():
     backend.setup(None)
     with pytest.raises(AglError, match="run_distributed"):
         backend.train_step([], 0)
-    with pytest.raises(AglError, match="CUDA GPUs"):
+    with pytest.raises(AglError, match="needs GPUs"):
         backend.run_distributed("/x.parquet")
 
 
@@ -152,14 +152,14 @@ def _transition(step, prompt, response, logprobs, reward, source="engine"):
 def test_transitions_become_agent_loop_outputs():
     transitions = [
         _transition(1, [1, 2, 3, 4, 5], [6, 7, 8], [-0.1, -0.2, -0.3], 1.0),
-        _transition(0, [1, 2], [3, 4], None, 1.0),
+        _transition(0, [1, 2], [3, 4], [-0.5, -0.6], 1.0),
         _transition(2, [], [], None, 1.0, source="text"),
     ]
     outputs = transitions_to_outputs(transitions, response_length=2)
     assert [o.prompt_ids for o in outputs] == [[1, 2], [1, 2, 3, 4, 5]]  # call order, text left out
     assert outputs[1].response_ids == [6, 7] and outputs[1].response_mask == [1, 1]
     assert outputs[1].response_logprobs == pytest.approx([-0.1, -0.2])
-    assert outputs[0].response_logprobs is None
+    assert outputs[0].response_logprobs == pytest.approx([-0.5, -0.6])
     assert outputs[0].reward_score is None and outputs[1].reward_score == 1.0
     as_dict = outputs[1].as_dict()  # what verl's TransferQueue worker stores
     assert as_dict["rm_scores"].tolist() == [0.0, 1.0]

@@ -209,6 +209,14 @@ class VerlBackend(Backend):
 
         run_verl_trainer(self.settings, train_files=tasks_parquet)
 
+    def train_distributed(self, trainer_config: Any, agent: Any, train: list, val: list) -> int:
+        """``agl train`` in distributed mode: gateway, runner, data and verl's trainer (:mod:`agl_verl.launch`)."""
+        if self.settings.mode != "distributed":
+            raise AglError("train_distributed() needs mode='distributed'")
+        from agl_verl.launch import train_distributed
+
+        return train_distributed(trainer_config, agent, train, val)
+
     # -- helpers -----------------------------------------------------------------------------------
 
     @property

@@ -71,6 +71,24 @@ class DistributedSettings(BaseModel):
     project_name: str = "agl"
     experiment_name: str = "agl-verl"
     rollout_timeout_s: float = Field(default=600.0, gt=0)
+    save_freq: int = Field(default=10, ge=1, description="write a verl checkpoint every N steps (trainer.save_freq)")
+    max_checkpoints: int | None = Field(default=2, ge=1, description="checkpoints kept (None: all)")
+    resume: Literal["auto", "disable"] = Field(
+        default="auto", description="auto: continue from the last checkpoint in the workdir (verl's resume_mode)"
+    )
+    test_freq: int | None = Field(
+        default=None, ge=1, description="validate every N steps (None: before training and never after)"
+    )
+    val_before_train: bool = Field(default=True, description="validate before the first step (with val tasks)")
+    agent_loop_workers: int | None = Field(default=None, ge=1, description="verl's agent-loop workers (None: its own)")
+    ray_address: str | None = Field(
+        default=None, description="None: a Ray cluster of this machine; 'auto' or host:port: join one `ray start` made"
+    )
+    host: str = Field(
+        default="127.0.0.1",
+        description="where agl train's store server and gateway listen; the Ray workers reach them there "
+        "(several nodes: this node's address the others can reach)",
+    )
     overrides: list[str] = Field(default_factory=list, description="extra hydra overrides, verbatim")
 
 

@@ -9,7 +9,14 @@ to finish it (the agent reaches the policy through agl's gateway, in front of ve
 vLLM servers), builds the rollout's transitions from the gateway-recorded token ids and
 returns them as a list of ``AgentLoopOutput`` (verl 0.9's TransferQueue agent-loop worker
 stores each one as a sample; the final one's reward applies to the whole rollout, which
-is agl's ``broadcast`` credit).
+is agl's ``broadcast`` credit, and :mod:`agl_verl.advantages` gives every sample its
+rollout's advantage).
+
+Around it: :mod:`agl_verl.worker_context` (what a worker process holds once: plugins, one
+store client, the gateway link of :mod:`agl_verl.gateway_link` that registers verl's
+servers as the gateway's upstreams), :mod:`agl_verl.manager` (verl's agent-loop manager,
+checking that setup in every worker at startup), :mod:`agl_verl.task_runner` (verl's task
+runner with agl's advantage step) and :mod:`agl_verl.launch` (what ``agl train`` runs).
 
 This module is pinned to verl 0.9.x (:func:`check_verl_version`): trainer internals change
 every minor release. The full trainer needs CUDA GPUs (verl's device is always ``cuda``
@@ -21,21 +28,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import verl
 from omegaconf import DictConfig, OmegaConf
 
-from agl.env import STORE_URL
 from agl.errors import AglError
-from agl.schema import Rollout, Transition
+from agl.schema import Rollout, RolloutStatus, Transition
 from agl_verl.config import VerlSettings
 from agl_verl.dataproto import generated_mask
 
 SUPPORTED_VERL = "0.9"
 AGENT_LOOP_NAME = "agl"
+MANAGER_CLASS = "agl_verl.manager.AglAgentLoopManager"
 
 
 class VerlVersionError(AglError, RuntimeError):
@@ -66,15 +76,32 @@ def verl_config_dir() -> Path:
 
 
 def write_agent_loop_config(
-    path: Path, *, store_url: str | None, rollout_timeout_s: float, transition_config: dict[str, Any] | None = None
+    path: Path,
+    *,
+    store_url: str | None,
+    rollout_timeout_s: float,
+    transition_config: dict[str, Any] | None = None,
+    plugins: Sequence[str] = (),
+    gateway_url: str | None = None,
+    run_id: str = "run",
 ) -> Path:
-    """Write the agent-loop list verl reads from ``rollout.agent.agent_loop_config_path``."""
+    """Write the agent-loop list verl reads from ``rollout.agent.agent_loop_config_path``.
+
+    Its one entry holds what every worker needs (:class:`agl_verl.worker_context.WorkerSetup`):
+    the store, the transition config, the plugins to load (reward plugins: module paths or
+    ``module:attribute``), the gateway whose upstreams the workers keep pointed at verl's
+    servers, and the run id that names the rollouts. No credential: those travel in Ray's
+    runtime environment (``AGL_STORE_TOKEN``, ``AGL_GATEWAY_ADMIN_TOKEN``).
+    """
     entry: dict[str, Any] = {
         "name": AGENT_LOOP_NAME,
         "_target_": f"{AglAgentLoop.__module__}.{AglAgentLoop.__qualname__}",
         "store_url": store_url,
         "rollout_timeout_s": rollout_timeout_s,
         "transition_config": transition_config or {},
+        "plugins": list(plugins),
+        "gateway_url": gateway_url,
+        "run_id": run_id,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(OmegaConf.create([entry]), path)
@@ -82,14 +109,26 @@ def write_agent_loop_config(
 
 
 def trainer_overrides(
-    settings: VerlSettings, *, train_files: str | None = None, agent_loop_config: str | None = None
+    settings: VerlSettings,
+    *,
+    train_files: str | None = None,
+    agent_loop_config: str | None = None,
+    val_files: str | None = None,
 ) -> list[str]:
-    """agl's settings as hydra overrides of verl's ``ppo_trainer`` config."""
+    """agl's settings as hydra overrides of verl's ``ppo_trainer`` config.
+
+    Validation runs on ``val_files`` (or ``distributed.val_files``) before training and every
+    ``distributed.test_freq`` steps; with neither, verl does not validate (its default would
+    run the training file). Checkpoints go to ``<workdir>/checkpoints`` every
+    ``distributed.save_freq`` steps, and a new run in the same workdir resumes from the last.
+    """
+    check_servable(settings)
     d = settings.distributed
     s = settings
     train = train_files or d.train_files
     if train is None:
         raise AglError("distributed.train_files: required (a parquet of tasks, see write_tasks_parquet)")
+    val = val_files or d.val_files
     low = s.clip_ratio_low if s.clip_ratio_low is not None else s.clip_ratio
     high = s.clip_ratio_high if s.clip_ratio_high is not None else s.clip_ratio
     overrides = [
@@ -99,7 +138,7 @@ def trainer_overrides(
         f"algorithm.lam={s.lam}",
         "algorithm.use_kl_in_reward=False",
         f"data.train_files={train}",
-        f"data.val_files={d.val_files or train}",
+        f"data.val_files={val or train}",
         f"data.train_batch_size={d.train_batch_size}",
         f"data.max_prompt_length={d.max_prompt_length}",
         f"data.max_response_length={d.max_response_length}",
@@ -128,28 +167,83 @@ def trainer_overrides(
         "actor_rollout_ref.rollout.calculate_log_probs=True",
         f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={s.micro_batch_size}",
+    ]
+    overrides += trainer_section(settings, validating=val is not None)
+    if d.agent_loop_workers is not None:
+        overrides.append(f"actor_rollout_ref.rollout.agent.num_workers={d.agent_loop_workers}")
+    if agent_loop_config is not None:
+        overrides.append(f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_loop_config}")
+        # verl's TransferQueue manager, checking agl's worker setup in every worker at startup
+        overrides.append(f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={MANAGER_CLASS}")
+    if d.total_training_steps is not None:
+        overrides.append(f"trainer.total_training_steps={d.total_training_steps}")
+    return overrides + lora_overrides(s) + correction_overrides(s.rollout_correction) + list(d.overrides)
+
+
+def lora_overrides(settings: VerlSettings) -> list[str]:
+    """The LoRA adapter, merged into the weights verl syncs to vLLM, which serves them under the base
+    model's name: what agl's gateway sends the agents to (see :func:`check_servable`)."""
+    lora = settings.lora
+    if lora is None:
+        return []
+    targets = lora.target_modules if isinstance(lora.target_modules, str) else "[" + ",".join(lora.target_modules) + "]"
+    return [
+        f"actor_rollout_ref.model.lora_rank={lora.r}",
+        f"actor_rollout_ref.model.lora_alpha={lora.alpha}",
+        f"actor_rollout_ref.model.target_modules={targets}",
+        "actor_rollout_ref.model.lora.merge=True",
+    ]
+
+
+def trainer_section(settings: VerlSettings, *, validating: bool) -> list[str]:
+    """verl's ``trainer`` overrides: the cluster, checkpoints (every ``save_freq`` steps, resumed
+    from ``<workdir>/checkpoints``) and validation (only with a val file)."""
+    d = settings.distributed
+    return [
         f"trainer.n_gpus_per_node={d.n_gpus_per_node}",
         f"trainer.nnodes={d.nnodes}",
         f"trainer.total_epochs={d.total_epochs}",
         f"trainer.project_name={d.project_name}",
         f"trainer.experiment_name={d.experiment_name}",
-        f"trainer.default_local_dir={Path(s.workdir).resolve() / 'checkpoints'}",
+        f"trainer.default_local_dir={Path(settings.workdir).resolve() / 'checkpoints'}",
         "trainer.use_v1=True",
         "trainer.logger=[console]",
+        f"trainer.save_freq={d.save_freq}",
+        f"trainer.max_actor_ckpt_to_keep={'null' if d.max_checkpoints is None else d.max_checkpoints}",
+        f"trainer.resume_mode={d.resume}",
+        f"trainer.val_before_train={validating and d.val_before_train}",
+        f"trainer.test_freq={d.test_freq if (validating and d.test_freq) else -1}",
     ]
-    if agent_loop_config is not None:
-        overrides.append(f"actor_rollout_ref.rollout.agent.agent_loop_config_path={agent_loop_config}")
-    if d.total_training_steps is not None:
-        overrides.append(f"trainer.total_training_steps={d.total_training_steps}")
-    if s.lora is not None:
-        targets = s.lora.target_modules
-        overrides += [
-            f"actor_rollout_ref.model.lora_rank={s.lora.r}",
-            f"actor_rollout_ref.model.lora_alpha={s.lora.alpha}",
-            "actor_rollout_ref.model.target_modules="
-            + (targets if isinstance(targets, str) else "[" + ",".join(targets) + "]"),
-        ]
-    return overrides + correction_overrides(s.rollout_correction) + list(d.overrides)
+
+
+LORA_UNSERVABLE = (
+    "actor_rollout_ref.model.lora.merge=False",
+    "actor_rollout_ref.model.lora.merge=false",
+)
+
+
+def check_servable(settings: VerlSettings) -> None:
+    """Refuse settings whose trained weights agl's gateway could not send the agents to.
+
+    verl 0.9 loads an unmerged LoRA adapter into its vLLM servers' engines under its own name
+    (``"123"``) and applies it only in its own token-in/token-out ``generate``; vLLM's OpenAI
+    server, which the gateway talks to, does not list that adapter, so the agents would sample
+    from the base weights for the whole run. agl therefore has verl merge the adapter into the
+    synced weights (``lora.merge=True``) and refuses an override that turns that off.
+    """
+    d = settings.distributed
+    for override in d.overrides:
+        if override.replace(" ", "") in LORA_UNSERVABLE:
+            raise AglError(
+                f"distributed.overrides: {override!r}: verl would keep the LoRA adapter out of the weights "
+                "vLLM's OpenAI server serves, and the agents (through agl's gateway) would sample from the base "
+                "model all run; agl needs lora.merge=True"
+            )
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key in ("actor_rollout_ref.rollout.name", "actor_rollout_ref.rollout.agent.default_agent_loop"):
+            raise AglError(f"distributed.overrides: {key} is agl's to set (vllm, and the agl agent loop)")
+        if key == "actor_rollout_ref.rollout.calculate_log_probs":
+            raise AglError(f"distributed.overrides: {key}: agl's agent loop always hands verl the log-probs")
 
 
 def correction_overrides(setting: str) -> list[str]:
@@ -167,24 +261,34 @@ def correction_overrides(setting: str) -> list[str]:
 
 
 def compose_trainer_config(
-    settings: VerlSettings, *, train_files: str | None = None, agent_loop_config: str | None = None
+    settings: VerlSettings,
+    *,
+    train_files: str | None = None,
+    agent_loop_config: str | None = None,
+    val_files: str | None = None,
 ) -> DictConfig:
     """verl's full trainer config (``ppo_trainer.yaml``) with agl's settings applied."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    overrides = trainer_overrides(settings, train_files=train_files, agent_loop_config=agent_loop_config)
+    overrides = trainer_overrides(
+        settings, train_files=train_files, agent_loop_config=agent_loop_config, val_files=val_files
+    )
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
         return compose(config_name="ppo_trainer", overrides=overrides)
 
 
-def write_tasks_parquet(tasks: Sequence[Any], path: Path) -> Path:
+def write_tasks_parquet(tasks: Sequence[Any], path: Path, *, mode: str = "train") -> Path:
     """Write agl tasks as verl's RL dataset: one row per task, routed to the ``agl`` agent loop.
 
     ``prompt`` holds the task input as a user message only so verl's dataset can measure
     and filter prompt lengths; the agent builds its own prompts. ``extra_info.task_id``
-    is how :class:`AglAgentLoop` finds the task in the store.
+    is how :class:`AglAgentLoop` finds the task in the store. ``reward_model`` is there because
+    verl's validation reads it from every sample (agl's rewards come from the rollout, so its
+    ``ground_truth`` is a copy of the task input, which verl's logs of validation show).
+    ``extra_info.mode`` is the agl rollout mode (``val`` for the validation file: its rollouts
+    get the runner's val resources, a ``temperature`` among them).
     """
     import pandas as pd
 
@@ -193,7 +297,8 @@ def write_tasks_parquet(tasks: Sequence[Any], path: Path) -> Path:
             "data_source": "agl",
             "prompt": [{"role": "user", "content": json.dumps(task.input)}],
             "agent_name": AGENT_LOOP_NAME,
-            "extra_info": {"task_id": task.task_id, "index": i},
+            "reward_model": {"style": "agl", "ground_truth": json.dumps(task.input)},
+            "extra_info": {"task_id": task.task_id, "index": i, "mode": mode},
         }
         for i, task in enumerate(tasks)
     ]
@@ -205,18 +310,38 @@ def write_tasks_parquet(tasks: Sequence[Any], path: Path) -> Path:
 # -- transitions → agent-loop outputs -----------------------------------------------------------------
 
 
+class MissingLogprobsError(AglError, ValueError):
+    """A rollout's engine calls lack the log-probs verl's trainer reads (``rollout_log_probs``)."""
+
+
+def _sampled_logprobs(t: Transition, length: int) -> list[float]:
+    """The behaviour log-probs of ``t``'s first ``length`` response tokens; raise when any is missing."""
+    # verl's rollout log-probs are the behaviour policy's: what the tokens were sampled with
+    sampled = t.behaviour_logprobs if t.behaviour_logprobs is not None else t.response_logprobs
+    if sampled is None or len(sampled) < length:
+        have = "none" if sampled is None else f"{len(sampled)} for {length} tokens"
+        raise MissingLogprobsError(
+            f"rollout {t.rollout_id} call {t.step}: the engine recorded no log-probs ({have}); verl's trainer "
+            "stores rollout_log_probs for every sample (calculate_log_probs=True) and cannot mix samples with "
+            "and without them, so this rollout is refused. The gateway asks every engine for log-probs: check "
+            "that verl's vLLM servers return them"
+        )
+    return list(sampled)[:length]
+
+
 def transitions_to_outputs(
     transitions: Sequence[Transition], *, response_length: int | None = None, rollout_reward: float | None = None
 ) -> list[AgentLoopOutput]:
     """One ``AgentLoopOutput`` per engine transition, in call order.
 
     A merged transition's output masks the context between its calls out of the loss
-    (``response_mask``); verl computes advantages per output from the rollout's reward,
-    so every segment of it gets the same one (agl's ``broadcast`` credit).
-
-    The last output carries the rollout's reward (``rollout_reward``, or the last
-    transition's); verl copies it to the others. Text-only transitions are left out:
-    they have no token ids verl could train on.
+    (``response_mask``). The last output carries the rollout's reward (``rollout_reward``,
+    or the last transition's); verl copies it to the others, and agl's advantage step
+    (:mod:`agl_verl.advantages`) gives every output its rollout's advantage (agl's
+    ``broadcast`` credit). Text-only transitions are left out: they have no token ids verl
+    could train on. Every engine transition must carry its log-probs
+    (:class:`MissingLogprobsError` otherwise: verl cannot store a rollout that has them for
+    some calls and not others).
     """
     usable = sorted(
         (t for t in transitions if t.token_source == "engine" and len(t.response_ids)), key=lambda t: t.step
@@ -224,15 +349,12 @@ def transitions_to_outputs(
     outputs = []
     for t in usable:
         response = list(t.response_ids)[:response_length]
-        # verl's rollout log-probs are the behaviour policy's: what the tokens were sampled with
-        sampled = t.behaviour_logprobs if t.behaviour_logprobs is not None else t.response_logprobs
-        logprobs = list(sampled)[: len(response)] if sampled is not None else None
         outputs.append(
             AgentLoopOutput(
                 prompt_ids=list(t.prompt_ids),
                 response_ids=response,
                 response_mask=generated_mask(t)[: len(response)],
-                response_logprobs=logprobs,
+                response_logprobs=_sampled_logprobs(t, len(response)),
                 num_turns=2,
                 metrics=AgentLoopMetrics(),
                 extra_fields={"agl_rollout_id": t.rollout_id, "agl_step": t.step, "agl_agent": t.agent},
@@ -264,7 +386,11 @@ def _default_builder(transition_config: dict[str, Any]) -> TransitionBuilder:
 
 
 class RolloutBridge:
-    """Enqueue one agl rollout of a task, wait for a runner to finish it, return its transitions."""
+    """Enqueue one agl rollout of a task, wait for a runner to finish it, return its transitions.
+
+    Rollouts are named ``<rollout_prefix><random>``: :func:`take_back_rollouts` finds a run's
+    unfinished ones by that prefix after a crash.
+    """
 
     def __init__(
         self,
@@ -273,15 +399,31 @@ class RolloutBridge:
         timeout_s: float = 600.0,
         builder: TransitionBuilder | None = None,
         transition_config: dict[str, Any] | None = None,
+        rollout_prefix: str = "verl-",
+        executor: Executor | None = None,
     ):
         self.store = store
         self.timeout_s = timeout_s
         self.builder = builder or _default_builder(transition_config or {})
+        self.rollout_prefix = rollout_prefix
+        self.executor = executor
+        """Where :meth:`arun` waits (None: asyncio's default executor, at most 32 threads)."""
 
-    def run(self, task_id: str, *, step: int | None = None, model_version: str | None = None) -> list[Transition]:
+    def run(
+        self, task_id: str, *, step: int | None = None, model_version: str | None = None, mode: str = "train"
+    ) -> list[Transition]:
         """Blocking: enqueue, wait, build. A rollout that did not succeed yields no transitions."""
         (rollout,) = self.store.enqueue(
-            [Rollout(task_id=task_id, step=step, model_version=model_version, timeout_s=self.timeout_s)]
+            [
+                Rollout(
+                    rollout_id=self.rollout_prefix + uuid.uuid4().hex[:16],
+                    task_id=task_id,
+                    step=step,
+                    model_version=model_version,
+                    timeout_s=self.timeout_s,
+                    mode=mode,
+                )
+            ]
         )
         (done,) = self.store.wait([rollout.rollout_id], timeout_s=self.timeout_s)
         if not done.status.terminal:
@@ -290,16 +432,30 @@ class RolloutBridge:
         return self.builder(self.store, [done])
 
     async def arun(self, task_id: str, **kwargs) -> list[Transition]:
-        """:meth:`run` in a worker thread, so verl's event loop keeps serving other samples."""
-        return await asyncio.to_thread(self.run, task_id, **kwargs)
+        """:meth:`run` in a thread of :attr:`executor`, so verl's event loop keeps serving other samples."""
+        if self.executor is None:
+            return await asyncio.to_thread(self.run, task_id, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self.executor, partial(self.run, task_id, **kwargs))
+
+
+def take_back_rollouts(store, rollout_prefix: str) -> list[str]:
+    """Cancel the queued and running rollouts named ``<rollout_prefix>...``: those an earlier
+    attempt of the run enqueued and that no agent loop waits for any more (it crashed).
+    verl re-issues their prompts itself when it resumes. Returns the cancelled ids."""
+    pending = [RolloutStatus.QUEUED, RolloutStatus.RUNNING]
+    ids = [r.rollout_id for r in store.query_rollouts(status=pending) if r.rollout_id.startswith(rollout_prefix)]
+    if ids:
+        store.cancel(ids)
+    return ids
 
 
 class AglAgentLoop(AgentLoopBase):
     """verl agent loop that runs an agl rollout per sample and returns its gateway-recorded calls.
 
-    Constructed by verl's ``AgentLoopWorker`` through hydra from the entry
-    :func:`write_agent_loop_config` writes (``store_url``, ``rollout_timeout_s``,
-    ``transition_config`` come from there, or from ``AGL_STORE_URL``).
+    Constructed by verl's ``AgentLoopWorker`` through hydra, once per sample, from the entry
+    :func:`write_agent_loop_config` writes. Everything that outlives a sample (plugins, the
+    store client, the gateway link) is the process's :class:`~agl_verl.worker_context.WorkerContext`,
+    made by the first instance: a plugin that cannot load fails there, loudly.
     """
 
     def __init__(
@@ -308,42 +464,72 @@ class AglAgentLoop(AgentLoopBase):
         store_url: str | None = None,
         rollout_timeout_s: float = 600.0,
         transition_config: dict[str, Any] | None = None,
+        plugins: Sequence[str] | None = None,
+        gateway_url: str | None = None,
+        run_id: str = "run",
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
-        from agl.store import open_store
+        from agl_verl.worker_context import WorkerSetup, worker_context
 
-        url = store_url or STORE_URL.get()
-        if not url:
-            raise AglError(f"AglAgentLoop: no store_url in the agent-loop config and {STORE_URL} is unset")
-        self.bridge = RolloutBridge(
-            open_store(url), timeout_s=rollout_timeout_s, transition_config=dict(transition_config or {})
+        setup = WorkerSetup.of(
+            store_url=store_url,
+            rollout_timeout_s=rollout_timeout_s,
+            transition_config=transition_config,
+            plugins=plugins,
+            gateway_url=gateway_url,
+            run_id=run_id,
         )
+        self.context = worker_context(setup)
+
+    @property
+    def bridge(self) -> RolloutBridge:
+        return self.context.bridge
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> list[AgentLoopOutput]:
-        """One sample: one agl rollout of the row's task."""
+        """One sample: point the gateway at verl's servers (if they changed), run one agl rollout of the row's task."""
         extra = kwargs.get("extra_info") or {}
         task_id = extra.get("task_id")
         if not task_id:
             raise AglError("AglAgentLoop: the dataset row has no extra_info.task_id (see write_tasks_parquet)")
+        if self.context.gateway is not None:
+            await self.context.gateway.sync(self.server_manager)
         step = kwargs.get("global_steps")
-        transitions = await self.bridge.arun(str(task_id), step=int(step) if step is not None else None)
+        mode = str(extra.get("mode") or "train")
+        transitions = await self.bridge.arun(str(task_id), step=int(step) if step is not None else None, mode=mode)
         return transitions_to_outputs(transitions, response_length=self.rollout_config.response_length)
 
 
 # -- launching -------------------------------------------------------------------------------------------
 
 
-def run_verl_trainer(settings: VerlSettings, *, train_files: str | None = None) -> None:
-    """Compose the config and run verl's ``TaskRunnerV1`` on Ray. Needs CUDA GPUs."""
+class NeedsGPUs(AglError, RuntimeError):
+    """verl's trainer (FSDP actor, vLLM rollout servers) needs CUDA GPUs, and this machine has none."""
+
+
+def require_gpus() -> None:
+    """Raise :class:`NeedsGPUs` unless torch sees a CUDA GPU."""
     import torch
 
     if not torch.cuda.is_available():
-        raise AglError(
-            "mode='distributed' runs verl's FSDP trainer and vLLM rollout servers, which need CUDA GPUs; "
-            "this machine has none. Use mode='local' here."
+        raise NeedsGPUs(
+            "mode='distributed' needs GPUs: verl's FSDP actor and its vLLM rollout servers run on CUDA, and torch "
+            "sees no GPU on this machine. Everything before them ran (config, data, Ray workers); use mode='local' "
+            "to train here"
         )
-    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+
+
+def run_verl_trainer(settings: VerlSettings, *, train_files: str | None = None) -> None:
+    """Compose the config and run verl's V1 trainer on Ray, with agl's advantage step. Needs CUDA GPUs.
+
+    The agent loop's store comes from ``distributed.store_url`` (or ``$AGL_STORE_URL``) and no
+    gateway is linked: ``agl train`` (:mod:`agl_verl.launch`) is the way that wires the gateway,
+    the runners and the plugins too.
+    """
+    require_gpus()
+    from verl.trainer.main_ppo import run_ppo
+
+    from agl_verl.task_runner import AglTaskRunner
 
     workdir = Path(settings.workdir).resolve()
     loops = write_agent_loop_config(
@@ -352,4 +538,4 @@ def run_verl_trainer(settings: VerlSettings, *, train_files: str | None = None) 
         rollout_timeout_s=settings.distributed.rollout_timeout_s,
     )
     config = compose_trainer_config(settings, train_files=train_files, agent_loop_config=str(loops))
-    run_ppo(config, task_runner_class=TaskRunnerV1)
+    run_ppo(config, task_runner_class=AglTaskRunner)

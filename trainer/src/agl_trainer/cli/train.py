@@ -88,7 +88,8 @@ def build_config(args):
         if data.get("backend") is None:
             raise ConfigError("--model: name a backend too (--backend verl, or backend: in the config)")
         data["backend"]["config"]["model_path"] = args.model
-        if data.get("engine") is None and not data.get("engine_urls"):
+        own_servers = data["backend"]["config"].get("mode") == "distributed"  # verl's vLLM servers serve it
+        if data.get("engine") is None and not data.get("engine_urls") and not own_servers:
             data["engine"] = {"name": "transformers", "config": {}}
         if data.get("engine") is not None:
             data["engine"]["config"].setdefault("model_path", args.model)
@@ -128,5 +129,27 @@ def run(args) -> int:
     print(f"agl train: store {hide_password(config.store_url())}", flush=True)
     train = load_tasks_jsonl(args.tasks, "train") if args.tasks else []
     val = load_tasks_jsonl(args.val, "val") if args.val else []
+    if own_loop(config):
+        return run_own_loop(config, agent, train, val)
     Trainer(config).fit(agent, train, val)  # which says what it did, once
     return 0
+
+
+def own_loop(config) -> bool:
+    """Whether the backend runs the training loop itself: ``backend.config.mode: distributed``
+    (agl-verl's, where verl's trainer drives the steps on Ray)."""
+    return config.backend is not None and config.backend.config.get("mode") == "distributed"
+
+
+def run_own_loop(config, agent, train, val) -> int:
+    """Hand the run to the backend's ``train_distributed(config, agent, train, val)``."""
+    from agl.errors import ConfigError
+    from agl.plugins import load_plugin
+    from agl.providers import resolve
+
+    for i, spec in enumerate(config.plugins):
+        load_plugin(spec, f"plugins[{i}]")
+    backend = resolve("backend", config.backend.name, config.backend.config, field="backend")
+    if not hasattr(backend, "train_distributed"):
+        raise ConfigError(f"backend.config.mode: backend {config.backend.name!r} has no distributed mode")
+    return backend.train_distributed(config, agent, train, val)

@@ -69,8 +69,8 @@ class Router:
     def __init__(
         self, upstreams: list[str], *, max_in_flight: int = 512, api_key: str | None = None, max_sticky: int = 100_000
     ):
-        if not upstreams:
-            raise ValueError("upstreams: at least one engine URL is needed")
+        # None at first is allowed: replicas registered later through POST /admin/upstreams
+        # (agl_verl's distributed mode registers verl's rollout servers once they are up).
         self.max_in_flight = max_in_flight
         self.api_key = api_key
         self.max_sticky = max_sticky
