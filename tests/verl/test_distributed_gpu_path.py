@@ -19,13 +19,12 @@ from agl.schema import RolloutStatus, Task, Transition
 from agl_verl.config import parse_settings
 from agl_verl.distributed import (
     MissingLogprobsError,
-    RolloutBridge,
     check_servable,
     compose_trainer_config,
-    take_back_rollouts,
     transitions_to_outputs,
     write_tasks_parquet,
 )
+from agl_verl.rollout_bridge import RolloutBridge, take_back_rollouts
 
 
 def settings(**distributed):

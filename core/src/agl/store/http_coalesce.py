@@ -7,12 +7,16 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from agl.errors import StoreUnavailable
 
-if TYPE_CHECKING:
-    from agl.store.http import HttpStore
+
+class BatchSender(Protocol):
+    """What a :class:`Coalescer` sends through (:class:`~agl.store.http.HttpStore`)."""
+
+    def _send_batch(self, batch: list[Op]) -> None:
+        """Send ``batch`` as one ``/v1/batch`` request and settle every op's future; never raises."""
 
 
 class Op:
@@ -37,7 +41,7 @@ class Coalescer:
     queue is empty.
     """
 
-    def __init__(self, store: HttpStore, senders: int, max_bytes: int, linger_s: float):
+    def __init__(self, store: BatchSender, senders: int, max_bytes: int, linger_s: float):
         self.store = store
         self.max_bytes = max_bytes
         self.linger_s = linger_s

@@ -173,7 +173,7 @@ class DistributedRun:
         """Take back the last attempt's rollouts, start the gateway (no upstream yet) and the runner."""
         from agl.capture.writer import BufferedWriter
         from agl_trainer.gateway import Gateway
-        from agl_verl.distributed import take_back_rollouts
+        from agl_verl.rollout_bridge import take_back_rollouts
         from agl_verl.worker_context import ROLLOUT_ID_PREFIX
 
         self.taken_back = take_back_rollouts(self.store, f"{ROLLOUT_ID_PREFIX}{self.run_id}-")

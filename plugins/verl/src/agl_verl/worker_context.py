@@ -94,8 +94,8 @@ class WorkerContext:
 
     def __init__(self, setup: WorkerSetup):
         from agl.store import open_store
-        from agl_verl.distributed import RolloutBridge
         from agl_verl.gateway_link import GatewayLink
+        from agl_verl.rollout_bridge import RolloutBridge
 
         self.setup = setup
         self.plugins = load_plugins(setup.plugins)

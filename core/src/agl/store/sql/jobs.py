@@ -6,13 +6,23 @@ from __future__ import annotations
 import _thread
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from agl.schema import now
 from agl.store.claims import Claim, Finish
 
-if TYPE_CHECKING:
-    from agl.store.sql.commit import GroupCommit
+
+class GroupCommit(Protocol):
+    """What a job runs its writes through (:class:`~agl.store.sql.commit.GroupCommit`, the SQL store)."""
+
+    _queue: Any
+    """The store's :class:`~agl.store.claims.RolloutQueue`."""
+
+    def _insert_ignore(self, cur: Any, table: str, columns: Sequence[str], rows: list[tuple]) -> None:
+        """Insert ``rows``, ignoring ids already stored."""
+
+    def _with_tasks(self, cur: Any, claimed: Any) -> Any:
+        """The claimed rollouts with their tasks."""
 
 
 class Insert:
