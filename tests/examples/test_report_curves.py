@@ -145,3 +145,39 @@ def test_a_record_without_a_curve_is_refused_by_name(tmp_path):
             tmp_path / "x.png",
         )
     assert not (tmp_path / "x.png").exists()
+
+
+def test_sql_runs_with_curves_get_their_table_by_tier_and_a_png(tmp_path):
+    from examples.sql_agent import report
+
+    results = tmp_path / "results"
+    results.mkdir()
+    for seed, after in ((0, 0.2), (1, 0.3), (2, 0.4)):
+        run = {
+            "arm": "per-role-steps30",
+            "seed": seed,
+            "steps": 30,
+            "wall_s": 1800.0,
+            "before": {"success": 0.05, "success_by_tier": {"easy": 0.1, "medium": 0.05, "hard": 0.0}},
+            "after": {"success": after, "success_by_tier": {"easy": 2 * after, "medium": after, "hard": 0.0}},
+            "val_every": 10,
+            "val_problems": 30,
+            "val_curve": [{"step": 0, "success_rate": 0.05}, {"step": 30, "success_rate": after}],
+        }
+        (results / f"per-role-steps30-seed{seed}.json").write_text(json.dumps(run))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{START}\n{END}\n")
+
+    assert report.main(["--results", str(results), "--readme", str(readme)]) == 0
+
+    text = readme.read_text()
+    assert "No results yet" in text  # no run without a curve
+    seed0, _, _, mean = rows(text.split("Runs with a validation curve")[1])[1:]
+    # steps, before, after, then easy, medium and hard before and after, val at the first and last evaluation
+    assert seed0[:13] == ["per-role-steps30", "0", "30", "5.0", "20.0", "10.0", "40.0", "5.0", "20.0", "0.0", "0.0"] + [
+        "5.0",
+        "20.0",
+    ]
+    assert mean[1:5] == ["**mean ± std**", "30", "5.0 ± 0.0", "30.0 ± 10.0"]
+    assert "(results/curves/per-role-steps30.png)" in text
+    assert (results / "curves" / "per-role-steps30.png").read_bytes().startswith(b"\x89PNG")
