@@ -4,6 +4,10 @@ Each example's report builds its own tables from its ``results/*.json`` and writ
 between the markers of its block in its README: ``<!-- results:start -->`` and
 ``<!-- results:end -->`` for the results table, ``<!-- NAME:start -->`` and
 ``<!-- NAME:end -->`` for another block named NAME.
+
+Runs trained with ``--val-every`` hold a validation curve (``val_curve``: ``{step,
+success_rate}`` points); :func:`draw_curves` draws the curves of all seeds of such an arm in
+one PNG, ``results/curves/<arm>.png`` (:data:`CURVES`), which the report links.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import Any
 
 RESULTS = "results"
 """The name of the block that holds an example's results table."""
+CURVES = "curves"
+"""The folder under ``results/`` that holds the arms' validation-curve PNGs."""
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -107,13 +113,20 @@ def write_block(readme: Path, block: str, name: str = RESULTS) -> None:
     readme.write_text(f"{head}{start}\n{block}\n{end}{tail}")
 
 
-def report_main(argv: list[str] | None, description: str, here: Path, build: Callable[[Path], dict[str, str]]) -> int:
+def report_main(
+    argv: list[str] | None,
+    description: str,
+    here: Path,
+    build: Callable[[Path], dict[str, str]],
+    draw: Callable[[Path], list[Path]] | None = None,
+) -> int:
     """A report script's command line: print the blocks ``build(results_dir)`` makes and write them into the README.
 
     ``build`` returns the README's blocks by name (:data:`RESULTS` for the results table).
-    ``here`` is the example's folder (``results/`` and ``README.md`` by default); ``--check``
-    only prints. Returns the exit status (1, with the README left as it was, when it lacks
-    the markers of a block).
+    ``draw(results_dir)``, when given, writes the figures the blocks link (the PNGs it
+    returns). ``here`` is the example's folder (``results/`` and ``README.md`` by default);
+    ``--check`` only prints, writing neither figures nor README. Returns the exit status
+    (1, with the README left as it was, when it lacks the markers of a block).
     """
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=here / "results")
@@ -124,6 +137,8 @@ def report_main(argv: list[str] | None, description: str, here: Path, build: Cal
     print("\n\n".join(blocks.values()))
     if args.check:
         return 0
+    for figure in draw(args.results) if draw else []:
+        print(f"wrote {figure}", file=sys.stderr)
     text = args.readme.read_text()
     try:
         for name, block in blocks.items():
@@ -133,3 +148,65 @@ def report_main(argv: list[str] | None, description: str, here: Path, build: Cal
         print(exc, file=sys.stderr)
         return 1
     return 0
+
+
+def has_curve(record: dict) -> bool:
+    """Whether the run was evaluated on validation during training (``--val-every``): it has a curve."""
+    return bool(record.get("val_curve"))
+
+
+def curve_png(results: Path, arm: str) -> Path:
+    """Where the validation curves of ``arm`` go: ``results/curves/<arm>.png``."""
+    return results / CURVES / f"{arm}.png"
+
+
+def curve_link(results: Path, arm: str) -> str:
+    """The Markdown image of ``arm``'s curves, relative to the folder holding ``results/`` (the README's)."""
+    return f"![validation curves of {arm}]({results.name}/{CURVES}/{arm}.png)"
+
+
+def draw_curves(arm: str, records: list[dict], path: Path, *, ylabel: str = "validation success (%)") -> Path:
+    """Draw the validation curve of each seed of ``arm`` (``records`` with a ``val_curve``) into one PNG at ``path``.
+
+    One line per seed, and their mean where every seed was evaluated at the same steps. The
+    file has no time stamp (the same records draw the same bytes), so re-running the report
+    leaves a committed figure unchanged. Raises ``ValueError`` naming the arm when a record
+    has no curve.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    missing = [r["seed"] for r in records if not has_curve(r)]
+    if missing or not records:
+        raise ValueError(f"{arm}: no val_curve in the records of seed(s) {missing or 'any'}")
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    curves = [([p["step"] for p in r["val_curve"]], [100 * p["success_rate"] for p in r["val_curve"]]) for r in records]
+    for record, (steps, values) in zip(records, curves, strict=True):
+        ax.plot(steps, values, marker="o", markersize=3, linewidth=1, alpha=0.7, label=f"seed {record['seed']}")
+    if len(curves) > 1 and all(steps == curves[0][0] for steps, _ in curves):
+        mean = [statistics.fmean(column) for column in zip(*(values for _, values in curves), strict=True)]
+        ax.plot(curves[0][0], mean, color="black", linewidth=2, label="mean")
+    problems = records[0].get("val_problems")
+    ax.set_title(f"{arm}: {len(records)} seed(s)" + (f", {problems} validation tasks" if problems else ""))
+    ax.set_xlabel("training step")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def draw_arm_curves(arms: dict[str, list[dict]], results: Path) -> list[Path]:
+    """:func:`draw_curves` for each arm that has curves (its seeds without one left out), into ``results/curves/``."""
+    drawn = []
+    for arm, records in arms.items():
+        with_curves = [r for r in records if has_curve(r)]
+        if with_curves:
+            drawn.append(draw_curves(arm, with_curves, curve_png(results, arm)))
+    return drawn

@@ -114,7 +114,7 @@ def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -
     name = spec.arm(args)
     workdir = fresh_workdir(spec, args, name)
     spec.register_reward()
-    counter = TransitionCounts()
+    counter = TransitionCounts(workdir / "transition_counts.json")  # resumed runs count every step
     agl.register_plugin(counter, name=f"{spec.runs}-transition-counts")
     test = spec.load_split("test")[: args.eval_limit]
     config = spec.trainer_config(

@@ -7,6 +7,12 @@ Rewrites what lies between ``<!-- results:start -->`` and ``<!-- results:end -->
 README.md, and between ``<!-- lr-choice:start -->`` and ``<!-- lr-choice:end -->``;
 ``--check`` only prints the tables. One row per seed, then mean ± sample standard
 deviation over the seeds.
+
+Runs with a validation curve (``train.py --val-every``) have a table of their own in the
+results block, an arm per results name (``calc_agent-steps60``): test success before and
+after, overall and per operation count, and their validation at the first and last
+evaluation. The curves of all seeds of such an arm are drawn into
+``results/curves/<arm>.png`` (not with ``--check``), which the block shows.
 """
 
 from __future__ import annotations
@@ -15,9 +21,21 @@ import json
 import sys
 from pathlib import Path
 
-from examples.reporting import RESULTS, half_mean, load_arms, pm, report_main, seed_rows, seed_table, table_head
+from examples.reporting import (
+    RESULTS,
+    curve_link,
+    draw_arm_curves,
+    half_mean,
+    has_curve,
+    load_arms,
+    pm,
+    report_main,
+    seed_rows,
+    seed_table,
+    table_head,
+)
 
-from .config import LR
+from .config import LR, STEPS
 
 HERE = Path(__file__).resolve().parent
 
@@ -53,6 +71,8 @@ def arm_label(record: dict) -> str:
         label += f", async k={record['max_staleness']}"
     if "graded" in record:
         label += f", recorded traffic {record['graded']:.0%} graded"
+    if record["steps"] != STEPS:
+        label += f", {record['steps']} steps"
     return label
 
 
@@ -73,6 +93,13 @@ def arm_order(record: dict) -> tuple:
 def load(results: Path) -> dict[str, list[dict]]:
     """The result records (``<arm>-seed<N>.json``) by arm, in :func:`arm_order`, each in seed order."""
     return load_arms(results, "calc_agent*-seed*.json", arm_label, arm_order)
+
+
+def load_curves(results: Path) -> dict[str, list[dict]]:
+    """The records of runs with a validation curve, by their results name (``calc_agent-steps60``)."""
+    arms = load_arms(results, "calc_agent*-seed*.json", lambda r: r["name"], arm_order)
+    arms = {name: [r for r in records if has_curve(r)] for name, records in arms.items()}
+    return {name: records for name, records in arms.items() if records}
 
 
 def cells(records: list[dict]) -> list[str]:
@@ -104,7 +131,8 @@ def cells(records: list[dict]) -> list[str]:
 
 
 def render(runs: dict[str, list[dict]]) -> str:
-    """The block that goes between the markers: a row per seed, and mean ± std per arm."""
+    """The block that goes between the markers: a row per seed, and mean ± std per arm (runs without a curve)."""
+    runs = {label: kept for label, records in runs.items() if (kept := [r for r in records if not has_curve(r)])}
     return seed_table(
         runs.items(),
         lambda first: (
@@ -115,6 +143,67 @@ def render(runs: dict[str, list[dict]]) -> str:
         COLUMNS,
         cells,
     )
+
+
+CURVE_COLUMNS = (
+    "steps",
+    "test success before (%)",
+    "after (%)",
+    "2 operations before (%)",
+    "after (%)",
+    "3 operations before (%)",
+    "after (%)",
+    "4 operations before (%)",
+    "after (%)",
+    "val success at the first evaluation (%)",
+    "at the last (%)",
+    "step s",
+    "wall min",
+)
+
+
+def curve_cells(records: list[dict]) -> list[str]:
+    """A row of the curves table over ``records`` (one seed's, or all of them for the mean ± std row)."""
+
+    def operations(when: str, n: int) -> str:
+        return pm([r[when]["success_by_operations"].get(str(n)) for r in records], 100)
+
+    steps = sorted({r["steps"] for r in records})
+    return [
+        ", ".join(str(s) for s in steps),
+        pm([r["before"]["success"] for r in records], 100),
+        pm([r["after"]["success"] for r in records], 100),
+        *(operations(when, n) for n in (2, 3, 4) for when in ("before", "after")),
+        pm([r["val_curve"][0]["success_rate"] for r in records], 100),
+        pm([r["val_curve"][-1]["success_rate"] for r in records], 100),
+        pm([r.get("step_s_mean") for r in records], 1, 0),
+        pm([r["wall_s"] for r in records], 1 / 60),
+    ]
+
+
+def render_curves(arms: dict[str, list[dict]], results: Path) -> str:
+    """The runs with a validation curve: a row per seed and mean ± std per arm, then each arm's curves."""
+    if not arms:
+        return ""
+    first = next(iter(arms.values()))[0]
+    lines = [
+        f"Runs with a validation curve (the first {first.get('val_problems', '?')} val problems, greedy, every "
+        f"{first.get('val_every', '?')} steps), test split ({first['eval_problems']} problems, greedy) before and "
+        f"after, by operations; {first['batch_size']} problems x {first['n_rollouts']} rollouts a step:",
+        "",
+        *table_head("arm (lr; async: rollouts up to k steps ahead)", CURVE_COLUMNS),
+    ]
+    for name, records in arms.items():
+        lines += seed_rows(f"{name} ({arm_label(records[0])})", records, curve_cells)
+    for name in arms:
+        lines += ["", curve_link(results, name)]
+    return "\n".join(lines)
+
+
+def render_results(results: Path) -> str:
+    """The results block: the runs without a curve, then those with one (when any)."""
+    curves = render_curves(load_curves(results), results)
+    return render(load(results)) + (f"\n\n{curves}" if curves else "")
 
 
 LR_CHOICE = "lr-choice"
@@ -173,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         argv,
         __doc__,
         HERE,
-        lambda results: {RESULTS: render(load(results)), LR_CHOICE: render_lr_choice(results / LR_CHOICE)},
+        lambda results: {RESULTS: render_results(results), LR_CHOICE: render_lr_choice(results / LR_CHOICE)},
+        lambda results: draw_arm_curves(load_curves(results), results),
     )
 
 

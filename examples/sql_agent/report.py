@@ -5,6 +5,11 @@
 Rewrites what lies between ``<!-- results:start -->`` and ``<!-- results:end -->``
 in README.md; ``--check`` only prints the tables. Figures are mean ± sample standard
 deviation over the seeds of an arm.
+
+Runs with a validation curve (``train.py --val-every``) have a table of their own: test
+success before and after, overall and per tier, every seed and mean ± std, and their
+validation at the first and last evaluation; the curves of all seeds of an arm are drawn into
+``results/curves/<arm>.png`` (not with ``--check``), which the block shows.
 """
 
 from __future__ import annotations
@@ -16,7 +21,17 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from examples.reporting import RESULTS, half_mean, pm, report_main
+from examples.reporting import (
+    RESULTS,
+    curve_link,
+    draw_arm_curves,
+    half_mean,
+    has_curve,
+    pm,
+    report_main,
+    seed_rows,
+    table_head,
+)
 
 HERE = Path(__file__).resolve().parent
 
@@ -34,13 +49,15 @@ ARM_LABELS = {
 """What each arm is, as the checker table says it (an arm not here gets an empty cell)."""
 
 
-def load(results: Path) -> dict[str, list[dict]]:
+def load(results: Path, *, curves: bool = False) -> dict[str, list[dict]]:
     """The result records, by arm, in seed order (prompt optimization's ``apo-*`` files have a table of their own:
-    ``python -m examples.prompt_optimization --agent sql --report``)."""
+    ``python -m examples.prompt_optimization --agent sql --report``): those without a validation curve,
+    or with ``curves`` those with one."""
     arms: dict[str, list[dict]] = defaultdict(list)
     for path in sorted(p for p in results.glob("*.json") if not p.name.startswith("apo-")):
         record = json.loads(path.read_text())
-        arms[record["arm"]].append(record)
+        if has_curve(record) == curves:
+            arms[record["arm"]].append(record)
     for records in arms.values():
         records.sort(key=lambda r: r["seed"])
     return dict(sorted(arms.items(), key=lambda kv: (ARM_ORDER + [kv[0]]).index(kv[0])))
@@ -212,9 +229,59 @@ def render(arms: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
+CURVE_COLUMNS = (
+    "steps", "test success before (%)", "after (%)", "easy before (%)", "after (%)", "medium before (%)",
+    "after (%)", "hard before (%)", "after (%)", "val success at the first evaluation (%)", "at the last (%)",
+    "wall min",
+)  # fmt: skip
+
+
+def curve_cells(records: list[dict]) -> list[str]:
+    """A row of the curves table over ``records`` (one seed's, or all of them for the mean ± std row)."""
+    return [
+        ", ".join(str(s) for s in sorted({r["steps"] for r in records})),
+        pm([r["before"]["success"] for r in records], 100),
+        pm([r["after"]["success"] for r in records], 100),
+        *(tier(records, when, name) for name in ("easy", "medium", "hard") for when in WHEN),
+        pm([r["val_curve"][0]["success_rate"] for r in records], 100),
+        pm([r["val_curve"][-1]["success_rate"] for r in records], 100),
+        pm([r["wall_s"] for r in records], 1 / 60),
+    ]
+
+
+def render_curves(arms: dict[str, list[dict]], results: Path) -> str:
+    """The runs with a validation curve: a row per seed and mean ± std per arm, then each arm's curves."""
+    if not arms:
+        return ""
+    first = next(iter(arms.values()))[0]
+    lines = [
+        f"Runs with a validation curve (the first {first.get('val_problems', '?')} val questions, greedy, every "
+        f"{first.get('val_every', '?')} steps), test split before and after, by tier:",
+        "",
+        *table_head("arm", CURVE_COLUMNS),
+    ]
+    for arm, records in arms.items():
+        lines += seed_rows(arm, records, curve_cells)
+    for arm in arms:
+        lines += ["", curve_link(results, arm)]
+    return "\n".join(lines)
+
+
+def render_results(results: Path) -> str:
+    """The results block: the runs without a curve, then those with one (when any)."""
+    curves = render_curves(load(results, curves=True), results)
+    return render(load(results)) + (f"\n\n{curves}" if curves else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the tables and write them into the README."""
-    return report_main(argv, __doc__, HERE, lambda results: {RESULTS: render(load(results))})
+    return report_main(
+        argv,
+        __doc__,
+        HERE,
+        lambda results: {RESULTS: render_results(results)},
+        lambda results: draw_arm_curves(load(results, curves=True), results),
+    )
 
 
 if __name__ == "__main__":

@@ -28,6 +28,17 @@ nothing of tools. For them the engine uses one convention, the Hermes / Qwen2.5 
   a single tool, ``"required"`` forces that tool's name too. If the result still does not
   parse, the request is retried a few times (with ``seed`` given, retries use other seeds;
   at temperature 0 a retry repeats the same output).
+- **One system prompt per conversation**: the ``# Tools`` section depends on the tools
+  alone, never on ``tool_choice``, so every turn of a conversation that offers the same
+  tools renders the same system prompt, and a turn's prompt ids begin with the previous
+  turn's prompt and response ids (what ``transitions.merge: prefix`` needs to merge the
+  calls). The choice is told to the model by the forced prefix alone, at the end of the
+  prompt, after the history: ``"required"`` starts the response as a call and a named
+  function starts it as a call of that function, which says at least what the former
+  sentence in the system prompt said ("You must call at least one function." / "You must
+  call the function NAME."), in the place where the model acts on it. A turn with
+  ``"none"`` still renders no tools, so it does not share the system prompt of the turns
+  that offer them.
 
 Models whose template has a tool section get the tools through the template; their output
 is parsed by the same ``<tool_call>`` convention, which is the one such templates (Qwen2.5,
@@ -66,8 +77,9 @@ def template_supports_tools(tokenizer: Any) -> bool:
     return isinstance(template, str) and "tools" in template
 
 
-def tools_system_prompt(tools: list[dict], choice: ToolChoice) -> str:
-    """The ``# Tools`` section the convention appends to the system prompt."""
+def tools_system_prompt(tools: list[dict]) -> str:
+    """The ``# Tools`` section the convention appends to the system prompt: the same for the same tools
+    on every turn, whatever the turn's ``tool_choice`` (:func:`forced_prefix` carries that)."""
     lines = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
     text = (
         "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -77,10 +89,6 @@ def tools_system_prompt(tools: list[dict], choice: ToolChoice) -> str:
         "<tool_call></tool_call> XML tags:\n"
         '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
     )
-    if choice.mode == "required":
-        text += "\n\nYou must call at least one function."
-    elif choice.mode == "function":
-        text += f"\n\nYou must call the function {choice.name}."
     return text
 
 
@@ -150,7 +158,7 @@ def render_messages(messages: list[dict], tools: list[dict] | None, choice: Tool
     for message in out:
         message.pop("_tool_turn", None)
     if tools and choice.mode != "none":
-        section = tools_system_prompt(tools, choice)
+        section = tools_system_prompt(tools)
         if out and out[0]["role"] == "system":
             out[0]["content"] = (out[0]["content"] + "\n\n" + section) if out[0]["content"] else section
         else:
