@@ -1,7 +1,7 @@
 """The SQL agent as the shared runner runs it (:class:`examples.spec.ExampleSpec`).
 
 Its arms are the experiment's (``--arm``, :data:`examples.sql_agent.config.ARMS`): the
-results file of one is ``<arm>-seed<N>.json``.
+results file of one is ``<arm>-seed<N>.json`` (``<arm>-steps<K>-seed<N>.json`` for another ``--steps``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from examples.spec import ExampleSpec, Subset
 
-from .config import ARMS, TRAIN_TIERS, trainer_config
+from .config import ARMS, STEPS, TRAIN_TIERS, trainer_config
 from .database import DB_ENV, DEFAULT_DB, db_path
 from .evaluation import agent_calls
 from .questions import TIERS, load_split, of_tiers
@@ -46,7 +46,7 @@ SPEC = ExampleSpec(
     load_split=load_split,
     train_figures=train_figures,
     subset=Subset("tiers", "tiers", TRAIN_TIERS, of_tiers, type=str, choices=TIERS),
-    arm=lambda args: args.arm,
+    arm=lambda args: args.arm if args.steps == STEPS else f"{args.arm}-steps{args.steps}",
     arm_key="arm",
     record_extras=lambda args, train: {"train_tiers": list(args.tiers)},
     options=db_option,
