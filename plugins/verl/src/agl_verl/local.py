@@ -343,6 +343,15 @@ class LocalLearner:
                 "was taken and the weights are as they were (a reward must be finite in float32)"
             )
 
+    def _refuse_non_finite(self, loss: torch.Tensor, micro: DataProto) -> None:
+        """Stop before a non-finite loss reaches the gradients: this mini-batch takes no step."""
+        if not torch.isfinite(loss):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteUpdate(
+                f"non-finite loss ({loss.item()}) on a micro-batch of "
+                f"{describe_rows(micro, list(range(len(micro))))}; this mini-batch took no step"
+            )
+
     def _has_signal(self, data: DataProto) -> torch.Tensor:
         """Per transition: whether it can move the gradient (all True unless skipping is exact)."""
         s = self.settings
@@ -465,12 +474,7 @@ class LocalLearner:
                 kl_loss = core_algos.agg_loss(kl, mask, s.loss_agg_mode, **config.global_batch_info)
                 loss = loss + s.kl_coef * kl_loss
                 sums["kl"] = sums.get("kl", 0.0) + kl_loss.item()
-            if not torch.isfinite(loss):
-                self.optimizer.zero_grad(set_to_none=True)
-                raise NonFiniteUpdate(
-                    f"non-finite loss ({loss.item()}) on a micro-batch of "
-                    f"{describe_rows(micro, list(range(len(micro))))}; this mini-batch took no step"
-                )
+            self._refuse_non_finite(loss, micro)
             loss.backward()
             sums["loss"] = sums.get("loss", 0.0) + loss.item()
             sums["pg_loss"] = sums.get("pg_loss", 0.0) + pg_loss.item()
