@@ -173,7 +173,7 @@ def checker_table(arms: dict[str, list[dict]]) -> list[str]:
             return seeds_pm([checker(r, when, name) for r in records], scale, 0 if scale == 1 else 1)
 
         return [
-            ARM_LABELS.get(records[0]["arm"], ""),
+            ARM_LABELS.get(records[0]["arm"].split("-steps")[0], ""),
             seeds_pm([r["after"].get("success") for r in records]),
             figure("after", "checks", 1),
             figure("before", "acceptance"),

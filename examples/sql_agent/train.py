@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     args, train = parse_train_args(SPEC, argv, __doc__, parser)
     if not args.refresh:
         return train_seed(SPEC, args, train)
-    name = f"{args.arm}-seed{args.seed}"
+    name = f"{SPEC.arm(args)}-seed{args.seed}"
     test = SPEC.load_split("test")[: args.eval_limit]
     record = refresh(args.results / f"{name}.json", test, args.results / "base" / "test.json")
     print(f"{name}: test success {record['before']['success']:.3f} -> {record['after']['success']:.3f}")

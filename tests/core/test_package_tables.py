@@ -51,7 +51,7 @@ def _words(text: str) -> frozenset[str]:
 
 def test_the_repository_has_the_packages_the_tables_are_checked_against():
     assert {"agl-core", "agl-trainer", "agl-langchain", "agl-otel", "agl-verl", "agl-apo"} <= set(PACKAGES)
-    assert PACKAGES["agl-trainer"].import_name == "agl_trainer" and "aiohttp" in PACKAGES["agl-trainer"].dependencies
+    assert PACKAGES["agl-trainer"].import_name == "agl_trainer" and "httpx-sse" in PACKAGES["agl-trainer"].dependencies
 
 
 # -- README ------------------------------------------------------------------------------

@@ -49,9 +49,9 @@ def test_one_training_step_end_to_end(example, tmp_path):
     argv += ["--model", str(model), "--max-response-tokens", "8", "--workdir", str(tmp_path / "run")]
     assert example.train.main([*argv, "--results", str(tmp_path / "results")]) == 0
     elapsed = time.monotonic() - started
-    record = json.loads((tmp_path / "results" / "main-seed0.json").read_text())
+    record = json.loads((tmp_path / "results" / "main-steps1-seed0.json").read_text())
 
-    assert (record["arm"], record["seed"], record["steps"], record["eval_questions"]) == ("main", 0, 1, 2)
+    assert (record["arm"], record["seed"], record["steps"], record["eval_questions"]) == ("main-steps1", 0, 1, 2)
     assert record["wall_s"] > 0 and elapsed < 90, elapsed
     for when in ("before", "after"):
         figures = record[when]
@@ -73,9 +73,9 @@ def test_one_training_step_end_to_end(example, tmp_path):
     assert record["trained_transitions"] == {"rewrite_query": 8, "write_query": 4}
     assert (tmp_path / "run" / "verl" / "versions" / "step-1" / "adapter_config.json").is_file()
     # --refresh rebuilds the same figures from the run's store, without training
-    refresh = ["--seed", "0", "--eval-limit", "2", "--results", str(tmp_path / "results"), "--refresh"]
+    refresh = ["--seed", "0", "--steps", "1", "--eval-limit", "2", "--results", str(tmp_path / "results"), "--refresh"]
     assert example.train.main(refresh) == 0
-    assert json.loads((tmp_path / "results" / "main-seed0.json").read_text()) == record
+    assert json.loads((tmp_path / "results" / "main-steps1-seed0.json").read_text()) == record
 
     # evaluate.py's path: the trained adapter on the engine, the agent under a runner with rollout keys
     from examples.sql_agent import evaluation
@@ -100,7 +100,7 @@ def test_the_per_role_arm_trains_the_writer_and_serves_the_checker_the_base_mode
     argv = ["--seed", "0", "--steps", "2", "--batch-size", "1", "--n-rollouts", "2", "--eval-limit", "1"]
     argv += ["--model", str(model), "--max-response-tokens", "8", "--workdir", str(tmp_path / "run")]
     assert example.train.main([*argv, "--arm", "per-role", "--results", str(tmp_path / "results")]) == 0
-    record = json.loads((tmp_path / "results" / "per-role-seed0.json").read_text())
+    record = json.loads((tmp_path / "results" / "per-role-steps2-seed0.json").read_text())
     assert [p["name"] for p in record["policies"]] == ["writer", "checker"]
     assert record["trained_transitions"] == {"rewrite_query": 2 * 2 * 2, "write_query": 2 * 2}
 

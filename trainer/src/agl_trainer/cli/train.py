@@ -144,8 +144,7 @@ def own_loop(config) -> bool:
 def run_own_loop(config, agent, train, val) -> int:
     """Hand the run to the backend's ``train_distributed(config, agent, train, val)``."""
     from agl.errors import ConfigError
-    from agl.plugins import load_plugin
-    from agl.providers import resolve
+    from agl.plugins import load_plugin, resolve
 
     for i, spec in enumerate(config.plugins):
         load_plugin(spec, f"plugins[{i}]")
