@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from examples.training import REPO, commit_of, repo_relative
+
 HERE = Path(__file__).resolve().parent
 AGENTS = {"calc": "examples.calc_agent", "sql": "examples.sql_agent"}
 ARMS = {"demos": ["bootstrap_demos"], "textual": ["textual_gradient"], "both": ["textual_gradient", "bootstrap_demos"]}
@@ -264,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         "resources_before": config["resources"],
         **search,
         "wall_s": round(time.monotonic() - started, 1),
-        "workdir": str(workdir),
+        "workdir": repo_relative(workdir),
+        "commit": commit_of(REPO),
     }
     results = args.results or HERE / spec.name / "results"
     results.mkdir(parents=True, exist_ok=True)

@@ -46,7 +46,8 @@ class _GroupRun:
 
 class GroupCommit(Connections):
     """The write half of :class:`~agl.store.sql.SqlStore` (a mixin over :class:`Connections`: the store
-    sets ``_pending``, ``_mutex``, ``_idle``, ``_leading``, ``_closed``, ``_insert_texts`` and ``_queue``)."""
+    sets ``_pending``, ``_mutex``, ``_idle``, ``_leading``, ``_closed``, ``_insert_texts`` and ``_queue``;
+    the rollouts mixin, :mod:`agl.store.sql.rollouts`, gives the claims their tasks with ``_with_tasks``)."""
 
     _pending: deque[Job]
     _mutex: Any
@@ -291,10 +292,6 @@ class GroupCommit(Connections):
     def _inserted(self, cur, table: str, rows: Sequence[tuple]) -> None:
         """Called in the transaction after rows were inserted into ``table`` (the rewards mixin keeps
         each rollout's final reward up to date here)."""
-
-    def _with_tasks(self, cur, rows: list[tuple]) -> Any:
-        """Claimed rows with their tasks (see :mod:`agl.store.sql.rollouts`, which implements it)."""
-        raise NotImplementedError
 
     def _check_owners(self, cur, table: str, rows: Sequence[tuple]) -> None:
         """Some of ``rows`` (id, rollout id, …) were not inserted: their id is stored already. A
