@@ -70,6 +70,7 @@ from agl_trainer.baselines import with_baselines
 from agl_trainer.capture_check import capture_switched_on, silent_capture_warning
 from agl_trainer.config import TrainerConfig, parse_config
 from agl_trainer.engine import Engine
+from agl_trainer.inprocess_runner import start_inprocess_runner
 from agl_trainer.loggers import Logger, RunInfo, build_loggers, redacted
 from agl_trainer.metrics import (
     MetricsLog,
@@ -476,22 +477,10 @@ class Trainer:
                 ROLLOUT_KEY_SECRET,
             )
         if cfg.rollout.runners == "inprocess" and agent is not None:
-            self.runner = Runner(
-                agent,
-                self._store,
-                gateway_url=gateway_url,
-                api_key=token,
-                rollout_keys=keys,
-                model=cfg.rollout.model,
-                resources=cfg.rollout.resources,
-                concurrency=cfg.rollout.concurrency,
-                heartbeat_s=cfg.rollout.heartbeat_s,
-                writer=self._writer,
-                mode_resources={"val": {"temperature": cfg.val_temperature}},
+            self.runner, self._runner_thread = start_inprocess_runner(
+                cfg, agent, self._store, gateway_url=gateway_url, api_key=token, rollout_keys=keys, writer=self._writer
             )
             state["runner_ids"].append(self.runner.runner_id)
-            self._runner_thread = threading.Thread(target=self.runner.run_sync, name="agl-runner", daemon=True)
-            self._runner_thread.start()
 
     def _start_backends(self, state: dict[str, Any]) -> None:
         """A backend for each trained policy, set up, and restored from the last checkpoint on resume."""

@@ -196,26 +196,20 @@ class DistributedRun:
             self._start_runner(agent)
 
     def _start_runner(self, agent: Any) -> None:
-        from agl.runner import Runner
+        from agl_trainer.inprocess_runner import start_inprocess_runner
 
         if agent is None:
             raise ConfigError("agent: needed for in-process runners (or set rollout.runners: external)")
         cfg = self.config
-        self.runner = Runner(
+        self.runner, self._runner_thread = start_inprocess_runner(
+            cfg,
             agent,
             self.store,
             gateway_url=self.gateway.url,
             api_key=self.gateway.token,
             rollout_keys=self.gateway.keys,
-            model=cfg.rollout.model,
-            resources=cfg.rollout.resources,
-            concurrency=cfg.rollout.concurrency,
-            heartbeat_s=cfg.rollout.heartbeat_s,
             writer=self._writer,
-            mode_resources={"val": {"temperature": cfg.val_temperature}},
         )
-        self._runner_thread = threading.Thread(target=self.runner.run_sync, name="agl-runner", daemon=True)
-        self._runner_thread.start()
 
     # -- verl's config ---------------------------------------------------------------------------
     def compose(self, train_file: Path, val_file: Path | None) -> Any:
