@@ -62,8 +62,6 @@ log = logging.getLogger(__name__)
 
 TOOL_CALL_MARKUP = "<tool_call>"
 """Where a tool call begins in the text of an answer by the engines' tool convention (``agl_verl.engines.tools``)."""
-ROUTES = ("messages", "messages/count_tokens")
-"""The endpoints (below ``/v1/``) that speak Anthropic's API."""
 _CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -469,9 +467,32 @@ class EventStream:
         return out
 
 
-def translators(meta: CallMeta, req: dict, model: str | None) -> translated.Translators:
-    """How to answer a Messages request from the engine's chat answer (for :func:`translated.serve`)."""
-    return translated.Translators(
-        lambda chat: from_chat_response(chat, req, meta.call_id, model),
-        lambda: EventStream(req, meta.call_id, model),
-    )
+class Messages(translated.TranslatedDialect):
+    """The Messages API's :class:`~agl_trainer.gateway.dialect.Dialect`: errors in Anthropic's shape,
+    engine refusals in its terms."""
+
+    endpoint = "messages"
+    id_prefix = "msg_"
+
+    @staticmethod
+    def engine_request(req: dict) -> dict:
+        return to_chat_request(req)
+
+    @staticmethod
+    def translators(meta: CallMeta, req: dict, model: str | None) -> translated.Translators:
+        return translated.Translators(
+            lambda chat: from_chat_response(chat, req, meta.call_id, model),
+            lambda: EventStream(req, meta.call_id, model),
+        )
+
+    @staticmethod
+    def engine_error(err: GatewayError) -> GatewayError:
+        return in_anthropic_terms(err)
+
+    @staticmethod
+    def error_body(err: GatewayError) -> bytes:
+        return json.dumps(error_body(err)).encode()
+
+
+DIALECT = Messages()
+"""``/v1/messages`` (and the shape of ``/v1/messages/count_tokens``'s errors)."""

@@ -380,9 +380,23 @@ class EventStream:
         return self.resp
 
 
-def translators(meta: CallMeta, req: dict, model: str | None) -> translated.Translators:
-    """How to answer a Responses request from the engine's chat answer (for :func:`translated.serve`)."""
-    return translated.Translators(
-        lambda chat: from_chat_response(chat, req, meta.call_id, model, meta.max_response_tokens),
-        lambda: EventStream(req, meta.call_id, model, meta.max_response_tokens),
-    )
+class Responses(translated.TranslatedDialect):
+    """The Responses API's :class:`~agl_trainer.gateway.dialect.Dialect`."""
+
+    endpoint = "responses"
+    id_prefix = "resp_"
+
+    @staticmethod
+    def engine_request(req: dict) -> dict:
+        return to_chat_request(req)
+
+    @staticmethod
+    def translators(meta: CallMeta, req: dict, model: str | None) -> translated.Translators:
+        return translated.Translators(
+            lambda chat: from_chat_response(chat, req, meta.call_id, model, meta.max_response_tokens),
+            lambda: EventStream(req, meta.call_id, model, meta.max_response_tokens),
+        )
+
+
+DIALECT = Responses()
+"""``/v1/responses``."""

@@ -5,7 +5,8 @@ the engine's chat answer in the other API's shape and records the call with the 
 answer's token ids, exactly as a chat completion is recorded. What differs per API is
 given as :class:`Translators`: a function turning a whole chat completion into the API's
 response, and an :class:`EventTranslator` turning a chat stream into the API's events as
-it arrives.
+it arrives. :class:`TranslatedDialect` is the part of such an API's
+:class:`~agl_trainer.gateway.dialect.Dialect` that is the same for both.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import logging
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
-from agl_trainer.gateway.chat import StreamAccumulator, engine_json, take_chat_tokens
-from agl_trainer.gateway.errors import server_error
+from agl_trainer.gateway.chat import StreamAccumulator, engine_json, take_chat_tokens, upstream_chat_request
+from agl_trainer.gateway.errors import GatewayError, server_error
 from agl_trainer.gateway.recorder import CallMeta, Recorder
 from agl_trainer.gateway.sse import iter_engine_chunks
 from agl_trainer.gateway.upstream import UpstreamResponse
@@ -88,3 +89,38 @@ async def serve(
     await send({"type": "http.response.body", "body": b"".join(stream.finish(acc.usage)), "more_body": False})
     prompt_ids, tokens = acc.tokens()
     recorder.record(meta, prompt_ids, tokens[:1], stream.result)
+
+
+class TranslatedDialect:
+    """What a translated API's :class:`~agl_trainer.gateway.dialect.Dialect` shares: calls go to the
+    engine's chat interface and are answered through :func:`serve`; errors are OpenAI's unless a
+    subclass says otherwise. A subclass names its ``endpoint`` and ``id_prefix`` and gives
+    :meth:`engine_request` and :meth:`translators`."""
+
+    endpoint: str
+    id_prefix: str
+    engine_path = "/chat/completions"
+
+    def engine_request(self, req: dict) -> dict:
+        raise NotImplementedError
+
+    def translators(self, meta: CallMeta, req: dict, model: str | None) -> Translators:
+        """How to answer ``req`` from the engine's chat answer, showing ``model``."""
+        raise NotImplementedError
+
+    @staticmethod
+    def upstream(engine_req: dict, model: str | None, cap: int | None) -> dict:
+        return upstream_chat_request(engine_req, model, cap)
+
+    @staticmethod
+    def engine_error(err: GatewayError) -> GatewayError:
+        return err
+
+    @staticmethod
+    def error_body(err: GatewayError) -> bytes:
+        return err.encode()
+
+    async def answer(
+        self, recorder: Recorder, meta: CallMeta, req: dict, resp: UpstreamResponse, model: str | None, send: Callable
+    ) -> None:
+        await serve(recorder, meta, req, resp, send, self.translators(meta, req, model))
