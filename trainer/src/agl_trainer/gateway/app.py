@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import json
 import logging
-import uuid
+import os
 from collections.abc import Awaitable, Callable
 
 from starlette.routing import Router as RouteTable
@@ -65,6 +65,7 @@ from agl_trainer.policies import Route, Routes, UnknownModel
 
 log = logging.getLogger(__name__)
 
+_REQUEST_ID_HEADERS = (b"x-request-id", b"request-id")
 FLUSH_TIMEOUT_S = admin.FLUSH_TIMEOUT_S
 """How long ``POST /admin/flush`` waits for the store by default (``timeout_s`` overrides it)."""
 
@@ -153,7 +154,7 @@ class GatewayApp:
                 await send({"type": "lifespan.shutdown.complete"})
             return
         started = False
-        request_id = "req_" + uuid.uuid4().hex[:24]
+        request_id = "req_" + os.urandom(12).hex()
 
         async def tracked_send(message: dict) -> None:
             nonlocal started
@@ -203,7 +204,7 @@ class GatewayApp:
         seqs = [await self.registry.next_seq(rollout_id) for _ in range(n)]
         settings = self.registry.settings(rollout_id)
         meta = CallMeta(
-            dialect.id_prefix + uuid.uuid4().hex,
+            dialect.id_prefix + os.urandom(16).hex(),
             rollout_id,
             seqs,
             dialect.endpoint,
@@ -467,9 +468,13 @@ def _json_body(body: bytes) -> dict:
 def _with_request_id(headers: list, request_id: str) -> list:
     """``headers`` with the answer's request id as ``x-request-id`` (OpenAI's SDK reads it) and ``request-id``
     (Anthropic's): an id already there (a 5xx's, which the log names) is kept."""
-    named = {name.lower(): value for name, value in headers}
-    value = named.get(b"x-request-id") or named.get(b"request-id") or request_id.encode()
-    out = [(k, v) for k, v in headers if k.lower() not in (b"x-request-id", b"request-id")]
+    named = [(k.lower(), v) for k, v in headers if k.lower() in _REQUEST_ID_HEADERS]
+    if not named:  # as every answer but a 5xx
+        value = request_id.encode()
+        return [*headers, (b"x-request-id", value), (b"request-id", value)]
+    given = dict(named)
+    value = given.get(b"x-request-id") or given.get(b"request-id") or request_id.encode()
+    out = [(k, v) for k, v in headers if k.lower() not in _REQUEST_ID_HEADERS]
     return out + [(b"x-request-id", value), (b"request-id", value)]
 
 
