@@ -69,6 +69,8 @@ class GatewayRoute(Route):
         """The API the route speaks, whose shape its errors take; None: OpenAI's errors."""
 
     async def handle(self, scope: dict, receive: Callable, send: Callable) -> None:
+        # Starlette's own handling (its method check, then ``self.app``: ``serve`` wrapped to take a
+        # Request) is replaced whole: admission comes before the method, and no Request is made.
         app = scope["app"]
         rollout_id = await self.admit(app, scope)
         if self.method is not None and scope["method"] != self.method:
