@@ -25,7 +25,25 @@ take the admin token only. Each model-call route speaks one API, its
 route's are in OpenAI's. Every answer, errors included, names its request id (``req_...``) in
 ``x-request-id`` and ``request-id``, the headers OpenAI's and Anthropic's SDKs read.
 
-SPEED
+Speed (issues 45, 46). Finding a route costs Starlette's ``Router`` 2.5-4 us a request over
+calling the route itself (``Route.matches`` on the hot routes, which come first; under 1 % of
+the gateway's CPU per call, 0.4 % of py-spy's samples), so no cache sits in front of it. Measured
+with ``python -m tests.benchmarks.bench_gateway_ab --other CHECKOUT --rounds N`` (each turn fresh
+processes of both checkouts, taking turns; 2,000 calls a level, 300 rollouts x 4 calls) on the
+shared 2-core host, 2026-11-29, load average 7.5-19 throughout, so single turns swing 2-4x; CPU
+per call is the steadiest figure. Medians, this code against the code before it (e86c873), two
+runs of 3 and 4 rounds (load 9.2-9.5, then 10.9-8.5): CPU per call at 1 / 16 / 64 clients
+1.00 / 1.00 / 1.10x and 0.89 / 0.94 / 0.97x; calls/s 1.00 / 1.20 / 0.76x and 1.17 / 1.26 / 0.87x,
+and at 64 clients alone over 6 rounds (3,000 calls, load 7.5-11.0) 738 against 665 (1.11x), CPU
+1.00x; added p50 at 1 client 0.503 against 0.553 ms and 0.543 against 0.579 ms. Against 28dbf9d
+(the gateway's fastest commit), 3 and 4 rounds (load 8.4-9.2, then 19.0-10.9): added p50 at 1
+client 0.764 against 0.532 ms, then 0.524 against 0.518 ms; calls/s at 16 clients 621 against
+1185 and 562 against 801, at 64 clients 790 against 1023 and 524 against 582; CPU per call at
+1 / 16 / 64 clients 1.31 / 1.17 / 1.17x and 1.05 / 1.14 / 1.09x. The code before this routing
+measured the same against 28dbf9d in that sitting (3 rounds, load 7.7-13.6: CPU per call 1.24 /
+1.39 / 1.06x), so the gap at 16 and 64 clients is not the routing's; what it is sits outside
+this module (the upstream client's docstring names what py-spy found). A rollout's first call
+costs 0.17-0.18 ms more than its later ones at p50 (28dbf9d: 0.37-0.82 ms).
 """
 
 from __future__ import annotations
