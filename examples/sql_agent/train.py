@@ -28,7 +28,7 @@ def refresh(out: Path, test: list[dict], base_file: Path) -> dict:
     record = json.loads(out.read_text())
     workdir = Path(record["workdir"])
     tasks = {t["task_id"]: t["input"] for t in test}
-    figures = collect(SPEC, workdir, record["steps"], tasks, record["eval_questions"])
+    figures = collect(SPEC, workdir, record["steps"], tasks)
     if record["before_source"] != "this run":
         base_store = workdir.parent / "base-test"
         store = open_store(f"sqlite:///{base_store / 'agl.db'}", create=False)

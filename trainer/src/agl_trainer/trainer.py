@@ -84,6 +84,7 @@ from agl_trainer.metrics import (
 )
 from agl_trainer.policy_set import Policy, PolicySet
 from agl_trainer.recorded import RecordedRollouts
+from agl_trainer.rollout_ids import generation, rollout_prefix
 from agl_trainer.transitions import BuildReport, TransitionBuilder
 
 log = logging.getLogger(__name__)
@@ -248,8 +249,8 @@ class Trainer:
         try:
             self._start_loggers(state)
             self._score_tasks = val or train
-            self._start(agent, state)
             self._recover(state)
+            self._start(agent, state)
             self._save_state(state)
             self._evaluate_once(val, "before", state, metrics)
             self._run_steps(train, val, state, metrics)
@@ -354,13 +355,15 @@ class Trainer:
                 soft_wrap=True,
             )
             state["config"] = config
+            state["resumes"] = state.get("resumes", 0) + 1
+            self._save_state(state)  # before any rollout is made under the new ids (see agl_trainer.rollout_ids)
             return state
         return {
             "config": config,
             "run_id": "run-" + short_id(12),
+            "resumes": 0,
             "completed_step": 0,
             "model_version": None,
-            "runner_ids": [],
             "checkpoint": None,
             "before": None,
             "after": None,
@@ -480,7 +483,6 @@ class Trainer:
             self.runner, self._runner_thread = start_inprocess_runner(
                 cfg, agent, self._store, gateway_url=gateway_url, api_key=token, rollout_keys=keys, writer=self._writer
             )
-            state["runner_ids"].append(self.runner.runner_id)
 
     def _start_backends(self, state: dict[str, Any]) -> None:
         """A backend for each trained policy, set up, and restored from the last checkpoint on resume."""
@@ -528,25 +530,33 @@ class Trainer:
             return None
 
     def _recover(self, state: dict[str, Any]) -> None:
-        """Give back to the queue what a previous, killed trainer's in-process runner left running."""
-        previous = set(state["runner_ids"][:-1] if self.runner is not None else state["runner_ids"])
-        if not previous:
+        """Set a resumed run up to rerun its interrupted step whole.
+
+        The step's rollouts run again under new ids (:mod:`agl_trainer.rollout_ids`), all together
+        as in a run never stopped: the same seeds, the same batching, no retry used up, so the
+        resumed run trains what an uninterrupted one would have. What the stopped trainer left
+        queued or running is cancelled, so no runner spends time on it; what had ended stays in
+        the store, untrained.
+        """
+        if not state.get("resumes"):
             return
-        running = [
+        current = rollout_prefix(state)
+        left = [
             r
-            for r in self._store.query_rollouts(status=RolloutStatus.RUNNING)
-            if r.runner_id in previous and r.rollout_id.startswith(state["run_id"])
+            for status in (RolloutStatus.QUEUED, RolloutStatus.RUNNING)
+            for r in self._store.query_rollouts(status=status)
+            if generation(r.rollout_id, state["run_id"]) not in (None, state["resumes"])
         ]
-        for r in running:
+        for r in left:
             with contextlib.suppress(InvalidTransition):
                 self._store.finish(
                     r.rollout_id,
-                    RolloutStatus.FAILED,
-                    attempt=r.attempt,
-                    error="TrainerRestarted: the trainer running this attempt was stopped",
+                    RolloutStatus.CANCELLED,
+                    attempt=r.attempt if r.status == RolloutStatus.RUNNING else None,
+                    error=f"TrainerRestarted: the trainer was stopped; step {r.step} runs again as {current}-*",
                 )
-        if running:
-            log.info("gave %d interrupted rollout(s) back to the queue", len(running))
+        if left:
+            log.info("cancelled %d rollout(s) the stopped trainer left; their step runs again whole", len(left))
 
     def _start_loggers(self, state: dict[str, Any]) -> None:
         """Open each logger (a failure is its one warning) and register it as a plugin for this run."""
@@ -641,7 +651,7 @@ class Trainer:
         resources = self._resources_now()
         return [
             self._rollout(
-                f"{state['run_id']}-s{step}-b{b}-r{k}",
+                f"{rollout_prefix(state)}-s{step}-b{b}-r{k}",
                 task,
                 step,
                 mode="train",
@@ -833,7 +843,7 @@ class Trainer:
         """Mode ``val`` rollouts ``<run>-<tag>-<i>`` of ``tasks``, never trained on."""
         return [
             self._rollout(
-                f"{state['run_id']}-{tag}-{i}",
+                f"{rollout_prefix(state)}-{tag}-{i}",
                 task,
                 step,
                 mode="val",
