@@ -1,4 +1,4 @@
-"""README's layout and docs/architecture.md's package table say what the packages' pyproject files say.
+"""README's layout and docs/concepts/architecture.md's package table say what the packages' pyproject files say.
 
 Checked: every package of the repository is in both tables, under its distribution name and
 its import name (a real package under its ``src``), and where a page lists a package's
@@ -79,12 +79,12 @@ def test_readme_gives_the_dependencies_of_agl_core_and_agl_trainer():
     assert _words(trainer.group(1)) == PACKAGES["agl-trainer"].dependencies - {"agl-core"}
 
 
-# -- docs/architecture.md ----------------------------------------------------------------
+# -- docs/concepts/architecture.md ----------------------------------------------------------------
 
 
 def _architecture_rows() -> list[list[str]]:
     """The cells of each row of the package table (``| package | runs in | holds | depends on |``)."""
-    text = (ROOT / "docs" / "architecture.md").read_text()
+    text = (ROOT / "docs" / "concepts" / "architecture.md").read_text()
     table = text.split("| package | runs in | holds | depends on |", 1)[1].split("\n\n", 1)[0]
     return [[c.strip() for c in line.strip().strip("|").split("|")] for line in table.splitlines()[2:] if line]
 
