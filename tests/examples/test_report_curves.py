@@ -185,3 +185,20 @@ def test_sql_runs_with_curves_get_their_table_by_tier_and_a_png(tmp_path):
     assert (tmp_path / "img" / "per-role-steps30.png").read_bytes() == (
         results / "curves" / "per-role-steps30.png"
     ).read_bytes()
+
+
+def test_the_results_pages_show_the_curves_the_reports_drew():
+    """Every image a results page shows is in docs/results/img/, a copy of the report's PNG beside its results."""
+    import re
+
+    from examples.reporting import DOCS_RESULTS, IMAGES
+
+    root = DOCS_RESULTS.parents[1]
+    drawn = {png.name: png for png in root.glob("examples/*/results/curves/*.png")}
+    shown = [
+        name for page in DOCS_RESULTS.glob("*.md") for name in re.findall(r"\]\(img/([^)]+\.png)\)", page.read_text())
+    ]
+    assert shown, "the calculator's 60-step curve is shown"
+    for name in shown:
+        copy = DOCS_RESULTS / IMAGES / name
+        assert name in drawn and copy.read_bytes() == drawn[name].read_bytes(), name
