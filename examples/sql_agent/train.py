@@ -2,7 +2,7 @@
 
 SmolLM2-135M-Instruct with a LoRA adapter, trained on the easy tier (``--tiers``); the
 test split keeps all three tiers (:mod:`examples.training`). The figures go to
-``results/<arm>-seed<N>.json``; ``report.py`` builds the README table from those files.
+``results/<arm>-seed<N>.json``; ``report.py`` builds the table of docs/results/sql-agent.md from those files.
 
     python -m examples.sql_agent.train --seed 0 [--arm main|broadcast|last|emitted|all-agents] [--steps N]
     python -m examples.sql_agent.train --seed 0 --arm main --refresh

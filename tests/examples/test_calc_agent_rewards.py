@@ -215,7 +215,7 @@ def test_a_sampled_summary_counts_the_problems_a_grpo_group_would_learn_from(cal
     assert "problems_with_a_success" not in summarize(rollouts[:1] + rollouts[3:4], tasks)  # one run per problem
 
 
-# -- the README's results table -------------------------------------------------------------
+# -- the results page's table -------------------------------------------------------------
 
 
 def test_the_report_is_built_from_the_results_files(calc, tmp_path):
@@ -273,11 +273,11 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
             (choice / f"val-{run['name']}-seed{seed}.json").write_text(json.dumps(val))
     (choice / "val-base.json").write_text(json.dumps(figures(0.0, 0.0, 0.95)))
     lr_start, lr_end = markers("lr-choice")
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{START}\nold\n{END}\nmiddle\n{lr_start}\nold\n{lr_end}\noutro\n")
+    page = tmp_path / "results-page.md"
+    page.write_text(f"intro\n{START}\nold\n{END}\nmiddle\n{lr_start}\nold\n{lr_end}\noutro\n")
 
-    assert report.main(["--results", str(results), "--readme", str(readme)]) == 0
-    text = readme.read_text()
+    assert report.main(["--results", str(results), "--page", str(page)]) == 0
+    text = page.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text
     results_block, lr_block = text.split("middle")
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in lr_block.splitlines() if line.startswith("| ")]
@@ -304,7 +304,7 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
     assert mean[12:] == ["5.0 ± 0.0", "25.0 ± 0.0", "90.0 ± 0.0", "65 ± 7", "21.0 ± 1.4"]
     for unmarked in ("no markers\n", f"{START}\nold\n{END}\n"):  # the second lacks the lr-choice block
         (tmp_path / "unmarked.md").write_text(unmarked)
-        assert report.main(["--results", str(results), "--readme", str(tmp_path / "unmarked.md")]) == 1
+        assert report.main(["--results", str(results), "--page", str(tmp_path / "unmarked.md")]) == 1
         assert (tmp_path / "unmarked.md").read_text() == unmarked
 
 
