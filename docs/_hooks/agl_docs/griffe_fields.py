@@ -1,0 +1,65 @@
+"""Griffe extensions for the API reference.
+
+:class:`FieldDescriptions`: a pydantic field's ``Field(description=...)`` is its docstring.
+
+agl's config and record models document their fields in ``description=`` (it shows in
+errors and JSON schemas), so the API reference reads it from there instead of asking for a
+second copy as an attribute docstring. An attribute docstring, where one is written, wins.
+
+:class:`ExportedNames`: a name in a package's ``__all__`` that it imports from a submodule
+of the same name (``from agl_langchain.instrument import instrument``) is the imported object,
+as at run time, not the submodule griffe would otherwise see there.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+import griffe
+
+
+def field_description(node: ast.AST) -> str | None:
+    """The ``description=`` string of a ``Field(...)`` call assigned by ``node``, if any."""
+    value = getattr(node, "value", None)
+    if not isinstance(value, ast.Call):
+        return None
+    func = value.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    if name != "Field":
+        return None
+    for keyword in value.keywords:
+        if keyword.arg == "description":
+            try:
+                text = ast.literal_eval(keyword.value)
+            except ValueError:
+                return ast.unparse(keyword.value)  # an f-string: shown as written
+            return text if isinstance(text, str) else None
+    return None
+
+
+class FieldDescriptions(griffe.Extension):
+    """Give each attribute assigned ``Field(description=...)`` that description as its docstring."""
+
+    def on_attribute_instance(
+        self, *, node: ast.AST | griffe.ObjectNode, attr: griffe.Attribute, **kwargs: Any
+    ) -> None:
+        """Set ``attr``'s docstring from its ``Field(description=...)`` when it has none of its own."""
+        if attr.docstring is not None or not isinstance(node, ast.AST):
+            return
+        text = field_description(node)
+        if text:
+            attr.docstring = griffe.Docstring(text, parent=attr)
+
+
+class ExportedNames(griffe.Extension):
+    """Make each exported name that a submodule of the same name shadows the object it imports."""
+
+    def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
+        """Replace shadowing submodules in ``pkg`` (and its subpackages) by aliases of the imports."""
+        for module in [pkg, *(m for m in pkg.modules.values() if m.is_package)]:
+            for name in map(str, module.exports or ()):
+                member = module.members.get(name)
+                target = module.imports.get(name)
+                if member is not None and member.is_module and target and target != member.path:
+                    module.set_member(name, griffe.Alias(name, target, parent=module))
