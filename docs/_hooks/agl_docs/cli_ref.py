@@ -39,9 +39,17 @@ def arguments(parser: argparse.ArgumentParser) -> list[list[str]]:
         if action.option_strings and action.nargs != 0:
             names += " " + (formatter._format_args(action, action.metavar or action.dest.upper()))
         elif not action.option_strings:
-            names = formatter._format_args(action, action.metavar or action.dest)
+            names = _positional(action)
         rows.append([code(names), _default(action), cell(formatter._expand_help(action) if action.help else "")])
     return rows
+
+
+def _positional(action: argparse.Action) -> str:
+    """A positional argument's name, its choices after it, in brackets when it may be left out."""
+    name = str(action.metavar or action.dest)
+    if action.choices is not None and action.metavar is None:
+        name += " {" + ",".join(map(str, action.choices)) + "}"
+    return f"[{name}]" if action.nargs in ("?", "*") else name
 
 
 def _default(action: argparse.Action) -> str:

@@ -15,9 +15,25 @@ def hookspecs(module: types.ModuleType, project: str = "agl") -> list[types.Func
     return sorted(found, key=lambda f: f.__code__.co_firstlineno)
 
 
+class _Source(str):
+    """An annotation kept as source text (``from __future__ import annotations``), shown unquoted."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _unquoted(annotation: object) -> object:
+    return _Source(annotation) if isinstance(annotation, str) else annotation
+
+
 def signature(fn: types.FunctionType) -> str:
-    """``name(arg: Type, ...) -> Return`` with the annotations as written in the source."""
-    return f"def {fn.__name__}{inspect.signature(fn)}"
+    """``def name(arg: Type, ...) -> Return`` with the annotations as written in the source."""
+    sig = inspect.signature(fn)
+    sig = sig.replace(
+        parameters=[p.replace(annotation=_unquoted(p.annotation)) for p in sig.parameters.values()],
+        return_annotation=_unquoted(sig.return_annotation),
+    )
+    return f"def {fn.__name__}{sig}"
 
 
 def page(module: types.ModuleType) -> str:
