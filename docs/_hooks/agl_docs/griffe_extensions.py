@@ -6,6 +6,9 @@ agl's config and record models document their fields in ``description=`` (it sho
 errors and JSON schemas), so the API reference reads it from there instead of asking for a
 second copy as an attribute docstring. An attribute docstring, where one is written, wins.
 
+:class:`RestMarkup`: the reST markup agl's docstrings use (``code``, :class:`roles`, ``Example::``
+literal blocks, ``.. code-block::``, ``>>>`` lines) as the Markdown mkdocstrings renders.
+
 :class:`ExportedNames`: a name in a package's ``__all__`` that it imports from a submodule
 of the same name (``from agl_langchain.instrument import instrument``) is the imported object,
 as at run time, not the submodule griffe would otherwise see there.
@@ -14,9 +17,16 @@ as at run time, not the submodule griffe would otherwise see there.
 from __future__ import annotations
 
 import ast
+import sys
+from pathlib import Path
 from typing import Any
 
 import griffe
+
+if str(Path(__file__).resolve().parents[1]) not in sys.path:  # griffe loads this file by its path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agl_docs.markdown import docstring as markdown_docstring  # noqa: E402
 
 
 def field_description(node: ast.AST) -> str | None:
@@ -63,3 +73,16 @@ class ExportedNames(griffe.Extension):
                 target = module.imports.get(name)
                 if member is not None and member.is_module and target and target != member.path:
                     module.set_member(name, griffe.Alias(name, target, parent=module))
+
+
+class RestMarkup(griffe.Extension):
+    """Rewrite each docstring's reST markup as Markdown (see :func:`agl_docs.markdown.docstring`)."""
+
+    def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
+        """Rewrite the docstrings of ``pkg`` and everything defined in it (aliases are left to their targets)."""
+        stack: list[griffe.Object] = [pkg]
+        while stack:
+            obj = stack.pop()
+            if obj.docstring is not None:
+                obj.docstring.value = markdown_docstring(obj.docstring.value).rstrip("\n")
+            stack += [m for m in obj.members.values() if not m.is_alias]
