@@ -14,7 +14,7 @@ import pytest
 import yaml
 from mkdocs.commands.build import build
 from mkdocs.config import load_config
-from mkdocs.exceptions import Abort
+from mkdocs.exceptions import Abort, PluginError
 
 import agl_trainer.cli
 from tests.docs.conftest import ROOT
@@ -104,5 +104,7 @@ def test_a_flag_added_in_a_fixture_appears_in_the_built_page(tmp_path, caplog, m
 
 def test_a_committed_copy_of_a_generated_page_is_refused(tmp_path, caplog):
     config = tiny_site(tmp_path, {"index.md": "# Home\n", "reference/cli.md": "# stale copy\n"})
-    with pytest.raises(ValueError, match=r"docs/reference/cli.md is generated at build time"):
+    with pytest.raises(Abort) as aborted:
         build_in_process(config, caplog)
+    assert isinstance(aborted.value.__context__, PluginError)
+    assert "docs/reference/cli.md is generated at build time" in str(aborted.value.__context__)
