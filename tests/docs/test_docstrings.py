@@ -140,3 +140,17 @@ def test_the_check_sees_a_missing_docstring(tmp_path: Path):
     objects = rendered(module.members["Thing"], exclusion_filters())
     assert [o.name for o in objects if not o.docstring] == ["bare"]
     assert any("'height' does not appear in the function signature" in w for w in parse_warnings(objects))
+
+
+def test_pydantic_fields_render_their_descriptions():
+    """A field's ``Field(description=...)`` is its docstring in the reference, a computed one (an
+    f-string) as pydantic holds it; reST markup in docstrings is Markdown by then."""
+    from agl_trainer.config import TrainerConfig
+
+    config = load("agl_trainer").members["TrainerConfig"].final_target
+    for name in ("steps", "store"):
+        assert config.members[name].docstring.value == TrainerConfig.model_fields[name].description
+    assert "$AGL_STORE_URL" in config.members["store"].docstring.value
+    runner = load("agl").members["Runner"].final_target
+    assert ":class:" not in runner.docstring.value and "`~agl.credentials.RolloutKeys`" not in runner.docstring.value
+    assert "`agl.credentials.RolloutKeys`" in runner.docstring.value

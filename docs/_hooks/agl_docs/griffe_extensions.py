@@ -17,6 +17,7 @@ as at run time, not the submodule griffe would otherwise see there.
 from __future__ import annotations
 
 import ast
+import importlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,13 @@ if str(Path(__file__).resolve().parents[1]) not in sys.path:  # griffe loads thi
 
 from agl_docs.markdown import docstring as markdown_docstring  # noqa: E402
 
+COMPUTED = object()
+"""What :func:`field_description` answers for a description the source computes (an f-string)."""
 
-def field_description(node: ast.AST) -> str | None:
-    """The ``description=`` string of a ``Field(...)`` call assigned by ``node``, if any."""
+
+def field_description(node: ast.AST) -> str | object | None:
+    """The ``description=`` string of a ``Field(...)`` call assigned by ``node``: None when there is
+    none, :data:`COMPUTED` when it is not a literal."""
     value = getattr(node, "value", None)
     if not isinstance(value, ast.Call):
         return None
@@ -43,9 +48,23 @@ def field_description(node: ast.AST) -> str | None:
             try:
                 text = ast.literal_eval(keyword.value)
             except ValueError:
-                return ast.unparse(keyword.value)  # an f-string: shown as written
+                return COMPUTED
             return text if isinstance(text, str) else None
     return None
+
+
+def runtime_description(attr: griffe.Attribute) -> str | None:
+    """The description pydantic holds for ``attr``'s field, read from the imported model (for a
+    description the source computes, such as an f-string naming a variable's constant)."""
+    model = attr.parent
+    if model is None or not model.is_class:
+        return None
+    try:
+        cls = getattr(importlib.import_module(model.module.path), model.name)
+    except Exception:  # not importable here: no description rather than a failed build
+        return None
+    field = getattr(cls, "model_fields", {}).get(attr.name)
+    return getattr(field, "description", None)
 
 
 class FieldDescriptions(griffe.Extension):
@@ -58,7 +77,9 @@ class FieldDescriptions(griffe.Extension):
         if attr.docstring is not None or not isinstance(node, ast.AST):
             return
         text = field_description(node)
-        if text:
+        if text is COMPUTED:
+            text = runtime_description(attr)
+        if isinstance(text, str) and text:
             attr.docstring = griffe.Docstring(text, parent=attr)
 
 
