@@ -58,7 +58,10 @@ Register = Callable[..., None]
 """The ``register(name, factory, description="")`` a provider hook is called with."""
 
 hookspec = pluggy.HookspecMarker("agl")
+"""Marks the hook specifications below (for agl itself, not for plugins)."""
 hookimpl = pluggy.HookimplMarker("agl")
+"""Marks a plugin's function as the implementation of the hook it is named after: ``@agl.hookimpl``,
+or ``@agl.hookimpl(tryfirst=True)``, ``trylast=True``, ``wrapper=True`` as pluggy documents."""
 
 
 @hookspec

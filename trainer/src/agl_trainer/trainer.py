@@ -133,11 +133,17 @@ class TrainResult:
     """What :meth:`Trainer.fit` returns."""
 
     steps_completed: int
+    """How many training steps the run completed (with a resumed run's earlier ones)."""
     model_version: str | None
+    """The model version the run ended on."""
     history: list[dict[str, Any]] = field(default_factory=list)
+    """The run's metric records, one per step and evaluation, as in ``<workdir>/metrics.jsonl``."""
     before: dict[str, float] | None = None
+    """The held-out metrics (``val_*``) before the first step; None without a val split or with ``val_before`` off."""
     after: dict[str, float] | None = None
+    """The held-out metrics after the last step; None without a val split."""
     reward_curve: Path | None = None
+    """The reward curve's PNG (``<workdir>/reward_curve.png``); None when not drawn."""
 
     def summary(self) -> str:
         """A few lines: steps, final version, and the held-out reward before and after."""
@@ -209,7 +215,9 @@ class Trainer:
         store: Store | None = None,
     ):
         self.config = config if isinstance(config, TrainerConfig) else parse_config(config or {})
+        """The validated configuration."""
         self.workdir = Path(self.config.workdir)
+        """Where checkpoints, metrics and plots go (``config.workdir``)."""
         self._backend = backend
         self.policies = PolicySet(self.config.policies)
         """The run's policies, each trained one with its backend."""
@@ -217,7 +225,9 @@ class Trainer:
         self._store = store
         self._own_store = store is None
         self.gateway: Any = None
+        """The in-process gateway while ``fit`` runs one; None otherwise."""
         self.runner: Runner | None = None
+        """The in-process runner while ``fit`` runs one; None otherwise (external runners, or not started)."""
         self._runner_thread: threading.Thread | None = None
         self._version_steps: dict[str | None, int] = {}
         self._writer: BufferedWriter | None = None
@@ -228,6 +238,7 @@ class Trainer:
         self._score_tasks: list[Task] = []
         """What a backend that scores resources may run (:attr:`Backend.score_tasks`): the val split, else train."""
         self.console: Any = None
+        """The console progress and results are printed to (stderr), from when ``fit`` starts."""
         self.loggers: list[Logger] = []
         """The experiment-tracker loggers of the config's ``loggers``, registered as plugins while ``fit`` runs."""
 
@@ -833,6 +844,7 @@ class Trainer:
         return version
 
     def evaluate(self, val: list[Task], step: int, state: dict[str, Any], label: str | None = None) -> dict[str, float]:
+        """Run the ``val`` tasks once each (mode ``val``, never trained on) and return their ``val_*`` metrics."""
         rollouts = self.val_rollouts(f"val{step}", val, step, state, **self._resources_now())
         ended = self.run_rollouts(rollouts, f"eval {label or f'step {step}'}")
         return reward_metrics(self.val_finals(ended), ended, self.config.success_threshold, prefix="val_")
