@@ -20,6 +20,7 @@ The rules (every page under ``docs/`` and README.md obeys them; ``tests/docs`` a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -159,23 +160,25 @@ def clean_env(root: Path) -> dict[str, str]:
     return env
 
 
-def run_python(python: list[Block], root: Path, timeout_s: float = PYTHON_TIMEOUT_S) -> None:
-    """Run a page's Python blocks as one script; a failure names the ``file:line`` it happened at."""
+def run_python(python: list[Block], root: Path, timeout_s: float = PYTHON_TIMEOUT_S, cwd: Path | None = None) -> str:
+    """Run a page's Python blocks as one script; its standard output. A failure names the
+    ``file:line`` it happened at. ``cwd``: where it runs (default: a temporary directory, removed)."""
     if not python:
-        return
+        return ""
     script: list[str] = []
     starts: list[tuple[int, Block]] = []
     for block in python:
         script.append(f"# --- {block.where}")
         starts.append((len(script) + 1, block))
         script.extend(block.code.splitlines())
-    with tempfile.TemporaryDirectory(prefix="agl-docs-") as tmp:
-        path = Path(tmp) / "page_snippets.py"
+    with contextlib.ExitStack() as stack:
+        here = cwd if cwd is not None else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="agl-docs-")))
+        path = here / "page_snippets.py"
         path.write_text("\n".join(script) + "\n")
         try:
             done = subprocess.run(
                 [sys.executable, str(path)],
-                cwd=tmp,
+                cwd=here,
                 env=clean_env(root),
                 capture_output=True,
                 text=True,
@@ -190,6 +193,7 @@ def run_python(python: list[Block], root: Path, timeout_s: float = PYTHON_TIMEOU
             start, block = max((s for s in starts if s[0] <= lines[-1]), key=lambda s: s[0])
             where = f"{block.where.rsplit(':', 1)[0]}:{block.line + lines[-1] - start + 1}"
         raise SnippetError(f"{where}: python block failed (exit {done.returncode}):\n{_tail(done.stderr)}")
+    return done.stdout
 
 
 def commands(block: Block) -> list[str]:
