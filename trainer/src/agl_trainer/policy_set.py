@@ -88,8 +88,6 @@ class PolicySet:
             return
         for p in trained:
             p.backend = resolve(p.config.backend)
-            if p.backend is not None:
-                p.backend.policy = p.engine_name
 
     @property
     def backends(self) -> list[tuple[Policy, Backend]]:
