@@ -82,7 +82,7 @@ from agl_trainer.metrics import (
     reward_metrics,
     transition_metrics,
 )
-from agl_trainer.policy_set import Policy, PolicySet
+from agl_trainer.policy_backends import Policy, PolicySet
 from agl_trainer.recorded import RecordedRollouts
 from agl_trainer.transitions import BuildReport, TransitionBuilder
 
