@@ -134,14 +134,12 @@ def test_a_task_without_a_numeric_answer_scores_zero(calc, answer):
 
 def test_the_reward_plugin_registers_as_a_user_registers_one(calc):
     import agl
-    from agl.plugins import get_plugin_manager
+    from agl.plugins import get_plugin_manager, reward_answers
 
     name = "calc-test-numeric-match"
     agl.register_plugin(calc.rewards, name=name)
     try:
-        results = get_plugin_manager().hook.agl_reward(
-            rollout=rollout({"answer": "ANSWER: 27838"}), spans=[], llm_calls=[], rewards=[]
-        )
+        results = reward_answers(rollout=rollout({"answer": "ANSWER: 27838"}), spans=[], llm_calls=[], rewards=[])
         assert [(r.plugin, r.value, r.error) for r in results if r.plugin == name] == [(name, 1.0, None)]
     finally:
         agl.plugins.unregister(calc.rewards)

@@ -151,14 +151,14 @@ def test_the_plugin_scores_the_output_and_never_raises(rag):
 
 def test_the_plugin_registers_as_a_user_registers_one(rag):
     import agl
-    from agl.plugins import get_plugin_manager
+    from agl.plugins import get_plugin_manager, reward_answers
 
     manager = get_plugin_manager()
     registered_before = manager.get_plugin("rag-test-token-f1") is not None
     agl.register_plugin(rag.rewards, name="rag-test-token-f1")
     try:
         assert not registered_before and manager.get_plugin("rag-test-token-f1") is rag.rewards
-        answers = manager.hook.agl_reward(rollout=rollout({"answer": "taldor"}), spans=[], llm_calls=[], rewards=[])
+        answers = reward_answers(rollout=rollout({"answer": "taldor"}), spans=[], llm_calls=[], rewards=[])
         assert [(a.plugin, a.value, a.error) for a in answers if a.plugin == "rag-test-token-f1"] == [
             ("rag-test-token-f1", 1.0, None)
         ]

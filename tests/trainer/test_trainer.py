@@ -25,7 +25,7 @@ from agl.errors import ConfigError
 from agl.plugins import register, unregister
 from agl.schema import ModelVersion, RolloutStatus
 from agl.store.sqlite import SqliteStore
-from agl_trainer.backend import Backend
+from agl_trainer.backend import STANDALONE, Backend
 from agl_trainer.config import load_config
 from agl_trainer.trainer import Trainer
 from tests.conftest import wait_until
@@ -43,8 +43,9 @@ class TinyBackend(Backend):
         self.engine = None
         self.closed = False
 
-    def setup(self, engine):
+    def setup(self, engine, context=STANDALONE):
         self.engine = engine
+        self.context = context
 
     def train_step(self, transitions, step):
         with open(self.log_path, "a") as f:

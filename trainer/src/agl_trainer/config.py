@@ -35,7 +35,7 @@ from agl.env import STORE_URL
 from agl.errors import ConfigError
 from agl.schema import GRADER_SOURCES
 from agl.store.base import default_store_url, sqlite_path, sqlite_url
-from agl_trainer.policies import PolicyConfig, check_policies
+from agl_trainer.policy_config import PolicyConfig, check_policies
 from agl_trainer.transitions import TransitionConfig
 
 if TYPE_CHECKING:

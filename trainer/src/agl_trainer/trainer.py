@@ -30,7 +30,7 @@ keep generating while the step trains; a transition more than k versions behind 
 learner is dropped and counted. Recorded traffic (``from_store``): step 1 generates
 nothing, it takes the oldest ended rollouts the filter chooses that the run has not
 trained on (:mod:`agl_trainer.recorded`), and the state file records them with the step.
-Either way the backend learns which version its weights are (``Backend.current_version``)
+Either way the backend learns which version its weights are (``BackendContext.current_version``)
 and corrects for transitions of another.
 
 Resume: starting again on the same workdir continues after the last completed
@@ -65,7 +65,7 @@ from agl.errors import ConfigError, InvalidTransition
 from agl.runner import Agent, Runner
 from agl.schema import ModelVersion, Rollout, RolloutStatus, Task, Transition, short_id
 from agl.store.base import Store, open_store
-from agl_trainer.backend import Backend
+from agl_trainer.backend import Backend, BackendContext
 from agl_trainer.baselines import with_baselines
 from agl_trainer.capture_check import capture_switched_on, silent_capture_warning
 from agl_trainer.config import TrainerConfig, parse_config
@@ -82,7 +82,7 @@ from agl_trainer.metrics import (
     reward_metrics,
     transition_metrics,
 )
-from agl_trainer.policy_set import Policy, PolicySet
+from agl_trainer.policy_backends import Policy, PolicySet
 from agl_trainer.recorded import RecordedRollouts
 from agl_trainer.rollout_ids import generation, rollout_prefix
 from agl_trainer.transitions import BuildReport, TransitionBuilder
@@ -236,7 +236,7 @@ class Trainer:
         self._capture_warned = False
         """Whether this run said already that capture was on and recorded nothing (said once a run)."""
         self._score_tasks: list[Task] = []
-        """What a backend that scores resources may run (:attr:`Backend.score_tasks`): the val split, else train."""
+        """What a backend that scores resources may run (``BackendContext.score_tasks``): the val split, else train."""
         self.console: Any = None
         """The console progress and results are printed to (stderr), from when ``fit`` starts."""
         self.loggers: list[Logger] = []
@@ -421,14 +421,19 @@ class Trainer:
             "(for agl-verl, backend.config.temperature)"
         )
 
-    def _give_scoring(self, backend: Backend, state: dict[str, Any]) -> None:
-        """What a backend that changes resources needs: the run's resources, and a way to score candidates."""
+    def _backend_context(self, policy: Policy, state: dict[str, Any]) -> BackendContext:
+        """What ``policy``'s backend is told at setup: its engine policy, the workdir, the run's resources,
+        a way to score candidates, and the policy's version now (read at each use, so each publish shows)."""
         from agl_trainer.scoring import Scorer
 
-        backend.initial_resources = ("r0", dict(self.config.resources)) if self.config.resources else None
-        backend.score = Scorer(self, state)
-        backend.score_tasks = list(self._score_tasks)
-        backend.workdir = self.workdir
+        return BackendContext(
+            policy=policy.engine_name,
+            workdir=self.workdir,
+            initial_resources=("r0", dict(self.config.resources)) if self.config.resources else None,
+            score=Scorer(self, state),
+            score_tasks=tuple(self._score_tasks),
+            version_now=lambda: policy.version,
+        )
 
     def _resources_now(self) -> dict[str, Any]:
         """The rollout fields naming the resources the next rollouts run with (the backend's, else the run's)."""
@@ -513,10 +518,9 @@ class Trainer:
         if self._backend is None:
             log.warning("no backend configured: rollouts run and transitions are built, but nothing is trained")
             return
-        for _, backend in self.policies.backends:
+        for policy, backend in self.policies.backends:
             self._check_temperature(backend)
-            self._give_scoring(backend, state)
-            backend.setup(self._engine)
+            backend.setup(self._engine, self._backend_context(policy, state))
         if state["checkpoint"] and state["completed_step"] > 0:
             self.policies.load_checkpoints(Path(state["checkpoint"]))
 
@@ -783,7 +787,6 @@ class Trainer:
                         metrics[policies.metric(p, "reward_mean")] = sum(t.reward for t in ts) / len(ts)
             if p.backend is None or not ts:
                 continue
-            p.backend.current_version = p.version
             for key, value in p.backend.train_step(ts, step).items():
                 metrics[policies.metric(p, key)] = value
             updated.append(p)

@@ -63,7 +63,7 @@ from agl_trainer.http import (
     declared_length,
     read_body,
 )
-from agl_trainer.policies import Route, Routes, UnknownModel
+from agl_trainer.policy_routes import Route, Routes, UnknownModel
 
 log = logging.getLogger(__name__)
 
