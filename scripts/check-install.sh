@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Checks that the README's pip install works from nothing: builds wheels of this repository's
+# Checks that the install page's pip lines (docs/getting-started/install.md) work from nothing: builds wheels of this repository's
 # packages, installs them into a fresh virtual environment in a temporary directory by the
-# README's own lines (with --find-links pointing at the built wheels, as if they were on PyPI),
+# page's own lines (with --find-links pointing at the built wheels, as if they were on PyPI),
 # imports agl, agl_trainer, agl_langchain, agl_verl and the verl backend, then installs
 # agl-verl[distributed] and imports what verl's V1 trainer and its Ray workers import (TransferQueue
 # included; not vLLM, which needs CUDA), runs `pip check`, and fails if any nvidia-* (CUDA)
@@ -9,10 +9,10 @@
 #
 #   scripts/check-install.sh            # PYTHON=python3.11 by default
 #
-# The CPU torch line is the README's: `pip install torch==2.13.0 --index-url
+# The CPU torch line is the install page's: `pip install torch==2.13.0 --index-url
 # https://download.pytorch.org/whl/cpu`. Where that host cannot be reached (a machine that
 # reaches package registries only, with a CPU wheel on pip's find-links), it falls back to the
-# README's other CPU line, `pip install torch==2.13.0`, and says so.
+# page's other CPU line, `pip install torch==2.13.0`, and says so.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -34,7 +34,7 @@ step "building wheels: ${PACKAGES[*]}"
 "${pip[@]}" wheel -q --no-deps -w "$work/wheels" "${PACKAGES[@]/#/./}"
 ls "$work/wheels"
 
-# The README's lines, CPU: torch first, then the packages.
+# The install page's lines, CPU: torch first, then the packages.
 if "$work/venv/bin/python" -c "import socket, sys, urllib.parse; socket.getaddrinfo(urllib.parse.urlparse(sys.argv[1]).hostname, 443)" "$TORCH_INDEX" 2>/dev/null; then
     step "pip install torch==2.13.0 --index-url $TORCH_INDEX"
     "${pip[@]}" install -q torch==2.13.0 --index-url "$TORCH_INDEX"
@@ -65,7 +65,7 @@ assert versions["verl"] == "0.9.1", versions
 assert torch.version.cuda is None, f"a CUDA build of torch was installed: {torch.__version__}"
 EOF
 
-# Distributed mode: the README's `agl-verl[distributed]` line, then every module verl's driver,
+# Distributed mode: the GPU how-to's `agl-verl[distributed]` line, then every module verl's driver,
 # its task runner and its Ray workers (agent loops, TransferQueue, FSDP engine workers) import in
 # that mode, except vLLM's rollout server, which needs CUDA to import (agl-verl[gpu] brings it).
 step "pip install agl-verl[distributed] (--find-links $work/wheels)"

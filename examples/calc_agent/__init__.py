@@ -1,1 +1,1 @@
-"""An AutoGen AgentChat assistant with an MCP calculator, trained with agl (see README.md)."""
+"""An AutoGen AgentChat assistant with an MCP calculator, trained with agl (see docs/results/calc-agent.md)."""

@@ -40,7 +40,7 @@ MAX_TOOL_ITERATIONS = 1
 ANSWER_FORMAT = "ANSWER: {result}"
 """How the agent reports a calculator result as its final message (AutoGen's ``tool_call_summary_format``).
 
-SmolLM2-135M did not write an ``ANSWER:`` line after seeing the result (see the README), so the
+SmolLM2-135M did not write an ``ANSWER:`` line after seeing the result (see docs/results/calc-agent.md), so the
 agent states the result itself: what the model has to get right is the expression."""
 
 MODEL_INFO = {

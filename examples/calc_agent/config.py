@@ -32,7 +32,7 @@ LR = 3e-4
 """Chosen on the validation split between 1e-3 (the SQL agent's, the first config) and 3e-4: three
 seeds of each trained, each adapter evaluated greedily on the 60 validation problems; mean success
 1.7 ± 2.9% at 1e-3 (the base model's 1.7%), and at 3e-4 the higher (``results/lr-choice/``, the
-README's table)."""
+docs/results/calc-agent.md's table)."""
 TRANSITIONS = {"credit": "broadcast", "agents": None}
 DEFAULTS = dict(steps=STEPS, batch_size=BATCH_SIZE, n_rollouts=N_ROLLOUTS, max_response_tokens=MAX_RESPONSE_TOKENS)
 """What a run may override: ``--steps``, ``--batch-size``, ``--n-rollouts``, ``--max-response-tokens``."""

@@ -1,7 +1,7 @@
 """Scoring finished rollouts, and running the agent on a split outside training.
 
 :func:`summarize` turns ended rollouts (their outputs, and the gateway's records of
-their LLM calls, read from an agl store) into the figures the README reports: the
+their LLM calls, read from an agl store) into the figures docs/results/calc-agent.md reports: the
 success rate (the reward plugin's numeric match, recomputed from the stored output),
 the tool-call validity rate, tool calls per episode, and how often the calculator
 answered with an error.

@@ -177,7 +177,7 @@ def train_on_traffic(args: argparse.Namespace) -> int:
     finally:
         agl.plugins.unregister(counter)
 
-    figures = collect(SPEC, workdir, args.steps, {t["task_id"]: t["input"] for t in test}, len(test))
+    figures = collect(SPEC, workdir, args.steps, {t["task_id"]: t["input"] for t in test})
     figures.update(recorded_figures(workdir))
     base = args.results / "base" / "test.json"
     shared = args.model is None and args.eval_limit is None and base.exists()

@@ -37,7 +37,7 @@ def worked_example(tool_name: str, agent_name: str) -> list[LLMMessage]:
     Given to the agent as the initial messages of its model context, so the model sees a
     call in exactly the form the engine renders (and parses) for this model. The example
     stops at the call: with the tool's result and an ``ANSWER:`` turn after it, SmolLM2
-    answered new questions by imitating the tool-result turn instead (see the README).
+    answered new questions by imitating the tool-result turn instead (see docs/results/calc-agent.md).
     """
     call = FunctionCall(id="call_example", name=tool_name, arguments=json.dumps({"expression": EXAMPLE_EXPRESSION}))
     return [UserMessage(content=EXAMPLE_QUESTION, source="user"), AssistantMessage(content=[call], source=agent_name)]

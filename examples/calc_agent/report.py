@@ -1,10 +1,10 @@
-"""Build the README's tables: test results from ``results/calc_agent*-seed*.json`` (written by train.py),
+"""Build the results page's tables: test results from ``results/calc_agent*-seed*.json`` (written by train.py),
 and the learning rate's choice on validation from ``results/lr-choice/``.
 
-    python -m examples.calc_agent.report [--results DIR] [--readme FILE] [--check]
+    python -m examples.calc_agent.report [--results DIR] [--page FILE] [--check]
 
 Rewrites what lies between ``<!-- results:start -->`` and ``<!-- results:end -->`` in
-README.md, and between ``<!-- lr-choice:start -->`` and ``<!-- lr-choice:end -->``;
+docs/results/calc-agent.md, and between ``<!-- lr-choice:start -->`` and ``<!-- lr-choice:end -->``;
 ``--check`` only prints the tables. One row per seed, then mean ± sample standard
 deviation over the seeds.
 
@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from examples.reporting import (
+    DOCS_RESULTS,
     RESULTS,
     curve_link,
     draw_arm_curves,
@@ -38,6 +39,8 @@ from examples.reporting import (
 from .config import LR, STEPS
 
 HERE = Path(__file__).resolve().parent
+PAGE = DOCS_RESULTS / "calc-agent.md"
+"""The results page this report writes into."""
 
 COLUMNS = (
     "test success before (%)",
@@ -196,7 +199,7 @@ def render_curves(arms: dict[str, list[dict]], results: Path) -> str:
     for name, records in arms.items():
         lines += seed_rows(f"{name} ({arm_label(records[0])})", records, curve_cells)
     for name in arms:
-        lines += ["", curve_link(results, name)]
+        lines += ["", curve_link(name)]
     return "\n".join(lines)
 
 
@@ -207,7 +210,7 @@ def render_results(results: Path) -> str:
 
 
 LR_CHOICE = "lr-choice"
-"""The folder under ``results/`` and the README block of the learning rate's choice on validation."""
+"""The folder under ``results/`` and the results page's block of the learning rate's choice on validation."""
 VAL_COLUMNS = ("val success (%)", "2 operations (%)", "tool-call validity (%)")
 
 
@@ -257,13 +260,14 @@ def render_lr_choice(folder: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the tables and write them into the README."""
+    """Print the tables and write them into the results page."""
     return report_main(
         argv,
         __doc__,
         HERE,
         lambda results: {RESULTS: render_results(results), LR_CHOICE: render_lr_choice(results / LR_CHOICE)},
         lambda results: draw_arm_curves(load_curves(results), results),
+        page=PAGE,
     )
 
 

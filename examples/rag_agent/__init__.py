@@ -1,1 +1,1 @@
-"""An OpenAI Agents SDK retrieval agent over a generated collection, trained with agl (see README.md)."""
+"""An OpenAI Agents SDK retrieval agent over generated passages, trained with agl (see docs/results/rag-agent.md)."""

@@ -25,7 +25,7 @@ TRAIN_HOPS = (1,)
 Chosen on validation: at 0.5 and a 96-token cap, 7 of the 8 one-hop validation questions had samples
 whose F1 differ and 3 of the 12 two-hop ones did (4 samples each); with 8 samples each, 7 of 8
 one-hop questions did (``evaluate.py --split val --hops 1 --temperature 0.5 --samples 8``). The
-first arm trained on all hops, two questions a step, and did not learn (README)."""
+first arm trained on all hops, two questions a step, and did not learn (docs/results/rag-agent.md)."""
 TEMPERATURE = 0.5
 """The sampling temperature of training rollouts (the agent reads ``resources["temperature"]``; the
 backend divides its logits by the same number). On the 20 validation questions, 4 samples each

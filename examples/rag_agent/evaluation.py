@@ -1,7 +1,7 @@
 """Scoring finished rollouts, and running the agent on a split outside training.
 
 :func:`summarize` turns ended rollouts and what the store holds of them into the
-figures the README reports: token F1 and exact match (overall, one-hop, two-hop), how
+figures docs/results/rag-agent.md reports: token F1 and exact match (overall, one-hop, two-hop), how
 episodes ended, tool calls per episode, and the tool-call validity rate, read from the
 gateway's record of every LLM call (the token truth: a response cut at the cap is
 there too, whatever the SDK made of it).

@@ -3,7 +3,7 @@
 The engine appends the tool definitions and the ``<tool_call>`` convention to them
 (``agl_verl.engines.tools``), about 150 tokens; each search adds two passages.
 
-Tried on validation questions, never on test (see the README): a worked two-hop
+Tried on validation questions, never on test (see docs/results/rag-agent.md): a worked two-hop
 example given as prior Responses input items made the base model copy the example's
 own names into its searches ("Soran", "Ivo Tam") for every question; without it, the
 forced first search names the question's company or person most of the time.

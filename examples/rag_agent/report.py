@@ -1,9 +1,9 @@
-"""Build the README's results table from ``results/rag_agent*-seed*.json`` (written by train.py).
+"""Build the results page's results table from ``results/rag_agent*-seed*.json`` (written by train.py).
 
-    python -m examples.rag_agent.report [--results DIR] [--readme FILE] [--check]
+    python -m examples.rag_agent.report [--results DIR] [--page FILE] [--check]
 
 Rewrites what lies between ``<!-- results:start -->`` and ``<!-- results:end -->`` in
-README.md; ``--check`` only prints the table. One row per seed, then mean ± sample
+docs/results/rag-agent.md; ``--check`` only prints the table. One row per seed, then mean ± sample
 standard deviation over the seeds, for each arm (what the run trained on).
 """
 
@@ -12,9 +12,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from examples.reporting import RESULTS, half_mean, load_arms, pm, report_main, seed_table
+from examples.reporting import DOCS_RESULTS, RESULTS, half_mean, load_arms, pm, report_main, seed_table
 
 HERE = Path(__file__).resolve().parent
+PAGE = DOCS_RESULTS / "rag-agent.md"
+"""The results page this report writes into."""
 
 COLUMNS = (
     "test F1 before",
@@ -94,8 +96,8 @@ def render(runs: dict[str, list[dict]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the table and write it into the README."""
-    return report_main(argv, __doc__, HERE, lambda results: {RESULTS: render(load(results))})
+    """Print the table and write it into the results page."""
+    return report_main(argv, __doc__, HERE, lambda results: {RESULTS: render(load(results))}, page=PAGE)
 
 
 if __name__ == "__main__":

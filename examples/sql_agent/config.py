@@ -8,7 +8,7 @@ LoRA and learning rate.
   ``discounted`` (gamma 0.9).
 - ``broadcast``: as main, with credit ``broadcast`` (every call gets the final reward).
 - ``last`` / ``emitted``: as main, with those credit strategies (for picking the best
-  non-broadcast one on validation; see the README for why ``discounted`` is main's). ``emitted``
+  non-broadcast one on validation; see docs/results/sql-agent.md for why ``discounted`` is main's). ``emitted``
   counts the agent's intermediate reward (``first_query_runs``, ``agent.py``) beside the reward
   plugin's final one (``agent_rewards: always``); by default a reward the agent wrote is left out
   of a rollout a reward plugin graded.
@@ -61,7 +61,7 @@ TEMPERATURE = 0.5
 """The sampling temperature of training rollouts (the agent reads ``resources["temperature"]``; the
 backend divides its logits by the same number). On 16 validation questions of the easy tier, the
 writer's first query was right in 21% of samples at 0.5 and 0% at 1.0, where SmolLM2 writes
-invented tables and prose (README)."""
+invented tables and prose (docs/results/sql-agent.md)."""
 MAX_RESPONSE_TOKENS = 80
 LR = 1e-3
 """High for LoRA, for ten steps; not tuned (no run was made to pick it)."""

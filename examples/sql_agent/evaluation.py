@@ -1,7 +1,7 @@
 """Scoring finished rollouts, and running the agent on a split outside training.
 
 :func:`summarize` turns ended rollouts (their outputs and LLM spans, read from an agl
-store) into the figures the README reports: success overall and per tier, rewrite
+store) into the figures docs/results/sql-agent.md reports: success overall and per tier, rewrite
 rounds per question, the checker's acceptance rate, how often the final query runs at
 all, how often the writer answers with a one-line query, and LLM calls per agent.
 Success is the reward plugin's execution match, recomputed from the stored output.

@@ -2,7 +2,7 @@
 
 SmolLM2-135M-Instruct writes prose when shown the full ``CREATE TABLE`` schema; a
 compact ``Table(col, ...)`` line and example answers in fenced blocks get SQL out of it
-(see the README). No example's question is of a template's kind.
+(see docs/results/sql-agent.md). No example's question is of a template's kind.
 
 The writer's instructions and worked examples can be changed per rollout by a prompt optimizer
 (agl-apo): the rollout's resources ``writer_system`` (a text) and ``few_shot`` (``Question:
@@ -34,7 +34,7 @@ WRITER_EXAMPLES = (
     ("What is the name of the genre with id 3?", "SELECT Name FROM Genre WHERE GenreId = 3"),
 )
 """The writer's and the rewriter's worked examples: a filter, a count and a lookup by id, each of
-no template's kind (see the README for what they changed on validation)."""
+no template's kind (see docs/results/sql-agent.md for what they changed on validation)."""
 
 CHECKER_SYSTEM = "Does the SQL answer the question? Reply YES, or NO and the mistake."
 CHECK_USER = "Question: {question}\nSQL: {sql}"

@@ -1,9 +1,9 @@
-"""Build the README's results tables from ``results/*.json`` (written by train.py).
+"""Build the results page's results tables from ``results/*.json`` (written by train.py).
 
-    python -m examples.sql_agent.report [--results DIR] [--readme FILE] [--check]
+    python -m examples.sql_agent.report [--results DIR] [--page FILE] [--check]
 
 Rewrites what lies between ``<!-- results:start -->`` and ``<!-- results:end -->``
-in README.md; ``--check`` only prints the tables. Figures are mean ± sample standard
+in docs/results/sql-agent.md; ``--check`` only prints the tables. Figures are mean ± sample standard
 deviation over the seeds of an arm.
 
 Runs with a validation curve (``train.py --val-every``) have a table of their own: test
@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from examples.reporting import (
+    DOCS_RESULTS,
     RESULTS,
     curve_link,
     draw_arm_curves,
@@ -34,6 +35,8 @@ from examples.reporting import (
 )
 
 HERE = Path(__file__).resolve().parent
+PAGE = DOCS_RESULTS / "sql-agent.md"
+"""The results page this report writes into."""
 
 ARM_ORDER = ["per-role", "main", "all-agents", "broadcast", "emitted", "emitted-ignored", "last"]
 """The tables' arm order: the three policy arms, then the credit arms."""
@@ -263,7 +266,7 @@ def render_curves(arms: dict[str, list[dict]], results: Path) -> str:
     for arm, records in arms.items():
         lines += seed_rows(arm, records, curve_cells)
     for arm in arms:
-        lines += ["", curve_link(results, arm)]
+        lines += ["", curve_link(arm)]
     return "\n".join(lines)
 
 
@@ -274,13 +277,14 @@ def render_results(results: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the tables and write them into the README."""
+    """Print the tables and write them into the results page."""
     return report_main(
         argv,
         __doc__,
         HERE,
         lambda results: {RESULTS: render_results(results)},
         lambda results: draw_arm_curves(load(results, curves=True), results),
+        page=PAGE,
     )
 
 

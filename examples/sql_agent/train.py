@@ -2,7 +2,7 @@
 
 SmolLM2-135M-Instruct with a LoRA adapter, trained on the easy tier (``--tiers``); the
 test split keeps all three tiers (:mod:`examples.training`). The figures go to
-``results/<arm>-seed<N>.json``; ``report.py`` builds the README table from those files.
+``results/<arm>-seed<N>.json``; ``report.py`` builds the table of docs/results/sql-agent.md from those files.
 
     python -m examples.sql_agent.train --seed 0 [--arm main|broadcast|last|emitted|all-agents] [--steps N]
     python -m examples.sql_agent.train --seed 0 --arm main --refresh
@@ -28,7 +28,7 @@ def refresh(out: Path, test: list[dict], base_file: Path) -> dict:
     record = json.loads(out.read_text())
     workdir = Path(record["workdir"])
     tasks = {t["task_id"]: t["input"] for t in test}
-    figures = collect(SPEC, workdir, record["steps"], tasks, record["eval_questions"])
+    figures = collect(SPEC, workdir, record["steps"], tasks)
     if record["before_source"] != "this run":
         base_store = workdir.parent / "base-test"
         store = open_store(f"sqlite:///{base_store / 'agl.db'}", create=False)

@@ -4,7 +4,7 @@ The figure that decides whether GRPO has anything to learn from: a group of roll
 whose rewards are all 0 carries no advantage. This samples the writer's first call
 alone (no checker, no rewriter), with transformers' ``generate`` on the base model, and
 scores each query by execution match. It is how the training temperature and the worked
-examples were chosen, on validation (see the README):
+examples were chosen, on validation (see docs/results/sql-agent.md):
 
     python -m examples.sql_agent.writer_samples --split val --tier easy --limit 16 --runs 0:1 0.5:8 1.0:8
     python -m examples.sql_agent.writer_samples ... --examples 1    # the first worked example only

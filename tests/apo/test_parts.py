@@ -16,6 +16,7 @@ from agl.schema import Task
 from agl_apo.backend import ApoBackend
 from agl_apo.optimizer import Failure, OptimizerModel, extract_prompts
 from agl_apo.settings import OptimizerSettings
+from agl_trainer.backend import BackendContext
 from agl_trainer.engine import Engine
 from tests.apo.scripted_model import CRITIQUE, OPTIMIZER
 
@@ -53,33 +54,36 @@ def test_bad_settings_name_the_field(config, message):
 
 
 def _backend(**config) -> ApoBackend:
-    backend = ApoBackend(**{"methods": ["bootstrap_demos"], **config})
-    backend.score = lambda tasks, version, resources: [0.0 for _ in tasks]
-    backend.score_tasks = [Task(task_id="v0", input={})]
-    return backend
+    return ApoBackend(**{"methods": ["bootstrap_demos"], **config})
+
+
+def _context(**fields) -> BackendContext:
+    """A trainer's context for apo: a scorer that scores 0 and one task to score, with ``fields`` over them."""
+    scores = {
+        "score": lambda tasks, version, resources: [0.0 for _ in tasks],
+        "score_tasks": [Task(task_id="v0", input={})],
+    }
+    return BackendContext(**{**scores, **fields})
 
 
 def test_setup_refuses_what_the_run_does_not_declare(scripted):
     gradients = _backend(methods=["textual_gradient"], optimizer={"base_url": scripted.url, "model": "m"})
-    gradients.initial_resources = ("r0", {"prompt": "x"})
     with pytest.raises(ConfigError, match=r"resources.system_prompt: apo rewrites it \(backend.config.resource\)"):
-        gradients.setup(None)
+        gradients.setup(None, _context(initial_resources=("r0", {"prompt": "x"})))
     demos = _backend()
-    demos.initial_resources = ("r0", {"few_shot": "not a list"})
     with pytest.raises(ConfigError, match="resources.few_shot: demonstrations go there, so it must be a list"):
-        demos.setup(None)
+        demos.setup(None, _context(initial_resources=("r0", {"few_shot": "not a list"})))
     alone = _backend()
-    alone.score = None
     with pytest.raises(ConfigError, match="needs the trainer's score"):
-        alone.setup(None)
+        alone.setup(None, _context(score=None))
+    with pytest.raises(ConfigError, match="needs the trainer's score"):
+        alone.setup(None)  # outside a trainer
     nothing = _backend()
-    nothing.score_tasks = []
     with pytest.raises(ConfigError, match="no tasks to score candidates on"):
-        nothing.setup(None)
+        nothing.setup(None, _context(score_tasks=[]))
     engine_less = _backend(methods=["textual_gradient"], optimizer={"engine": True})
-    engine_less.initial_resources = ("r0", {"system_prompt": "x"})
     with pytest.raises(ConfigError, match="optimizer.engine: true needs the run's engine"):
-        engine_less.setup(None)
+        engine_less.setup(None, _context(initial_resources=("r0", {"system_prompt": "x"})))
     with pytest.raises(ConfigError, match=r"optimizer.api_key_env: \$APO_TEST_UNSET_KEY is not set"):
         OptimizerSettings(base_url=scripted.url, model="m", api_key_env="APO_TEST_UNSET_KEY").key()
 
@@ -119,8 +123,7 @@ class _ScriptedEngine(Engine):
 
 def test_the_optimizer_can_be_the_runs_own_engine(scripted):
     backend = _backend(methods=["textual_gradient"], optimizer={"engine": True})
-    backend.initial_resources = ("r0", {"system_prompt": "Answer."})
-    backend.setup(_ScriptedEngine(scripted.url))
+    backend.setup(_ScriptedEngine(scripted.url), _context(initial_resources=("r0", {"system_prompt": "Answer."})))
     assert backend.optimizer.model == "scripted-optimizer"  # the first model the engine lists
     critique = backend.optimizer.critique("Answer.", [Failure("q", "a", 0.0)], limit=100, seed=0)
     assert critique == CRITIQUE and scripted.requests[-1]["model"] == "scripted-optimizer"
@@ -175,8 +178,7 @@ def test_a_tool_call_answer_is_critiqued_as_no_text_and_never_a_demonstration():
     ]
     assert f"Answer: {NO_TEXT}\nReward: 1" in Failure("What is 2+3?", "", 1.0).render(100)
     backend = _backend(max_demos=2)
-    backend.initial_resources = ("r0", {"few_shot": []})
-    backend.setup(None)
+    backend.setup(None, _context(initial_resources=("r0", {"few_shot": []})))
     demos = backend._demo_sets(backend.beam[0], found, step=1)
     assert backend.pool == ["Question: What is 3+4?\nAnswer: ANSWER: 7"]
     assert [c.resources["few_shot"] for c in demos] == [backend.pool, backend.pool]

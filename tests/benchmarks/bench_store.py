@@ -35,7 +35,7 @@ from one second to the next.
 the two taking turns under the same load, and prints both and their ratio (see
 :mod:`tests.benchmarks.store_beside`), e.g. ``--beside 9058dec --rollouts 500 --repeat 3``.
 
-Figures from a quiet host are in the README's benchmark table, next to their
+Figures from a quiet host are in docs/results/benchmarks.md's table, next to their
 same-run baselines.
 """
 

@@ -1,4 +1,4 @@
-"""README's layout and docs/architecture.md's package table say what the packages' pyproject files say.
+"""The install page's layout and docs/concepts/architecture.md's package table say what the pyproject files say.
 
 Checked: every package of the repository is in both tables, under its distribution name and
 its import name (a real package under its ``src``), and where a page lists a package's
@@ -42,6 +42,8 @@ def _packages() -> dict[str, Package]:
 
 
 PACKAGES = _packages()
+INSTALL = ROOT / "docs" / "getting-started" / "install.md"
+"""The page that holds the repository's layout and what agl-core and agl-trainer depend on."""
 
 
 def _words(text: str) -> frozenset[str]:
@@ -54,24 +56,24 @@ def test_the_repository_has_the_packages_the_tables_are_checked_against():
     assert PACKAGES["agl-trainer"].import_name == "agl_trainer" and "httpx-sse" in PACKAGES["agl-trainer"].dependencies
 
 
-# -- README ------------------------------------------------------------------------------
+# -- docs/getting-started/install.md ------------------------------------------------------------------------------
 
 
-def _readme_layout() -> dict[str, tuple[str, str]]:
-    """``{distribution: (folder, import name)}`` from the rows of README's layout block that name a package."""
-    text = (ROOT / "README.md").read_text()
+def _install_layout() -> dict[str, tuple[str, str]]:
+    """``{distribution: (folder, import name)}`` from the rows of the install page's layout that name a package."""
+    text = INSTALL.read_text()
     block = text.split("## Layout", 1)[1].split("```", 2)[1]
     rows = re.findall(r"^(\S+/)\s+(agl-[\w-]+)\s+import (\w+)", block, flags=re.MULTILINE)
     return {name: (folder, import_name) for folder, name, import_name in rows}
 
 
-def test_readme_layout_lists_every_package_where_it_is_under_its_names():
-    layout = _readme_layout()
+def test_install_layout_lists_every_package_where_it_is_under_its_names():
+    layout = _install_layout()
     assert layout == {p.name: (p.folder, p.import_name) for p in PACKAGES.values()}
 
 
-def test_readme_gives_the_dependencies_of_agl_core_and_agl_trainer():
-    text = " ".join((ROOT / "README.md").read_text().split())
+def test_install_page_gives_the_dependencies_of_agl_core_and_agl_trainer():
+    text = " ".join(INSTALL.read_text().split())
     core = re.search(r"agl-core depends on (.+?) only", text)
     trainer = re.search(r"agl-trainer adds (.+?), and is released", text)
     assert core and trainer
@@ -79,12 +81,12 @@ def test_readme_gives_the_dependencies_of_agl_core_and_agl_trainer():
     assert _words(trainer.group(1)) == PACKAGES["agl-trainer"].dependencies - {"agl-core"}
 
 
-# -- docs/architecture.md ----------------------------------------------------------------
+# -- docs/concepts/architecture.md ----------------------------------------------------------------
 
 
 def _architecture_rows() -> list[list[str]]:
     """The cells of each row of the package table (``| package | runs in | holds | depends on |``)."""
-    text = (ROOT / "docs" / "architecture.md").read_text()
+    text = (ROOT / "docs" / "concepts" / "architecture.md").read_text()
     table = text.split("| package | runs in | holds | depends on |", 1)[1].split("\n\n", 1)[0]
     return [[c.strip() for c in line.strip().strip("|").split("|")] for line in table.splitlines()[2:] if line]
 

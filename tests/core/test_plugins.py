@@ -1,4 +1,4 @@
-"""The plugin registry through pluggy's relay: call order, wrappers, failure isolation, lazy views,
+"""The plugin registry through pluggy: call order, wrappers, failure isolation, lazy views,
 refused hooks, AGL_LOAD_PLUGINS, and the store schemes and commands plugins add.
 
 Real parts only: a real SQLite store, the process's real plugin manager, a real
@@ -17,7 +17,15 @@ import pytest
 
 from agl.errors import ConfigError
 from agl.hookspecs import hookimpl
-from agl.plugins import RewardAnswer, get_plugin_manager, register, unregister
+from agl.plugins import (
+    RewardAnswer,
+    get_plugin_manager,
+    list_plugins,
+    register,
+    resolve,
+    reward_answers,
+    unregister,
+)
 from agl.schema import LLMCall, Rollout, RolloutStatus, Span, Task
 from agl.store.base import open_store
 from agl.store.sqlite import SqliteStore
@@ -148,6 +156,62 @@ def test_a_failing_plugin_loses_only_its_own_answer(sqlite_store, registered, ca
     assert _stored(sqlite_store) == {("nan", "reward"): 1.0}
     assert "reward plugin broken failed on rollout ro-1: RuntimeError: judge unreachable" in caplog.text
     assert "reward plugin nan: reward 'style' of rollout ro-1 is not a number" in caplog.text
+
+
+def test_an_instance_plugin_gets_the_arguments_it_names_and_pluggy_keeps_its_function(sqlite_store, registered):
+    """A plugin object's method, naming the hook's arguments in an order of its own, is answered for without
+    pluggy's record of it being changed; the relay itself stays pluggy's plain call."""
+
+    class Judge:
+        def __init__(self):
+            self.seen = []
+
+        @hookimpl(tryfirst=True)
+        def agl_reward(self, rewards, rollout):
+            self.seen.append((rollout.rollout_id, list(rewards)))
+            return {"reward": 0.25, "judged": 1.0}
+
+    judge = Judge()
+    r = _ended_rollout(sqlite_store)
+    _plug(registered, judge, "judge")
+    _plug(registered, Zero, "zero")
+    (t,), report = build_transitions(sqlite_store, [r])
+    assert t.reward == 0.25 and report.plugin_errors == 0 and judge.seen == [("ro-1", [])]
+    assert _stored(sqlite_store) == {("judge", "reward"): 0.25, ("judge", "judged"): 1.0, ("zero", "reward"): 0.0}
+    impls = {i.plugin_name: i for i in get_plugin_manager().hook.agl_reward.get_hookimpls()}
+    assert impls["judge"].function == judge.agl_reward and impls["zero"].function is Zero.agl_reward
+    assert reward_answers(rollout=r, spans=[], llm_calls=[], rewards=[])[:2] == [
+        RewardAnswer("judge", {"reward": 0.25, "judged": 1.0}),
+        RewardAnswer("zero", 0.0),
+    ]
+    plain = get_plugin_manager().hook.agl_reward(rollout=r, spans=[], llm_calls=[], rewards=[])
+    assert plain[:2] == [{"reward": 0.25, "judged": 1.0}, 0.0]
+
+
+def test_implementations_named_apart_with_specname_answer_once_under_their_plugin(sqlite_store, registered):
+    calls = []
+
+    class Named:
+        @staticmethod
+        @hookimpl(specname="agl_reward")
+        def judge(rollout):
+            calls.append(rollout.rollout_id)
+            return 0.5
+
+        @staticmethod
+        @hookimpl(specname="agl_register_loggers")
+        def loggers(register):
+            register("test-named", dict)
+
+    r = _ended_rollout(sqlite_store)
+    _plug(registered, Named, "named")
+    _plug(registered, Zero, "zero")
+    (t,), _ = build_transitions(sqlite_store, [r])
+    assert calls == ["ro-1"] and t.reward == 0.0  # zero, registered last, is called first
+    assert _stored(sqlite_store) == {("named", "reward"): 0.5, ("zero", "reward"): 0.0}
+    (row,) = [p for p in list_plugins() if p["name"] == "named"]
+    assert row["provides"] == {"loggers": ["test-named"]}
+    assert resolve("logger", "test-named") is dict
 
 
 class CountingStore(SqliteStore):

@@ -134,14 +134,12 @@ def test_a_task_without_a_numeric_answer_scores_zero(calc, answer):
 
 def test_the_reward_plugin_registers_as_a_user_registers_one(calc):
     import agl
-    from agl.plugins import get_plugin_manager
+    from agl.plugins import get_plugin_manager, reward_answers
 
     name = "calc-test-numeric-match"
     agl.register_plugin(calc.rewards, name=name)
     try:
-        results = get_plugin_manager().hook.agl_reward(
-            rollout=rollout({"answer": "ANSWER: 27838"}), spans=[], llm_calls=[], rewards=[]
-        )
+        results = reward_answers(rollout=rollout({"answer": "ANSWER: 27838"}), spans=[], llm_calls=[], rewards=[])
         assert [(r.plugin, r.value, r.error) for r in results if r.plugin == name] == [(name, 1.0, None)]
     finally:
         agl.plugins.unregister(calc.rewards)
@@ -215,7 +213,7 @@ def test_a_sampled_summary_counts_the_problems_a_grpo_group_would_learn_from(cal
     assert "problems_with_a_success" not in summarize(rollouts[:1] + rollouts[3:4], tasks)  # one run per problem
 
 
-# -- the README's results table -------------------------------------------------------------
+# -- the results page's table -------------------------------------------------------------
 
 
 def test_the_report_is_built_from_the_results_files(calc, tmp_path):
@@ -273,11 +271,11 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
             (choice / f"val-{run['name']}-seed{seed}.json").write_text(json.dumps(val))
     (choice / "val-base.json").write_text(json.dumps(figures(0.0, 0.0, 0.95)))
     lr_start, lr_end = markers("lr-choice")
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{START}\nold\n{END}\nmiddle\n{lr_start}\nold\n{lr_end}\noutro\n")
+    page = tmp_path / "results-page.md"
+    page.write_text(f"intro\n{START}\nold\n{END}\nmiddle\n{lr_start}\nold\n{lr_end}\noutro\n")
 
-    assert report.main(["--results", str(results), "--readme", str(readme)]) == 0
-    text = readme.read_text()
+    assert report.main(["--results", str(results), "--page", str(page)]) == 0
+    text = page.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text
     results_block, lr_block = text.split("middle")
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in lr_block.splitlines() if line.startswith("| ")]
@@ -304,7 +302,7 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
     assert mean[12:] == ["5.0 ± 0.0", "25.0 ± 0.0", "90.0 ± 0.0", "65 ± 7", "21.0 ± 1.4"]
     for unmarked in ("no markers\n", f"{START}\nold\n{END}\n"):  # the second lacks the lr-choice block
         (tmp_path / "unmarked.md").write_text(unmarked)
-        assert report.main(["--results", str(results), "--readme", str(tmp_path / "unmarked.md")]) == 1
+        assert report.main(["--results", str(results), "--page", str(tmp_path / "unmarked.md")]) == 1
         assert (tmp_path / "unmarked.md").read_text() == unmarked
 
 

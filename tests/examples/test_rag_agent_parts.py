@@ -151,14 +151,14 @@ def test_the_plugin_scores_the_output_and_never_raises(rag):
 
 def test_the_plugin_registers_as_a_user_registers_one(rag):
     import agl
-    from agl.plugins import get_plugin_manager
+    from agl.plugins import get_plugin_manager, reward_answers
 
     manager = get_plugin_manager()
     registered_before = manager.get_plugin("rag-test-token-f1") is not None
     agl.register_plugin(rag.rewards, name="rag-test-token-f1")
     try:
         assert not registered_before and manager.get_plugin("rag-test-token-f1") is rag.rewards
-        answers = manager.hook.agl_reward(rollout=rollout({"answer": "taldor"}), spans=[], llm_calls=[], rewards=[])
+        answers = reward_answers(rollout=rollout({"answer": "taldor"}), spans=[], llm_calls=[], rewards=[])
         assert [(a.plugin, a.value, a.error) for a in answers if a.plugin == "rag-test-token-f1"] == [
             ("rag-test-token-f1", 1.0, None)
         ]
@@ -305,11 +305,11 @@ def test_the_report_is_built_from_the_results_files(rag, tmp_path):
         (results / f"rag_agent-seed{seed}.json").write_text(json.dumps(record(seed, after)))
     old_arm = record(0, 0.05, name="rag_agent-hops1-2-batch2", hops=(1, 2), batch_size=2)
     (results / "rag_agent-hops1-2-batch2-seed0.json").write_text(json.dumps(old_arm))
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{START}\nold\n{END}\noutro\n")
+    page = tmp_path / "results-page.md"
+    page.write_text(f"intro\n{START}\nold\n{END}\noutro\n")
 
-    assert report.main(["--results", str(results), "--readme", str(readme)]) == 0
-    text = readme.read_text()
+    assert report.main(["--results", str(results), "--page", str(page)]) == 0
+    text = page.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text
     assert "before and after 10 steps at temperature 0.5, lr 0.0003" in text
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
@@ -321,7 +321,7 @@ def test_the_report_is_built_from_the_results_files(rag, tmp_path):
     assert mean[13:] == ["4.0 ± 0.0", "0.0 ± 0.0", "0.050 ± 0.000", "0.300 ± 0.000", "25.5 ± 0.7"]
     assert other_arm[:4] == ["all hops, 2 questions x 8", "0", "0.020", "0.050"]
     (tmp_path / "unmarked.md").write_text("no markers\n")
-    assert report.main(["--results", str(results), "--readme", str(tmp_path / "unmarked.md")]) == 1
+    assert report.main(["--results", str(results), "--page", str(tmp_path / "unmarked.md")]) == 1
 
 
 def test_questions_are_chosen_by_hops_and_unknown_hops_are_refused(rag):

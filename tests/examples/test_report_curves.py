@@ -71,12 +71,12 @@ def results(tmp_path) -> Path:
 def test_runs_with_curves_get_their_table_and_a_png_per_arm(results, tmp_path):
     from examples.calc_agent import report
 
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{START}\nold\n{END}\n<!-- lr-choice:start -->\n<!-- lr-choice:end -->\n")
+    page = tmp_path / "results-page.md"
+    page.write_text(f"intro\n{START}\nold\n{END}\n<!-- lr-choice:start -->\n<!-- lr-choice:end -->\n")
 
-    assert report.main(["--results", str(results), "--readme", str(readme)]) == 0
+    assert report.main(["--results", str(results), "--page", str(page)]) == 0
 
-    block = readme.read_text().split(START)[1].split(END)[0]
+    block = page.read_text().split(START)[1].split(END)[0]
     plain, curves = block.split("Runs with a validation curve")
     assert [r[:4] for r in rows(plain)[1:]] == [["0.0003", "0", "0.0", "10.0"]]  # only the run without a curve
     head, *body = rows(curves)
@@ -109,10 +109,11 @@ def test_runs_with_curves_get_their_table_and_a_png_per_arm(results, tmp_path):
     ]
     assert async0[4] == "20.0" and async0[6] == "40.0"  # after; after on 2 operations
     for arm in ("calc_agent-steps60", "calc_agent-async1-steps60"):
-        assert f"(results/curves/{arm}.png)" in curves
+        assert f"(img/{arm}.png)" in curves  # the copy beside the page: the site serves only docs/
         png = results / "curves" / f"{arm}.png"
         data = png.read_bytes()
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 5000
+        assert (tmp_path / "img" / f"{arm}.png").read_bytes() == data
     assert not (results / "curves" / "calc_agent.png").exists()  # no curve, no figure
 
     from PIL import Image
@@ -124,7 +125,7 @@ def test_runs_with_curves_get_their_table_and_a_png_per_arm(results, tmp_path):
 
     # the same records draw the same bytes: a committed figure does not churn when the report runs again
     before = (results / "curves" / "calc_agent-steps60.png").read_bytes()
-    assert report.main(["--results", str(results), "--readme", str(readme)]) == 0
+    assert report.main(["--results", str(results), "--page", str(page)]) == 0
     assert (results / "curves" / "calc_agent-steps60.png").read_bytes() == before
 
 
@@ -132,7 +133,7 @@ def test_check_draws_nothing(results, tmp_path):
     from examples.calc_agent import report
 
     assert report.main(["--results", str(results), "--check"]) == 0
-    assert not (results / "curves").exists()
+    assert not (results / "curves").exists() and not (tmp_path / "img").exists()
 
 
 def test_a_record_without_a_curve_is_refused_by_name(tmp_path):
@@ -165,12 +166,12 @@ def test_sql_runs_with_curves_get_their_table_by_tier_and_a_png(tmp_path):
             "val_curve": [{"step": 0, "success_rate": 0.05}, {"step": 30, "success_rate": after}],
         }
         (results / f"per-role-steps30-seed{seed}.json").write_text(json.dumps(run))
-    readme = tmp_path / "README.md"
-    readme.write_text(f"{START}\n{END}\n")
+    page = tmp_path / "results-page.md"
+    page.write_text(f"{START}\n{END}\n")
 
-    assert report.main(["--results", str(results), "--readme", str(readme)]) == 0
+    assert report.main(["--results", str(results), "--page", str(page)]) == 0
 
-    text = readme.read_text()
+    text = page.read_text()
     assert "No results yet" in text  # no run without a curve
     seed0, _, _, mean = rows(text.split("Runs with a validation curve")[1])[1:]
     # steps, before, after, then easy, medium and hard before and after, val at the first and last evaluation
@@ -179,5 +180,25 @@ def test_sql_runs_with_curves_get_their_table_by_tier_and_a_png(tmp_path):
         "20.0",
     ]
     assert mean[1:5] == ["**mean ± std**", "30", "5.0 ± 0.0", "30.0 ± 10.0"]
-    assert "(results/curves/per-role-steps30.png)" in text
+    assert "(img/per-role-steps30.png)" in text
     assert (results / "curves" / "per-role-steps30.png").read_bytes().startswith(b"\x89PNG")
+    assert (tmp_path / "img" / "per-role-steps30.png").read_bytes() == (
+        results / "curves" / "per-role-steps30.png"
+    ).read_bytes()
+
+
+def test_the_results_pages_show_the_curves_the_reports_drew():
+    """Every image a results page shows is in docs/results/img/, a copy of the report's PNG beside its results."""
+    import re
+
+    from examples.reporting import DOCS_RESULTS, IMAGES
+
+    root = DOCS_RESULTS.parents[1]
+    drawn = {png.name: png for png in root.glob("examples/*/results/curves/*.png")}
+    shown = [
+        name for page in DOCS_RESULTS.glob("*.md") for name in re.findall(r"\]\(img/([^)]+\.png)\)", page.read_text())
+    ]
+    assert shown, "the calculator's 60-step curve is shown"
+    for name in shown:
+        copy = DOCS_RESULTS / IMAGES / name
+        assert name in drawn and copy.read_bytes() == drawn[name].read_bytes(), name

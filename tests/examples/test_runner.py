@@ -93,7 +93,7 @@ def test_the_commands_run_as_modules_from_the_repository_root():
     commands = {
         "examples.calc_agent.train": "--steps-without-signal",
         "examples.sql_agent.evaluate": "--db",
-        "examples.rag_agent.report": "--readme",
+        "examples.rag_agent.report": "--page",
         "examples.first_digit.train": "--preset",
     }
     for module in ("examples.calc_agent.train", "examples.first_digit.train"):

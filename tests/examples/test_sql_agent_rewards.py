@@ -196,13 +196,13 @@ def test_the_report_is_built_from_the_results_files(sql, tmp_path):
         (results / f"per-role-seed{seed}.json").write_text(
             json.dumps(record("per-role", seed, after, (base_checker, figures)))
         )
-    readme = tmp_path / "README.md"
+    page = tmp_path / "results-page.md"
     from examples.reporting import END, START
 
-    readme.write_text(f"intro\n{START}\nold\n{END}\noutro\n")
+    page.write_text(f"intro\n{START}\nold\n{END}\noutro\n")
 
-    assert sql.report.main(["--results", str(results), "--readme", str(readme)]) == 0
-    text = readme.read_text()
+    assert sql.report.main(["--results", str(results), "--page", str(page)]) == 0
+    text = page.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text
     lines = text.splitlines()
     row, behaviour, checker = [line for line in lines if line.startswith("| main |")]

@@ -201,7 +201,7 @@ def test_tokens_and_the_key_secret_come_from_files_and_each_opens_its_own_routes
 
 
 def test_a_gateway_in_front_of_a_store_server_sends_it_the_store_token_not_its_own(tmp_path, engine):
-    """issue 32: README's recipe exports AGL_GATEWAY_TOKEN; the gateway must still send the store server
+    """issue 32: the agl run page's recipe exports AGL_GATEWAY_TOKEN; the gateway must still send the store server
     the store's token (AGL_STORE_TOKEN here), so that its calls are recorded and rollout keys work."""
     from agl.credentials import RolloutKeys
     from agl.schema import Rollout, Task

@@ -18,7 +18,8 @@ import pytest
 from anthropic import beta_tool
 
 from agl_trainer.gateway import Gateway
-from agl_trainer.policies import PolicyConfig, Routes
+from agl_trainer.policy_config import PolicyConfig
+from agl_trainer.policy_routes import Routes
 from tests.fake_engine import render_chat
 from tests.gateway.conftest import TOKEN, calls_of
 from tests.gateway.test_messages import TOOLS

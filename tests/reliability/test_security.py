@@ -159,7 +159,7 @@ def _packed(fmt: str, *values) -> str:
 def test_llm_calls_with_a_nan_an_infinite_logprob_or_a_negative_token_id_are_422s_naming_the_field(
     tmp_path, field, value
 ):
-    # was: stored as sent (README says non-finite numbers are refused everywhere)
+    # was: stored as sent (the docs say non-finite numbers are refused everywhere)
     fields = {"prompt_ids": "[1, 2]", "response_ids": "[3, 4]", "response_logprobs": "[-0.5, -0.25]"} | {field: value}
     call = ", ".join(f'"{k}": {v}' for k, v in fields.items())
     body = '{"llm_calls": [{"call_id": "c-bad", "rollout_id": "ro-run", ' + call + "}]}"
@@ -189,7 +189,7 @@ def test_finishing_with_an_attempt_past_int64_is_a_422_naming_it(tmp_path):
 
 
 def test_a_gateway_in_front_of_agl_store_serve_records_every_call_with_the_store_s_token(tmp_path):
-    # was: the gateway handed its own token (AGL_GATEWAY_TOKEN, exported as README does) to the store:
+    # was: the gateway handed its own token (AGL_GATEWAY_TOKEN, exported as the docs do) to the store:
     # calls answered 200 but nothing was recorded, /admin/flush 503, and --store-token-file refused to start.
     # (Fixed on main by the one-name-per-credential change; pinned here against the real processes.)
     import subprocess
@@ -334,7 +334,7 @@ def test_a_rollout_id_with_url_characters_gets_a_quoted_base_url_the_gateway_rou
 
 
 def test_a_header_naming_another_rollout_than_the_path_is_a_403_whoever_sends_it(tmp_path):
-    # was: with its own rollout in the path, the X-Agl-Rollout-Id header was ignored (README says 403)
+    # was: with its own rollout in the path, the X-Agl-Rollout-Id header was ignored (the security page says 403)
     with gateway_target(tmp_path) as (target, gateway):
         key, admin = target.credentials["key"], target.credentials["admin"]
         chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}

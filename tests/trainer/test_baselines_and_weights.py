@@ -8,8 +8,8 @@ import torch
 
 from agl.schema import Segment, Transition
 from agl_trainer.baselines import STEP_GROUP, with_baselines
-from agl_trainer.policies import PolicyConfig
-from agl_trainer.policy_set import PolicySet
+from agl_trainer.policy_backends import PolicySet
+from agl_trainer.policy_config import PolicyConfig
 from agl_trainer.transitions.config import BuildReport
 
 

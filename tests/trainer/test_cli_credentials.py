@@ -139,8 +139,8 @@ def test_agl_run_hands_its_child_none_of_the_credential_variables(monkeypatch):
     assert "secret" not in child.values() and child[env.ROLLOUT_KEY] == "its-own-key"
 
 
-def _readme_credential_rows() -> list[tuple[str, list[str], str]]:
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def _credential_table_rows() -> list[tuple[str, list[str], str]]:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "how-to" / "security.md").read_text()
     start = text.index("| flag (and `-file` form) | the credential | commands | variable |")
     rows = []
     for line in text[start:].splitlines()[2:]:
@@ -172,8 +172,8 @@ def _leaf_helps(command: str) -> list[str]:
     return helps
 
 
-def test_readme_credential_table_matches_the_commands():
-    rows = _readme_credential_rows()
+def test_the_security_page_credential_table_matches_the_commands():
+    rows = _credential_table_rows()
     assert {flag for flag, _, _ in rows} == {
         "--admin-token",
         "--runner-token",

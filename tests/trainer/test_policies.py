@@ -36,7 +36,8 @@ class PolicyBackend(TinyBackend):
     """:class:`TinyBackend` that names its versions after its policy, as a backend of a named policy must."""
 
     def publish(self, step):
-        return ModelVersion(version=f"{self.policy}-v{step}", step=step, policy=self.policy)
+        policy = self.context.policy
+        return ModelVersion(version=f"{policy}-v{step}", step=step, policy=policy)
 
 
 class Backends:
@@ -124,6 +125,28 @@ def test_each_call_goes_to_the_policy_its_model_names_and_only_trained_policies_
         assert "loss" not in r  # a run of several policies prefixes every policy's metrics
     state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
     assert state["policy_versions"] == {"actor": "actor-v2", "checker": "base"}
+
+
+def test_a_backend_object_is_told_its_policy_and_the_version_it_trains(tmp_path, engine):
+    """A backend object given to the Trainer (not built from the config) learns at setup, as a built one
+    does, which engine policy it trains and, each step, which version its weights are."""
+
+    class Told(PolicyBackend):
+        def train_step(self, transitions, step):
+            seen.append((step, self.context.current_version, sorted({t.model_version for t in transitions})))
+            return super().train_step(transitions, step)
+
+    seen: list = []
+    backend = Told(tmp_path / "actor.jsonl")
+    cfg = policies_config(tmp_path, engine, steps=2)
+    Trainer(cfg, backend=backend).fit(two_role_agent, [{"input": {"word": "w0"}}, {"input": {"word": "w1"}}])
+    assert backend.context.policy == "actor" and backend.context.workdir == tmp_path / "run"
+    assert seen == [(1, "base", ["base"]), (2, "actor-v1", ["actor-v1"])]
+    store = SqliteStore(tmp_path / "agl.db")
+    try:
+        assert store.get_model_version("actor-v2").policy == "actor"
+    finally:
+        store.close()
 
 
 def test_an_agents_filter_narrows_what_a_policy_trains_on(tmp_path, engine):

@@ -25,7 +25,7 @@ from agl.errors import ConfigError
 from agl.plugins import register, unregister
 from agl.schema import ModelVersion, RolloutStatus
 from agl.store.sqlite import SqliteStore
-from agl_trainer.backend import Backend
+from agl_trainer.backend import STANDALONE, Backend
 from agl_trainer.config import load_config
 from agl_trainer.trainer import Trainer
 from tests.conftest import wait_until
@@ -43,8 +43,9 @@ class TinyBackend(Backend):
         self.engine = None
         self.closed = False
 
-    def setup(self, engine):
+    def setup(self, engine, context=STANDALONE):
         self.engine = engine
+        self.context = context
 
     def train_step(self, transitions, step):
         with open(self.log_path, "a") as f:
@@ -296,13 +297,18 @@ def test_sigkill_mid_step_then_resume_loses_nothing_and_counts_nothing_twice(tmp
         assert [c["step"] for c in calls] == [1, 2, 3, 4]
         for c in calls:
             assert len(c["call_ids"]) == len(set(c["call_ids"])) == 8  # one attempt's calls per rollout, none twice
-        # Every step has its 4 rollouts, each ended once, succeeded; the interrupted ones were retried.
+        # The interrupted step ran again whole under the resume's ids: every step trained 4 rollouts that
+        # succeeded; what the killed trainer left running or queued was cancelled, never retried.
+        state = json.loads((workdir / "trainer_state.json").read_text())
+        assert state["resumes"] == 1
         for step in (1, 2, 3, 4):
             rollouts = list(store.query_rollouts(step=step))
-            assert len(rollouts) == 4 and all(r.status == RolloutStatus.SUCCEEDED for r in rollouts)
+            trained = [r for r in rollouts if r.rollout_id.startswith(f"{state['run_id']}-resume1-") or step == 1]
+            assert len(trained) == 4 and all(r.status == RolloutStatus.SUCCEEDED for r in trained)
         for rid in interrupted:
+            assert store.get_rollout(rid).status == RolloutStatus.CANCELLED
             attempts = store.attempts(rid)
-            assert len(attempts) == 2 and "TrainerRestarted" in attempts[0].error
+            assert len(attempts) == 1 and "TrainerRestarted" in attempts[0].error
         runs = Counter((agent_log.read_text()).split())
         assert all(runs[rid] == 1 for rid in ended_before_kill)  # ended rollouts were not run again
         records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]

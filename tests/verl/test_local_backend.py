@@ -10,6 +10,7 @@ import torch
 
 from agl.errors import AglError, ConfigError
 from agl.schema import ModelVersion, Transition
+from agl_trainer.backend import STANDALONE, BackendContext
 from agl_trainer.engine import Engine
 from agl_verl.backend import VerlBackend
 from agl_verl.dataproto import TextTransitionError
@@ -51,11 +52,11 @@ class RecordingEngine(Engine):
         return self.loaded[-1].version if self.loaded else None
 
 
-def make_backend(model_path, tmp_path, **overrides) -> VerlBackend:
+def make_backend(model_path, tmp_path, context: BackendContext = STANDALONE, **overrides) -> VerlBackend:
     config = dict(model_path=str(model_path), lr=3e-3, micro_batch_size=32, seed=0, workdir=str(tmp_path / "work"))
     config.update(overrides)
     backend = VerlBackend(**config)
-    backend.setup(None)
+    backend.setup(None, context)
     return backend
 
 

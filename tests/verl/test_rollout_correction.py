@@ -16,6 +16,7 @@ from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_
 
 from agl.errors import ConfigError
 from agl.schema import Transition
+from agl_trainer.backend import BackendContext
 from agl_verl import correction
 from agl_verl.dataproto import transitions_to_dataproto
 from agl_verl.local import NonFiniteUpdate, actor_config, algo_config
@@ -32,6 +33,19 @@ def hand_built_batch(digit_ids, behaviour_shift: float = 0.0):
         remade(t, behaviour_logprobs=(-2.3 + behaviour_shift + 0.5 * torch.randn(2, generator=gen)).tolist())
         for t in batch
     ]
+
+
+class Held:
+    """The version the backend's weights are, as a trainer keeps it (what ``BackendContext.version_now`` reads)."""
+
+    version: str | None = None
+
+
+def holding(tiny_model, tmp_path, **overrides):
+    """``make_backend``'s backend and the :class:`Held` version it is told its weights are."""
+    held = Held()
+    backend = make_backend(tiny_model, tmp_path, context=BackendContext(version_now=lambda: held.version), **overrides)
+    return backend, held
 
 
 def remade(t: Transition, **fields) -> Transition:
@@ -76,8 +90,8 @@ def test_rejection_sampling_drops_tokens_and_says_how_many(digit_ids):
 
 
 def test_zeroed_importance_weights_leave_the_weights_as_they_were(tiny_model, digit_ids, tmp_path):
-    backend = make_backend(tiny_model, tmp_path, rollout_correction="decoupled_token_icepop")
-    backend.current_version = "v2"
+    backend, held = holding(tiny_model, tmp_path, rollout_correction="decoupled_token_icepop")
+    held.version = "v2"
     before = [p.detach().clone() for p in backend.learner.model.parameters()]
     far = [t.model_copy(update={"model_version": "v1"}) for t in hand_built_batch(digit_ids, behaviour_shift=5.0)]
     metrics = backend.train_step(far, step=1)  # pi_old / pi_behaviour is tiny: icepop zeroes every weight
@@ -88,13 +102,13 @@ def test_zeroed_importance_weights_leave_the_weights_as_they_were(tiny_model, di
 
 
 def test_behaviour_log_probs_of_the_learner_itself_give_weights_of_one(tiny_model, digit_ids, tmp_path):
-    backend = make_backend(tiny_model, tmp_path)  # rollout_correction: auto
+    backend, held = holding(tiny_model, tmp_path)  # rollout_correction: auto
     own = backend.learner.log_probs(transitions_to_dataproto(static_batch(digit_ids), pad_token_id=0))
     batch = [
         remade(t, behaviour_logprobs=own[i, :2].tolist(), model_version="base")
         for i, t in enumerate(static_batch(digit_ids))
     ]
-    backend.current_version = "step-3"  # the batch ran on other weights: decoupled token-IS
+    held.version = "step-3"  # the batch ran on other weights: decoupled token-IS
     metrics = backend.train_step(batch, step=4)
     assert metrics["offpolicy_transitions"] == 8
     assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(1.0, abs=1e-4)
@@ -102,12 +116,12 @@ def test_behaviour_log_probs_of_the_learner_itself_give_weights_of_one(tiny_mode
 
 
 def test_auto_corrects_only_off_policy_batches_and_counts_what_it_cannot(tiny_model, digit_ids, tmp_path):
-    backend = make_backend(tiny_model, tmp_path)
-    backend.current_version = "base"
+    backend, held = holding(tiny_model, tmp_path)
+    held.version = "base"
     on_policy = [t.model_copy(update={"model_version": "base"}) for t in hand_built_batch(digit_ids)]
     metrics = backend.train_step(on_policy, step=1)
     assert metrics["offpolicy_transitions"] == 0 and not any(k.startswith("rollout_corr/") for k in metrics)
-    backend.current_version = "step-1"
+    held.version = "step-1"
     mixed = on_policy[:4] + [remade(t, behaviour_logprobs=None) for t in on_policy[4:]]
     metrics = backend.train_step(mixed, step=2)
     assert metrics["offpolicy_transitions"] == 8 and metrics["offpolicy_without_behaviour"] == 4
@@ -125,8 +139,8 @@ def test_unknown_presets_and_bypass_with_another_loss_are_config_errors(tiny_mod
 def test_bypass_presets_weigh_and_reject_as_verls_bypass_loss_on_the_same_tensors(
     tiny_model, digit_ids, tmp_path, preset
 ):
-    backend = make_backend(tiny_model, tmp_path, rollout_correction=preset)
-    backend.current_version = "v2"
+    backend, held = holding(tiny_model, tmp_path, rollout_correction=preset)
+    held.version = "v2"
     far = [t.model_copy(update={"model_version": "v1"}) for t in hand_built_batch(digit_ids, behaviour_shift=3.0)]
     data = transitions_to_dataproto(far, pad_token_id=0)
     learner = backend.learner
@@ -153,7 +167,7 @@ def test_bypass_presets_weigh_and_reject_as_verls_bypass_loss_on_the_same_tensor
 
 
 def test_decoupled_rejection_comes_before_the_advantages_as_in_verl(tiny_model, digit_ids, tmp_path):
-    backend = make_backend(
+    backend, held = holding(
         tiny_model, tmp_path, rollout_correction="decoupled_geo_rs", adv_estimator="reinforce_plus_plus"
     )
     learner = backend.learner
@@ -163,7 +177,7 @@ def test_decoupled_rejection_comes_before_the_advantages_as_in_verl(tiny_model, 
         remade(t, behaviour_logprobs=(own[i, :2] + (3.0 if i >= 4 else 0.0)).tolist(), model_version="v1")
         for i, t in enumerate(static_batch(digit_ids))
     ]
-    backend.current_version = "v2"
+    held.version = "v2"
     metrics = backend.train_step(batch, step=1)
     assert metrics["rollout_corr/rejected_fraction"] == pytest.approx(0.5)
     # verl's order: the rejection mask, then reinforce++'s whitening over what it kept
@@ -176,8 +190,8 @@ def test_decoupled_rejection_comes_before_the_advantages_as_in_verl(tiny_model, 
 
 
 def test_a_call_sampled_at_other_settings_is_off_policy_under_auto(tiny_model, digit_ids, tmp_path):
-    backend = make_backend(tiny_model, tmp_path)  # temperature 1; rollout_correction: auto
-    backend.current_version = "base"
+    backend, held = holding(tiny_model, tmp_path)  # temperature 1; rollout_correction: auto
+    held.version = "base"
     batch = [remade(t, model_version="base", sampling={"temperature": 1.0}) for t in hand_built_batch(digit_ids)]
     metrics = backend.train_step(batch, step=1)
     assert metrics["offpolicy_transitions"] == 0 and "rollout_corr/rollout_is_mean" not in metrics

@@ -271,7 +271,8 @@ def test_two_policies_behind_the_gateway_each_call_recorded_with_its_policy(vllm
     from agl.schema import ModelVersion, Rollout, Task
     from agl.store.sqlite import SqliteStore
     from agl_trainer.gateway import Gateway
-    from agl_trainer.policies import PolicyConfig, Routes
+    from agl_trainer.policy_config import PolicyConfig
+    from agl_trainer.policy_routes import Routes
 
     paths = {name: make_adapter(smollm2_path, tmp_path / name, seed) for name, seed in (("writer", 4), ("critic", 5))}
     for policy, path in paths.items():

@@ -13,6 +13,8 @@ The public API a user or an integration needs is importable from here::
         return float(rollout.output == rollout.task.input["answer"])
 """
 
+from typing import TYPE_CHECKING
+
 from agl.capture import (
     BufferedWriter,
     RolloutContext,
@@ -27,6 +29,9 @@ from agl.hookspecs import hookimpl
 from agl.plugins import register as register_plugin
 from agl.schema import Attempt, LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, Task, Transition
 from agl.store import Store, open_store
+
+if TYPE_CHECKING:  # imported lazily at run time (below); named here for type checkers and the API reference
+    from agl.runner import RolloutResult, Runner
 
 __version__ = "0.1.0"
 

@@ -2,7 +2,7 @@
 
 Code reads a variable through its constant (``os.environ.get(env.STORE_URL)``), never
 through a string of its own, so a name cannot drift between the places that use it;
-a test holds the rest of the code to that, and README's table to this list. Each
+a test holds the rest of the code to that; the environment reference is generated from it. Each
 constant is a :class:`Variable`: a ``str`` (the name) that also carries what the
 variable holds, who reads it and what applies when it is unset.
 

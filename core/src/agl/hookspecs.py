@@ -6,10 +6,11 @@ entry-point group (``AGL_LOAD_PLUGINS=a,b`` loads only those; empty loads none);
 code registers one with :func:`agl.plugins.register`. A function named ``agl_*``
 that matches no hook here is refused when the plugin is registered.
 
-Every hook is called through pluggy's relay, so ``@hookimpl(tryfirst=True)``,
-``trylast=True`` and ``wrapper=True`` work as pluggy documents. Hooks are
-synchronous: an ``async def`` implementation is an error. An implementation may
-take any subset of a hook's arguments, by name.
+Every hook is called through pluggy (its relay; ``agl_reward`` and the provider hooks
+through its subset callers and ``call_extra``, so each answer carries its plugin's name),
+so ``@hookimpl(tryfirst=True)``, ``trylast=True`` and ``wrapper=True`` work as pluggy
+documents. Hooks are synchronous: an ``async def`` implementation is an error. An
+implementation may take any subset of a hook's arguments, by name.
 
 Hooks that *provide* something (a backend, an engine, a credit-assignment
 strategy, a store scheme, a logger, a command) all have one shape, the one
@@ -58,7 +59,10 @@ Register = Callable[..., None]
 """The ``register(name, factory, description="")`` a provider hook is called with."""
 
 hookspec = pluggy.HookspecMarker("agl")
+"""Marks the hook specifications below (for agl itself, not for plugins)."""
 hookimpl = pluggy.HookimplMarker("agl")
+"""Marks a plugin's function as the implementation of the hook it is named after: ``@agl.hookimpl``,
+or ``@agl.hookimpl(tryfirst=True)``, ``trylast=True``, ``wrapper=True`` as pluggy documents."""
 
 
 @hookspec
@@ -83,6 +87,10 @@ def agl_reward(
     ``wrapper=True`` implementation sees the answers as a list of
     :class:`agl.plugins.RewardAnswer` (``plugin``, ``value``, ``error``) in call
     order and may return a changed list.
+
+    The trainer calls it through :func:`agl.plugins.reward_answers`, not with pluggy's
+    ``firstresult``: that would stop at the first answer, so the others would not be
+    stored, and at the first exception, so one failing plugin would cost every answer.
 
     Example::
 

@@ -13,6 +13,13 @@ or a provider hook (``agl_register_*``) that registers a bad name or factory is 
 What plugins provide (backends, engines, credit strategies, store schemes, loggers,
 commands) is described by :mod:`agl.providers`; :func:`registrations` collects it from
 the provider hooks and :func:`resolve` finds one of them.
+
+Two kinds of hook are called so that each implementation's answer carries its plugin's
+name, through pluggy's public calls and without changing what pluggy registered: each
+provider hook implementation alone (:meth:`pluggy.PluginManager.subset_hook_caller`), with a
+``register`` bound to its plugin; and ``agl_reward`` by :func:`reward_answers`, where
+pluggy's ``call_extra`` runs one answering function per implementation, in pluggy's call
+order, inside the ``wrapper=True`` implementations.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import difflib
 import inspect
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import pluggy
@@ -46,6 +53,7 @@ __all__ = [
     "register",
     "registrations",
     "resolve",
+    "reward_answers",
     "unregister",
 ]
 
@@ -58,7 +66,7 @@ _HOOKS = frozenset(name for name in dir(hookspecs) if name.startswith("agl_"))
 
 
 class RewardAnswer(NamedTuple):
-    """One plugin's answer to ``agl_reward``, as the relay returns it (and an ``agl_reward`` wrapper sees it)."""
+    """One plugin's answer to ``agl_reward``, as :func:`reward_answers` returns it (and a wrapper sees it)."""
 
     plugin: str
     """The name of the plugin that answered: the ``source`` of the rewards stored from it."""
@@ -68,31 +76,45 @@ class RewardAnswer(NamedTuple):
     """What the plugin raised, if it did; such an answer is counted, logged and gives no reward."""
 
 
-_ISOLATED: dict[str, Callable[[str, Callable[..., Any]], Callable[..., Any]]] = {}
-"""Hooks whose implementations answer for themselves: each is wrapped, when registered, by the function here."""
+def reward_answers(**kwargs: Any) -> list[Any]:
+    """Call ``agl_reward`` with ``kwargs``: each plugin's answer as a :class:`RewardAnswer`, in pluggy's call order.
 
-
-def _answer_for(plugin_name: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` (an ``agl_reward`` implementation) made to return a :class:`RewardAnswer` and never raise.
-
-    One failing plugin then costs only its own answer: pluggy stops a hook call at
-    the first exception, and the answers carry the name their rewards are stored under.
+    An implementation that raises answers with its error, so one failing plugin costs only its
+    own answer (pluggy's own call stops at the first exception); one that returns None abstains.
+    The ``wrapper=True`` implementations run around the others as pluggy runs them, and see the
+    answers (and may change them). The relay itself, ``hook().agl_reward(...)``, is pluggy's plain
+    call: the implementations' values as they return them, without their plugins' names.
     """
+    pm = get_plugin_manager()
+    answering = [i for i in pm.hook.agl_reward.get_hookimpls() if not (i.wrapper or i.hookwrapper)]
+    wrappers = pm.subset_hook_caller("agl_reward", remove_plugins=[i.plugin for i in answering])
+    # get_hookimpls lists the implementations in the reverse of call order, and call_extra runs the
+    # methods it is given in the reverse of their order, after the wrappers: pluggy's call order again.
+    return wrappers.call_extra([_answer_for(i) for i in answering], kwargs)
 
-    def answer(*args: Any, **kwargs: Any) -> RewardAnswer | None:
+
+def _answer_for(impl: pluggy.HookImpl) -> Callable[..., RewardAnswer | None]:
+    """A function that calls the ``agl_reward`` implementation ``impl`` and answers for it, never raising."""
+    function, plugin = impl.function, impl.plugin_name
+
+    def answer(*args: Any) -> RewardAnswer | None:
         try:
-            value = function(*args, **kwargs)
+            value = function(*args)
         except Exception as exc:
-            return RewardAnswer(plugin_name, None, exc)
-        return None if value is None else RewardAnswer(plugin_name, value)
+            return RewardAnswer(plugin, None, exc)
+        return None if value is None else RewardAnswer(plugin, value)
 
+    # pluggy reads the arguments to pass from the function a wrapper wraps: those ``impl`` takes, in its order
     answer.__wrapped__ = function  # type: ignore[attr-defined]
     return answer
 
 
-_ISOLATED["agl_reward"] = _answer_for
-for _hook in providers.HOOKS:
-    _ISOLATED[_hook] = providers.bind_register
+def _each_alone(pm: pluggy.PluginManager, hook_name: str) -> Iterator[tuple[str, Callable[..., Any]]]:
+    """Each implementation of the hook ``hook_name``, in call order: its plugin's name, and a caller of it alone."""
+    impls = getattr(pm.hook, hook_name).get_hookimpls()
+    for impl in reversed(impls):  # get_hookimpls lists them in the reverse of call order
+        others = [i.plugin for i in impls if i is not impl]
+        yield impl.plugin_name, pm.subset_hook_caller(hook_name, remove_plugins=others)
 
 
 class _Manager(pluggy.PluginManager):
@@ -116,23 +138,12 @@ class _Manager(pluggy.PluginManager):
         except pluggy.PluginValidationError as exc:
             raise _refused(name or self.get_canonical_name(plugin), exc) from exc
         if registered is not None:
-            self._isolate(plugin, registered)
             try:
                 self._check_provides(plugin, registered)
             except ConfigError:
                 self.unregister(plugin)
                 raise
         return registered
-
-    def _isolate(self, plugin: object, plugin_name: str) -> None:
-        for caller in self.get_hookcallers(plugin) or []:
-            wrap = _ISOLATED.get(caller.name)
-            if wrap is None:
-                continue
-            provider = caller.name in providers.HOOKS  # a provider's wrapper registers too, so it is bound as well
-            for impl in caller.get_hookimpls():
-                if impl.plugin is plugin and (provider or not (impl.wrapper or impl.hookwrapper)):
-                    impl.function = wrap(plugin_name, impl.function)  # type: ignore[misc]
 
     def _check_provides(self, plugin: object, plugin_name: str) -> None:
         """Call ``plugin``'s provider hooks alone, so that a bad registration is refused now, naming it."""
@@ -141,7 +152,7 @@ class _Manager(pluggy.PluginManager):
             kind = providers.HOOKS.get(caller.name)
             if kind is not None:
                 found = Registrations(kind, fixed_builtins(kind.name))
-                self.subset_hook_caller(caller.name, remove_plugins=others)(register=found)
+                self.subset_hook_caller(caller.name, remove_plugins=others)(register=found.bound_to(plugin_name))
 
 
 def _refused(name: str, exc: pluggy.PluginValidationError) -> ConfigError:
@@ -298,7 +309,7 @@ def unregister(plugin: Any = None, name: str | None = None) -> None:
 
 
 def hook() -> Any:
-    """The hook relay: ``hook().agl_reward(rollout=...)``."""
+    """pluggy's hook relay: ``hook().agl_rollout_ended(rollout=...)`` (``agl_reward``: :func:`reward_answers`)."""
     return get_plugin_manager().hook
 
 
@@ -352,7 +363,8 @@ def _provides_by_plugin() -> dict[str, dict[str, list[str]]]:
 def registrations(kind: str) -> Registrations:
     """Every registration of ``kind`` by the built-in and installed plugins, in call order."""
     found = Registrations(kind_of(kind), fixed_builtins(kind))
-    getattr(hook(), found.kind.hook)(register=found)
+    for plugin, call in _each_alone(get_plugin_manager(), found.kind.hook):
+        call(register=found.bound_to(plugin))
     return found
 
 

@@ -2,11 +2,12 @@
 
 Every provider hook has one shape, ``agl_register_<kind>s(register)``, and a plugin
 calls ``register(name, factory, description="")`` once per thing it provides (see
-:mod:`agl.hookspecs` for why). The relay hands each implementation a ``register``
-bound to its plugin's name (:func:`bind_register`), so a :class:`Registrations` knows,
-for each name, which plugin gave it. This module only describes them: the registry,
-:mod:`agl.plugins`, makes the calls (:func:`agl.plugins.registrations` lists them in
-call order, :func:`agl.plugins.resolve` finds one: the first in call order wins a name).
+:mod:`agl.hookspecs` for why). The registry calls each implementation alone with a
+``register`` bound to its plugin's name (:meth:`Registrations.bound_to`), so a
+:class:`Registrations` knows, for each name, which plugin gave it. This module only
+describes them: the registry, :mod:`agl.plugins`, makes the calls
+(:func:`agl.plugins.registrations` lists them in call order, :func:`agl.plugins.resolve`
+finds one: the first in call order wins a name).
 
 A name is checked where it is registered: an empty or malformed name, a factory that
 is not callable, a name the same plugin registers twice, or a replacement for one of
@@ -84,9 +85,8 @@ class Provided:
 class Registrations:
     """What one call of a provider hook collected, in call order.
 
-    The relay passes this object as ``register``; each implementation is handed
-    :meth:`bound_to` its plugin instead (see :func:`bind_register`), so a
-    registration always carries the name of the plugin that made it.
+    The registry hands each implementation :meth:`bound_to` its plugin as ``register``,
+    so a registration always carries the name of the plugin that made it.
     """
 
     def __init__(self, kind: Kind, fixed: dict[str, Provided] | None = None):
@@ -104,7 +104,7 @@ class Registrations:
         return register
 
     def __call__(self, name: str, factory: Callable[..., Any], description: str = "") -> None:
-        """A registration through the relay by an implementation that was not bound (a wrapper's own)."""
+        """A registration by an implementation that was not bound (this object passed to pluggy's relay itself)."""
         self.add("(unknown plugin)", name, factory, description)
 
     def add(self, plugin: str, name: Any, factory: Any, description: Any = "") -> None:
@@ -130,20 +130,6 @@ class Registrations:
         for provided in self.found:
             out.setdefault(provided.name, provided)
         return out
-
-
-def bind_register(plugin: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` (a provider hook implementation) made to receive ``register`` bound to ``plugin``.
-
-    pluggy passes an implementation its arguments positionally, by its own argument
-    names; a provider hook has one, ``register``.
-    """
-
-    def call(*args: Any) -> Any:
-        return function(*(a.bound_to(plugin) if isinstance(a, Registrations) else a for a in args))
-
-    call.__wrapped__ = function  # type: ignore[attr-defined]
-    return call
 
 
 def kind_of(kind: str) -> Kind:

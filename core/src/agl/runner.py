@@ -143,7 +143,9 @@ class RolloutResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     output: JSON = None
+    """The rollout's output, stored as it is (JSON)."""
     reward: float | None = None
+    """The rollout's final reward (source ``return``); None: none from the agent."""
 
 
 def read_result(value: Any) -> tuple[Any, float | None]:
@@ -259,24 +261,41 @@ class Runner:
         if stop_grace_s < 0:
             raise AglError(f"stop_grace_s: must be 0 or more, got {stop_grace_s}")
         self.agent = agent
+        """The agent: ``agent(task_input)`` or ``agent(task_input, ctx)``, sync or async."""
         self.store = store
+        """The store rollouts are claimed from and finished in."""
         self.gateway_url = gateway_url.rstrip("/") if gateway_url else None
+        """The gateway's root URL, without a trailing slash; None: no gateway (``ctx.base_url`` is None)."""
         self.model = model
+        """The model name agents are given (``ctx.model``)."""
         self.api_key = api_key
+        """The key agents get when neither ``rollout_keys`` nor the claim gives the rollout one."""
         self.rollout_keys = rollout_keys
+        """Makes each rollout's key (a :class:`~agl.credentials.RolloutKeys`), or None."""
         self.resources = dict(resources or {})
+        """Resources every rollout gets in ``ctx.resources``."""
         self.mode_resources = {k: dict(v) for k, v in (mode_resources or {}).items()}
+        """Resources by rollout mode, over ``resources`` (e.g. ``{"val": {"temperature": 0}}``)."""
         self.concurrency = concurrency
+        """Rollouts run at once."""
         self.runner_id = runner_id or f"{socket.gethostname()}-{os.getpid()}-{short_id(8)}"
+        """The id claims and heartbeats are made under (host, pid and a random part unless given)."""
         self.default_timeout_s = default_timeout_s
+        """The timeout of rollouts enqueued without one; None: none."""
         self.heartbeat_s = heartbeat_s
+        """Seconds between heartbeats for the running rollouts."""
         self.poll_s = poll_s
+        """Seconds between claims while the queue is empty."""
         self.set_env = set_env
+        """Whether each rollout's gateway URL and key are set in the environment (``OPENAI_*``, ``ANTHROPIC_*``)."""
         self.store_outage_s = store_outage_s
+        """Seconds the store may stay away before :meth:`run` raises :class:`~agl.errors.StoreUnavailable`."""
         self.stop_grace_s = stop_grace_s
+        """Seconds the runner waits, once stopping, for its cancelled rollouts' finishes and last writes."""
         self._own_writer = writer is None
         # The writer keeps observations through an outage at least as long as the runner waits.
         self.writer = writer or BufferedWriter(store, retry_for_s=max(600.0, 2 * store_outage_s))
+        """The writer the agents' spans and rewards go through."""
         self._async = _is_async(agent)
         self._with_ctx = _takes_context(agent)
         self._active: dict[str, asyncio.Task] = {}
@@ -289,6 +308,7 @@ class Runner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool = ThreadPoolExecutor(max_workers=concurrency * 2, thread_name_prefix="agl-agent")
         self.counts: dict[str, int] = {}
+        """Attempts ended so far by status, and rollouts taken back, refused (finish) or undelivered."""
 
     # -- the loop --------------------------------------------------------------------------
     async def run(self, *, max_rollouts: int | None = None, until_idle: bool = False) -> dict[str, int]:

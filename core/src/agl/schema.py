@@ -185,9 +185,13 @@ class Task(_Model):
     """
 
     task_id: str = Field(default_factory=lambda: new_id("task-"), min_length=1)
+    """The task's id, made up (``task-…``) when not given."""
     input: JSON
+    """The dataset's fields for this task, any JSON: what the agent receives."""
     split: str = "train"
+    """Which split the task belongs to (``train``, ``val``, or a name of your own)."""
     metadata: JSONObject = Field(default_factory=dict)
+    """Anything else to keep with the task; agl does not read it."""
 
     def __getitem__(self, key: object) -> NoReturn:
         if isinstance(key, str) and key in type(self).model_fields:
@@ -201,14 +205,21 @@ class RolloutStatus(str, Enum):
     """Where a rollout is in its life: queued → running → one of the terminal states."""
 
     QUEUED = "queued"
+    """Waiting for a runner to claim it."""
     RUNNING = "running"
+    """Claimed: an attempt is running."""
     SUCCEEDED = "succeeded"
+    """The agent returned."""
     FAILED = "failed"
+    """Its last attempt failed (the agent raised, say) and no attempt is left."""
     TIMED_OUT = "timed_out"
+    """An attempt ran past the rollout's timeout, and no attempt is left."""
     CANCELLED = "cancelled"
+    """Cancelled before it ended."""
 
     @property
     def terminal(self) -> bool:
+        """Whether the rollout has ended (succeeded, failed, timed out or cancelled)."""
         return self in TERMINAL_STATUSES
 
 
@@ -231,11 +242,16 @@ class Rollout(_Model):
     """One run of the agent on one task."""
 
     rollout_id: str = Field(default_factory=lambda: new_id("ro-"), min_length=1)
+    """The rollout's id, made up (``ro-…``) when not given."""
     task_id: str = Field(min_length=1)
+    """The task the rollout runs."""
     status: RolloutStatus = RolloutStatus.QUEUED
+    """Where the rollout is in its life (:class:`RolloutStatus`)."""
     attempt: int = Field(default=0, ge=0, le=INT64_MAX, description="attempts started so far")
     max_attempts: int = Field(default=1, ge=1, le=INT64_MAX)
+    """How many attempts the rollout may have: a failed or timed-out one is retried until this many were started."""
     timeout_s: float | None = Field(default=None, gt=0)
+    """Seconds an attempt may run before it counts as timed out; None: no limit of its own."""
     max_response_tokens: int | None = Field(
         default=None,
         ge=1,
@@ -251,16 +267,26 @@ class Rollout(_Model):
         "call's position, where the client set none, so a run's sampling does not depend on scheduling",
     )
     model_version: str | None = None
+    """The model version current when it was enqueued; transitions fall back to it for calls that recorded none."""
     step: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX, description="training step that enqueued it")
     mode: Literal["train", "val", "production"] = "train"
+    """What the rollout is for: ``train``, ``val`` (evaluation) or ``production`` (traffic outside training)."""
     runner_id: str | None = None
+    """The runner that claimed the current attempt (None while queued)."""
     claim_id: str | None = None
+    """The id of the claim that took the current attempt, so a repeated claim gets the same rollouts back."""
     created_at: float = Field(default_factory=now)
+    """When the rollout was enqueued (epoch seconds)."""
     started_at: float | None = None
+    """When its current attempt was claimed (epoch seconds)."""
     heartbeat_at: float | None = None
+    """When its runner was last heard from (epoch seconds)."""
     ended_at: float | None = None
+    """When it reached a terminal status (epoch seconds)."""
     error: str | None = None
+    """Why its last attempt failed, if it did."""
     output: JSON = None
+    """What the agent returned (JSON; a value JSON cannot hold is stored as its repr)."""
     task: Task | None = Field(default=None, description="the task, filled in when claimed")
     resources: JSONObject = Field(
         default_factory=dict,
@@ -274,12 +300,19 @@ class Attempt(_Model):
     """One try at running a rollout; a rollout retried by policy has several."""
 
     rollout_id: str
+    """The rollout this is an attempt of."""
     attempt: int = Field(ge=1, le=INT64_MAX)
+    """Its number: 1 for the first try, then 2, 3…"""
     runner_id: str | None = None
+    """The runner that ran it."""
     status: RolloutStatus = RolloutStatus.RUNNING
+    """How it ended, or ``running``."""
     started_at: float = Field(default_factory=now)
+    """When it was claimed (epoch seconds)."""
     ended_at: float | None = None
+    """When it ended (epoch seconds); None while running."""
     error: str | None = None
+    """Why it failed, if it did."""
     heartbeat_at: float | None = Field(
         default=None, description="when its runner was last heard from (the claim counts); None if never recorded"
     )
@@ -297,16 +330,27 @@ class Span(_Model):
     """
 
     span_id: str = Field(default_factory=lambda: new_id(), min_length=1)
+    """The span's id (a reward may name it to reward this span)."""
     trace_id: str = Field(default_factory=lambda: new_id(), min_length=1)
+    """The trace the span belongs to: every span of one rollout shares one."""
     parent_id: str | None = None
+    """The span this one is nested in; None at the top."""
     rollout_id: str | None = None
+    """The rollout it was recorded in; None for production traffic."""
     seq: int = Field(default=0, ge=INT64_MIN, le=INT64_MAX)
+    """Its order among the rollout's spans (the order they were recorded in)."""
     name: str
+    """What happened (a tool's name, an agent's name, ``chat.completions``…)."""
     kind: SpanKind = "custom"
+    """``llm``, ``tool``, ``agent``, ``reward`` or ``custom``: what transitions are built from are the ``llm`` spans."""
     start_time: float = Field(default_factory=now)
+    """When it started (epoch seconds)."""
     end_time: float | None = None
+    """When it ended (epoch seconds); None while open."""
     status: Literal["ok", "error", "unset"] = "unset"
+    """``ok``, ``error`` or ``unset``, as in OpenTelemetry."""
     attributes: JSONObject = Field(default_factory=dict)
+    """Its attributes (GenAI conventions where one exists, ``agl.*`` otherwise), as JSON."""
 
 
 def _logprobs_match_ids(value, info):
@@ -321,13 +365,21 @@ class LLMCall(_Model):
 
     call_id: str = Field(min_length=1, description="the response id returned to the client")
     rollout_id: str | None = None
+    """The rollout the call was made in (from its URL or key); None for production traffic."""
     seq: int = Field(default=0, ge=INT64_MIN, le=INT64_MAX)
+    """Its order among the rollout's calls, as the gateway received them."""
     endpoint: str = "chat.completions"
+    """Which API the client called, e.g. ``chat.completions``."""
     requested_model: str | None = None
+    """The model name the client asked for."""
     request: JSONObject = Field(default_factory=dict)
+    """The request body as the client sent it."""
     response: JSONObject = Field(default_factory=dict)
+    """The response body as the client received it."""
     prompt_ids: TokenIds
+    """The prompt's token ids, as the engine tokenized it."""
     response_ids: TokenIds
+    """The response's token ids, as the engine generated them."""
     response_logprobs: Logprobs | None = Field(
         default=None, description="each response token's log-prob under the raw model (before temperature)"
     )
@@ -337,12 +389,15 @@ class LLMCall(_Model):
         "temperature, top-p and top-k; 0 for a greedy token): what importance weights need",
     )
     model_version: str | None = None
+    """The model version that served the call."""
     policy: str | None = Field(
         default=None,
         description="the policy that served the call (chosen by its requested model name); None: a run of one policy",
     )
     latency_s: float | None = None
+    """Seconds from the request to the end of the response."""
     created_at: float = Field(default_factory=now)
+    """When the call was recorded (epoch seconds)."""
     max_response_tokens: int | None = Field(
         default=None,
         ge=1,
@@ -388,13 +443,20 @@ class Reward(_Model):
     """A reward attached to a rollout, or to one span of it."""
 
     reward_id: str = Field(default_factory=lambda: new_id("rw-"), min_length=1)
+    """The reward's id (writes are idempotent by it)."""
     rollout_id: str | None = None
+    """The rollout it rewards; None for a production span's reward given by span id alone."""
     span_id: str | None = None
+    """The span it rewards, if one (an intermediate reward); None: the rollout as a whole."""
     name: str = "reward"
+    """Its name: the one named ``reward`` is the rollout's final reward, others are kept beside it."""
     value: float = Field(description="finite and within float32's range (REWARD_LIMIT)")
     source: str = "agent"
+    """Who wrote it: ``agent``, ``return`` (what the agent function returned), a plugin's name, ``human``, ``user``…"""
     seq: int = Field(default=0, ge=INT64_MIN, le=INT64_MAX)
+    """Its order among the rollout's rewards."""
     created_at: float = Field(default_factory=now)
+    """When it was written (epoch seconds)."""
 
     @field_validator("value")
     @classmethod
@@ -443,17 +505,25 @@ class Transition(_Model):
     """One LLM call as training data, after credit assignment."""
 
     rollout_id: str
+    """The rollout the call was made in."""
     task_id: str
+    """The rollout's task (transitions are grouped by it)."""
     step: int = Field(ge=0, le=INT64_MAX, description="position of the call within its rollout")
     agent: str | None = None
+    """The agent that made the call, where the integration knew it."""
     prompt_ids: TokenIds
+    """The prompt's token ids."""
     response_ids: TokenIds
+    """The response's token ids (the part that is trained)."""
     response_logprobs: Logprobs | None = None
+    """Each response token's log-prob under the raw model, as the gateway recorded it."""
     behaviour_logprobs: Logprobs | None = Field(
         default=None, description="the call's log-probs as sampled (see LLMCall.behaviour_logprobs)"
     )
     reward: float
+    """The call's reward after credit assignment."""
     model_version: str | None = None
+    """The model version that generated the response."""
     policy: str | None = Field(default=None, description="the policy that served the call (LLMCall.policy)")
     sampling: dict[str, float | int | None] | None = Field(
         default=None,
@@ -461,7 +531,9 @@ class Transition(_Model):
         "the engine's default); None: not read",
     )
     token_source: Literal["engine", "text"] = "engine"
+    """``engine``: token ids the gateway recorded; ``text``: a text-only transition (text fields, no token ids)."""
     call_id: str | None = None
+    """The LLM call it was built from (its response id)."""
     weight: float = Field(default=1.0, ge=0, description="loss weight (rollout-level normalization)")
     prompt_messages: list[dict[str, JSON]] | None = Field(
         default=None, description="the prompt as chat messages (text-only transitions, SFT export)"
@@ -484,14 +556,19 @@ class ModelVersion(_Model):
     """A set of weights (or an adapter) an engine can serve."""
 
     version: str = Field(min_length=1)
+    """The version's name (what calls and rollouts record)."""
     path: str | None = Field(default=None, description="the weights or adapter; None: the base model's own weights")
     base_model: str | None = None
+    """The base model the weights or adapter belong to."""
     policy: str | None = Field(
         default=None, description="the policy these weights are for (see TrainerConfig.policies); None: the only one"
     )
     step: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    """The training step that produced it; None for weights not trained by this run."""
     created_at: float = Field(default_factory=now)
+    """When it was registered (epoch seconds)."""
     metadata: JSONObject = Field(default_factory=dict)
+    """Anything else to keep with it; agl does not read it."""
 
 
 class StoreStats(_Model):

@@ -35,7 +35,7 @@ from agl.env import STORE_URL
 from agl.errors import ConfigError
 from agl.schema import GRADER_SOURCES
 from agl.store.base import default_store_url, sqlite_path, sqlite_url
-from agl_trainer.policies import PolicyConfig, check_policies
+from agl_trainer.policy_config import PolicyConfig, check_policies
 from agl_trainer.transitions import TransitionConfig
 
 if TYPE_CHECKING:
@@ -54,8 +54,8 @@ class _Config(BaseModel):
 class ComponentConfig(_Config):
     """A plugin component: its registry name and its own config."""
 
-    name: str = Field(min_length=1)
-    config: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field(min_length=1, description="the name a plugin registered it under (agl plugins lists them)")
+    config: dict[str, Any] = Field(default_factory=dict, description="its own settings, passed to its factory")
 
 
 class LoggerConfig(BaseModel):
@@ -109,7 +109,12 @@ class RolloutConfig(_Config):
         "trains, against the weights published last; a transition more than k versions behind the learner "
         "is dropped (counted as stale_dropped). 0: lockstep, each step's rollouts on the newest weights",
     )
-    heartbeat_s: float = Field(default=5.0, gt=0)
+    heartbeat_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="seconds between the in-process runner's heartbeats, and at least between the trainer's "
+        "checks for silent runners",
+    )
     heartbeat_timeout_s: float = Field(
         default=60.0, gt=0, description="a silent runner's rollouts are taken back after this"
     )
@@ -153,7 +158,9 @@ class TrainerConfig(_Config):
     steps: int = Field(default=10, ge=1, description="training steps")
     batch_size: int = Field(default=8, ge=1, description="tasks per step")
     n_rollouts: int = Field(default=4, ge=1, description="rollouts per task (the group)")
-    seed: int = 0
+    seed: int = Field(
+        default=0, description="the run's seed: the order tasks are batched in and each rollout's sampling seed"
+    )
     val_every: int = Field(
         default=0, ge=0, description="evaluate on the val split every k steps (0: only before/after)"
     )
@@ -171,8 +178,10 @@ class TrainerConfig(_Config):
         description="experiment trackers to log each step to: tensorboard (<workdir>/tensorboard), wandb "
         "(offline, <workdir>/wandb); a name, or {name: ..., <its options>}",
     )
-    transitions: TransitionConfig = Field(default_factory=TransitionConfig)
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    transitions: TransitionConfig = Field(
+        default_factory=TransitionConfig, description="how rollouts become transitions (credit, filters, rewards)"
+    )
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="how rollouts run")
     from_store: FromStoreConfig | None = Field(
         default=None,
         description="train on rollouts already in the store (recorded traffic) instead of generating them; "
@@ -191,7 +200,9 @@ class TrainerConfig(_Config):
     backend: ComponentConfig | None = Field(default=None, description="the algorithm backend (registry name + config)")
     engine: ComponentConfig | None = Field(default=None, description="the inference engine started in-process")
     engine_urls: list[str] = Field(default_factory=list, description="base URLs of running engine replicas instead")
-    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    gateway: GatewayConfig = Field(
+        default_factory=GatewayConfig, description="the model gateway: in-process unless gateway.url names one"
+    )
     plot: bool = Field(default=True, description="write reward_curve.png at the end (needs matplotlib)")
     progress: bool = Field(default=True, description="show progress bars (on a terminal; a log file gets none)")
 

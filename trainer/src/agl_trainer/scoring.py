@@ -1,6 +1,6 @@
 """Scoring candidate resources for a backend that changes prompts instead of weights.
 
-A :class:`Scorer` is the trainer's :attr:`agl_trainer.backend.Backend.score`: it runs the
+A :class:`Scorer` is the trainer's :attr:`agl_trainer.backend.BackendContext.score`: it runs the
 given tasks as mode ``val`` rollouts (never trained on, sampled at ``val_temperature``, each
 task with the seed the evaluation gives it) under the candidate resources, waits for them with
 the trainer's own loop, and returns each rollout's final reward as an evaluation reads it (a

@@ -30,7 +30,7 @@ keep generating while the step trains; a transition more than k versions behind 
 learner is dropped and counted. Recorded traffic (``from_store``): step 1 generates
 nothing, it takes the oldest ended rollouts the filter chooses that the run has not
 trained on (:mod:`agl_trainer.recorded`), and the state file records them with the step.
-Either way the backend learns which version its weights are (``Backend.current_version``)
+Either way the backend learns which version its weights are (``BackendContext.current_version``)
 and corrects for transitions of another.
 
 Resume: starting again on the same workdir continues after the last completed
@@ -65,7 +65,7 @@ from agl.errors import ConfigError, InvalidTransition
 from agl.runner import Agent, Runner
 from agl.schema import ModelVersion, Rollout, RolloutStatus, Task, Transition, short_id
 from agl.store.base import Store, open_store
-from agl_trainer.backend import Backend
+from agl_trainer.backend import Backend, BackendContext
 from agl_trainer.baselines import with_baselines
 from agl_trainer.capture_check import capture_switched_on, silent_capture_warning
 from agl_trainer.config import TrainerConfig, parse_config
@@ -82,8 +82,9 @@ from agl_trainer.metrics import (
     reward_metrics,
     transition_metrics,
 )
-from agl_trainer.policy_set import Policy, PolicySet
+from agl_trainer.policy_backends import Policy, PolicySet
 from agl_trainer.recorded import RecordedRollouts
+from agl_trainer.rollout_ids import generation, rollout_prefix
 from agl_trainer.transitions import BuildReport, TransitionBuilder
 
 log = logging.getLogger(__name__)
@@ -132,11 +133,17 @@ class TrainResult:
     """What :meth:`Trainer.fit` returns."""
 
     steps_completed: int
+    """How many training steps the run completed (with a resumed run's earlier ones)."""
     model_version: str | None
+    """The model version the run ended on."""
     history: list[dict[str, Any]] = field(default_factory=list)
+    """The run's metric records, one per step and evaluation, as in ``<workdir>/metrics.jsonl``."""
     before: dict[str, float] | None = None
+    """The held-out metrics (``val_*``) before the first step; None without a val split or with ``val_before`` off."""
     after: dict[str, float] | None = None
+    """The held-out metrics after the last step; None without a val split."""
     reward_curve: Path | None = None
+    """The reward curve's PNG (``<workdir>/reward_curve.png``); None when not drawn."""
 
     def summary(self) -> str:
         """A few lines: steps, final version, and the held-out reward before and after."""
@@ -208,7 +215,9 @@ class Trainer:
         store: Store | None = None,
     ):
         self.config = config if isinstance(config, TrainerConfig) else parse_config(config or {})
+        """The validated configuration."""
         self.workdir = Path(self.config.workdir)
+        """Where checkpoints, metrics and plots go (``config.workdir``)."""
         self._backend = backend
         self.policies = PolicySet(self.config.policies)
         """The run's policies, each trained one with its backend."""
@@ -216,7 +225,9 @@ class Trainer:
         self._store = store
         self._own_store = store is None
         self.gateway: Any = None
+        """The in-process gateway while ``fit`` runs one; None otherwise."""
         self.runner: Runner | None = None
+        """The in-process runner while ``fit`` runs one; None otherwise (external runners, or not started)."""
         self._runner_thread: threading.Thread | None = None
         self._version_steps: dict[str | None, int] = {}
         self._writer: BufferedWriter | None = None
@@ -225,8 +236,9 @@ class Trainer:
         self._capture_warned = False
         """Whether this run said already that capture was on and recorded nothing (said once a run)."""
         self._score_tasks: list[Task] = []
-        """What a backend that scores resources may run (:attr:`Backend.score_tasks`): the val split, else train."""
+        """What a backend that scores resources may run (``BackendContext.score_tasks``): the val split, else train."""
         self.console: Any = None
+        """The console progress and results are printed to (stderr), from when ``fit`` starts."""
         self.loggers: list[Logger] = []
         """The experiment-tracker loggers of the config's ``loggers``, registered as plugins while ``fit`` runs."""
 
@@ -248,8 +260,8 @@ class Trainer:
         try:
             self._start_loggers(state)
             self._score_tasks = val or train
-            self._start(agent, state)
             self._recover(state)
+            self._start(agent, state)
             self._save_state(state)
             self._evaluate_once(val, "before", state, metrics)
             self._run_steps(train, val, state, metrics)
@@ -354,13 +366,15 @@ class Trainer:
                 soft_wrap=True,
             )
             state["config"] = config
+            state["resumes"] = state.get("resumes", 0) + 1
+            self._save_state(state)  # before any rollout is made under the new ids (see agl_trainer.rollout_ids)
             return state
         return {
             "config": config,
             "run_id": "run-" + short_id(12),
+            "resumes": 0,
             "completed_step": 0,
             "model_version": None,
-            "runner_ids": [],
             "checkpoint": None,
             "before": None,
             "after": None,
@@ -407,14 +421,19 @@ class Trainer:
             "(for agl-verl, backend.config.temperature)"
         )
 
-    def _give_scoring(self, backend: Backend, state: dict[str, Any]) -> None:
-        """What a backend that changes resources needs: the run's resources, and a way to score candidates."""
+    def _backend_context(self, policy: Policy, state: dict[str, Any]) -> BackendContext:
+        """What ``policy``'s backend is told at setup: its engine policy, the workdir, the run's resources,
+        a way to score candidates, and the policy's version now (read at each use, so each publish shows)."""
         from agl_trainer.scoring import Scorer
 
-        backend.initial_resources = ("r0", dict(self.config.resources)) if self.config.resources else None
-        backend.score = Scorer(self, state)
-        backend.score_tasks = list(self._score_tasks)
-        backend.workdir = self.workdir
+        return BackendContext(
+            policy=policy.engine_name,
+            workdir=self.workdir,
+            initial_resources=("r0", dict(self.config.resources)) if self.config.resources else None,
+            score=Scorer(self, state),
+            score_tasks=tuple(self._score_tasks),
+            version_now=lambda: policy.version,
+        )
 
     def _resources_now(self) -> dict[str, Any]:
         """The rollout fields naming the resources the next rollouts run with (the backend's, else the run's)."""
@@ -480,7 +499,6 @@ class Trainer:
             self.runner, self._runner_thread = start_inprocess_runner(
                 cfg, agent, self._store, gateway_url=gateway_url, api_key=token, rollout_keys=keys, writer=self._writer
             )
-            state["runner_ids"].append(self.runner.runner_id)
 
     def _start_backends(self, state: dict[str, Any]) -> None:
         """A backend for each trained policy, set up, and restored from the last checkpoint on resume."""
@@ -500,10 +518,9 @@ class Trainer:
         if self._backend is None:
             log.warning("no backend configured: rollouts run and transitions are built, but nothing is trained")
             return
-        for _, backend in self.policies.backends:
+        for policy, backend in self.policies.backends:
             self._check_temperature(backend)
-            self._give_scoring(backend, state)
-            backend.setup(self._engine)
+            backend.setup(self._engine, self._backend_context(policy, state))
         if state["checkpoint"] and state["completed_step"] > 0:
             self.policies.load_checkpoints(Path(state["checkpoint"]))
 
@@ -528,25 +545,33 @@ class Trainer:
             return None
 
     def _recover(self, state: dict[str, Any]) -> None:
-        """Give back to the queue what a previous, killed trainer's in-process runner left running."""
-        previous = set(state["runner_ids"][:-1] if self.runner is not None else state["runner_ids"])
-        if not previous:
+        """Set a resumed run up to rerun its interrupted step whole.
+
+        The step's rollouts run again under new ids (:mod:`agl_trainer.rollout_ids`), all together
+        as in a run never stopped: the same seeds, the same batching, no retry used up, so the
+        resumed run trains what an uninterrupted one would have. What the stopped trainer left
+        queued or running is cancelled, so no runner spends time on it; what had ended stays in
+        the store, untrained.
+        """
+        if not state.get("resumes"):
             return
-        running = [
+        current = rollout_prefix(state)
+        left = [
             r
-            for r in self._store.query_rollouts(status=RolloutStatus.RUNNING)
-            if r.runner_id in previous and r.rollout_id.startswith(state["run_id"])
+            for status in (RolloutStatus.QUEUED, RolloutStatus.RUNNING)
+            for r in self._store.query_rollouts(status=status)
+            if generation(r.rollout_id, state["run_id"]) not in (None, state["resumes"])
         ]
-        for r in running:
+        for r in left:
             with contextlib.suppress(InvalidTransition):
                 self._store.finish(
                     r.rollout_id,
-                    RolloutStatus.FAILED,
-                    attempt=r.attempt,
-                    error="TrainerRestarted: the trainer running this attempt was stopped",
+                    RolloutStatus.CANCELLED,
+                    attempt=r.attempt if r.status == RolloutStatus.RUNNING else None,
+                    error=f"TrainerRestarted: the trainer was stopped; step {r.step} runs again as {current}-*",
                 )
-        if running:
-            log.info("gave %d interrupted rollout(s) back to the queue", len(running))
+        if left:
+            log.info("cancelled %d rollout(s) the stopped trainer left; their step runs again whole", len(left))
 
     def _start_loggers(self, state: dict[str, Any]) -> None:
         """Open each logger (a failure is its one warning) and register it as a plugin for this run."""
@@ -641,7 +666,7 @@ class Trainer:
         resources = self._resources_now()
         return [
             self._rollout(
-                f"{state['run_id']}-s{step}-b{b}-r{k}",
+                f"{rollout_prefix(state)}-s{step}-b{b}-r{k}",
                 task,
                 step,
                 mode="train",
@@ -762,7 +787,6 @@ class Trainer:
                         metrics[policies.metric(p, "reward_mean")] = sum(t.reward for t in ts) / len(ts)
             if p.backend is None or not ts:
                 continue
-            p.backend.current_version = p.version
             for key, value in p.backend.train_step(ts, step).items():
                 metrics[policies.metric(p, key)] = value
             updated.append(p)
@@ -823,6 +847,7 @@ class Trainer:
         return version
 
     def evaluate(self, val: list[Task], step: int, state: dict[str, Any], label: str | None = None) -> dict[str, float]:
+        """Run the ``val`` tasks once each (mode ``val``, never trained on) and return their ``val_*`` metrics."""
         rollouts = self.val_rollouts(f"val{step}", val, step, state, **self._resources_now())
         ended = self.run_rollouts(rollouts, f"eval {label or f'step {step}'}")
         return reward_metrics(self.val_finals(ended), ended, self.config.success_threshold, prefix="val_")
@@ -833,7 +858,7 @@ class Trainer:
         """Mode ``val`` rollouts ``<run>-<tag>-<i>`` of ``tasks``, never trained on."""
         return [
             self._rollout(
-                f"{state['run_id']}-{tag}-{i}",
+                f"{rollout_prefix(state)}-{tag}-{i}",
                 task,
                 step,
                 mode="val",

@@ -32,20 +32,29 @@ class RolloutContext:
     """What an agent needs to know about the rollout it is running in."""
 
     rollout_id: str | None
+    """The rollout's id; None for production traffic."""
     task: Task | None = None
+    """The task being run (None outside a claimed rollout)."""
     base_url: str | None = None
     """The gateway URL for this rollout (OpenAI-compatible, ends in ``/v1``)."""
     model: str = "agl-policy"
+    """The model name to ask the gateway for."""
     api_key: str = "agl"
+    """The key to send the gateway: the rollout's own key when the runner has one."""
     resources: dict[str, Any] = field(default_factory=dict)
+    """The rollout's resources: the runner's, those of its mode, then the rollout's own (prompts an algorithm chose)."""
     writer: BufferedWriter | None = None
+    """Where the rollout's spans and rewards go; None: the process's production writer."""
     trace_id: str = field(default_factory=new_id)
+    """The trace id every span of the rollout shares."""
     _seq: Iterator[int] = field(default_factory=itertools.count, repr=False)
 
     def next_seq(self) -> int:
+        """The next number in the rollout's order of spans and rewards (0, 1, 2…)."""
         return next(self._seq)
 
     def put(self, item: Span | Reward) -> None:
+        """Queue ``item`` for the store, as it is (see :meth:`record` to fill in the rollout's ids first)."""
         (self.writer or production_writer()).put(item)
 
     def record(self, span: Span) -> Span:

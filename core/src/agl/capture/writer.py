@@ -140,15 +140,21 @@ class BufferedWriter:
         if retry_for_s is not None and retry_for_s <= 0:
             raise ValueError(f"retry_for_s: must be positive (or None), got {retry_for_s}")
         self.store = store
+        """The store the observations are written to."""
         self.batch_size = batch_size
+        """Items written to the store in one call at most; a full batch is written at once."""
         self.interval_s = interval_s
+        """Seconds between writes of whatever is buffered (also the first wait before retrying a failing store)."""
         # How long to wait between tries at a failing store; for how long is ``retry_for_s``.
         self._retry = RetryPolicy(
             max_attempts=None, first_delay_s=min(max(2 * interval_s, 0.05), _MAX_BACKOFF_S), max_delay_s=_MAX_BACKOFF_S
         )
         self.max_buffered = max_buffered
+        """Items held in memory at most: ``put`` waits while this many are waiting (back-pressure)."""
         self.exit_timeout_s = exit_timeout_s
+        """Seconds the writer is flushed for when the process exits."""
         self.retry_for_s = retry_for_s
+        """Seconds a failing store is retried before its items are dropped (None: no limit)."""
         self.written = 0
         """Items the store has acknowledged."""
         self.write_errors = 0
@@ -156,6 +162,7 @@ class BufferedWriter:
         self.dropped: dict[str, int] = {}
         """Items given up on, by kind (``span``, ``llm_call``, ``reward``): refused, or past ``retry_for_s``."""
         self.last_error: BaseException | None = None
+        """The last error a write to the store raised, None if none did."""
         self.rejected: deque[tuple[Item, BaseException]] = deque(maxlen=max_rejected)
         """The last items dropped, with the reason."""
         # Items, and flush markers among them. Callers only append; only the writer thread

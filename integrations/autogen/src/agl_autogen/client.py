@@ -51,6 +51,7 @@ class AglChatCompletionClient(ChatCompletionClient):
         if not isinstance(inner, ChatCompletionClient):
             raise TypeError(f"inner: expected an autogen ChatCompletionClient, got {type(inner).__name__}")
         self.inner = inner
+        """The wrapped client: every call goes to it."""
         try:
             install_structure_hooks()
         except UnsupportedVersionError:
@@ -59,6 +60,7 @@ class AglChatCompletionClient(ChatCompletionClient):
             _guard.report("install structure hooks", exc)
 
     async def create(self, messages: Sequence[LLMMessage], **options: Unpack[CreateOptions]) -> CreateResult:
+        """``inner.create(messages, **options)``, recorded as an ``llm`` span (an error too, then raised again)."""
         opened = _record.begin_call(self.inner, messages, options.get("tools", []), stream=False)
         try:
             result = await self.inner.create(messages, **options)
@@ -71,31 +73,39 @@ class AglChatCompletionClient(ChatCompletionClient):
     async def create_stream(
         self, messages: Sequence[LLMMessage], **options: Unpack[CreateOptions]
     ) -> AsyncGenerator[str | CreateResult, None]:
+        """``inner.create_stream(messages, **options)``, chunks passed on as they come; recorded as one ``llm`` span."""
         stream = self.inner.create_stream(messages, **options)
         async for item in capture_stream(self.inner, stream, messages, options.get("tools", [])):
             yield item
 
     async def close(self) -> None:
+        """Close ``inner``."""
         await self.inner.close()
 
     def actual_usage(self) -> RequestUsage:
+        """``inner``'s usage, as it reports it."""
         return self.inner.actual_usage()
 
     def total_usage(self) -> RequestUsage:
+        """``inner``'s total usage, as it reports it."""
         return self.inner.total_usage()
 
     def count_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Tool | ToolSchema] = []) -> int:
+        """``inner``'s count of the tokens ``messages`` and ``tools`` take."""
         return self.inner.count_tokens(messages, tools=tools)
 
     def remaining_tokens(self, messages: Sequence[LLMMessage], *, tools: Sequence[Tool | ToolSchema] = []) -> int:
+        """``inner``'s count of the tokens left in its context after ``messages`` and ``tools``."""
         return self.inner.remaining_tokens(messages, tools=tools)
 
     @property
     def capabilities(self) -> ModelCapabilities:  # type: ignore[override]
+        """``inner``'s capabilities."""
         return self.inner.capabilities  # type: ignore[no-any-return]
 
     @property
     def model_info(self) -> ModelInfo:
+        """``inner``'s model information."""
         return self.inner.model_info
 
     def __getattr__(self, name: str) -> Any:

@@ -202,7 +202,9 @@ class AglCallbackHandler(BaseCallbackHandler):
     """
 
     run_inline = True
+    """Callbacks run in the thread of the run that fired them, so each sees its rollout's context."""
     raise_error = False
+    """False: an error inside the handler is counted and logged (``errors``), never raised into the agent."""
 
     def __init__(
         self,
@@ -213,8 +215,11 @@ class AglCallbackHandler(BaseCallbackHandler):
     ) -> None:
         super().__init__()
         self.writer = writer
+        """Where spans go; None: the current rollout's writer, or the production writer."""
         self.record_chain_io = record_chain_io
+        """Whether chain and node inputs and outputs are recorded too."""
         self.max_open_runs = max_open_runs
+        """Runs started and not ended that are kept at most (past it the oldest is recorded as incomplete)."""
         self.error_guard = ErrorGuard("agl_langchain")
         """Counts (by callback) and logs the internal errors the handler swallowed."""
         self._runs: dict[UUID, _Run] = {}
@@ -310,6 +315,7 @@ class AglCallbackHandler(BaseCallbackHandler):
     def on_chat_model_start(
         self, serialized: dict[str, Any] | None, messages: list[list[BaseMessage]], *, run_id: UUID, **kwargs: Any
     ) -> None:
+        """Open an ``llm`` span for a chat model run, with its prompt messages, model and tool definitions."""
         run = self._start_llm(serialized, run_id, kwargs)
         if messages:
             run.prompt = messages[0]
@@ -320,6 +326,7 @@ class AglCallbackHandler(BaseCallbackHandler):
     def on_llm_start(
         self, serialized: dict[str, Any] | None, prompts: list[str], *, run_id: UUID, **kwargs: Any
     ) -> None:
+        """Open an ``llm`` span for a (text-completion) LLM run, with its prompt."""
         run = self._start_llm(serialized, run_id, kwargs)
         if prompts:
             run.attrs["gen_ai.input.messages"] = [{"role": "user", "content": prompts[0]}]
@@ -354,6 +361,7 @@ class AglCallbackHandler(BaseCallbackHandler):
 
     @guarded
     def on_llm_end(self, response: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        """Close the run's ``llm`` span with the output messages, finish reasons, response id and token usage."""
         run = self._runs.get(run_id)
         if run is None:
             return
@@ -404,11 +412,13 @@ class AglCallbackHandler(BaseCallbackHandler):
 
     @guarded
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """Close the run's ``llm`` span as an error (``error.type``, ``error.message``)."""
         self._close(run_id, "error", _error_attrs(error))
 
     # -- tools and retrievers ----------------------------------------------------
     @guarded
     def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *, run_id: UUID, **kwargs: Any) -> None:
+        """Open a ``tool`` span for a tool run, with its arguments and tool-call id."""
         inputs = kwargs.get("inputs")
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
@@ -436,6 +446,7 @@ class AglCallbackHandler(BaseCallbackHandler):
 
     @guarded
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """Close the tool's span with its result (an error if the tool message says so)."""
         if isinstance(output, BaseMessage):
             result = output.content if isinstance(output.content, str) else to_json(output.content)
             extra: dict[str, Any] = {"gen_ai.tool.call.result": result}
@@ -449,25 +460,30 @@ class AglCallbackHandler(BaseCallbackHandler):
 
     @guarded
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """Close the tool's span as an error."""
         self._close(run_id, "error", _error_attrs(error))
 
     @guarded
     def on_retriever_start(self, serialized: dict[str, Any] | None, query: str, *, run_id: UUID, **kwargs: Any) -> None:
+        """Open a ``tool`` span for a retriever run, with its query."""
         attrs: dict[str, Any] = {"gen_ai.operation.name": "retrieve", "agl.retriever.query": query}
         self._start_tool(serialized, run_id, kwargs, "retriever", attrs)
 
     @guarded
     def on_retriever_end(self, documents: Sequence[Any], *, run_id: UUID, **kwargs: Any) -> None:
+        """Close the retriever's span with the documents it returned."""
         docs = [{"page_content": d.page_content, "metadata": to_json(d.metadata)} for d in documents]
         self._close(run_id, "ok", {"agl.retriever.documents": docs})
 
     @guarded
     def on_retriever_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """Close the retriever's span as an error."""
         self._close(run_id, "error", _error_attrs(error))
 
     # -- chains and LangGraph nodes ----------------------------------------------
     @guarded
     def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """Open an ``agent`` span for a chain run or LangGraph node (its inputs too with ``record_chain_io``)."""
         parent_run_id, tags, metadata = kwargs.get("parent_run_id"), kwargs.get("tags"), kwargs.get("metadata")
         name = kwargs.get("name") or (serialized or {}).get("name") or "chain"
         attrs: dict[str, Any] = {}
@@ -501,10 +517,12 @@ class AglCallbackHandler(BaseCallbackHandler):
 
     @guarded
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """Close the chain's span (with its outputs with ``record_chain_io``)."""
         self._close(run_id, "ok", {"agl.chain.outputs": to_json(outputs)} if self.record_chain_io else None)
 
     @guarded
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """Close the chain's span as an error."""
         self._close(run_id, "error", _error_attrs(error))
 
     # -- custom events: rewards from inside the agent ----------------------------
@@ -519,6 +537,7 @@ class AglCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        """Record an ``agl_reward`` event as a reward on the dispatching run's span, any other as a ``custom`` span."""
         run = self._runs.get(run_id)
         if run is not None:
             ctx = run.ctx

@@ -57,15 +57,21 @@ class AglTracingProcessor(TracingProcessor):
     # -- TracingProcessor -----------------------------------------------------------
 
     def on_trace_start(self, trace: Trace) -> None:
+        """Remember the rollout (and agl span) current when the SDK's trace starts: its spans belong there."""
+        """Remember the rollout (and agl span) current when the SDK's trace starts: its spans belong there."""
         if not self.enabled:
             return
         with _guard.catching("on_trace_start"):
             self._traces[trace.trace_id] = (capture_context(), current_span_id())
 
     def on_trace_end(self, trace: Trace) -> None:
+        """Forget the trace."""
+        """Forget the trace."""
         self._traces.pop(trace.trace_id, None)
 
     def on_span_start(self, span: SdkSpan[Any]) -> None:
+        """Note when the span started, its parent and the agent it belongs to."""
+        """Note when the span started, its parent and the agent it belongs to."""
         if not self.enabled:
             return
         with _guard.catching("on_span_start"):
@@ -85,6 +91,8 @@ class AglTracingProcessor(TracingProcessor):
             self._open[span.span_id] = _Open(now(), parent_id, agent, ctx, isinstance(data, convert.KEPT))
 
     def on_span_end(self, span: SdkSpan[Any]) -> None:
+        """Record the span, converted to an agl span (LLM calls with their response id and request), in its rollout."""
+        """Record the span, converted to an agl span (LLM calls with their response id and request), in its rollout."""
         opened = self._open.pop(span.span_id, None)
         with _guard.catching("on_span_end"):
             if opened is None:
@@ -97,8 +105,12 @@ class AglTracingProcessor(TracingProcessor):
                 opened.ctx.record(record)
 
     def shutdown(self) -> None:
+        """Forget every open span and trace."""
+        """Forget every open span and trace."""
         self._open.clear()
         self._traces.clear()
 
     def force_flush(self) -> None:
+        """Nothing to flush: spans go to the rollout's writer as they end."""
+        """Nothing to flush: spans go to the rollout's writer as they end."""
         pass

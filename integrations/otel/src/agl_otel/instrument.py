@@ -55,6 +55,7 @@ class AglInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """
 
     processor: AglSpanProcessor | None = None
+    """The processor ``instrument()`` added, None before it ran (or after ``uninstrument()``)."""
 
     def instrumentation_dependencies(self) -> Collection[str]:
         """:data:`INSTRUMENTS`: ``instrument()`` and ``opentelemetry-instrument`` check them before anything else."""

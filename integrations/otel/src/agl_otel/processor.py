@@ -32,9 +32,11 @@ class AglSpanProcessor(SpanProcessor):
 
     def __init__(self) -> None:
         self.enabled = True
+        """Set to False to make the processor ignore every span."""
         self._open: dict[int, tuple[str | None, RolloutContext, str | None]] = {}
 
     def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
+        """Note the span's agent (``gen_ai.agent.name``, an OpenInference agent's, else its parent's) and rollout."""
         if not self.enabled:
             return
         with _guard.catching("on_start"):
@@ -54,6 +56,7 @@ class AglSpanProcessor(SpanProcessor):
             self._open[ctx.span_id] = (agent, rollout, outer)
 
     def on_end(self, span: ReadableSpan) -> None:
+        """Record the span in its rollout when :func:`agl_otel.to_agl` converts it (GenAI, OpenInference spans)."""
         if not self.enabled:
             return
         with _guard.catching("on_end"):
@@ -77,7 +80,9 @@ class AglSpanProcessor(SpanProcessor):
                 rollout.record(record)
 
     def shutdown(self) -> None:
+        """Forget every open span."""
         self._open.clear()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Nothing to flush here: spans go to the rollout's writer as they end. Returns True."""
         return True

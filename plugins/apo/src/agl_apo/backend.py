@@ -9,9 +9,9 @@ Each step, from that step's transitions (text-only ones too: ``needs_token_ids``
    demonstrations, and ``candidates_per_step`` random subsets of it (up to ``max_demos``) become
    the ``demos_resource`` of new candidates;
 4. the beam and the new candidates are scored on a validation batch (``val_batch_size`` tasks
-   drawn from the trainer's ``score_tasks``, run by :attr:`Backend.score`), and the
-   ``beam_width`` best are kept (a tie goes to the older candidate); the best is what the
-   next rollouts run with (:meth:`resources`).
+   drawn from the ``score_tasks`` of the trainer's :class:`~agl_trainer.backend.BackendContext`,
+   run by its ``score``), and the ``beam_width`` best are kept (a tie goes to the older
+   candidate); the best is what the next rollouts run with (:meth:`resources`).
 
 Every candidate of a step, with its parent, method, score, prompt, diff against its parent and
 critique, is a line of ``apo/candidates.jsonl`` in the run's workdir; the step's counts are
@@ -42,7 +42,7 @@ from agl_apo.candidates import (
 )
 from agl_apo.optimizer import Failure, OptimizerModel
 from agl_apo.settings import parse_settings
-from agl_trainer.backend import Backend
+from agl_trainer.backend import STANDALONE, Backend, BackendContext
 from agl_trainer.engine import Engine
 
 log = logging.getLogger(__name__)
@@ -67,13 +67,14 @@ class ApoBackend(Backend):
         self.log = CandidateLog(None)
 
     # -- the seam ------------------------------------------------------------------------
-    def setup(self, engine: Engine | None) -> None:
+    def setup(self, engine: Engine | None, context: BackendContext = STANDALONE) -> None:
         s = self.settings
-        if self.score is None:
+        if context.score is None:
             raise ConfigError("backend apo: needs the trainer's score (run it under agl.Trainer)")
-        if not self.score_tasks:
+        if not context.score_tasks:
             raise ConfigError("backend apo: no tasks to score candidates on (give val tasks)")
-        version, resources = self.initial_resources or ("r0", {})
+        self.context = context
+        version, resources = context.initial_resources or ("r0", {})
         if "textual_gradient" in s.methods and not isinstance(resources.get(s.resource), str):
             raise ConfigError(
                 f"resources.{s.resource}: apo rewrites it (backend.config.resource), but the run declares no such "
@@ -83,8 +84,8 @@ class ApoBackend(Backend):
         if "bootstrap_demos" in s.methods and demos is not None and not isinstance(demos, list):
             raise ConfigError(f"resources.{s.demos_resource}: demonstrations go there, so it must be a list of texts")
         self.beam = [Candidate(version, None, "initial", dict(resources))]
-        if self.workdir is not None:
-            self.log = CandidateLog(Path(self.workdir) / "apo" / "candidates.jsonl")
+        if context.workdir is not None:
+            self.log = CandidateLog(Path(context.workdir) / "apo" / "candidates.jsonl")
         if s.optimizer is not None and "textual_gradient" in s.methods:
             base_url = s.optimizer.base_url
             if s.optimizer.engine:
@@ -109,8 +110,10 @@ class ApoBackend(Backend):
         batch = self._val_batch()
         known = {json.dumps(c.resources, sort_keys=True) for c in self.beam}
         fresh = [c for c in fresh if json.dumps(c.resources, sort_keys=True) not in known]
+        score = self.context.score
+        assert score is not None, "setup refuses a context without a scorer"
         for c in [*self.beam, *fresh]:
-            c.scores = [float(v) for v in self.score(batch, c.version, c.resources)]
+            c.scores = [float(v) for v in score(batch, c.version, c.resources)]
             c.score = sum(c.scores) / len(c.scores) if c.scores else 0.0
         everyone = {c.version: c for c in [*self.beam, *fresh]}
         self.beam = best_first([*self.beam, *fresh], self.settings.beam_width)
@@ -124,7 +127,11 @@ class ApoBackend(Backend):
         return ModelVersion(
             version=f"apo-{step}-{best.version}",
             step=step,
-            metadata={"resources_version": best.version, "resources": best.resources, "base": self.current_version},
+            metadata={
+                "resources_version": best.version,
+                "resources": best.resources,
+                "base": self.context.current_version,
+            },
         )
 
     def save_checkpoint(self, directory: Path) -> None:
@@ -142,7 +149,7 @@ class ApoBackend(Backend):
 
     # -- the search ----------------------------------------------------------------------
     def _val_batch(self) -> list[Task]:
-        tasks = list(self.score_tasks)
+        tasks = list(self.context.score_tasks)
         return self.rng.sample(tasks, min(self.settings.val_batch_size, len(tasks)))
 
     def _new(self, parent: Candidate, method: str, resources: dict[str, Any], step: int, **extra: Any) -> Candidate:

@@ -25,7 +25,7 @@ from typing import Any
 
 from agl.errors import AglError
 from agl.schema import ModelVersion, Transition
-from agl_trainer.backend import Backend
+from agl_trainer.backend import STANDALONE, Backend, BackendContext
 from agl_trainer.engine import Engine
 from agl_verl.config import VerlSettings, parse_settings
 from agl_verl.quiet import import_verl_quietly
@@ -67,9 +67,10 @@ class VerlBackend(Backend):
         ``reinforce_plus_plus``, which whitens over the batch)."""
         return self.settings.adv_estimator not in BATCH_BASELINE_ESTIMATORS
 
-    def setup(self, engine: Engine | None) -> None:
-        """Load the model and optimizer (local mode); remember ``engine`` to publish to."""
+    def setup(self, engine: Engine | None, context: BackendContext = STANDALONE) -> None:
+        """Load the model and optimizer (local mode); remember ``engine`` to publish to, and ``context``."""
         self.engine = engine
+        self.context = context
         if self.settings.mode == "distributed":
             return
         if self._learner is None:
@@ -117,14 +118,14 @@ class VerlBackend(Backend):
     def _correction(self, transitions: list[Transition], counts: dict[str, float]):
         """The transitions to train on and the off-policy correction for them (see :mod:`agl_verl.correction`).
 
-        A transition is off-policy when its model version is not :attr:`current_version`, or when
+        A transition is off-policy when its model version is not the context's ``current_version``, or when
         its call asked for other sampling settings than the loss assumes (:meth:`sampled_unlike`);
         a correction needs behaviour log-probs, so transitions without them are left out and
         counted (``offpolicy_without_behaviour``).
         """
         from agl_verl import correction
 
-        current = self.current_version
+        current = self.context.current_version
         unlike = [self.sampled_unlike(t) for t in transitions]
         behind = [current is not None and t.model_version != current for t in transitions]
         off = sum(a or b for a, b in zip(unlike, behind, strict=True))
@@ -151,10 +152,11 @@ class VerlBackend(Backend):
         )
 
     def publish(self, step: int) -> ModelVersion:
-        """Save the weights (or adapter) under ``workdir/versions/step-N`` (``<policy>-step-N`` for a
-        named :attr:`policy`) and have the engine serve them."""
+        """Save the weights (or adapter) under ``workdir/versions/step-N`` (``<policy>-step-N`` for the
+        context's named ``policy``) and have the engine serve them."""
         learner = self._require_learner()
-        name = f"step-{step}" if self.policy is None else f"{self.policy}-step-{step}"
+        policy = self.context.policy
+        name = f"step-{step}" if policy is None else f"{policy}-step-{step}"
         path = self.settings.versions_dir / name
         learner.save_weights(path)
         self._copy_tokenizer(path)
@@ -164,7 +166,7 @@ class VerlBackend(Backend):
             path=str(path.resolve()),
             base_model=self.settings.model_path,
             step=step,
-            policy=self.policy,
+            policy=policy,
             metadata={"adapter": lora, "format": "peft" if lora else "transformers"},
         )
         if self.engine is not None:

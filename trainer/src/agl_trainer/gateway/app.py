@@ -79,7 +79,7 @@ from agl_trainer.gateway.rollouts import RolloutRegistry
 from agl_trainer.gateway.routing import Replica, Router
 from agl_trainer.gateway.upstream import UpstreamResponse
 from agl_trainer.http import DEFAULT_MAX_BODY_BYTES, ClientDisconnect
-from agl_trainer.policies import Route, Routes, UnknownModel
+from agl_trainer.policy_routes import Route, Routes, UnknownModel
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from agl_trainer.gateway.rollouts import RolloutRegistry
 from agl_trainer.gateway.routing import Router
 from agl_trainer.http import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BackgroundServer
 from agl_trainer.http.header_timeout import check_header_timeout
-from agl_trainer.policies import Routes
+from agl_trainer.policy_routes import Routes
 
 UVICORN_OPTIONS = {
     "loop": "auto",  # uvloop where installed
@@ -49,7 +49,7 @@ class Gateway:
     ``--logprobs-mode processed_logprobs``); calls record each kind in its own field.
     ``status_ttl_s`` is how long the gateway trusts what the store said about a
     rollout's attempt: a key stops working at most that long after its attempt ended.
-    ``routes`` (a run's policies, :class:`~agl_trainer.policies.Routes`) sends each call to the
+    ``routes`` (a run's policies, :class:`~agl_trainer.policy_routes.Routes`) sends each call to the
     policy its requested model names and records that policy and its version on the call; a
     model no policy answers is a 404. None: every call goes to what the engines serve by default.
     """
@@ -93,7 +93,7 @@ class Gateway:
         self.recorder.model_version = model_version
         self.registry = RolloutRegistry(store, status_ttl_s=status_ttl_s)
         self.routes = routes
-        """The run's policies (:class:`agl_trainer.policies.Routes`): each call goes to the one its
+        """The run's policies (:class:`agl_trainer.policy_routes.Routes`): each call goes to the one its
         requested model names, and is recorded with that policy and its version."""
         self._gate: PauseGate | None = None
         self.app: GatewayApp | None = None

@@ -82,7 +82,7 @@ class TransitionBuilder:
         ``reader`` must read ``store``; None takes :func:`~agl_trainer.transitions.readers.reader_for`'s
         choice (the bulk reads on a SQL store, the public queries on any other).
         """
-        from agl.plugins import get_plugin_manager, resolve
+        from agl.plugins import get_plugin_manager, resolve, reward_answers
 
         self.store = store
         self.config = config or TransitionConfig()
@@ -97,9 +97,8 @@ class TransitionBuilder:
         self.finals: dict[str, float] = {}
         """Each built rollout's final reward (after precedence and the failed/missing defaults)."""
         self._agents = None if self.config.agents is None else frozenset(self.config.agents)
-        pm = get_plugin_manager()
-        self._reward_hook = pm.hook.agl_reward
-        impls = self._reward_hook.get_hookimpls() if self.config.reward_plugins else []
+        self._reward_call = reward_answers
+        impls = get_plugin_manager().hook.agl_reward.get_hookimpls() if self.config.reward_plugins else []
         self._has_plugins = bool(impls)
         self._plugin_names = frozenset(i.plugin_name for i in impls)
         """The plugins answering ``agl_reward``: their stored rows are recomputed, not read back."""
@@ -176,7 +175,7 @@ class TransitionBuilder:
         missing = sorted({r.task_id for r in live if r.task is None and r.task_id not in tasks})
         if missing:
             tasks.update(self.reader.tasks(missing))
-        store, report, call, stored_rewards = self.store, self.report, self._reward_hook, chunk.rewards
+        store, report, call, stored_rewards = self.store, self.report, self._reward_call, chunk.rewards
         by_rollout: dict[str, list[Reward]] = {}
         new: list[Reward] = []
         for r in live:

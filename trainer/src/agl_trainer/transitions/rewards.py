@@ -53,7 +53,8 @@ def with_task(rollout: Rollout, task: Task) -> Rollout:
 
 
 def plugin_rewards(rollout: Rollout, store: Store, report: BuildReport, call: Callable[..., list[Any]]) -> list[Reward]:
-    """Call ``agl_reward`` through the relay ``call``; return the answers as Reward rows, counting the failures."""
+    """Call ``agl_reward`` through ``call`` (:func:`agl.plugins.reward_answers`); return the answers as Reward rows,
+    counting the failures."""
     rid = rollout.rollout_id
     answers = call(
         rollout=rollout,

@@ -18,7 +18,8 @@ from agl.errors import ConfigError
 from agl.schema import ModelVersion, Transition
 from agl_trainer.backend import Backend
 from agl_trainer.engine import Engine
-from agl_trainer.policies import PolicyConfig, Routes, effective_policies
+from agl_trainer.policy_config import PolicyConfig, effective_policies
+from agl_trainer.policy_routes import Routes
 
 BASE_VERSION = "base"
 """The version of a policy that serves the engine's model as it is."""
@@ -88,8 +89,6 @@ class PolicySet:
             return
         for p in trained:
             p.backend = resolve(p.config.backend)
-            if p.backend is not None:
-                p.backend.policy = p.engine_name
 
     @property
     def backends(self) -> list[tuple[Policy, Backend]]:
