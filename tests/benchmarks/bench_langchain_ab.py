@@ -9,9 +9,12 @@ fresh processes importing that checkout's sources (``AGL_LOAD_PLUGINS`` empty: n
   whose spans go through a real ``BufferedWriter`` into a real SQLite store: the p50 of each,
   and capture's added p50 (capture minus plain, in the same process);
 - **memory, capture off** and **memory, capture on**: the same calls, ``--memory-calls`` of
-  them, in a process started without and with ``AGL_LANGCHAIN_INSTRUMENT=1`` (the zero-line
-  switch, spans written to a SQLite store named by ``AGL_STORE_URL``): the peak resident set
-  (``VmHWM``) of each.
+  them, in a process without and with ``AGL_LANGCHAIN_INSTRUMENT=1`` (the zero-line switch,
+  spans written to a SQLite store named by ``AGL_STORE_URL``): the peak resident set
+  (``VmHWM``) of each. The capture-on process sets the switch and runs the checkout's own
+  ``agl_langchain.pth`` line as its first statement, as ``site`` does at interpreter start:
+  the ``.pth`` installed in the interpreter's site-packages is the current checkout's, whose
+  line an older checkout's sources cannot run.
 
 Compare the two checkouts within a round and across rounds (the host is shared: ratios and
 differences, not absolute figures).
@@ -92,6 +95,16 @@ print(json.dumps({**{f"{k}_p50_us": v for k, v in p50.items()}, "errors": handle
 """
 )
 
+_SWITCH_ON = """
+import os, sys
+from pathlib import Path
+os.environ["AGL_LANGCHAIN_INSTRUMENT"] = "1"
+for line in Path(sys.argv[2]).read_text().splitlines():  # what site does with a .pth file's lines
+    if line.startswith("import "):
+        exec(line)
+"""
+"""The capture-on process's first statements: the switch on, then the checkout's ``.pth`` line run."""
+
 _MEMORY = (
     _COMMON
     + """
@@ -135,7 +148,8 @@ def one_turn(checkout: Path, args: argparse.Namespace) -> dict:
     out["added_handler_us"] = out["handler_p50_us"] - out["plain_p50_us"]
     out["added_zero_line_us"] = out["zero_line_p50_us"] - out["plain_p50_us"]
     out["peak_off_mib"] = _child(checkout, _MEMORY, [str(args.memory_calls)])["peak_mib"]
-    on = _child(checkout, _MEMORY, [str(args.memory_calls)], AGL_LANGCHAIN_INSTRUMENT="1")
+    pth = checkout / "integrations/langchain/src/agl_langchain.pth"
+    on = _child(checkout, _SWITCH_ON + _MEMORY, [str(args.memory_calls), str(pth)])
     if not on["captured"]:
         raise RuntimeError(f"{checkout}: AGL_LANGCHAIN_INSTRUMENT=1 did not load agl_langchain")
     out["peak_on_mib"] = on["peak_mib"]
