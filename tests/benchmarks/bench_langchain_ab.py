@@ -19,8 +19,15 @@ fresh processes importing that checkout's sources (``AGL_LOAD_PLUGINS`` empty: n
 Compare the two checkouts within a round and across rounds (the host is shared: ratios and
 differences, not absolute figures).
 
+``--bytecode-cache`` measures the processes as an installed package runs (its modules' bytecode
+compiled once, as pip does at install), where this environment's ``PYTHONDONTWRITEBYTECODE``
+otherwise has every process compile the checkouts' sources again, which leaves about a MiB of
+the compiler's memory behind in the capture-on process (agl's modules are the ones compiled
+there; LangChain's come with their bytecode): the children get a shared
+``PYTHONPYCACHEPREFIX``, filled by a warm-up turn of each checkout before the rounds.
+
     .venv/bin/python -m tests.benchmarks.bench_langchain_ab [--against 28dbf9d | --other CHECKOUT] \\
-        [--rounds 3] [--calls 3000] [--memory-calls 5000]
+        [--rounds 3] [--calls 3000] [--memory-calls 5000] [--bytecode-cache]
 """
 
 from __future__ import annotations
@@ -186,17 +193,34 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=3000, help="timed calls of each set-up in each turn")
     parser.add_argument("--memory-calls", type=int, default=5000)
     parser.add_argument("--against", default=AGAINST, help=f"the other commit, exported (default {AGAINST})")
+    parser.add_argument(
+        "--bytecode-cache", action="store_true", help="children run from compiled bytecode, as an installed package"
+    )
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         other = args.other.resolve() if args.other else stack.enter_context(exported_tree(args.against))
+        if args.bytecode_cache:
+            use_bytecode_cache(stack.enter_context(tempfile.TemporaryDirectory(prefix="agl-bench-pyc-")), [ROOT, other])
         run(ROOT, other, args)
+
+
+def use_bytecode_cache(prefix: str, checkouts: list[Path]) -> None:
+    """Have every child read and write compiled bytecode under ``prefix``, then fill it for each checkout."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    for checkout in checkouts:
+        pth = checkout / "integrations/langchain/src/agl_langchain.pth"
+        _child(checkout, _SWITCH_ON + _MEMORY, ["10", str(pth)])
+        with tempfile.TemporaryDirectory(prefix="agl-bench-lc-") as tmp:
+            _child(checkout, _TIME, ["250", f"{tmp}/bench.db"])
 
 
 def run(this: Path, other: Path, args: argparse.Namespace) -> None:
     """Every round's turns, then the table."""
     checkouts = {"this": this, "other": other}
     names = list(checkouts)
-    print(f"this: {this}; other: {checkouts['other']}; {os.cpu_count()} cores; load {_load()}")
+    cache = os.environ.get("PYTHONPYCACHEPREFIX") if "PYTHONDONTWRITEBYTECODE" not in os.environ else None
+    print(f"this: {this}; other: {checkouts['other']}; {os.cpu_count()} cores; load {_load()}; bytecode cache: {cache}")
     turns = []
     for rnd in range(args.rounds):
         for name in names if rnd % 2 == 0 else names[::-1]:
