@@ -9,15 +9,25 @@ fresh processes importing that checkout's sources (``AGL_LOAD_PLUGINS`` empty: n
   whose spans go through a real ``BufferedWriter`` into a real SQLite store: the p50 of each,
   and capture's added p50 (capture minus plain, in the same process);
 - **memory, capture off** and **memory, capture on**: the same calls, ``--memory-calls`` of
-  them, in a process started without and with ``AGL_LANGCHAIN_INSTRUMENT=1`` (the zero-line
-  switch, spans written to a SQLite store named by ``AGL_STORE_URL``): the peak resident set
-  (``VmHWM``) of each.
+  them, in a process without and with ``AGL_LANGCHAIN_INSTRUMENT=1`` (the zero-line switch,
+  spans written to a SQLite store named by ``AGL_STORE_URL``): the peak resident set
+  (``VmHWM``) of each. The capture-on process sets the switch and runs the checkout's own
+  ``agl_langchain.pth`` line as its first statement, as ``site`` does at interpreter start:
+  the ``.pth`` installed in the interpreter's site-packages is the current checkout's, whose
+  line an older checkout's sources cannot run.
 
 Compare the two checkouts within a round and across rounds (the host is shared: ratios and
 differences, not absolute figures).
 
+``--bytecode-cache`` measures the processes as an installed package runs (its modules' bytecode
+compiled once, as pip does at install), where this environment's ``PYTHONDONTWRITEBYTECODE``
+otherwise has every process compile the checkouts' sources again, which leaves about a MiB of
+the compiler's memory behind in the capture-on process (agl's modules are the ones compiled
+there; LangChain's come with their bytecode): the children get a shared
+``PYTHONPYCACHEPREFIX``, filled by a warm-up turn of each checkout before the rounds.
+
     .venv/bin/python -m tests.benchmarks.bench_langchain_ab [--against 28dbf9d | --other CHECKOUT] \\
-        [--rounds 3] [--calls 3000] [--memory-calls 5000]
+        [--rounds 3] [--calls 3000] [--memory-calls 5000] [--bytecode-cache]
 """
 
 from __future__ import annotations
@@ -92,6 +102,16 @@ print(json.dumps({**{f"{k}_p50_us": v for k, v in p50.items()}, "errors": handle
 """
 )
 
+_SWITCH_ON = """
+import os, sys
+from pathlib import Path
+os.environ["AGL_LANGCHAIN_INSTRUMENT"] = "1"
+for line in Path(sys.argv[2]).read_text().splitlines():  # what site does with a .pth file's lines
+    if line.startswith("import "):
+        exec(line)
+"""
+"""The capture-on process's first statements: the switch on, then the checkout's ``.pth`` line run."""
+
 _MEMORY = (
     _COMMON
     + """
@@ -135,7 +155,8 @@ def one_turn(checkout: Path, args: argparse.Namespace) -> dict:
     out["added_handler_us"] = out["handler_p50_us"] - out["plain_p50_us"]
     out["added_zero_line_us"] = out["zero_line_p50_us"] - out["plain_p50_us"]
     out["peak_off_mib"] = _child(checkout, _MEMORY, [str(args.memory_calls)])["peak_mib"]
-    on = _child(checkout, _MEMORY, [str(args.memory_calls)], AGL_LANGCHAIN_INSTRUMENT="1")
+    pth = checkout / "integrations/langchain/src/agl_langchain.pth"
+    on = _child(checkout, _SWITCH_ON + _MEMORY, [str(args.memory_calls), str(pth)])
     if not on["captured"]:
         raise RuntimeError(f"{checkout}: AGL_LANGCHAIN_INSTRUMENT=1 did not load agl_langchain")
     out["peak_on_mib"] = on["peak_mib"]
@@ -172,17 +193,34 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=3000, help="timed calls of each set-up in each turn")
     parser.add_argument("--memory-calls", type=int, default=5000)
     parser.add_argument("--against", default=AGAINST, help=f"the other commit, exported (default {AGAINST})")
+    parser.add_argument(
+        "--bytecode-cache", action="store_true", help="children run from compiled bytecode, as an installed package"
+    )
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         other = args.other.resolve() if args.other else stack.enter_context(exported_tree(args.against))
+        if args.bytecode_cache:
+            use_bytecode_cache(stack.enter_context(tempfile.TemporaryDirectory(prefix="agl-bench-pyc-")), [ROOT, other])
         run(ROOT, other, args)
+
+
+def use_bytecode_cache(prefix: str, checkouts: list[Path]) -> None:
+    """Have every child read and write compiled bytecode under ``prefix``, then fill it for each checkout."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    for checkout in checkouts:
+        pth = checkout / "integrations/langchain/src/agl_langchain.pth"
+        _child(checkout, _SWITCH_ON + _MEMORY, ["10", str(pth)])
+        with tempfile.TemporaryDirectory(prefix="agl-bench-lc-") as tmp:
+            _child(checkout, _TIME, ["250", f"{tmp}/bench.db"])
 
 
 def run(this: Path, other: Path, args: argparse.Namespace) -> None:
     """Every round's turns, then the table."""
     checkouts = {"this": this, "other": other}
     names = list(checkouts)
-    print(f"this: {this}; other: {checkouts['other']}; {os.cpu_count()} cores; load {_load()}")
+    cache = os.environ.get("PYTHONPYCACHEPREFIX") if "PYTHONDONTWRITEBYTECODE" not in os.environ else None
+    print(f"this: {this}; other: {checkouts['other']}; {os.cpu_count()} cores; load {_load()}; bytecode cache: {cache}")
     turns = []
     for rnd in range(args.rounds):
         for name in names if rnd % 2 == 0 else names[::-1]:

@@ -416,3 +416,21 @@ def test_a_database_from_before_the_response_cap_gains_its_column_and_keeps_its_
         assert {r.rollout_id: r.max_response_tokens for r in store.query_rollouts()} == {"old": None, "new": 32}
     finally:
         store.close()
+
+
+def test_batches_of_any_size_share_a_few_insert_statements_and_keep_every_row(tmp_path):
+    # Each distinct statement text is a compiled statement the writer connection keeps: one per
+    # batch size made its statement cache the largest part of a capturing process's memory.
+    store = SqliteStore(tmp_path / "agl.db")
+    try:
+        written = 0
+        for n in [*range(1, 70), 127, 128, 129, 200, 511, 512]:
+            store.add_spans([Span(rollout_id="ro", name=f"s{written + i}", seq=written + i) for i in range(n)])
+            written += n
+        spans = list(store.query_spans(rollout_id="ro"))
+        assert [s.seq for s in spans] == list(range(written))
+        assert [s.name for s in spans] == [f"s{i}" for i in range(written)]
+        sizes = sorted(n for table, n in store._insert_texts if table == "spans")
+        assert sizes == [1, 2, 4, 8, 16, 32, 64]
+    finally:
+        store.close()

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
+import agl
 from agl.errors import ConfigError
 from agl.schema import Task
+from agl.store import openers
 from agl.store.base import DEFAULT_STORE_URL, default_store_url, open_store, sqlite_path
 from agl.store.sqlite import SqliteStore
 
@@ -67,3 +72,36 @@ def test_a_reader_opens_a_store_that_exists_and_a_writer_creates_one(tmp_path):
         store.add_tasks([Task(task_id="t", input={"q": 1})])
     with open_store(url, create=False) as store:
         assert store.get_task("t").input == {"q": 1}
+
+
+def _outcome(opener, url, **options):
+    try:
+        store = opener(url, **options)
+    except ConfigError as exc:
+        return f"ConfigError: {exc}"
+    store.close()
+    return f"{type(store).__name__} at {sqlite_path(url) if '://' not in url or url.startswith('sqlite') else url}"
+
+
+def test_agl_open_store_opens_the_core_schemes_as_the_plugin_lookup_does(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert agl.open_store is openers.open_store
+    cases = [
+        ("sqlite:///a.db", {}),
+        ("b.db", {}),
+        (f"sqlite:///{tmp_path}/missing.db", {"create": False}),
+        ("sqlite://x.db", {}),
+        ("nope://somewhere", {}),
+    ]
+    for url, options in cases:
+        assert _outcome(openers.open_store, url, **options) == _outcome(open_store, url, **options), url
+
+
+def test_opening_a_sqlite_store_loads_neither_the_plugin_registry_nor_pluggy(tmp_path):
+    code = (
+        "import sys, agl\n"
+        f"agl.open_store({str(tmp_path / 'agl.db')!r}).close()\n"
+        "print(sorted(m for m in ('pluggy', 'agl.plugins', 'agl.hookspecs') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

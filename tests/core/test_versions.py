@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import subprocess
+import sys
 import tomllib
 import warnings
 from pathlib import Path
@@ -56,6 +58,33 @@ def _fresh(monkeypatch):
 )
 def test_satisfies(version, requirement, inside):
     assert satisfies(version, requirement) is inside
+
+
+PLAIN_VERSIONS = ["0", "1", "1.0", "1.0.0", "01.2", "1.2", "1.2.0.0", "1.10", "1.9.9", "2", "2.0.1", "10.0.0"]
+PLAIN_CLAUSES = [f"{op}{v}" for op in (">=", ">", "<=", "<", "==", "!=") for v in ("1", "1.0", "1.2", "1.10.0", "2")]
+
+
+def test_plain_versions_and_ranges_compare_as_packaging_compares_them():
+    from packaging.version import Version
+
+    ranges = [*PLAIN_CLAUSES, *(f"{a}, {b}" for a in PLAIN_CLAUSES[::3] for b in PLAIN_CLAUSES[1::4]), ""]
+    for text in ranges:
+        assert versions._plain_requirement(f"fw{text}") is not None, text
+        for version in PLAIN_VERSIONS:
+            expected = SpecifierSet(text).contains(Version(version), prereleases=True)
+            assert satisfies(version, f"fw{text}") is expected, (version, text)
+
+
+def test_checking_a_plain_range_loads_no_packaging_module():
+    code = (
+        "import sys\n"
+        "before = {m for m in sys.modules if m.startswith('packaging.')}\n"
+        "from agl.capture.versions import check_version\n"
+        "assert check_version('agl_x', 'pytest>=1,<1000', still_works='a', may_break='b') is True\n"
+        "print(sorted({m for m in sys.modules if m.startswith('packaging.')} - before))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
 def test_parse_requirement():

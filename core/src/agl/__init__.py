@@ -25,8 +25,6 @@ from agl.capture import (
     span,
     use_rollout,
 )
-from agl.hookspecs import hookimpl
-from agl.plugins import register as register_plugin
 from agl.schema import Attempt, LLMCall, ModelVersion, Reward, Rollout, RolloutStatus, Span, Task, Transition
 from agl.store import Store, open_store
 
@@ -35,18 +33,25 @@ if TYPE_CHECKING:  # imported lazily at run time (below); named here for type ch
 
 __version__ = "0.1.0"
 
-_LAZY = {"Runner": "agl.runner", "RolloutResult": "agl.runner"}
+_LAZY = {
+    "Runner": ("agl.runner", "Runner"),
+    "RolloutResult": ("agl.runner", "RolloutResult"),
+    # The plugin registry (and pluggy): for plugins and the training side; capture never loads it.
+    "hookimpl": ("agl.hookspecs", "hookimpl"),
+    "register_plugin": ("agl.plugins", "register"),
+}
 
 # Names that live in agl-trainer, the package for the training side.
 _MOVED = {"Trainer": "agl_trainer", "TrainerConfig": "agl_trainer"}
 
 
 def __getattr__(name: str):
-    """The runner, imported on first use so ``import agl`` stays light inside agents."""
+    """The runner and the plugin API, imported on first use so ``import agl`` stays light inside agents."""
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module), attribute)
     if name in _MOVED:
         raise AttributeError(
             f"agl.{name} is part of agl-trainer: `pip install agl-trainer`, then `from {_MOVED[name]} import {name}`"

@@ -171,8 +171,10 @@ def now() -> float:
 
 class _Model(BaseModel):
     # No NaN or infinity in any float field: SQL stores NaN as NULL and JSON has neither.
+    # defer_build: each model's validator is built when first used, so an agent's process that
+    # only captures spans builds Span's and Reward's, not the training side's (Transition, ...).
     model_config = ConfigDict(
-        extra="forbid", validate_assignment=False, ser_json_inf_nan="constants", allow_inf_nan=False
+        extra="forbid", validate_assignment=False, defer_build=True, ser_json_inf_nan="constants", allow_inf_nan=False
     )
 
 

@@ -100,6 +100,11 @@ def _production_context() -> RolloutContext:
 
 
 _production_writer: BufferedWriter | None = None
+PRODUCTION_BATCH_SIZE = 64
+"""The production writer's ``batch_size``: it writes once this many observations wait (or every
+``interval_s``). A rollout's writer keeps the default 512, since a rollout ends in a flush anyway;
+in a serving agent's process the batch waiting to be written is most of what capture holds at
+its peak, about 2.4 KB a LangChain span, so it writes in smaller batches instead."""
 
 
 def production_writer() -> BufferedWriter:
@@ -109,7 +114,7 @@ def production_writer() -> BufferedWriter:
         if _production_writer is None:
             from agl.store import open_store
 
-            _production_writer = BufferedWriter(open_store())
+            _production_writer = BufferedWriter(open_store(), batch_size=PRODUCTION_BATCH_SIZE)
         return _production_writer
 
 

@@ -1,5 +1,6 @@
 """Stores: where runners, the gateway and trainers meet."""
 
-from agl.store.base import Store, open_store
+from agl.store.base import Store
+from agl.store.openers import open_store
 
 __all__ = ["Store", "open_store"]

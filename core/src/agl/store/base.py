@@ -307,6 +307,12 @@ def default_store_url() -> str:
     return STORE_URL.get() or DEFAULT_STORE_URL
 
 
+def store_url_scheme(url: str | os.PathLike[str] | None) -> tuple[str, str]:
+    """The store URL (:func:`default_store_url` when none is given) and its scheme (``sqlite`` for a plain path)."""
+    url = os.fspath(url) if url else default_store_url()
+    return url, url.split("://", 1)[0].lower() if "://" in url else "sqlite"
+
+
 def open_store(url: str | os.PathLike[str] | None = None, *, create: bool = True, **options) -> Store:
     """Open a store from a URL.
 
@@ -318,7 +324,8 @@ def open_store(url: str | os.PathLike[str] | None = None, *, create: bool = True
       ``agl_register_store_schemes``), called as ``opener(url, **options)``.
 
     The three above are registered the same way, by :mod:`agl.store.schemes`, and
-    are found without loading any installed plugin.
+    are found without loading any installed plugin; :func:`agl.store.open_store` (the
+    same function for a caller) opens them without loading the plugin registry at all.
 
     With no URL, :func:`default_store_url` names the store. ``create=False`` is for
     readers: a SQLite file that does not exist is a :class:`~agl.errors.ConfigError`
@@ -327,8 +334,7 @@ def open_store(url: str | os.PathLike[str] | None = None, *, create: bool = True
     """
     from agl.plugins import resolve
 
-    url = os.fspath(url) if url else default_store_url()
-    scheme = url.split("://", 1)[0].lower() if "://" in url else "sqlite"
+    url, scheme = store_url_scheme(url)
     opener = resolve("store_scheme", scheme, field=f"store url {url!r}")
     return opener(url, **({"create": create} if scheme == "sqlite" else {}), **options)
 

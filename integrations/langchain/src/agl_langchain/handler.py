@@ -11,14 +11,27 @@ The handler must never break the agent it watches: every callback is
 :func:`agl.capture.guarded`, so an internal failure is logged the first time its
 callback fails, counted in :attr:`AglCallbackHandler.errors` and otherwise ignored.
 
-What it costs, against 28dbf9d in the same run (``python -m tests.benchmarks.bench_langchain_ab``,
-fresh processes taking turns, three rounds, 2026-11-29, load average 14-17): a fake chat model's
-call (86.5 µs plain) took +48.6 µs p50 with the handler and +46.9 µs zero-line, against
-28dbf9d's +49.5 / +48.3 µs; of that, LangChain's own dispatch to any handler is about 29 µs
-and the span's checks (:class:`agl.Span`'s JSON walk of the attributes) most of the rest. A
-process of 5,000 calls with capture on (``AGL_LANGCHAIN_INSTRUMENT=1``, a SQLite store) peaked
-11.7 MiB above one without, as at 28dbf9d (11.6): agl's core about 2 MiB, this package about
-1 MiB, the SQLite store's modules about 3.6 MiB, its connections and the writer the rest.
+What it costs, against 28dbf9d in the same run (``python -m tests.benchmarks.bench_langchain_ab
+--other <28dbf9d checkout> --rounds 5 [--bytecode-cache]``, fresh processes taking turns,
+2026-11-29, load average 6-8 on the 2 shared cores). A fake chat model's call (81-83 µs plain)
+took +46.6 µs p50 with the handler and +44.2 µs zero-line, against 28dbf9d's +46.2 / +43.9 µs;
+with compiled bytecode +45.7 / +43.6 against +45.1 / +42.4. Over the 27 rounds of five such
+runs that day of the same call path the medians are +46.6 / +44.3 µs against +46.6 / +44.0: the
+same cost, within the ±2 µs that one run's median moves from run to run. LangChain's own dispatch to any
+handler is about 30 µs of it; agl's callbacks about 15 µs, the span's checks (:class:`agl.Span`'s
+JSON walk of the attributes) their largest part.
+
+A process of 5,000 calls with capture on (``AGL_LANGCHAIN_INSTRUMENT=1``, a SQLite store) peaked
+5.2 MiB above one without (28dbf9d: 11.6), and 4.8 MiB (28dbf9d: 9.0) run as an installed
+package runs (``--bytecode-cache``: here ``PYTHONDONTWRITEBYTECODE`` has each process compile
+agl's sources again, which leaves the compiler's memory behind). What is left: SQLite's library
+code about 1.3 MiB and its writer connection's pages and statements about 0.6 MiB, agl's modules
+about 1.7 MiB, the batch waiting to be written (the production writer writes once 64 spans of
+about 2.4 KB wait) and the writer's two threads the rest. It was 10.3 MiB that morning; what took
+it down: the writer connection's page cache at 256 KiB instead of 2 MiB (about 1.9 MiB), seven
+INSERT texts per table instead of one per batch size (0.7), the production writer's smaller
+batch (1.2), no ``packaging`` (0.6) and no plugin registry or pluggy (0.5) in a capturing
+process, and model validators built on first use (0.2).
 """
 
 from __future__ import annotations

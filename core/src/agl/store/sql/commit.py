@@ -33,6 +33,25 @@ OWNED_IDS = {"spans": "span_id", "llm_calls": "call_id", "rewards": "reward_id"}
 """The tables whose ids belong to their rollout (:class:`~agl.errors.IdConflict`), and each one's id column."""
 
 
+def statement_sizes(n: int, most: int) -> list[int]:
+    """The row counts of the multi-row INSERTs that write ``n`` rows, ``most`` rows a statement at most.
+
+    Each is a power of two up to ``INSERT_ROWS`` (as many of the largest as fit, then the
+    binary digits of the rest), so that a table has at most seven statement texts, whatever
+    its batches' sizes: each text is a compiled statement the connection keeps (a 64-row
+    insert is tens of KiB), and one per row count made the writer's statement cache the
+    largest part of a capturing process's added memory.
+    """
+    top = 1 << (min(INSERT_ROWS, max(1, most)).bit_length() - 1)
+    sizes = [top] * (n // top)
+    rest = n % top
+    while rest:
+        size = 1 << (rest.bit_length() - 1)
+        sizes.append(size)
+        rest -= size
+    return sizes
+
+
 class _GroupRun:
     """How far one group has got across its tries: whether its jobs run in savepoints now, and
     the failure of a lone job (rolled back: nothing to commit)."""
@@ -281,11 +300,13 @@ class GroupCommit(Connections):
             if owned and cur.rowcount != 1:
                 self._check_owners(cur, table, rows)
         else:
-            step = min(INSERT_ROWS, 999 // len(columns))  # 999: the fewest parameters a statement may have (old SQLite)
-            for i in range(0, n, step):
-                part = rows[i : i + step]
-                cur.execute(self._insert_sql(table, columns, len(part)), [v for row in part for v in row])
-                if owned and cur.rowcount != len(part):
+            i = 0
+            # 999: the fewest parameters a statement may have (old SQLite)
+            for size in statement_sizes(n, 999 // len(columns)):
+                part = rows[i : i + size]
+                i += size
+                cur.execute(self._insert_sql(table, columns, size), [v for row in part for v in row])
+                if owned and cur.rowcount != size:
                     self._check_owners(cur, table, part)
         self._inserted(cur, table, rows)
 
