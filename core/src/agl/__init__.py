@@ -29,6 +29,8 @@ from agl.schema import Attempt, LLMCall, ModelVersion, Reward, Rollout, RolloutS
 from agl.store import Store, open_store
 
 if TYPE_CHECKING:  # imported lazily at run time (below); named here for type checkers and the API reference
+    from agl.hookspecs import hookimpl
+    from agl.plugins import register as register_plugin
     from agl.runner import RolloutResult, Runner
 
 __version__ = "0.1.0"
