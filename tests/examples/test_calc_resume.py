@@ -155,18 +155,3 @@ def test_a_seed_killed_inside_a_step_resumes_to_the_same_bits(example, tmp_path)
         for key in ("wall_s", "step_s", "step_s_mean", "run_id", "workdir"):
             del record[key]
     assert b == a
-
-
-def test_transition_counts_kept_in_the_workdir_count_a_resumed_run_once_per_step(tmp_path):
-    from types import SimpleNamespace
-
-    from agl_trainer.transition_counts import TransitionCounts
-
-    path = tmp_path / "transition_counts.json"
-    first = TransitionCounts(path)
-    first.agl_transitions_built(step=1, transitions=[SimpleNamespace(agent="solver")] * 3)
-    first.agl_transitions_built(step=2, transitions=[SimpleNamespace(agent="solver")] * 5)  # then killed
-    resumed = TransitionCounts(path)  # a new process: step 1 completed, step 2 runs again
-    resumed.agl_transitions_built(step=2, transitions=[SimpleNamespace(agent="solver"), SimpleNamespace(agent=None)])
-    assert resumed.by_agent == {"solver": 4, "(none)": 1}
-    assert TransitionCounts().by_agent == {}  # without a path, nothing is read or written
