@@ -44,12 +44,29 @@ measured the same against 28dbf9d in that sitting (3 rounds, load 7.7-13.6: CPU 
 1.39 / 1.06x), so the gap at 16 and 64 clients is not the routing's; what it is sits outside
 this module (the upstream client's docstring names what py-spy found). A rollout's first call
 costs 0.17-0.18 ms more than its later ones at p50 (28dbf9d: 0.37-0.82 ms).
+
+What a call costs in one process (``timeit``, the benchmark's request, the same host): parsing
+the body 3.0 us, :func:`validate.check_body` 6.7 us (3.6 us given the text, which spares the
+walk for lone surrogates where the text cannot hold one), the pydantic request model 5.8 us,
+the :class:`~agl.schema.LLMCall` record 11 us, the store writer 17-19 us a record (28dbf9d's
+16-19 us, same script): none is where the gap to 28dbf9d's CPU per call lies. Since then a
+request id takes no system call (a random per-process prefix and a counter), a request checked
+on arrival is not walked again when recorded, and ``agl gateway serve`` freezes what it holds
+once started (``gc.freeze``). Same script, this code against the code before it (eefac7c),
+2026-11-29, load average 7.6-12.3: CPU per call at 1 / 16 / 64 clients 0.87 / 0.79 / 0.81x
+(3 rounds) and 0.94 / 0.86 / 0.89x (4 rounds), calls/s 1.11 / 1.17 / 1.42x and
+1.45 / 1.16 / 0.99x, added p50 at 1 client 0.518 against 0.602 ms and 0.510 against 0.532 ms;
+against 28dbf9d, 4 rounds (load 8.0-8.4): CPU per
+call 1.09 / 1.28 / 1.14x, calls/s 1284 / 1462 / 1649 against 1361 / 1675 / 1690, added p50 at
+1 client 0.530 against 0.485 ms (issue 46's target is not reached: at 16 and 64 clients the
+gap is 40-80 us of CPU a call, outside the parts timed above).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -84,6 +101,17 @@ from agl_trainer.policy_routes import Route, Routes, UnknownModel
 log = logging.getLogger(__name__)
 
 _REQUEST_ID_HEADERS = (b"x-request-id", b"request-id")
+_REQUEST_ID_PREFIX = "req_" + os.urandom(8).hex()
+_request_numbers = itertools.count(1)
+
+
+def _next_request_id() -> str:
+    """An id for one request, unique within this process and (by its random prefix) across
+    processes; it names the request in logs and answers and grants nothing, so it takes no
+    system call per request."""
+    return f"{_REQUEST_ID_PREFIX}{next(_request_numbers):x}"
+
+
 FLUSH_TIMEOUT_S = admin.FLUSH_TIMEOUT_S
 """How long ``POST /admin/flush`` waits for the store by default (``timeout_s`` overrides it)."""
 
@@ -172,7 +200,7 @@ class GatewayApp:
                 await send({"type": "lifespan.shutdown.complete"})
             return
         started = False
-        request_id = "req_" + os.urandom(12).hex()
+        request_id = _next_request_id()
 
         async def tracked_send(message: dict) -> None:
             nonlocal started
@@ -233,6 +261,7 @@ class GatewayApp:
             policy=route.policy if route else None,
             policy_version=route.version if route else None,
             upstream_model=route.upstream_model if route else None,
+            request_checked=True,  # by _json_body, and the dialects change it only within the checked model
         )
         await self.gate.enter()
         try:
@@ -479,7 +508,7 @@ def _json_body(body: bytes) -> dict:
         raise GatewayError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
     except RecursionError:
         raise invalid("body", "nests too deeply", code="invalid_json") from None
-    validate.check_body(req)
+    validate.check_body(req, body)
     return req
 
 

@@ -45,6 +45,9 @@ class CallMeta:
     upstream_model: str | None = None
     """The ``model`` the engine is asked for (the policy's); None: the one it serves by default."""
     started: float = field(default_factory=time.perf_counter)
+    request_checked: bool = False
+    """``request`` passed :func:`agl_trainer.gateway.validate.check_body` (the JSON check a record's
+    ``request`` gets) and has not changed since: the record takes it without walking it again."""
 
 
 @dataclass(slots=True)
@@ -131,22 +134,17 @@ class Recorder:
             logprobs = _aligned(logprobs, choice.ids, call_id, "logprobs")
             behaviour = _aligned(behaviour, choice.ids, call_id, "behaviour_logprobs")
             self.writer.put(
-                LLMCall(
+                _call(
+                    meta,
                     call_id=call_id,
-                    rollout_id=meta.rollout_id,
                     seq=meta.seqs[k] if k < len(meta.seqs) else meta.seqs[-1],
-                    endpoint=meta.endpoint,
-                    requested_model=meta.requested_model,
-                    request=meta.request,
                     response=body,
                     prompt_ids=prompt_ids,
                     response_ids=choice.ids,
                     response_logprobs=logprobs,
                     behaviour_logprobs=behaviour,
                     model_version=version,
-                    policy=meta.policy,
                     latency_s=latency,
-                    max_response_tokens=meta.max_response_tokens,
                 )
             )
             self.recorded += 1
@@ -159,24 +157,40 @@ class Recorder:
         """
         latency = time.perf_counter() - meta.started
         self.writer.put(
-            LLMCall(
+            _call(
+                meta,
                 call_id=meta.call_id,
-                rollout_id=meta.rollout_id,
                 seq=meta.seqs[0] if meta.seqs else 0,
-                endpoint=meta.endpoint,
-                requested_model=meta.requested_model,
-                request=meta.request,
                 response={"id": meta.call_id, "aborted": True, "reason": reason},
                 prompt_ids=[],
                 response_ids=[],
                 model_version=meta.policy_version or self.model_version,
-                policy=meta.policy,
                 latency_s=latency,
-                max_response_tokens=meta.max_response_tokens,
                 aborted=True,
             )
         )
         self.recorded += 1
+
+
+def _call(meta: CallMeta, **fields: Any) -> LLMCall:
+    """The record of ``meta``'s call, validated as :class:`~agl.schema.LLMCall` validates any.
+
+    A request the gateway checked on arrival (``meta.request_checked``) is set after validation
+    rather than walked a second time: the check was the same (finite numbers, 64-bit integers,
+    bounded depth), and the record's model does not validate assignments.
+    """
+    common = {
+        "rollout_id": meta.rollout_id,
+        "endpoint": meta.endpoint,
+        "requested_model": meta.requested_model,
+        "policy": meta.policy,
+        "max_response_tokens": meta.max_response_tokens,
+    }
+    if not meta.request_checked:
+        return LLMCall(request=meta.request, **common, **fields)
+    call = LLMCall(**common, **fields)
+    call.request = meta.request
+    return call
 
 
 def _aligned(values: list[float] | None, ids: list[int], call_id: str, what: str) -> list[float] | None:

@@ -15,19 +15,32 @@ from agl_trainer import anthropic_requests, openai_requests
 from agl_trainer.gateway.errors import invalid
 
 
-def check_body(req: Any) -> None:
+def check_body(req: Any, text: bytes | None = None) -> None:
     """What every request body must be: a JSON object of finite numbers and 64-bit integers,
-    nested no deeper than the store keeps (:data:`agl.schema.MAX_JSON_DEPTH`)."""
+    nested no deeper than the store keeps (:data:`agl.schema.MAX_JSON_DEPTH`).
+
+    ``text``, the JSON text ``req`` was parsed from, spares the walk for lone surrogates when it
+    cannot hold one (:func:`_may_hold_surrogate`)."""
     if not isinstance(req, dict):
         raise invalid("body", "must be a JSON object", code="invalid_json")
     problem = json_problem(req)
     if problem is not None:
         path, reason = problem
         raise invalid(path or "body", reason)
+    if text is not None and not _may_hold_surrogate(text):
+        return
     parts = _lone_surrogate(req)
     if parts is not None:
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in reversed(parts)).lstrip(".")
         raise invalid(where or "body", "holds a lone surrogate (\\ud800-\\udfff not in a pair), not valid Unicode")
+
+
+def _may_hold_surrogate(text: bytes) -> bool:
+    """Whether JSON text may decode to a string holding a surrogate. In UTF-8 text (no NUL byte,
+    which UTF-16 and UTF-32 JSON always hold) one comes of a ``\\uD800``-``\\uDFFF`` escape or of
+    the bytes ``ED A0``-``ED BF`` (``json.loads`` decodes bytes with ``surrogatepass``); text
+    holding none of ``\\ud``, ``\\uD``, the byte ``ED`` and NUL cannot."""
+    return b"\\ud" in text or b"\\uD" in text or b"\xed" in text or b"\x00" in text
 
 
 def _lone_surrogate(value: Any) -> list[Any] | None:
