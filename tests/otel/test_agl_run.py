@@ -179,3 +179,23 @@ def test_an_unknown_agl_variable_is_warned_about_once_by_each_process(rig, tmp_p
     assert [w for w in done.stderr.splitlines() if "warning" in w.lower() and line not in w] == []
     (rollout,) = store.query_rollouts()
     assert len(list(store.query_spans(rollout_ids=[rollout.rollout_id], kind="llm"))) == 2
+
+
+@pytest.mark.timeout(300)
+def test_the_capture_check_waits_for_a_gateway_that_records_late(sqlite_store, tmp_path):
+    """The gateway answers first and writes its record later: here 2 s later (its writer's interval),
+    past the child's exit, as a loaded host makes it. The check still finds the calls and warns."""
+    from agl.capture import BufferedWriter
+    from agl_trainer.gateway.server import Gateway
+    from tests.fake_engine import FakeEngine
+
+    with FakeEngine() as engine:
+        writer = BufferedWriter(sqlite_store, interval_s=2.0)
+        gateway = Gateway(sqlite_store, [engine.url], token="t", admin_token="a", writer=writer).start()
+        try:
+            done = agl_run(sqlite_store, gateway, tmp_path, launcher=False, AGL_LANGCHAIN_INSTRUMNT="1")
+        finally:
+            gateway.stop()
+            writer.close()
+    assert done.returncode == 0, done.stderr
+    assert "agl run: warning: capture was on ($AGL_LANGCHAIN_INSTRUMNT" in done.stderr, done.stderr

@@ -387,6 +387,7 @@ def warn_silent_capture(store, ended: Rollout, capture: list[str]) -> None:
 
     if not capture or not ended.status.terminal:
         return
+    _await_gateway_calls(store, ended.rollout_id)
     builder = TransitionBuilder(store, TransitionConfig(missing_reward=0.0, reward_plugins=False))
     try:
         builder.build([ended])
@@ -395,6 +396,20 @@ def warn_silent_capture(store, ended: Rollout, capture: list[str]) -> None:
         return
     if builder.report.rollouts_without_spans:
         print(f"agl run: warning: {silent_capture_warning(capture, 1, ended.rollout_id)}", file=sys.stderr)
+
+
+GATEWAY_RECORDS_WAIT_S = 5.0
+"""How long the capture check waits for the gateway's records of a rollout to reach the store: the
+gateway answers a call first and writes its record a moment later (sooner than its writer's
+interval on an idle host, later on a loaded one), so a check made as the child exits could find
+no call yet and say nothing. Only a rollout that made no call through the gateway waits it whole."""
+
+
+def _await_gateway_calls(store, rollout_id: str, wait_s: float = GATEWAY_RECORDS_WAIT_S) -> None:
+    """Return once the store holds a gateway call of the rollout, or ``wait_s`` has passed."""
+    deadline = time.monotonic() + wait_s
+    while not any(True for _ in store.query_llm_calls(rollout_id=rollout_id)) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _run_child(command, environ, timeout, beat, heartbeat_s) -> tuple[int, bool, str]:
