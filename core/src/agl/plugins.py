@@ -84,6 +84,11 @@ def reward_answers(**kwargs: Any) -> list[Any]:
     The ``wrapper=True`` implementations run around the others as pluggy runs them, and see the
     answers (and may change them). The relay itself, ``hook().agl_reward(...)``, is pluggy's plain
     call: the implementations' values as they return them, without their plugins' names.
+
+    Its cost, same run (2026-11-29, two plugins, best of 5 x 20,000 calls on the shared 2-core
+    host): 10.2 us a call, against 7.5 us for the relay over the rewritten ``HookImpl.function`` it
+    replaces; about 1.7 % of a rollout's build time in ``tests/benchmarks/bench_transitions.py``,
+    whose whole run stayed within its own noise (+-15 % at load 7 to 9).
     """
     pm = get_plugin_manager()
     answering = [i for i in pm.hook.agl_reward.get_hookimpls() if not (i.wrapper or i.hookwrapper)]
