@@ -11,6 +11,7 @@ it arrives. :class:`TranslatedDialect` is the part of such an API's
 
 from __future__ import annotations
 
+import abc
 import json
 import logging
 from collections.abc import Callable
@@ -91,7 +92,7 @@ async def serve(
     recorder.record(meta, prompt_ids, tokens[:1], stream.result)
 
 
-class TranslatedDialect:
+class TranslatedDialect(abc.ABC):
     """What a translated API's :class:`~agl_trainer.gateway.dialect.Dialect` shares: calls go to the
     engine's chat interface and are answered through :func:`serve`; errors are OpenAI's unless a
     subclass says otherwise. A subclass names its ``endpoint`` and ``id_prefix`` and gives
@@ -101,12 +102,13 @@ class TranslatedDialect:
     id_prefix: str
     engine_path = "/chat/completions"
 
+    @abc.abstractmethod
     def engine_request(self, req: dict) -> dict:
-        raise NotImplementedError
+        """The engine's chat request for the API's request ``req``."""
 
+    @abc.abstractmethod
     def translators(self, meta: CallMeta, req: dict, model: str | None) -> Translators:
         """How to answer ``req`` from the engine's chat answer, showing ``model``."""
-        raise NotImplementedError
 
     @staticmethod
     def upstream(engine_req: dict, model: str | None, cap: int | None) -> dict:
