@@ -97,6 +97,56 @@ def seed_table(
     return "\n".join(lines)
 
 
+MERGE = "merge"
+"""The name of the block that holds what merging did in the arms trained with ``--merge prefix``."""
+MERGE_COLUMNS = (
+    "calls",
+    "merged into the call before",
+    "rows trained",
+    "learner tokens, one row per call",
+    "merged",
+    "ratio",
+    "update s/step",
+    "what broke a merge",
+)
+
+
+def merge_cells(records: list[dict]) -> list[str]:
+    """A :func:`merge_table` row's figures over ``records`` (totals over each run's steps)."""
+    totals = [r["merge"]["total"] for r in records]
+    steps = [len(r["merge"]["by_step"]["rows"]) or 1 for r in records]
+    breaks: dict[str, int] = {}
+    for r in records:
+        for reason, n in r["merge"]["breaks"].items():
+            breaks[reason] = breaks.get(reason, 0) + n
+    return [
+        pm([t["rows"] + t["merged_calls"] for t in totals], 1, 0),
+        pm([t["merged_calls"] for t in totals], 1, 0),
+        pm([t["rows"] for t in totals], 1, 0),
+        pm([t["unmerged_tokens"] for t in totals], 1, 0),
+        pm([t["learner_tokens"] for t in totals], 1, 0),
+        pm([t["learner_tokens"] / t["unmerged_tokens"] if t["unmerged_tokens"] else None for t in totals], 1, 2),
+        pm([t["update_s"] / n for t, n in zip(totals, steps, strict=True)], 1, 1),
+        ", ".join(f"{reason} {n}" for reason, n in sorted(breaks.items())) or "none",
+    ]
+
+
+def merge_table(arms: dict[str, list[dict]]) -> str:
+    """The merge block: for each arm trained with ``--merge prefix``, what merging did, seed by seed."""
+    merged = [(name, records) for name, records in arms.items() if all("merge" in r for r in records)]
+    if not merged:
+        return "No run with `--merge prefix` yet."
+    heading = (
+        "What merging did in training (`--merge prefix`), over each run's steps: the calls trained, those that "
+        "joined the row of the call before, the learner's tokens as one row per call and as merged, and the "
+        "update's seconds a step."
+    )
+    lines = [heading, "", *table_head("arm", MERGE_COLUMNS)]
+    for name, records in merged:
+        lines += seed_rows(name, records, merge_cells)
+    return "\n".join(lines)
+
+
 def half_mean(by_step: list[float] | None, half: int) -> float | None:
     """The mean of the first (``half=0``) or second half of a per-step series; None without one."""
     if not by_step:

@@ -60,6 +60,13 @@ def train_parser(spec: ExampleSpec, description: str | None) -> argparse.Argumen
     )
     parser.add_argument("--val-limit", type=int, default=30, help="how many val problems --val-every evaluates")
     add_before_argument(parser)
+    parser.add_argument(
+        "--merge",
+        choices=["off", "prefix"],
+        default="off",
+        help="transitions.merge: 'prefix' trains each run of a rollout's calls whose token ids extend one "
+        "another as one row (the arm's name ends in -merge; default off, the configs')",
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--fresh", action="store_true", help="start over instead of resuming the workdir")
     add_logger_argument(parser)
@@ -91,6 +98,11 @@ def train_command(spec: ExampleSpec, description: str | None) -> Callable[[list[
     return main
 
 
+def arm_name(spec: ExampleSpec, args: argparse.Namespace) -> str:
+    """The run's name in its results file: the example's arm, with ``-merge`` where ``--merge prefix`` is on."""
+    return spec.arm(args) + ("-merge" if args.merge == "prefix" else "")
+
+
 def fresh_workdir(spec: ExampleSpec, args: argparse.Namespace, name: str) -> Path:
     """The run's work directory (emptied first with ``--fresh``)."""
     workdir = (args.workdir or Path("runs") / spec.runs / f"{name}-seed{args.seed}").resolve()
@@ -111,7 +123,7 @@ def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -
     from agl_verl.models import smollm2_dir
 
     torch.set_num_threads(args.threads)
-    name = spec.arm(args)
+    name = arm_name(spec, args)
     workdir = fresh_workdir(spec, args, name)
     spec.register_reward()
     counter = TransitionCounts(workdir / "transition_counts.json")  # resumed runs count every step
@@ -127,6 +139,7 @@ def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -
         n_rollouts=args.n_rollouts,
         max_response_tokens=args.max_response_tokens,
     )
+    config["transitions"]["merge"] = args.merge
     config["progress"] = sys.stderr.isatty()
     config = with_loggers(config, args)
     before = shared_before(args, config, test, spec.run_split, workdir.parent / "base-test")
@@ -197,10 +210,39 @@ def results_record(
         f"eval_{spec.noun}": run["eval_tasks"],
         **({"val_every": args.val_every, "val_problems": run["val_tasks"]} if "val_tasks" in run else {}),
         "trained_transitions": dict(sorted(trained_transitions.items())),
+        **({"merge": merge_figures(metrics)} if args.merge != "off" else {}),
         **figures,
         "workdir": repo_relative(workdir),
         "commit": commit_of(REPO),
     }
+
+
+def merge_figures(metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    """What merging did over a run's steps: calls merged, rows, learner tokens both ways, update seconds.
+
+    ``learner_tokens`` are the prompt and response tokens of the rows the learner trained on;
+    ``unmerged_tokens`` those of the same calls as rows of their own. ``breaks`` counts the calls
+    that started a new row after a call of their rollout, by reason.
+    """
+
+    def per_step(key: str) -> list[float]:
+        return [round(r.get(key, 0.0), 2) for r in metrics]
+
+    breaks: dict[str, int] = {}
+    for r in metrics:
+        for key, n in r.items():
+            if key.startswith("build_merge_break_"):
+                reason = key.removeprefix("build_merge_break_")
+                breaks[reason] = breaks.get(reason, 0) + int(n)
+    steps = {
+        "merged_calls": per_step("build_merged_calls"),
+        "rows": per_step("transitions"),
+        "learner_tokens": per_step("learner_tokens"),
+        "unmerged_tokens": per_step("build_unmerged_tokens"),
+        "update_s": per_step("time_update_s"),
+    }
+    totals = {key: round(sum(values), 2) for key, values in steps.items()}
+    return {"total": totals, "breaks": dict(sorted(breaks.items())), "by_step": steps}
 
 
 def val_curve(workdir: Path) -> list[dict[str, float]]:

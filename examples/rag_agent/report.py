@@ -3,8 +3,9 @@
     python -m examples.rag_agent.report [--results DIR] [--page FILE] [--check]
 
 Rewrites what lies between ``<!-- results:start -->`` and ``<!-- results:end -->`` in
-docs/results/rag-agent.md; ``--check`` only prints the table. One row per seed, then mean ± sample
-standard deviation over the seeds, for each arm (what the run trained on).
+docs/results/rag-agent.md, and the ``merge`` block (what merging did in the ``--merge prefix``
+arms); ``--check`` only prints. One row per seed, then mean ± sample standard deviation over
+the seeds, for each arm (what the run trained on).
 """
 
 from __future__ import annotations
@@ -12,7 +13,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from examples.reporting import DOCS_RESULTS, RESULTS, half_mean, load_arms, pm, report_main, seed_table
+from examples.reporting import (
+    DOCS_RESULTS,
+    MERGE,
+    RESULTS,
+    half_mean,
+    load_arms,
+    merge_table,
+    pm,
+    report_main,
+    seed_table,
+)
 
 HERE = Path(__file__).resolve().parent
 PAGE = DOCS_RESULTS / "rag-agent.md"
@@ -49,7 +60,8 @@ def trained_on(record: dict) -> str:
     """What an arm trained on, in words: ``one-hop, 1 question x 8`` and the like."""
     hops = {(1,): "one-hop", (2,): "two-hop", (1, 2): "all hops"}[tuple(record["train_hops"])]
     questions = "question" if record["batch_size"] == 1 else "questions"
-    return f"{hops}, {record['batch_size']} {questions} x {record['n_rollouts']}"
+    merged = ", calls merged" if record.get("transitions_config", {}).get("merge") == "prefix" else ""
+    return f"{hops}, {record['batch_size']} {questions} x {record['n_rollouts']}{merged}"
 
 
 def cells(records: list[dict]) -> list[str]:
@@ -97,7 +109,12 @@ def render(runs: dict[str, list[dict]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the table and write it into the results page."""
-    return report_main(argv, __doc__, HERE, lambda results: {RESULTS: render(load(results))}, page=PAGE)
+
+    def build(results: Path) -> dict[str, str]:
+        runs = load(results)
+        return {RESULTS: render(runs), MERGE: merge_table(runs)}
+
+    return report_main(argv, __doc__, HERE, build, page=PAGE)
 
 
 if __name__ == "__main__":

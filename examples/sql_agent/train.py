@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from examples.sql_agent.spec import SPEC
-from examples.training import collect, parse_train_args, train_metrics, train_parser, train_seed
+from examples.training import arm_name, collect, parse_train_args, train_metrics, train_parser, train_seed
 
 
 def refresh(out: Path, test: list[dict], base_file: Path) -> dict:
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     args, train = parse_train_args(SPEC, argv, __doc__, parser)
     if not args.refresh:
         return train_seed(SPEC, args, train)
-    name = f"{SPEC.arm(args)}-seed{args.seed}"
+    name = f"{arm_name(SPEC, args)}-seed{args.seed}"
     test = SPEC.load_split("test")[: args.eval_limit]
     record = refresh(args.results / f"{name}.json", test, args.results / "base" / "test.json")
     print(f"{name}: test success {record['before']['success']:.3f} -> {record['after']['success']:.3f}")

@@ -144,3 +144,31 @@ def test_one_training_step_end_to_end(example, tmp_path):
     (step,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open() if '"train"' in line]
     assert step["transitions"] == 4
     assert (tmp_path / "run" / "verl" / "versions" / "step-1" / "adapter_config.json").is_file()
+
+
+def test_merge_prefix_arm_records_what_merging_did(example, tmp_path):
+    model = tiny_model(example, tmp_path / "tiny")
+    argv = ["--seed", "1", "--steps", "1", "--batch-size", "2", "--n-rollouts", "2", "--eval-limit", "1"]
+    argv += [
+        "--model",
+        str(model),
+        "--max-response-tokens",
+        "8",
+        "--workdir",
+        str(tmp_path / "run"),
+        "--merge",
+        "prefix",
+    ]
+    assert example.train.main([*argv, "--results", str(tmp_path / "results")]) == 0
+    record = json.loads((tmp_path / "results" / "rag_agent-batch2-steps1-merge-seed1.json").read_text())
+
+    assert record["name"] == "rag_agent-batch2-steps1-merge"
+    assert record["transitions_config"] == {"credit": "broadcast", "merge": "prefix"}
+    (step,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open() if '"train"' in line]
+    merge = record["merge"]
+    assert merge["by_step"]["rows"] == [step["transitions"]] == [4.0]
+    assert merge["by_step"]["learner_tokens"] == [step["learner_tokens"]]
+    # 8 tokens cut every episode at its first call: nothing to merge, the same tokens both ways
+    assert merge["total"]["merged_calls"] == 0 and merge["breaks"] == {}
+    assert merge["total"]["unmerged_tokens"] == merge["total"]["learner_tokens"] > 0
+    assert merge["total"]["update_s"] == round(step["time_update_s"], 2)

@@ -269,7 +269,7 @@ def test_train_yaml_is_the_run_train_py_makes(rag):
 
 def test_the_report_is_built_from_the_results_files(rag, tmp_path):
     from examples.rag_agent import report
-    from examples.reporting import END, START
+    from examples.reporting import END, START, markers
 
     def figures(f1, validity, cut):
         return {
@@ -305,21 +305,44 @@ def test_the_report_is_built_from_the_results_files(rag, tmp_path):
         (results / f"rag_agent-seed{seed}.json").write_text(json.dumps(record(seed, after)))
     old_arm = record(0, 0.05, name="rag_agent-hops1-2-batch2", hops=(1, 2), batch_size=2)
     (results / "rag_agent-hops1-2-batch2-seed0.json").write_text(json.dumps(old_arm))
+    for seed, merged in ((0, 4), (1, 2)):  # 2 steps; each seed trained 16 calls
+        merge_arm = record(seed, 0.2, name="rag_agent-merge") | {"transitions_config": {"merge": "prefix"}}
+        rows_by_step = [8 - merged, 8]
+        merge_arm["merge"] = {
+            "total": {"merged_calls": merged, "rows": sum(rows_by_step), "learner_tokens": 1000.0 - 100 * merged}
+            | {"unmerged_tokens": 1000.0, "update_s": 30.0 + seed},
+            "breaks": {"not_extending": 2 + seed},
+            "by_step": {"rows": rows_by_step},
+        }
+        (results / f"rag_agent-merge-seed{seed}.json").write_text(json.dumps(merge_arm))
     page = tmp_path / "results-page.md"
-    page.write_text(f"intro\n{START}\nold\n{END}\noutro\n")
+    merge_start, merge_end = markers("merge")
+    page.write_text(f"intro\n{START}\nold\n{END}\nmiddle\n{merge_start}\nold\n{merge_end}\noutro\n")
 
     assert report.main(["--results", str(results), "--page", str(page)]) == 0
     text = page.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text
     assert "before and after 10 steps at temperature 0.5, lr 0.0003" in text
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
-    seed0, seed1, mean, other_arm = rows[1:]  # the config's arm first, then the others; one seed: no mean row
+    results_block, merge_block = text.split("middle")
+    rows = [
+        [c.strip() for c in line.strip("|").split("|")] for line in results_block.splitlines() if line.startswith("| ")
+    ]
+    seed0, seed1, mean, other_arm, *merge_arm_rows = rows[
+        1:
+    ]  # the config's arm first, then the others; one seed: no mean row
     assert seed0[:7] == ["one-hop, 1 question x 8", "0", "0.020", "0.100", "0.040", "0.200", "0.000"]
     assert seed1[:2] == ["one-hop, 1 question x 8", "1"]
     assert mean[1] == "**mean ± std**" and mean[3] == "0.200 ± 0.141" and mean[5] == "0.400 ± 0.283"
     assert mean[8] == "10.0 ± 7.1"  # exact match after, in %
     assert mean[13:] == ["4.0 ± 0.0", "0.0 ± 0.0", "0.050 ± 0.000", "0.300 ± 0.000", "25.5 ± 0.7"]
     assert other_arm[:4] == ["all hops, 2 questions x 8", "0", "0.020", "0.050"]
+    assert [r[0] for r in merge_arm_rows] == ["one-hop, 1 question x 8, calls merged"] * 3
+    merge_rows = [[c.strip() for c in line.strip("|").split("|")] for line in merge_block.splitlines() if "| " in line]
+    # calls (rows + merged), merged, rows, tokens per call -> merged, ratio, update s a step, breaks
+    assert merge_rows[1] == ["rag_agent-merge", "0", "16", "4", "12", "1000", "600", "0.60", "15.0", "not_extending 2"]
+    assert merge_rows[2][1:3] == ["1", "16"] and merge_rows[2][-1] == "not_extending 3"
+    assert merge_rows[3][1] == "**mean ± std**" and merge_rows[3][3] == "3 ± 1" and merge_rows[3][7] == "0.70 ± 0.14"
+    assert merge_rows[3][-1] == "not_extending 5"
     (tmp_path / "unmarked.md").write_text("no markers\n")
     assert report.main(["--results", str(results), "--page", str(tmp_path / "unmarked.md")]) == 1
 

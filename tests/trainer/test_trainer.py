@@ -205,11 +205,16 @@ def test_a_short_loop_end_to_end(tmp_path, engine):
     step2 = records[2]
     # the trainer's tokens/s (every transition's tokens over the update's time), unless the backend gave its own
     assert step2["tokens_per_s"] > 0 and records[3]["tokens_per_s"] == 0.0
+    rows = step2["transitions"]
+    assert step2["learner_tokens"] == pytest.approx(
+        rows * (step2["prompt_length_mean"] + step2["response_length_mean"])
+    )
     for key in (
         "reward_mean",
         "reward_std",
         "success_rate",
         "response_length_mean",
+        "learner_tokens",
         "tokens_per_s",
         "staleness_mean",
         "time_rollout_s",

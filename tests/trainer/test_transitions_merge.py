@@ -101,6 +101,8 @@ def test_extending_calls_become_one_row_with_each_calls_segment(sqlite_store, re
     (row,), report = _build(store, r, reader, credit="emitted")
     per_call, _ = build_transitions(store, [r], TransitionConfig(credit="emitted"), reader=reader)
     assert report.merged_calls == 2 and report.merge_breaks == {} and report.transitions == 1
+    assert report.unmerged_tokens == sum(len(t.prompt_ids) + len(t.response_ids) for t in per_call)
+    assert report.unmerged_tokens > len(row.prompt_ids) + len(row.response_ids)  # what merging saved the learner
     p1 = pairs[0][0]
     p3, r3 = pairs[2]
     assert list(row.prompt_ids) == p1
@@ -127,7 +129,7 @@ def test_off_by_default_one_transition_per_call(sqlite_store, reader):
     _store_calls(sqlite_store, _conversation())
     ts, report = build_transitions(sqlite_store, [r], TransitionConfig(missing_reward=0.0), reader=reader)
     assert len(ts) == 3 and all(t.segments is None for t in ts)
-    assert report.merged_calls == 0 and report.merge_breaks == {}
+    assert report.merged_calls == 0 and report.merge_breaks == {} and report.unmerged_tokens == 0
 
 
 def test_break_when_the_ids_do_not_extend(sqlite_store, reader):

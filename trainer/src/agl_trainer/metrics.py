@@ -51,7 +51,8 @@ def reward_metrics(
 def transition_metrics(
     transitions: Sequence[Transition], staleness: Sequence[int], update_s: float
 ) -> dict[str, float]:
-    """Sizes, training tokens/s and staleness (``staleness``: each transition's versions behind its learner)."""
+    """Sizes (``learner_tokens``: the prompt and response tokens of all rows), training tokens/s and
+    staleness (``staleness``: each transition's versions behind its learner)."""
     if not transitions:
         return {"transitions": 0.0}
     response = [len(t.response_ids) for t in transitions]
@@ -59,6 +60,7 @@ def transition_metrics(
     tokens = sum(response) + sum(prompt)
     return {
         "transitions": float(len(transitions)),
+        "learner_tokens": float(tokens),
         "response_length_mean": sum(response) / len(response),
         "response_length_max": float(max(response)),
         "prompt_length_mean": sum(prompt) / len(prompt),

@@ -82,6 +82,9 @@ class BuildReport:
     """Rollouts alone with their task and with no other singleton to share a baseline with, left out."""
     merged_calls: int = 0
     """Calls that joined the previous call's row (``merge="prefix"``): transitions has that many fewer rows."""
+    unmerged_tokens: int = 0
+    """With ``merge="prefix"``: the prompt and response tokens the merged rollouts' calls would hand the
+    learner as rows of their own (the ``learner_tokens`` metric is what it got)."""
     merge_breaks: dict[str, int] = field(default_factory=dict)
     """With ``merge="prefix"``: the calls that started a new row after a call of their rollout, by reason
     (:data:`agl_trainer.transitions.merge.BREAK_REASONS`)."""

@@ -63,8 +63,10 @@ def extends(previous: Transition, following: Transition) -> bool:
 def merge_prefix(transitions: Sequence[Transition], report: BuildReport) -> list[Transition]:
     """One rollout's transitions (in step order) with each run of extending calls merged into one row.
 
-    Counts each call that joined a row (``report.merged_calls``) and each break by reason.
+    Counts each call that joined a row (``report.merged_calls``), each break by reason, and the
+    learner tokens of the rollout's calls as rows of their own (``report.unmerged_tokens``).
     """
+    report.unmerged_tokens += sum(len(t.prompt_ids) + len(t.response_ids) for t in transitions)
     out: list[Transition] = []
     run: list[Transition] = []
     for t in transitions:
