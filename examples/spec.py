@@ -86,6 +86,9 @@ class ExampleSpec:
     """Options both commands take (the SQL agent's ``--db``)."""
     train_options: Callable[[argparse.ArgumentParser], None] = _nothing
     """Options only training takes (``--lr``, ``--arm``)."""
+    task_order: Callable[[argparse.Namespace, list[dict]], list[dict] | None] = _nothing
+    """``task_order(args, train)``: the training tasks in the order the steps take them, a batch after
+    another (a curriculum; the trainer then does not shuffle), or None for the trainer's seeded shuffle."""
     prepare: Callable[[argparse.Namespace], None] = _nothing
     """Checks and settings from the options, before anything runs (the SQL agent's database); a
     ``ValueError`` or ``OSError`` it raises is the command's usage error."""

@@ -140,6 +140,9 @@ def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -
         max_response_tokens=args.max_response_tokens,
     )
     config["transitions"]["merge"] = args.merge
+    ordered = spec.task_order(args, train)  # a curriculum, or None: the trainer's seeded shuffle
+    if ordered is not None:
+        config["shuffle"] = False
     config["progress"] = sys.stderr.isatty()
     config = with_loggers(config, args)
     before = shared_before(args, config, test, spec.run_split, workdir.parent / "base-test")
@@ -147,7 +150,8 @@ def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -
     if val:
         config.update(val_every=args.val_every, val_before=True)
     try:
-        result = Trainer(config).fit(spec.agent, train_tasks=train, val_tasks=val or test)
+        tasks = train if ordered is None else ordered
+        result = Trainer(config).fit(spec.agent, train_tasks=tasks, val_tasks=val or test)
     finally:
         agl.plugins.unregister(counter)
 

@@ -1,8 +1,9 @@
 """The calculator agent as the shared runner runs it (:class:`examples.spec.ExampleSpec`).
 
 Arms: the config's lr, optimizer steps and step count make ``calc_agent``; another ``--lr``,
-``--steps-without-signal skip``, ``--max-staleness`` or ``--steps`` is named in the arm
-(``calc_agent-lr0.001``, ``calc_agent-skip``, ``calc_agent-async1``, ``calc_agent-steps60``).
+``--steps-without-signal skip``, ``--max-staleness``, ``--curriculum`` or ``--steps`` is named in
+the arm (``calc_agent-lr0.001``, ``calc_agent-skip``, ``calc_agent-async1``,
+``calc_agent-ops2-3from31``, ``calc_agent-steps60``).
 """
 
 from __future__ import annotations
@@ -13,17 +14,25 @@ from typing import Any
 from examples.spec import ExampleSpec, Subset
 
 from .config import LR, STEPS, TRAIN_OPERATIONS, trainer_config
+from .curriculum import Curriculum
 from .problems import load_split, of_operations
 from .tool_calls import tool_call_figures
 
 NAME = "calc_agent"
 
 
-def arm(lr: float, steps_without_signal: str, max_staleness: int = 0, steps: int = STEPS) -> str:
+def arm(
+    lr: float,
+    steps_without_signal: str,
+    max_staleness: int = 0,
+    steps: int = STEPS,
+    curriculum: Curriculum | None = None,
+) -> str:
     """The run's name in its results file: ``calc_agent``, plus what differs from the config."""
     name = NAME if lr == LR else f"{NAME}-lr{lr:g}"
     name = name if steps_without_signal == "step" else f"{name}-{steps_without_signal}"
     name = name if max_staleness == 0 else f"{name}-async{max_staleness}"
+    name = name if curriculum is None else f"{name}-{curriculum.name}"
     return name if steps == STEPS else f"{name}-steps{steps}"
 
 
@@ -46,6 +55,26 @@ def train_options(parser: argparse.ArgumentParser) -> None:
         help="asynchronous training: the next k steps' rollouts run while a step trains (0: lockstep; "
         "another k is named in the results file, calc_agent-async1)",
     )
+    parser.add_argument(
+        "--curriculum",
+        type=Curriculum.parse,
+        metavar="STEP:OPERATIONS",
+        help="from step STEP on, train on the problems of these numbers of operations (31:2,3); the steps "
+        "before it take the --operations ones (named in the results file, calc_agent-ops2-3from31)",
+    )
+
+
+def check_curriculum(args: argparse.Namespace) -> None:
+    """A curriculum whose second stage would start after the last step is a usage error."""
+    if getattr(args, "curriculum", None) is not None:
+        args.curriculum.check(args.steps)
+
+
+def task_order(args: argparse.Namespace, train: list[dict]) -> list[dict] | None:
+    """With ``--curriculum``, the training problems in the order the steps take them; else None (shuffled)."""
+    if args.curriculum is None:
+        return None
+    return args.curriculum.order(train, steps=args.steps, batch_size=args.batch_size, seed=args.seed)
 
 
 def train_figures(store: Any, rollouts: list) -> dict[str, Any]:
@@ -67,11 +96,14 @@ SPEC = ExampleSpec(
     load_split=load_split,
     train_figures=train_figures,
     subset=Subset("operations", "numbers of operations", TRAIN_OPERATIONS, of_operations),
-    arm=lambda args: arm(args.lr, args.steps_without_signal, args.max_staleness, args.steps),
+    arm=lambda args: arm(args.lr, args.steps_without_signal, args.max_staleness, args.steps, args.curriculum),
     record_extras=lambda args, train: {
         "train_operations": list(args.operations),
         "steps_without_signal": args.steps_without_signal,
         "max_staleness": args.max_staleness,
+        **({"curriculum": vars(args.curriculum)} if args.curriculum else {}),
     },
     train_options=train_options,
+    prepare=check_curriculum,
+    task_order=task_order,
 )

@@ -22,6 +22,7 @@ import pytest
 
 import agl
 from agl.capture import BufferedWriter, RolloutContext
+from agl.store.sqlite import SqliteStore
 from tests.examples.train_yaml import assert_yaml_is_the_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -196,8 +197,16 @@ def test_a_run_with_a_validation_curve_evaluates_val_every_n_steps_and_test_on_i
     argv = ["--seed", "0", "--steps", "2", "--batch-size", "2", "--n-rollouts", "2", "--eval-limit", "2"]
     argv += ["--model", str(model), "--max-response-tokens", "8", "--workdir", str(tmp_path / "run")]
     argv += ["--val-every", "1", "--val-limit", "3", "--results", str(tmp_path / "results")]
+    argv += ["--curriculum", "2:3"]  # step 1 on two-operation problems, step 2 on three-operation ones
     assert example.train.main(argv) == 0
-    record = json.loads((tmp_path / "results" / "calc_agent-steps2-seed0.json").read_text())
+    record = json.loads((tmp_path / "results" / "calc_agent-ops3from2-steps2-seed0.json").read_text())
+    assert record["curriculum"] == {"from_step": 2, "operations": [3]} and record["train_operations"] == [2]
+    with SqliteStore(tmp_path / "run" / "agl.db") as store:
+        operations = {t.task_id: t.input["operations"] for t in store.query_tasks()}
+        trained = {
+            s: {operations[r.task_id] for r in store.query_rollouts(step=s) if r.mode == "train"} for s in (1, 2)
+        }
+    assert trained == {1: {2}, 2: {3}}
     assert [point["step"] for point in record["val_curve"]] == [0, 1, 2]
     assert all(0 <= point["success_rate"] <= 1 for point in record["val_curve"])
     assert (record["val_every"], record["val_problems"], record["eval_problems"]) == (1, 3, 2)

@@ -308,12 +308,48 @@ def test_the_report_is_built_from_the_results_files(calc, tmp_path):
 
 def test_train_py_names_its_arm_by_what_differs_from_the_config(calc):
     from examples.calc_agent import spec
+    from examples.calc_agent.curriculum import Curriculum
 
     lr = calc.config.LR
     assert spec.arm(lr, "step") == "calc_agent"
     assert spec.arm(1e-3, "step") == "calc_agent-lr0.001"
     assert spec.arm(lr, "skip") == "calc_agent-skip"
     assert spec.arm(lr, "step", 1, 60) == "calc_agent-async1-steps60"
+    assert spec.arm(lr, "step", 0, 60, Curriculum(31, (2, 3))) == "calc_agent-ops2-3from31-steps60"
     config = calc.config.trainer_config(seed=0, workdir=Path("w"), model_path="m", steps_without_signal="skip")
     assert config["backend"]["config"]["steps_without_signal"] == "skip"
     assert "steps_without_signal" not in calc.config.trainer_config(seed=0, workdir=Path("w"), model_path="m")
+
+
+def test_a_curriculum_orders_the_training_problems_by_stage(calc):
+    import argparse
+
+    from examples.calc_agent.curriculum import Curriculum
+
+    curriculum = Curriculum.parse("3:3,2")
+    assert curriculum == Curriculum(3, (2, 3))
+    first = calc.problems.of_operations(calc.problems.load_split("train"), (2,))
+    order = curriculum.order(first, steps=40, batch_size=3, seed=1)
+    assert len(order) == 40 * 3
+    assert {t["input"]["operations"] for t in order[:6]} == {2}  # steps 1 and 2: the first stage's
+    assert {t["input"]["operations"] for t in order[6:]} == {2, 3}  # from step 3 on: two and three operations
+    later = calc.problems.of_operations(calc.problems.load_split("train"), (2, 3))
+    assert len(order[6:]) < len(later) and len({t["task_id"] for t in order[6:]}) == len(order[6:])  # no repeat
+    one_epoch = Curriculum(2, (2, 3)).order(first, steps=2, batch_size=len(first), seed=1)[: len(first)]
+    assert sorted(t["task_id"] for t in one_epoch) == sorted(t["task_id"] for t in first)  # each problem once
+    assert curriculum.order(first, steps=40, batch_size=3, seed=1) == order  # seeded
+    assert curriculum.order(first, steps=40, batch_size=3, seed=2) != order
+    for bad, reason in (("31", "STEP:OPERATIONS"), ("x:2", "STEP:OPERATIONS"), ("1:2,3", "step 2 or later")):
+        with pytest.raises(argparse.ArgumentTypeError, match=reason):
+            Curriculum.parse(bad)
+    with pytest.raises(ValueError, match="starts at step 41, after the last"):
+        Curriculum(41, (2, 3)).order(first, steps=40, batch_size=3, seed=1)
+
+
+def test_train_refuses_a_curriculum_that_starts_after_the_last_step(capsys):
+    from examples.calc_agent import train
+
+    with pytest.raises(SystemExit) as exit_:
+        train.main(["--steps", "10", "--curriculum", "11:2,3"])
+    assert exit_.value.code == 2
+    assert "curriculum: its second stage starts at step 11, after the last (10)" in capsys.readouterr().err

@@ -161,6 +161,11 @@ class TrainerConfig(_Config):
     seed: int = Field(
         default=0, description="the run's seed: the order tasks are batched in and each rollout's sampling seed"
     )
+    shuffle: bool = Field(
+        default=True,
+        description="batch the train tasks in a seeded shuffle, epoch after epoch (verl's data.shuffle); false: "
+        "in the order given, from the first again after the last (a curriculum is an order of tasks)",
+    )
     val_every: int = Field(
         default=0, ge=0, description="evaluate on the val split every k steps (0: only before/after)"
     )

@@ -637,11 +637,15 @@ class Trainer:
 
     # -- one step ------------------------------------------------------------------------
     def _batch(self, step: int, tasks: Sequence[Task]) -> list[Task]:
-        """The step's tasks: ``batch_size`` positions of an endless sequence of seeded shuffles of the data."""
+        """The step's tasks: ``batch_size`` positions of an endless sequence of seeded shuffles of the data
+        (or of the data in its order, again and again, without ``shuffle``)."""
         size = self.config.batch_size
         out = []
         for pos in range((step - 1) * size, step * size):
             epoch, index = divmod(pos, len(tasks))
+            if not self.config.shuffle:
+                out.append(tasks[index])
+                continue
             order = list(range(len(tasks)))
             random.Random(self.config.seed * 1_000_003 + epoch).shuffle(order)
             out.append(tasks[order[index]])
