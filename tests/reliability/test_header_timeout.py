@@ -120,6 +120,15 @@ def test_the_bound_covers_the_headers_alone_under_both_of_uvicorn_s_protocols(lo
             # and the next request's head, half sent, is bound again from its first byte
             sock.sendall(HALF_A_HEAD)
             assert _closed_after(sock, BOUND_S + 3) is not None
+        # a head begun while the connection's timer is still set for an earlier one (a connection keeps
+        # one timer) is bound from its own first byte: neither cut at the earlier one's bound nor kept
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sock.sendall(_request(b"quick"))
+            _answer(sock, b"quick")
+            time.sleep(BOUND_S * 0.6)
+            sock.sendall(HALF_A_HEAD)
+            after = _closed_after(sock, BOUND_S + 3)
+            assert after is not None and BOUND_S * 0.8 <= after < BOUND_S + 2, after
 
 
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "10"])

@@ -60,6 +60,31 @@ against 28dbf9d, 4 rounds (load 8.0-8.4): CPU per
 call 1.09 / 1.28 / 1.14x, calls/s 1284 / 1462 / 1649 against 1361 / 1675 / 1690, added p50 at
 1 client 0.530 against 0.485 ms (issue 46's target is not reached: at 16 and 64 clients the
 gap is 40-80 us of CPU a call, outside the parts timed above).
+
+Where that gap was (issue 46, a later sitting the same day, load average 6-12 from training runs
+on the same 2 cores). The process's CPU by thread (``/proc/<pid>/task``) put it on the event
+loop's thread (30-40 us a call at 16 clients; the store writer's thread 5 us); cProfile counted
+the same ~500 Python calls a request in both commits, and it stayed with the collector off, so it
+was neither extra calls nor collection but the same calls costing more in the serving process.
+Driving each commit's app in a process of its own with a canned engine answer (no sockets,
+``time.thread_time`` a request, 16 at once, 10 runs of 3,000 each), this code took 158 us a
+request against 28dbf9d's 138; without the request check, 137 against 131: building the pydantic
+request model cost about 20 us a call there (5.3 us timed in a loop of its own), against 7 us for
+28dbf9d's hand-written checks. A plain chat request now passes without building it
+(:mod:`~agl_trainer.gateway.plain_chat`, which only ever passes what the model accepts; the model
+checks every other request): 144 against 144. Outside the app, the header timeout's timer, set
+and cancelled once a request, added 10-20 us of the loop thread's CPU and of the p50 at one client
+(three rounds with the timeout switched off against it); a connection now keeps one timer, set
+again only when it fires (:mod:`agl_trainer.http.header_timeout`). Then, against 28dbf9d in
+``bench_gateway_ab``, 3 rounds (load 9.2-10.2): calls/s at 16 / 64 clients 1405 / 1311 against
+1232 / 1236 (1.14 / 1.06x), CPU per call at 1 / 16 / 64 clients 1.02 / 0.89 / 1.06x, added p50 at
+one client 0.514 against 0.500 ms; a rollout's first call 0.145 ms above its later ones (28dbf9d:
+0.380). The next run, 4 rounds (load 9.5-10.4), swung the other way: calls/s 801 / 1008 against
+1116 / 876 (0.72 / 1.15x), CPU per call 1.07 / 1.11 / 1.05x, added p50 0.509 against 0.487 ms; a
+first call 0.185 ms above the later ones (28dbf9d: 0.471). So issue 46's target is met in one run
+of two and the p50 at one client in neither (14-22 us above); single turns swing 2x with the host's
+load, and what is left (a few us each: the route table, the admission's passes over the headers,
+the record's extra fields) is within that swing.
 """
 
 from __future__ import annotations

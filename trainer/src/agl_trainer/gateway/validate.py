@@ -13,6 +13,7 @@ from typing import Any
 from agl.schema import json_problem
 from agl_trainer import anthropic_requests, openai_requests
 from agl_trainer.gateway.errors import invalid
+from agl_trainer.gateway.plain_chat import is_plain_chat
 
 
 def check_body(req: Any, text: bytes | None = None) -> None:
@@ -82,9 +83,11 @@ def _checked(model: type, req: dict):
         raise invalid(exc.param, exc.reason, code=exc.code) from None
 
 
-def check_chat(req: dict) -> openai_requests.ChatCompletionRequest:
-    """A ``/v1/chat/completions`` request body (:class:`agl_trainer.openai_requests.ChatCompletionRequest`)."""
-    return _checked(openai_requests.ChatCompletionRequest, req)
+def check_chat(req: dict) -> None:
+    """A ``/v1/chat/completions`` request body (:class:`agl_trainer.openai_requests.ChatCompletionRequest`);
+    a plain one (:func:`~agl_trainer.gateway.plain_chat.is_plain_chat`) passes without building the model."""
+    if not is_plain_chat(req):
+        _checked(openai_requests.ChatCompletionRequest, req)
 
 
 def check_completion(req: dict) -> openai_requests.CompletionRequest:
