@@ -40,7 +40,9 @@ clients, added p50 at one client 0.506 ms against 0.482 ms. The CPU still above 
 spent outside this client (py-spy, GIL samples over the same 6,000 calls at 16 clients, this
 code against 28dbf9d's: the request checked against the pydantic request model, the LLM call
 record's field checks, the store writer's inserts, the header-timeout protocol; this client's
-share is unchanged).
+share is unchanged). The request model and the header timer have since been taken off the common
+path (:mod:`agl_trainer.gateway.plain_chat`, :mod:`agl_trainer.http.header_timeout`; figures in
+:mod:`agl_trainer.gateway.app`).
 httpx was further behind still when the gateway last tried it (+0.32-0.34 ms p50 for the
 engine alone against aiohttp's +0.06 ms, 423 against 15.5k calls/s at 64 clients).
 """
