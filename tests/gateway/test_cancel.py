@@ -85,7 +85,7 @@ def test_transitions_leave_the_aborted_call_out_and_count_it(gateway, engine, st
 def test_agl_run_killing_a_timed_out_agent_cancels_its_call(gateway, engine, store, tmp_path):
     """``agl run --timeout`` kills the program; its connection closes with it, and the gateway
     cancels the engine request it was waiting on instead of letting it run to the end."""
-    engine.delay_s = 30.0
+    engine.delay_s = 60.0
     script = tmp_path / "slow_agent.py"
     script.write_text(
         "from openai import OpenAI\n"
@@ -94,8 +94,9 @@ def test_agl_run_killing_a_timed_out_agent_cancels_its_call(gateway, engine, sto
     )
     cli = "import sys; from agl_trainer.cli import main; sys.exit(main(sys.argv[1:]))"
     store_url = f"sqlite:///{store.path}"
-    # 6 s: time for the child to start and send its request on a busy 2-core host
-    args = ["run", "--store", store_url, "--gateway", gateway.url, "--timeout", "6"]
+    # 15 s: time for the child to import openai and send its request on a busy 2-core host (at a
+    # load average of 10, 6 s was not)
+    args = ["run", "--store", store_url, "--gateway", gateway.url, "--timeout", "15"]
     env = dict(os.environ, AGL_ROLLOUT_KEY_SECRET=gateway.keys.secret)  # agl run makes the rollout's key with it
     proc = subprocess.run(
         [sys.executable, "-c", cli, *args, "--", sys.executable, str(script)],
@@ -107,7 +108,7 @@ def test_agl_run_killing_a_timed_out_agent_cancels_its_call(gateway, engine, sto
     killed = time.monotonic()
     assert proc.returncode != 0, proc.stderr
     assert len(engine.requests) == 1, f"the child's request never reached the engine: {proc.stderr}"
-    assert _wait_for_abort(engine, killed) < 1.0, proc.stderr  # not the 30 s the engine would have taken
+    assert _wait_for_abort(engine, killed) < 1.0, proc.stderr  # not the 60 s the engine would have taken
     _idle(gateway, engine)
     [rollout] = [r for r in store.query_rollouts() if r.mode == "production"]
     assert rollout.status == RolloutStatus.TIMED_OUT

@@ -55,3 +55,18 @@ class Dialect(Protocol):
 def openai_error_body(err: GatewayError) -> bytes:
     """``err`` in OpenAI's error shape (every route but the Anthropic ones)."""
     return err.encode()
+
+
+class OpenAIErrors:
+    """The error half of a :class:`Dialect` whose clients read OpenAI's error shape: an engine's
+    refusal passes as it is, and an error's body is :func:`openai_error_body`'s."""
+
+    @staticmethod
+    def engine_error(err: GatewayError) -> GatewayError:
+        """An engine's refusal, as it is: the engine speaks OpenAI's API too."""
+        return err
+
+    @staticmethod
+    def error_body(err: GatewayError) -> bytes:
+        """``err`` in OpenAI's error shape."""
+        return openai_error_body(err)

@@ -15,8 +15,9 @@ import logging
 from collections.abc import Callable
 
 from agl_trainer.gateway import chat, validate
+from agl_trainer.gateway.dialect import OpenAIErrors
 from agl_trainer.gateway.endpoints import send_json
-from agl_trainer.gateway.errors import GatewayError, server_error
+from agl_trainer.gateway.errors import server_error
 from agl_trainer.gateway.recorder import CallMeta, Recorder
 from agl_trainer.gateway.sse import iter_engine_chunks
 from agl_trainer.gateway.upstream import UpstreamResponse
@@ -25,7 +26,7 @@ from agl_trainer.http import DONE_EVENT, SSE_HEADERS, data_event
 log = logging.getLogger(__name__)
 
 
-class OpenAICompletions:
+class OpenAICompletions(OpenAIErrors):
     """Chat completions (``is_chat``) or text completions: the :class:`~agl_trainer.gateway.dialect.Dialect`
     of the engine's own API."""
 
@@ -44,14 +45,6 @@ class OpenAICompletions:
 
     def upstream(self, engine_req: dict, model: str | None, cap: int | None) -> dict:
         return self._upstream(engine_req, model, cap)
-
-    @staticmethod
-    def engine_error(err: GatewayError) -> GatewayError:
-        return err
-
-    @staticmethod
-    def error_body(err: GatewayError) -> bytes:
-        return err.encode()
 
     async def answer(
         self, recorder: Recorder, meta: CallMeta, req: dict, resp: UpstreamResponse, model: str | None, send: Callable

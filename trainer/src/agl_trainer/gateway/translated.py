@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 from agl_trainer.gateway.chat import StreamAccumulator, engine_json, take_chat_tokens, upstream_chat_request
-from agl_trainer.gateway.errors import GatewayError, server_error
+from agl_trainer.gateway.dialect import OpenAIErrors
+from agl_trainer.gateway.errors import server_error
 from agl_trainer.gateway.recorder import CallMeta, Recorder
 from agl_trainer.gateway.sse import iter_engine_chunks
 from agl_trainer.gateway.upstream import UpstreamResponse
@@ -92,7 +93,7 @@ async def serve(
     recorder.record(meta, prompt_ids, tokens[:1], stream.result)
 
 
-class TranslatedDialect(abc.ABC):
+class TranslatedDialect(OpenAIErrors, abc.ABC):
     """What a translated API's :class:`~agl_trainer.gateway.dialect.Dialect` shares: calls go to the
     engine's chat interface and are answered through :func:`serve`; errors are OpenAI's unless a
     subclass says otherwise. A subclass names its ``endpoint`` and ``id_prefix`` and gives
@@ -113,14 +114,6 @@ class TranslatedDialect(abc.ABC):
     @staticmethod
     def upstream(engine_req: dict, model: str | None, cap: int | None) -> dict:
         return upstream_chat_request(engine_req, model, cap)
-
-    @staticmethod
-    def engine_error(err: GatewayError) -> GatewayError:
-        return err
-
-    @staticmethod
-    def error_body(err: GatewayError) -> bytes:
-        return err.encode()
 
     async def answer(
         self, recorder: Recorder, meta: CallMeta, req: dict, resp: UpstreamResponse, model: str | None, send: Callable
