@@ -17,6 +17,11 @@ microseconds. The checkouts take turns over ``--rounds`` (the order swapped each
 busy spell on a shared host slows both alike; printed: every turn's median, then each
 checkout's median over all its runs and the ratio this / other.
 
+Measured 2026-11-29 on the shared 2-core host (load average 11.1-13.0, training runs alongside),
+``--other`` a worktree of 28dbf9d, the defaults (3 rounds, 5 runs of 3,000 requests a turn, 16 at
+once): process CPU per request 182.3 against 176.8 us (1.03x), the loop thread's 144.6 against
+139.5 us (1.04x); single turns' medians moved 172-194 us.
+
     .venv/bin/python -m tests.benchmarks.bench_gateway_inproc [--against 28dbf9d | --other CHECKOUT] \\
         [--rounds 3] [--requests 3000] [--concurrency 16] [--repeats 5] [--warmup 500]
 """
