@@ -66,9 +66,10 @@ on the same 2 cores). The process's CPU by thread (``/proc/<pid>/task``) put it 
 loop's thread (30-40 us a call at 16 clients; the store writer's thread 5 us); cProfile counted
 the same ~500 Python calls a request in both commits, and it stayed with the collector off, so it
 was neither extra calls nor collection but the same calls costing more in the serving process.
-Driving each commit's app in a process of its own with a canned engine answer (no sockets,
-``time.thread_time`` a request, 16 at once, 10 runs of 3,000 each), this code took 158 us a
-request against 28dbf9d's 138; without the request check, 137 against 131: building the pydantic
+Driving each commit's app in a process of its own with a canned engine answer (no sockets; now
+``python -m tests.benchmarks.bench_gateway_inproc --other CHECKOUT``, whose loop thread CPU is the
+figure here; 16 at once, 10 runs of 3,000 each), this code took 158 us a request against
+28dbf9d's 138; without the request check, 137 against 131: building the pydantic
 request model cost about 20 us a call there (5.3 us timed in a loop of its own), against 7 us for
 28dbf9d's hand-written checks. A plain chat request now passes without building it
 (:mod:`~agl_trainer.gateway.plain_chat`, which only ever passes what the model accepts; the model
