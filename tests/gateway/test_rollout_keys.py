@@ -169,6 +169,7 @@ def test_a_rollouts_first_call_asks_the_store_about_it_once(gateway, store, roll
         return real(rollout_id)
 
     monkeypatch.setattr(store, "get_rollout", counting)
+    gateway.registry.status_ttl_s = 60.0  # fresh throughout the next four calls, however loaded the host (1 s was not)
     path = f"/rollouts/{rollout}/v1/chat/completions"
     assert chat(gateway, path, key).status_code == 200
     assert asked == [rollout]
