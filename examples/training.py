@@ -139,6 +139,11 @@ def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -
         n_rollouts=args.n_rollouts,
         max_response_tokens=args.max_response_tokens,
     )
+    if args.val_every and config.get("policies"):
+        raise SystemExit(
+            f"--val-every: {name} serves a policy per role, and the test split after training is evaluated on "
+            "one adapter for every role; run it without --val-every (the trainer evaluates test before and after)"
+        )
     config["transitions"]["merge"] = args.merge
     ordered = spec.task_order(args, train)  # a curriculum, or None: the trainer's seeded shuffle
     if ordered is not None:

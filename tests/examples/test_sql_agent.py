@@ -127,6 +127,14 @@ def test_the_per_role_arm_trains_the_writer_and_serves_the_checker_the_base_mode
     assert sorted(p.name for p in versions.iterdir()) == ["writer-step-1", "writer-step-2"]
 
 
+def test_a_validation_curve_of_the_per_role_arm_is_refused_before_training(example, tmp_path):
+    """Test after a curve is evaluated on one adapter for every role, which per-role cannot be: refused up front."""
+    argv = ["--arm", "per-role", "--val-every", "10", "--workdir", str(tmp_path / "run"), "--results", str(tmp_path)]
+    with pytest.raises(SystemExit, match="--val-every: per-role serves a policy per role") as refused:
+        example.train.main(argv)
+    assert refused.value.code != 0 and not (tmp_path / "run" / "agl.db").exists()
+
+
 def test_train_yaml_is_the_main_arm_train_py_makes(example):
     workdir = Path("runs/sql-agent/yaml-main-seed0")
     made = example.config.trainer_config("main", seed=0, workdir=workdir, model_path="MODEL")
