@@ -186,6 +186,7 @@ def train_on_traffic(args: argparse.Namespace) -> int:
     wall = time.monotonic() - started
     done = {"name": name, "steps": result.steps_completed, "wall_s": wall, "eval_tasks": len(test)}
     args.operations, args.steps_without_signal, args.max_staleness = TRAIN_OPERATIONS, "step", 0
+    args.curriculum, args.merge = None, "off"
     record = results_record(SPEC, args, [], config, done, counter.by_agent, figures, workdir)
     record.update({"graded": args.graded, "rollout_correction": CORRECTION, "recorded_rollouts": args.steps * per_step})
     args.results.mkdir(parents=True, exist_ok=True)
