@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -73,6 +74,20 @@ def _environ(checkout: Path) -> dict[str, str]:
 
 def _load() -> str:
     return Path("/proc/loadavg").read_text().strip()
+
+
+def take_turns(checkouts: dict[str, Path], rounds: int, turn: Callable[[Path], dict]) -> list[tuple[int, str, dict]]:
+    """``(round, name, turn(checkout))`` for each checkout once a round, the order swapped every other
+    round (so a busy second of the host weighs on both alike); each turn printed as it ends, and the
+    load when all have."""
+    names = list(checkouts)
+    turns = []
+    for rnd in range(rounds):
+        for name in names if rnd % 2 == 0 else names[::-1]:
+            turns.append((rnd, name, turn(checkouts[name])))
+            print(f"round {rnd} {name}: {json.dumps(turns[-1][2])}", flush=True)
+    print(f"load at the end: {_load()}")
+    return turns
 
 
 def cpu_s(pid: int) -> float:

@@ -39,7 +39,7 @@ import tempfile
 from pathlib import Path
 
 from tests.benchmarks.bench_gateway import BODY, TOKEN
-from tests.benchmarks.bench_gateway_ab import AGAINST, ROOT, _environ, _load
+from tests.benchmarks.bench_gateway_ab import AGAINST, ROOT, _environ, _load, take_turns
 from tests.benchmarks.store_beside import exported_tree
 
 CHILD = Path(__file__).with_name("gateway_inproc_child.py")
@@ -137,12 +137,7 @@ def run(this: Path, other: Path, args: argparse.Namespace) -> None:
     names = list(checkouts)
     print(f"this: {this}; other: {other}; {os.cpu_count()} cores; load {_load()}")
     print(f"{args.requests} requests x {args.repeats} a turn, {args.concurrency} at once, after {args.warmup}")
-    turns = []
-    for rnd in range(args.rounds):
-        for name in names if rnd % 2 == 0 else names[::-1]:
-            turns.append((rnd, name, one_turn(checkouts[name], args)))
-            print(f"round {rnd} {name}: {json.dumps(turns[-1][2])}", flush=True)
-    print(f"load at the end: {_load()}")
+    turns = take_turns(checkouts, args.rounds, lambda checkout: one_turn(checkout, args))
     report(turns, names)
 
 

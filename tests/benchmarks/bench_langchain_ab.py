@@ -42,7 +42,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.benchmarks.bench_gateway_ab import SOURCES, _load
+from tests.benchmarks.bench_gateway_ab import SOURCES, _load, take_turns
 from tests.benchmarks.store_beside import exported_tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -221,12 +221,7 @@ def run(this: Path, other: Path, args: argparse.Namespace) -> None:
     names = list(checkouts)
     cache = os.environ.get("PYTHONPYCACHEPREFIX") if "PYTHONDONTWRITEBYTECODE" not in os.environ else None
     print(f"this: {this}; other: {checkouts['other']}; {os.cpu_count()} cores; load {_load()}; bytecode cache: {cache}")
-    turns = []
-    for rnd in range(args.rounds):
-        for name in names if rnd % 2 == 0 else names[::-1]:
-            turns.append((rnd, name, one_turn(checkouts[name], args)))
-            print(f"round {rnd} {name}: {json.dumps(turns[-1][2])}", flush=True)
-    print(f"load at the end: {_load()}")
+    turns = take_turns(checkouts, args.rounds, lambda checkout: one_turn(checkout, args))
     report(turns, names)
 
 

@@ -259,18 +259,9 @@ def _child(workdir: Path, engine_url: str, agent_log: Path, max_staleness: int =
 @pytest.mark.parametrize("shuffle", [True, False])
 def test_tasks_are_batched_in_a_seeded_shuffle_or_in_the_order_given(tmp_path, engine, shuffle):
     tasks = [{"task_id": f"t{i}", "input": {"word": f"w{i}"}} for i in range(5)]
-    config = {
-        "workdir": str(tmp_path / "run"),
-        "store": f"sqlite:///{tmp_path / 'run' / 'agl.db'}",
-        "steps": 3,
-        "batch_size": 2,
-        "n_rollouts": 1,
-        "shuffle": shuffle,
-        "engine_urls": [engine.url],
-        "progress": False,
-    }
+    config = small_config(tmp_path, engine, steps=3, n_rollouts=1, shuffle=shuffle)
     Trainer(config, backend=TinyBackend(tmp_path / "calls.jsonl")).fit(agent, tasks)
-    with SqliteStore(tmp_path / "run" / "agl.db") as store:
+    with SqliteStore(tmp_path / "agl.db") as store:
         by_step = [sorted(r.task_id for r in store.query_rollouts(step=s) if r.mode == "train") for s in (1, 2, 3)]
     if shuffle:  # an epoch of the five in a seeded order (step 3 ends it), then the next epoch's first
         first_four = set(by_step[0] + by_step[1])
