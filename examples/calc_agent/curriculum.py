@@ -9,7 +9,6 @@ stage's problems in seeded shuffles, epoch after epoch, as many as its steps tak
 from __future__ import annotations
 
 import argparse
-import random
 from dataclasses import dataclass
 
 from .problems import load_split, of_operations
@@ -58,14 +57,14 @@ class Curriculum:
 
 
 def cycled(tasks: list[dict], n: int, seed: int) -> list[dict]:
-    """``n`` tasks: seeded shuffles of ``tasks``, one epoch after another."""
+    """``n`` tasks: seeded shuffles of ``tasks``, one epoch after another, as the trainer shuffles."""
     if not tasks and n:
         raise ValueError("curriculum: a stage has no training problems")
+    from agl_trainer.trainer import epoch_order
+
     out: list[dict] = []
     epoch = 0
     while len(out) < n:
-        order = list(tasks)
-        random.Random(seed * 1_000_003 + epoch).shuffle(order)
-        out += order[: n - len(out)]
+        out += [tasks[i] for i in epoch_order(len(tasks), seed, epoch)][: n - len(out)]
         epoch += 1
     return out

@@ -159,6 +159,13 @@ class TrainResult:
         return "\n".join(lines)
 
 
+def epoch_order(count: int, seed: int, epoch: int) -> list[int]:
+    """The positions ``0..count-1`` in the order a run of ``seed`` takes its train tasks in ``epoch``."""
+    order = list(range(count))
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    return order
+
+
 def as_tasks(items: Iterable[Task | dict[str, Any] | Any], split: str) -> list[Task]:
     """Tasks from Task objects, ``{"task_id"?, "input", ...}`` dicts, or bare inputs.
 
@@ -646,9 +653,7 @@ class Trainer:
             if not self.config.shuffle:
                 out.append(tasks[index])
                 continue
-            order = list(range(len(tasks)))
-            random.Random(self.config.seed * 1_000_003 + epoch).shuffle(order)
-            out.append(tasks[order[index]])
+            out.append(tasks[epoch_order(len(tasks), self.config.seed, epoch)[index]])
         return out
 
     def _rollout(self, rollout_id: str, task: Task, step: int, **fields: Any) -> Rollout:
