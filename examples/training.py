@@ -139,11 +139,6 @@ def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -
         n_rollouts=args.n_rollouts,
         max_response_tokens=args.max_response_tokens,
     )
-    if args.val_every and config.get("policies"):
-        raise SystemExit(
-            f"--val-every: {name} serves a policy per role, and the test split after training is evaluated on "
-            "one adapter for every role; run it without --val-every (the trainer evaluates test before and after)"
-        )
     config["transitions"]["merge"] = args.merge
     ordered = spec.task_order(args, train)  # a curriculum, or None: the trainer's seeded shuffle
     if ordered is not None:
@@ -165,9 +160,10 @@ def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -
     if val:  # the trainer evaluated val; test once more, on the last adapter
         figures["val_before"], figures["val_after"] = figures.pop("before"), figures.pop("after")
         figures["val_curve"] = val_curve(workdir)
-        figures["after"] = test_figures(spec, args, workdir, test, trained=True)
+        policies = config.get("policies")
+        figures["after"] = test_figures(spec, args, workdir, test, trained=True, policies=policies)
         if before is None:
-            before = test_figures(spec, args, workdir, test, trained=False)
+            before = test_figures(spec, args, workdir, test, trained=False, policies=policies)
     wall_s = time.monotonic() - started
     if before is not None:
         figures["before"] = before
@@ -264,16 +260,34 @@ def val_curve(workdir: Path) -> list[dict[str, float]]:
 
 
 def test_figures(
-    spec: ExampleSpec, args: argparse.Namespace, workdir: Path, test: list[dict], *, trained: bool
+    spec: ExampleSpec,
+    args: argparse.Namespace,
+    workdir: Path,
+    test: list[dict],
+    *,
+    trained: bool,
+    policies: list[dict] | None = None,
 ) -> dict[str, Any]:
     """The test split's figures (greedy, as the shared base's are evaluated) on the run's last published
-    adapter (``trained``) or on the model it started from."""
+    adapter (``trained``) or on the model it started from; a run of ``policies`` is served as it
+    trained, each trained policy its own last adapter and each frozen one its weights."""
     from agl_verl.models import checkpoint_dir, smollm2_dir
 
+    adapter: Path | dict[str, Path] | None = None
+    if trained and policies:
+        several = len(policies) > 1  # a lone policy publishes as the run's default weights (step-N)
+        adapter = {
+            p["name"]: checkpoint_dir(workdir, policy=p["name"] if several else None)
+            for p in policies
+            if p.get("train", True)
+        }
+    elif trained:
+        adapter = checkpoint_dir(workdir)
     return spec.run_split(
         test,
         model_path=args.model or smollm2_dir(),
-        adapter=checkpoint_dir(workdir) if trained else None,
+        adapter=adapter,
+        **({"policies": policies} if policies else {}),
         workdir=workdir / ("test-after" if trained else "test-before"),
         max_response_tokens=args.max_response_tokens,
     )

@@ -127,12 +127,28 @@ def test_the_per_role_arm_trains_the_writer_and_serves_the_checker_the_base_mode
     assert sorted(p.name for p in versions.iterdir()) == ["writer-step-1", "writer-step-2"]
 
 
-def test_a_validation_curve_of_the_per_role_arm_is_refused_before_training(example, tmp_path):
-    """Test after a curve is evaluated on one adapter for every role, which per-role cannot be: refused up front."""
-    argv = ["--arm", "per-role", "--val-every", "10", "--workdir", str(tmp_path / "run"), "--results", str(tmp_path)]
-    with pytest.raises(SystemExit, match="--val-every: per-role serves a policy per role") as refused:
-        example.train.main(argv)
-    assert refused.value.code != 0 and not (tmp_path / "run" / "agl.db").exists()
+def test_the_per_role_arm_with_a_validation_curve_evaluates_test_a_policy_per_role(example, tmp_path):
+    """With --val-every, test is evaluated after training outside the trainer: the writer on its last
+    adapter, the checker on the base model, as the run trained them (not one adapter for every role)."""
+    from agl.store.sqlite import SqliteStore
+
+    model = tiny_model(example, tmp_path / "tiny")
+    argv = ["--seed", "0", "--steps", "1", "--batch-size", "1", "--n-rollouts", "2", "--eval-limit", "1"]
+    argv += ["--val-every", "1", "--val-limit", "1", "--model", str(model), "--max-response-tokens", "8"]
+    argv += ["--arm", "per-role", "--workdir", str(tmp_path / "run"), "--results", str(tmp_path / "results")]
+    assert example.train.main(argv) == 0
+    record = json.loads((tmp_path / "results" / "per-role-steps1-seed0.json").read_text())
+    assert [point["step"] for point in record["val_curve"]] == [0, 1]
+    assert record["after"]["n"] == 1 and record["before"]["n"] == 1
+
+    writer, checker = example.agent.WRITER_MODEL, example.agent.CHECKER_MODEL
+    for when, writer_version in (("test-before", "base"), ("test-after", "writer-step-1")):
+        store = SqliteStore(tmp_path / "run" / when / "agl.db")
+        try:
+            seen = {(c.requested_model, c.policy, c.model_version) for c in store.query_llm_calls()}
+        finally:
+            store.close()
+        assert seen == {(writer, "writer", writer_version), (checker, "checker", "base")}, when
 
 
 def test_train_yaml_is_the_main_arm_train_py_makes(example):

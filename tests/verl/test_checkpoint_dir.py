@@ -26,3 +26,12 @@ def test_a_work_directory_gives_its_highest_published_step(tmp_path):
 def test_anything_else_is_refused_with_the_path(tmp_path):
     with pytest.raises(ConfigError, match=f"checkpoint: {tmp_path} is neither"):
         checkpoint_dir(tmp_path)
+
+
+def test_a_policy_gives_its_own_highest_published_step(tmp_path):
+    for name in ("writer-step-3", "writer-step-12", "step-20", "checker-step-30", "writer-step-x"):
+        (tmp_path / "verl" / "versions" / name).mkdir(parents=True)
+    assert checkpoint_dir(tmp_path, policy="writer") == tmp_path / "verl" / "versions" / "writer-step-12"
+    assert checkpoint_dir(tmp_path) == tmp_path / "verl" / "versions" / "step-20"
+    with pytest.raises(ConfigError, match=r"verl/versions/rewriter-step-N"):
+        checkpoint_dir(tmp_path, policy="rewriter")

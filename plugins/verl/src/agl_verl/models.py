@@ -70,24 +70,30 @@ def check_model_dir(path: str | os.PathLike, where: str) -> Path:
     )
 
 
-def checkpoint_dir(path: str | os.PathLike) -> Path:
+def checkpoint_dir(path: str | os.PathLike, *, policy: str | None = None) -> Path:
     """The weights to serve for ``path``: ``path`` itself when it is a LoRA adapter or a model
     directory, else the highest ``verl/versions/step-N`` a training run published under it (a
     trainer work directory whose verl backend works in ``<workdir>/verl``, as the examples set
-    it). Raises :class:`~agl.errors.ConfigError` when it is neither.
+    it); with ``policy``, that policy's highest ``<policy>-step-N`` (a run with a policy per role).
+    Raises :class:`~agl.errors.ConfigError` when it is neither.
     """
     from agl.errors import ConfigError
 
     folder = Path(path).expanduser()
     if (folder / "adapter_config.json").is_file() or (folder / "config.json").is_file():
         return folder
-    published = [p for p in (folder / "verl" / "versions").glob("step-*") if p.name.removeprefix("step-").isdigit()]
+    prefix = "step-" if policy is None else f"{policy}-step-"
+    published = {
+        int(p.name.removeprefix(prefix)): p
+        for p in (folder / "verl" / "versions").glob(f"{prefix}*")
+        if p.name.removeprefix(prefix).isdigit()
+    }
     if not published:
         raise ConfigError(
             f"checkpoint: {path} is neither an adapter or model directory nor a training work directory "
-            "with published versions (verl/versions/step-N)"
+            f"with published versions (verl/versions/{prefix}N)"
         )
-    return max(published, key=lambda p: int(p.name.removeprefix("step-")))
+    return published[max(published)]
 
 
 def smollm2_package_dir() -> Path:
