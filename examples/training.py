@@ -16,13 +16,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from examples.baseline import BASE_FILE, add_before_argument, shared_before
 from examples.loggers import add_logger_argument, with_loggers
+from examples.run_clock import RunClock
 from examples.spec import ExampleSpec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,7 +114,6 @@ def fresh_workdir(spec: ExampleSpec, args: argparse.Namespace, name: str) -> Pat
 
 def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -> int:
     """Train one seed on ``train`` and write ``<arm>-seed<N>.json`` into ``args.results``."""
-    started = time.monotonic()
     import torch
 
     import agl
@@ -127,7 +126,9 @@ def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -
     workdir = fresh_workdir(spec, args, name)
     spec.register_reward()
     counter = TransitionCounts(workdir / "transition_counts.json")  # resumed runs count every step
+    clock = RunClock(workdir / "wall.json")  # and their earlier processes' time
     agl.register_plugin(counter, name=f"{spec.runs}-transition-counts")
+    agl.register_plugin(clock, name=f"{spec.runs}-run-clock")
     test = spec.load_split("test")[: args.eval_limit]
     config = spec.trainer_config(
         args,
@@ -154,6 +155,7 @@ def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -
         result = Trainer(config).fit(spec.agent, train_tasks=tasks, val_tasks=val or test)
     finally:
         agl.plugins.unregister(counter)
+        agl.plugins.unregister(clock)
 
     evaluated = val or test
     figures = collect(spec, workdir, args.steps, {t["task_id"]: t["input"] for t in evaluated})
@@ -164,7 +166,7 @@ def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -
         figures["after"] = test_figures(spec, args, workdir, test, trained=True, policies=policies)
         if before is None:
             before = test_figures(spec, args, workdir, test, trained=False, policies=policies)
-    wall_s = time.monotonic() - started
+    wall_s = clock.wall_s()
     if before is not None:
         figures["before"] = before
     figures["before_source"] = BASE_FILE if before is not None else "this run"

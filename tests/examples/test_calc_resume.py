@@ -26,6 +26,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -143,14 +144,20 @@ def test_a_seed_killed_inside_a_step_resumes_to_the_same_bits(example, tmp_path)
     child.wait(timeout=30)
     assert completed_step(killed) == 1  # killed inside step 2
     assert not (tmp_path / "killed-results").exists()
+    earlier = json.loads((killed / "wall.json").read_text())  # the first process's time, to its step 1
+    assert earlier["step"] == 1 and earlier["wall_s"] > 0
 
+    resumed = time.monotonic()
     assert run(command(model, killed, tmp_path / "killed-results"), log).wait(timeout=900) == 0, tail()
+    resumed_s = time.monotonic() - resumed
     assert "resuming run" in log.read_text()
 
     assert adapter_files(killed) == adapter_files(tmp_path / "whole")
     assert metrics(killed) == metrics(tmp_path / "whole")
     a = json.loads((tmp_path / "whole-results" / f"calc_agent-steps{STEPS}-seed0.json").read_text())
     b = json.loads((tmp_path / "killed-results" / f"calc_agent-steps{STEPS}-seed0.json").read_text())
+    # the resumed seed's wall time counts its first process too (up to its last completed step)
+    assert earlier["wall_s"] < b["wall_s"] <= earlier["wall_s"] + resumed_s
     for record in (a, b):  # what differs between any two runs: times, the run's id and its directory
         for key in ("wall_s", "step_s", "step_s_mean", "run_id", "workdir"):
             del record[key]
