@@ -270,3 +270,13 @@ def test_sigkill_then_resume_restores_every_policy(tmp_path, engine):
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_a_policys_own_tokens_per_s_replaces_the_trainers_estimate(tmp_path, engine):
+    """A backend that ran no forward pass says tokens/s 0 under its policy's prefix; the trainer's own
+    figure (all rows' tokens over a near-instant update) would be a meaningless large number beside it."""
+    agl.register_plugin(Backends(), name="tiny-backends")
+    Trainer(policies_config(tmp_path, engine, steps=3)).fit(two_role_agent, [{"input": {"word": "w"}}])
+    records = {r["step"]: r for r in _lines(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train"}
+    assert records[3]["policy/actor/tokens_per_s"] == 0.0 and "tokens_per_s" not in records[3]
+    assert records[2]["tokens_per_s"] > 0  # no backend figure: the trainer's estimate stays

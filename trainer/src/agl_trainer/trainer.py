@@ -730,8 +730,8 @@ class Trainer:
             trained, update_metrics = self._update(transitions, step, builder.report.policy_calls)
         record.update(update_metrics)
         sizes = transition_metrics(transitions, self._staleness(transitions), record["time_update_s"])
-        if "tokens_per_s" in update_metrics:  # the backend's own: tokens of the forward passes it ran
-            del sizes["tokens_per_s"]
+        if any(k == "tokens_per_s" or k.endswith("/tokens_per_s") for k in update_metrics):
+            del sizes["tokens_per_s"]  # the backends' own (each policy's): tokens of the forward passes they ran
         record.update(sizes)
         with _timed(record, "time_publish_s"):
             self._publish_trained(step, trained, ended, state)
