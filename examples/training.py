@@ -67,6 +67,16 @@ def train_parser(spec: ExampleSpec, description: str | None) -> argparse.Argumen
         help="transitions.merge: 'prefix' trains each run of a rollout's calls whose token ids extend one "
         "another as one row (the arm's name ends in -merge; default off, the configs')",
     )
+    parser.add_argument(
+        "--backend-setting",
+        action="append",
+        default=[],
+        type=backend_setting,
+        metavar="KEY=VALUE",
+        help="a setting of the verl backend over the example's (repeatable; the value is read as JSON, else "
+        "as text): kl_coef=0.01, loss_agg_mode=seq-mean-token-mean, entropy_coeff=0.001; named in the arm "
+        "(calc_agent-kl_coef=0.01)",
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--fresh", action="store_true", help="start over instead of resuming the workdir")
     add_logger_argument(parser)
@@ -98,9 +108,52 @@ def train_command(spec: ExampleSpec, description: str | None) -> Callable[[list[
     return main
 
 
+RUNNER_SETTINGS = {
+    "model_path": "--model",
+    "seed": "--seed",
+    "workdir": "--workdir",
+    "temperature": "the example's sampling temperature, which its agents sample at too",
+    "mode": "this runner trains in this process (local)",
+}
+"""Backend settings ``--backend-setting`` refuses: the runner sets them, from what is named here."""
+
+
+def backend_setting(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``--backend-setting``: the value read as JSON, else kept as text."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: give KEY=VALUE, e.g. kl_coef=0.01")
+    if key in RUNNER_SETTINGS:
+        raise argparse.ArgumentTypeError(f"{key}: set by the runner ({RUNNER_SETTINGS[key]}), not here")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def apply_backend_settings(config: dict[str, Any], settings: list[tuple[str, Any]]) -> None:
+    """Put ``--backend-setting`` values over the backend's config, checked as the backend will check them
+    (a ``SystemExit`` naming the setting and the reason, before anything runs)."""
+    if not settings:
+        return
+    from pydantic import ValidationError
+
+    from agl_verl.config import VerlSettings
+
+    merged = {**config["backend"]["config"], **dict(settings)}
+    try:
+        VerlSettings.model_validate(merged)
+    except ValidationError as exc:
+        reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise SystemExit(f"--backend-setting: {reasons}") from None
+    config["backend"]["config"] = merged
+
+
 def arm_name(spec: ExampleSpec, args: argparse.Namespace) -> str:
-    """The run's name in its results file: the example's arm, with ``-merge`` where ``--merge prefix`` is on."""
-    return spec.arm(args) + ("-merge" if args.merge == "prefix" else "")
+    """The run's name in its results file: the example's arm, with ``-merge`` where ``--merge prefix`` is on
+    and ``-KEY=VALUE`` for each ``--backend-setting``."""
+    settings = "".join(f"-{key}={value}" for key, value in sorted(dict(args.backend_setting).items()))
+    return spec.arm(args) + ("-merge" if args.merge == "prefix" else "") + settings
 
 
 def fresh_workdir(spec: ExampleSpec, args: argparse.Namespace, name: str) -> Path:
@@ -141,6 +194,7 @@ def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -
         max_response_tokens=args.max_response_tokens,
     )
     config["transitions"]["merge"] = args.merge
+    apply_backend_settings(config, args.backend_setting)
     ordered = spec.task_order(args, train)  # a curriculum, or None: the trainer's seeded shuffle
     if ordered is not None:
         config["shuffle"] = False
@@ -218,6 +272,7 @@ def results_record(
         **({"val_every": args.val_every, "val_problems": run["val_tasks"]} if "val_tasks" in run else {}),
         "trained_transitions": dict(sorted(trained_transitions.items())),
         **({"merge": merge_figures(metrics)} if args.merge != "off" else {}),
+        **({"backend_settings": dict(args.backend_setting)} if args.backend_setting else {}),
         **figures,
         "workdir": repo_relative(workdir),
         "commit": commit_of(REPO),

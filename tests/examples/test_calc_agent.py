@@ -160,11 +160,11 @@ def test_one_training_step_end_to_end(example, tmp_path):
     started = time.monotonic()
     argv = ["--seed", "0", "--steps", "1", "--batch-size", "2", "--n-rollouts", "2", "--eval-limit", "2"]
     argv += ["--model", str(model), "--max-response-tokens", "8", "--workdir", str(tmp_path / "run")]
-    argv += ["--steps-without-signal", "skip"]
+    argv += ["--steps-without-signal", "skip", "--backend-setting", "entropy_coeff=0.001"]
     assert example.train.main([*argv, "--results", str(tmp_path / "results")]) == 0
     elapsed = time.monotonic() - started
-    record = json.loads((tmp_path / "results" / "calc_agent-skip-steps1-seed0.json").read_text())
-    assert record["steps_without_signal"] == "skip"
+    record = json.loads((tmp_path / "results" / "calc_agent-skip-steps1-entropy_coeff=0.001-seed0.json").read_text())
+    assert record["steps_without_signal"] == "skip" and record["backend_settings"] == {"entropy_coeff": 0.001}
     (step,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open() if '"train"' in line]
     assert step["optimizer_step"] == (1.0 if step["transitions_with_signal"] else 0.0)
 

@@ -131,3 +131,46 @@ def test_logger_adds_only_loggers_the_config_does_not_have():
     config = {"loggers": [{"name": "wandb", "project": "p"}]}
     args = argparse.Namespace(logger=["wandb", "tensorboard"])
     assert with_loggers(config, args)["loggers"] == [{"name": "wandb", "project": "p"}, "tensorboard"]
+
+
+def test_backend_settings_go_over_the_examples_and_name_the_arm(tmp_path):
+    from examples.training import apply_backend_settings, arm_name
+
+    argv = ["--backend-setting", "loss_agg_mode=seq-mean-token-mean", "--backend-setting", "kl_coef=0.01"]
+    args, _ = parse_train_args(CALC, [*argv, "--workdir", str(tmp_path)], None)
+    assert args.backend_setting == [("loss_agg_mode", "seq-mean-token-mean"), ("kl_coef", 0.01)]  # JSON, else text
+    assert arm_name(CALC, args) == "calc_agent-kl_coef=0.01-loss_agg_mode=seq-mean-token-mean"
+    config = CALC.trainer_config(
+        args, seed=0, workdir=tmp_path, model_path="m", steps=1, batch_size=1, n_rollouts=2, max_response_tokens=8
+    )
+    lr = config["backend"]["config"]["lr"]
+    apply_backend_settings(config, args.backend_setting)
+    backend = config["backend"]["config"]
+    assert (backend["kl_coef"], backend["loss_agg_mode"], backend["lr"]) == (0.01, "seq-mean-token-mean", lr)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("kl_coef=-1", "--backend-setting: kl_coef: Input should be greater than or equal to 0"),
+        ("loss_agg_mode=bogus", "--backend-setting: loss_agg_mode:"),
+        ("klcoef=0.1", "--backend-setting: klcoef: Extra inputs are not permitted"),
+    ],
+)
+def test_a_backend_setting_the_backend_would_refuse_is_refused_before_the_run(setting, message, tmp_path):
+    from examples.training import apply_backend_settings
+
+    args, _ = parse_train_args(CALC, ["--backend-setting", setting, "--workdir", str(tmp_path)], None)
+    config = CALC.trainer_config(
+        args, seed=0, workdir=tmp_path, model_path="m", steps=1, batch_size=1, n_rollouts=2, max_response_tokens=8
+    )
+    with pytest.raises(SystemExit, match=message):
+        apply_backend_settings(config, args.backend_setting)
+
+
+@pytest.mark.parametrize("setting", ["seed=3", "temperature=1.0", "no-equals-sign"])
+def test_a_backend_setting_the_runner_owns_or_without_a_value_is_a_usage_error(setting, capsys):
+    with pytest.raises(SystemExit) as refused:
+        parse_train_args(CALC, ["--backend-setting", setting], None)
+    assert refused.value.code == 2
+    assert "--backend-setting" in capsys.readouterr().err
