@@ -266,6 +266,7 @@ def results_record(
         "step_s": [round(s, 1) for s in step_times],
         "step_s_mean": round(sum(step_times) / len(step_times), 1) if step_times else None,
         curve: [round(r.get(metric, 0.0), 4) for r in metrics],
+        "train_signal_share": [signal_share(r) for r in metrics],
         "max_response_tokens": args.max_response_tokens,
         "eval_split": "test",
         f"eval_{spec.noun}": run["eval_tasks"],
@@ -277,6 +278,14 @@ def results_record(
         "workdir": repo_relative(workdir),
         "commit": commit_of(REPO),
     }
+
+
+def signal_share(step: dict[str, Any]) -> float:
+    """The share of a step's trained rows whose GRPO group had a signal (the backends' ``transitions_with_signal``,
+    each policy's in a run of several, over the rows built)."""
+    rows = step.get("transitions", 0.0)
+    with_signal = sum(v for k, v in step.items() if k.split("/")[-1] == "transitions_with_signal")
+    return round(with_signal / rows, 4) if rows else 0.0
 
 
 def merge_figures(metrics: list[dict[str, Any]]) -> dict[str, Any]:

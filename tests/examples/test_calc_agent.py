@@ -167,6 +167,7 @@ def test_one_training_step_end_to_end(example, tmp_path):
     assert record["steps_without_signal"] == "skip" and record["backend_settings"] == {"entropy_coeff": 0.001}
     (step,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open() if '"train"' in line]
     assert step["optimizer_step"] == (1.0 if step["transitions_with_signal"] else 0.0)
+    assert record["train_signal_share"] == [round(step["transitions_with_signal"] / step["transitions"], 4)]
 
     assert (record["seed"], record["steps"], record["eval_problems"]) == (0, 1, 2)
     # the bound for one step end to end; about 9 s on 2 idle cores (2026-11-26)

@@ -121,7 +121,11 @@ def test_the_per_role_arm_trains_the_writer_and_serves_the_checker_the_base_mode
         (writer, "writer", "writer-step-2", ("val", 3)),
         (checker, "checker", "base", ("val", 3)),
     }
-    record = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()][-2]
+    steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [s for s in steps if s["kind"] == "train"]
+    shares = [round(s["policy/writer/transitions_with_signal"] / s["transitions"], 4) for s in steps]
+    assert json.loads((tmp_path / "results" / "per-role-steps2-seed0.json").read_text())["train_signal_share"] == shares
+    record = steps[-1]
     assert record["policy/writer/transitions"] == 2 + 4 and record["policy/checker/calls"] == 6
     versions = tmp_path / "run" / "verl" / "versions"
     assert sorted(p.name for p in versions.iterdir()) == ["writer-step-1", "writer-step-2"]
