@@ -104,6 +104,7 @@ from agl.credentials import RolloutKeys
 from agl.errors import StoreUnavailable
 from agl_trainer.gateway import admin, chat, messages_api, openai_api, responses_api, validate
 from agl_trainer.gateway.auth import GatewayAuth
+from agl_trainer.gateway.call_ids import new_call_id
 from agl_trainer.gateway.dialect import Dialect, openai_error_body
 from agl_trainer.gateway.endpoints import (
     UNMATCHED,
@@ -276,7 +277,7 @@ class GatewayApp:
         seqs = [await self.registry.next_seq(rollout_id) for _ in range(n)]
         settings = self.registry.settings(rollout_id)
         meta = CallMeta(
-            dialect.id_prefix + os.urandom(16).hex(),
+            new_call_id(dialect.id_prefix),
             rollout_id,
             seqs,
             dialect.endpoint,
