@@ -92,7 +92,7 @@ timestamped on the loop thread (wall and thread CPU clocks, one client, 4,000 ca
 alternations of each commit) put the gap after the engine's answer arrives, spread thin: +7 us in
 building the record, +2 to +5 us each in sending the answer, the end of the call and the
 admission. Moving the record after the answer does not shorten this benchmark's p50: with one
-client and no pause between calls, the next request arrives within ~15 us of an answer, so work
+client and no pause between calls, the next request arrives 15-50 us after an answer, so work
 after it still delays that request (0.489 against 0.474 ms, 6 rounds); and it would let a client
 hold an answer whose record is not yet buffered (an in-process flush could miss it, and a record
 the store refuses could no longer be the client's error), so the record stays before the answer.
@@ -104,12 +104,14 @@ whose ``getrandom`` released the GIL mid-call to the store writer's thread
 (:mod:`~agl_trainer.gateway.call_ids`). In process, one request at a time
 (``bench_gateway_inproc --concurrency 1``, 3 rounds x 3 runs): the loop thread's CPU 115.5 against
 28dbf9d's 137.7 us a request (0.84x; 150 against 141 before). ``bench_gateway_ab`` against 28dbf9d,
-one client alone (``--concurrency 1 --rollouts 0``), medians: 0.498 against 0.527 ms (8 rounds,
-the parser alone), then 0.473 against 0.495 (8 rounds) and 0.479 against 0.484 ms (10 rounds,
-load 5.8-4.8; CPU per call 0.96x); single turns still swing 0.46-0.74 ms. With every level, 4 rounds
-each: added p50 at one client 0.469 against 0.492 ms (the parser alone; calls/s at 16 / 64 clients
-0.95 / 1.26x, CPU per call 0.94 / 0.94 / 0.84x), then 0.553 against 0.523 ms (load 4.9-5.8, two of
-this code's turns at 1.3x its usual CPU per call; calls/s 0.88 / 0.74x).
+one client alone (``--concurrency 1 --rollouts 0``), medians: 0.498 against 0.527 ms (8 rounds, the
+parser alone); with the call ids too, 0.473 against 0.495 (8 rounds), 0.479 against 0.484 (10) and
+0.501 against 0.502 ms (10), CPU per call 0.95 / 0.96 / 0.98x; single turns swing 0.46-0.74 ms.
+With every level, 4 rounds each: 0.469 against 0.492 ms (the parser alone; calls/s at 16 / 64
+clients 0.95 / 1.26x), then 0.553 against 0.523 (0.88 / 0.74x) and 0.517 against 0.502 ms
+(0.90 / 0.89x; CPU per call 1.06 / 1.02 / 1.12x). So at one client the two are now level (this code
+ahead in five runs of seven, by 1-29 us, behind in two by 15-30 us), not reliably ahead; calls/s at
+16 and 64 clients swing either way from run to run, as before.
 """
 
 from __future__ import annotations
