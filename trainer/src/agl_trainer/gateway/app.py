@@ -86,6 +86,32 @@ first call 0.185 ms above the later ones (28dbf9d: 0.471). So issue 46's target 
 of two and the p50 at one client in neither (14-22 us above); single turns swing 2x with the host's
 load, and what is left (a few us each: the route table, the admission's passes over the headers,
 the record's extra fields) is within that swing.
+
+The p50 at one client (issue 46, a later sitting, load average 4.8-7.4). Each step of a call
+timestamped on the loop thread (wall and thread CPU clocks, one client, 4,000 calls, three
+alternations of each commit) put the gap after the engine's answer arrives, spread thin: +7 us in
+building the record, +2 to +5 us each in sending the answer, the end of the call and the
+admission. Moving the record after the answer does not shorten this benchmark's p50: with one
+client and no pause between calls, the next request arrives 15-50 us after an answer, so work
+after it still delays that request (0.489 against 0.474 ms, 6 rounds); and it would let a client
+hold an answer whose record is not yet buffered (an in-process flush could miss it, and a record
+the store refuses could no longer be the client's error), so the record stays before the answer.
+Two costs that both commits paid were cut instead. Parsing the engine's answer (4 kB with
+logprobs; 35-45 us of the loop's ~380 us a call) is now pydantic-core's parser's, half the
+standard one's, with the standard parser reading whatever it refuses so the values stay the same
+(:func:`~agl_trainer.gateway.chat.engine_json`). A call's id no longer takes ``os.urandom``,
+whose ``getrandom`` released the GIL mid-call to the store writer's thread
+(:mod:`~agl_trainer.gateway.call_ids`). In process, one request at a time
+(``bench_gateway_inproc --concurrency 1``, 3 rounds x 3 runs): the loop thread's CPU 115.5 against
+28dbf9d's 137.7 us a request (0.84x; 150 against 141 before). ``bench_gateway_ab`` against 28dbf9d,
+one client alone (``--concurrency 1 --rollouts 0``), medians: 0.498 against 0.527 ms (8 rounds, the
+parser alone); with the call ids too, 0.473 against 0.495 (8 rounds), 0.479 against 0.484 (10) and
+0.501 against 0.502 ms (10), CPU per call 0.95 / 0.96 / 0.98x; single turns swing 0.46-0.74 ms.
+With every level, 4 rounds each: 0.469 against 0.492 ms (the parser alone; calls/s at 16 / 64
+clients 0.95 / 1.26x), then 0.553 against 0.523 (0.88 / 0.74x) and 0.517 against 0.502 ms
+(0.90 / 0.89x; CPU per call 1.06 / 1.02 / 1.12x). So at one client the two are now level (this code
+ahead in five runs of seven, by 1-29 us, behind in two by 15-30 us), not reliably ahead; calls/s at
+16 and 64 clients swing either way from run to run, as before.
 """
 
 from __future__ import annotations
@@ -104,6 +130,7 @@ from agl.credentials import RolloutKeys
 from agl.errors import StoreUnavailable
 from agl_trainer.gateway import admin, chat, messages_api, openai_api, responses_api, validate
 from agl_trainer.gateway.auth import GatewayAuth
+from agl_trainer.gateway.call_ids import new_call_id
 from agl_trainer.gateway.dialect import Dialect, openai_error_body
 from agl_trainer.gateway.endpoints import (
     UNMATCHED,
@@ -276,7 +303,7 @@ class GatewayApp:
         seqs = [await self.registry.next_seq(rollout_id) for _ in range(n)]
         settings = self.registry.settings(rollout_id)
         meta = CallMeta(
-            dialect.id_prefix + os.urandom(16).hex(),
+            new_call_id(dialect.id_prefix),
             rollout_id,
             seqs,
             dialect.endpoint,
