@@ -1,4 +1,5 @@
-"""Spans waiting behind a full batch are held packed as their store's rows, and store the same bytes.
+"""Spans waiting behind a full batch (or behind ``pack_after`` items) are held packed as their store's
+rows, and store the same bytes.
 
 Real SQLite stores. To hold the writer behind for certain, :class:`HeldStore` (a real
 ``SqliteStore``) keeps the writer thread inside its first commit until the test lets it go:
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import math
 import threading
+
+import pytest
 
 from agl.capture import BufferedWriter
 from agl.capture.writer import DROPPED_SPAN
@@ -103,6 +106,35 @@ def test_spans_held_packed_store_the_same_rows_as_spans_written_at_once(tmp_path
         w.close()
         held.close()
         direct.close()
+
+
+def test_a_writer_packing_every_span_stores_the_same_rows(tmp_path):
+    """``pack_after=0`` (the production writer's): every span is packed as it is put."""
+    spans = _spans(40)
+    direct = SqliteStore(tmp_path / "direct.db")
+    direct.add_spans(spans)
+    store = SqliteStore(tmp_path / "packed.db")
+    w = BufferedWriter(store, batch_size=1000, interval_s=60, pack_after=0)
+    try:
+        for span in spans:
+            w.put(span)
+        assert all(isinstance(x, PackedSpan) for x in w._buffer) and len(w._buffer) == len(spans)
+        w.flush(timeout_s=10)
+        assert w.written == len(spans) and _rows(store) == _rows(direct)
+    finally:
+        w.close()
+        store.close()
+        direct.close()
+
+
+def test_pack_after_is_checked(tmp_path):
+    store = SqliteStore(tmp_path / "agl.db")
+    try:
+        for bad in (-1, 11):
+            with pytest.raises(ValueError, match="pack_after: must be between 0 and batch_size"):
+                BufferedWriter(store, batch_size=10, pack_after=bad)
+    finally:
+        store.close()
 
 
 def test_a_packed_span_the_store_refuses_is_dropped_and_reported_as_a_span(tmp_path):

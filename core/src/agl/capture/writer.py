@@ -3,10 +3,14 @@
 Observations (spans, rewards, LLM call records) are appended to an in-memory
 buffer; a background thread writes them to the store in batches when the buffer
 holds ``batch_size`` items, every ``interval_s`` seconds, when a rollout ends
-(:meth:`BufferedWriter.flush`) and at interpreter exit. A span put while a full batch
-already waits (the writer thread is behind, e.g. waiting for a CPU) is held as the row its
-store will insert (:mod:`agl.store.packed`, for a store that offers ``pack_span``), a third
-of the memory of the span's objects; the row is made then instead of when it is written.
+(:meth:`BufferedWriter.flush`) and at interpreter exit. A span put while ``pack_after``
+items wait (by default a full batch: the writer thread is behind, e.g. waiting for a CPU) is
+held as the row its store will insert (:mod:`agl.store.packed`, for a store that offers
+``pack_span``), about 1 KB where the span's objects take 2.4 (a LangChain chat-model call's);
+the row is made on the putting thread then instead of on the writer thread when it is
+written (the same work, under the same interpreter lock). The production writer packs every
+span (``pack_after=0``); a rollout's writer only those behind a full batch, so the agent's
+calls inside a rollout do not carry it.
 
 What happens when a write fails depends on why:
 
@@ -136,6 +140,7 @@ class BufferedWriter:
         exit_timeout_s: float = 30.0,
         retry_for_s: float | None = 600.0,
         max_rejected: int = 100,
+        pack_after: int | None = None,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
@@ -145,6 +150,8 @@ class BufferedWriter:
             raise ValueError(f"max_buffered: must be at least batch_size ({batch_size}), got {max_buffered}")
         if retry_for_s is not None and retry_for_s <= 0:
             raise ValueError(f"retry_for_s: must be positive (or None), got {retry_for_s}")
+        if pack_after is not None and not 0 <= pack_after <= batch_size:
+            raise ValueError(f"pack_after: must be between 0 and batch_size ({batch_size}), got {pack_after}")
         self.store = store
         """The store the observations are written to (the one the writer was made with)."""
         self.batch_size = batch_size
@@ -182,6 +189,8 @@ class BufferedWriter:
         self._lost: dict[str | None, tuple[dict[str, int], str]] = {}  # rollout -> counts by kind, first reason
         self._closing = False
         self._closed = False
+        self.pack_after = batch_size if pack_after is None else pack_after
+        """A span put while this many items wait is held packed as its store's row (see the module)."""
         self._pack_span = getattr(store, "pack_span", None)
         self._thread = threading.Thread(target=self._run, name="agl-writer", daemon=True)
         self._thread.start()
@@ -193,29 +202,27 @@ class BufferedWriter:
     # -- the caller's side -------------------------------------------------------------
     def put(self, item: Item) -> None:
         """Buffer one observation and return at once (unless ``max_buffered`` items wait); a span put
-        behind a full batch is held packed as its store's row."""
+        while ``pack_after`` items wait is held packed as its store's row."""
         if self._closing:
             raise RuntimeError(f"the writer is closed; {_item_id(item)} was not accepted")
         if len(self._buffer) + self._inflight >= self.max_buffered:
             self._wait_for_space()
-        if len(self._buffer) >= self.batch_size:  # the writer is behind: a full batch already waits
-            self._put_behind(item)
-            return
+        if len(self._buffer) >= self.pack_after:
+            item = self._packed(item)
         self._buffer.append(item)
         if len(self._buffer) >= self.batch_size:
             self._wake.set()
 
-    def _put_behind(self, item: Item) -> None:
-        """Buffer an item while a full batch waits, a span packed as its store's row (a third of its
-        memory, made now instead of when it is written; a span the store cannot pack stays as it is)."""
+    def _packed(self, item: Item) -> Held:
+        """A span as its store's row (a third of its memory, made now instead of when it is written);
+        anything else, or a span the store cannot pack, as it is."""
         pack = self._pack_span
         if pack is not None and item.__class__ is Span:
             try:
-                item = pack(item)
+                return pack(item)
             except Exception:  # the span stays as it was put: its write reports what is wrong with it
                 log.debug("agl writer: span %s kept unpacked", item.span_id, exc_info=True)
-        self._buffer.append(item)
-        self._wake.set()
+        return item
 
     def _wait_for_space(self) -> None:
         log.warning("agl writer: %d observations buffered, waiting for the store", self.pending())
