@@ -26,7 +26,8 @@ handler is about 30 µs of it; agl's callbacks about 15 µs, the span's checks (
 JSON walk of the attributes) their largest part.
 
 A process of 5,000 calls with capture on (``AGL_LANGCHAIN_INSTRUMENT=1``, a SQLite store) peaked
-4.8 MiB above one without (5 rounds: 4.7-5.0; 28dbf9d in the same run: 11.7), and 4.4 MiB (4.3-4.8;
+4.8 MiB above one without (5 rounds: 4.7-5.0; 28dbf9d in the same run: 11.7; in another run 4.6-4.9
+against c82b339's 5.4-7.1, the code before packing), and 4.4 MiB (4.3-4.8;
 28dbf9d: 9.2) run as an installed package runs (``--bytecode-cache``: here
 ``PYTHONDONTWRITEBYTECODE`` has each process compile agl's sources again, which leaves the
 compiler's memory behind); 2026-11-29 evening, load average 5-7. What is left, stage by stage in
