@@ -3,7 +3,14 @@
 Observations (spans, rewards, LLM call records) are appended to an in-memory
 buffer; a background thread writes them to the store in batches when the buffer
 holds ``batch_size`` items, every ``interval_s`` seconds, when a rollout ends
-(:meth:`BufferedWriter.flush`) and at interpreter exit.
+(:meth:`BufferedWriter.flush`) and at interpreter exit. A span put while ``pack_after``
+items wait (by default a full batch: the writer thread is behind, e.g. waiting for a CPU) is
+held as the row its store will insert (:mod:`agl.store.packed`, for a store that offers
+``pack_span``), about 1 KB where the span's objects take 2.4 (a LangChain chat-model call's);
+the row is made on the putting thread then instead of on the writer thread when it is
+written (the same work, under the same interpreter lock). The production writer packs every
+span (``pack_after=0``); a rollout's writer only those behind a full batch, so the agent's
+calls inside a rollout do not carry it.
 
 What happens when a write fails depends on why:
 
@@ -50,10 +57,13 @@ from agl.errors import StoreUnavailable
 from agl.retry import RetryPolicy
 from agl.schema import LLMCall, Reward, Span, new_id
 from agl.store.base import Store
+from agl.store.packed import PackedSpan
 
 log = logging.getLogger(__name__)
 
 Item = Span | Reward | LLMCall
+Held = Item | PackedSpan
+"""What the buffer holds: an item as it was put, or a span packed as its store's row (see ``put``)."""
 
 _MAX_BACKOFF_S = 5.0
 _JOIN_S = 5.0
@@ -84,17 +94,17 @@ def classify(exc: BaseException) -> Failure:
     return "unknown"
 
 
-def kind_of(item: Item) -> str:
+def kind_of(item: Held) -> str:
     """``span``, ``reward`` or ``llm_call``: how an item is counted."""
-    if isinstance(item, Span):
+    if isinstance(item, (Span, PackedSpan)):
         return "span"
     if isinstance(item, Reward):
         return "reward"
     return "llm_call"
 
 
-def _item_id(item: Item) -> str:
-    if isinstance(item, Span):
+def _item_id(item: Held) -> str:
+    if isinstance(item, (Span, PackedSpan)):
         return f"span {item.span_id}"
     if isinstance(item, Reward):
         return f"reward {item.reward_id}"
@@ -130,6 +140,7 @@ class BufferedWriter:
         exit_timeout_s: float = 30.0,
         retry_for_s: float | None = 600.0,
         max_rejected: int = 100,
+        pack_after: int | None = None,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size: must be at least 1, got {batch_size}")
@@ -139,8 +150,10 @@ class BufferedWriter:
             raise ValueError(f"max_buffered: must be at least batch_size ({batch_size}), got {max_buffered}")
         if retry_for_s is not None and retry_for_s <= 0:
             raise ValueError(f"retry_for_s: must be positive (or None), got {retry_for_s}")
+        if pack_after is not None and not 0 <= pack_after <= batch_size:
+            raise ValueError(f"pack_after: must be between 0 and batch_size ({batch_size}), got {pack_after}")
         self.store = store
-        """The store the observations are written to."""
+        """The store the observations are written to (the one the writer was made with)."""
         self.batch_size = batch_size
         """Items written to the store in one call at most; a full batch is written at once."""
         self.interval_s = interval_s
@@ -167,7 +180,7 @@ class BufferedWriter:
         """The last items dropped, with the reason."""
         # Items, and flush markers among them. Callers only append; only the writer thread
         # takes from the front or puts back there, so the order of what was put is kept.
-        self._buffer: deque[Item | _Flush] = deque()
+        self._buffer: deque[Held | _Flush] = deque()
         self._inflight = 0  # items of the batch being written, not yet written or dropped
         self._wake = threading.Event()  # a full batch, or a flush, wants a write
         self._urgent = threading.Event()  # a flush or close: cut a backoff short
@@ -176,6 +189,9 @@ class BufferedWriter:
         self._lost: dict[str | None, tuple[dict[str, int], str]] = {}  # rollout -> counts by kind, first reason
         self._closing = False
         self._closed = False
+        self.pack_after = batch_size if pack_after is None else pack_after
+        """A span put while this many items wait is held packed as its store's row (see the module)."""
+        self._pack_span = getattr(store, "pack_span", None)
         self._thread = threading.Thread(target=self._run, name="agl-writer", daemon=True)
         self._thread.start()
         # Registered per writer, after its store was opened: atexit runs handlers last
@@ -185,14 +201,28 @@ class BufferedWriter:
 
     # -- the caller's side -------------------------------------------------------------
     def put(self, item: Item) -> None:
-        """Buffer one observation and return at once (unless ``max_buffered`` items wait)."""
+        """Buffer one observation and return at once (unless ``max_buffered`` items wait); a span put
+        while ``pack_after`` items wait is held packed as its store's row."""
         if self._closing:
             raise RuntimeError(f"the writer is closed; {_item_id(item)} was not accepted")
         if len(self._buffer) + self._inflight >= self.max_buffered:
             self._wait_for_space()
+        if len(self._buffer) >= self.pack_after:
+            item = self._packed(item)
         self._buffer.append(item)
         if len(self._buffer) >= self.batch_size:
             self._wake.set()
+
+    def _packed(self, item: Item) -> Held:
+        """A span as its store's row (a third of its memory, made now instead of when it is written);
+        anything else, or a span the store cannot pack, as it is."""
+        pack = self._pack_span
+        if pack is not None and item.__class__ is Span:
+            try:
+                return pack(item)
+            except Exception:  # the span stays as it was put: its write reports what is wrong with it
+                log.debug("agl writer: span %s kept unpacked", item.span_id, exc_info=True)
+        return item
 
     def _wait_for_space(self) -> None:
         log.warning("agl writer: %d observations buffered, waiting for the store", self.pending())
@@ -273,12 +303,12 @@ class BufferedWriter:
             failures = 0 if ok else failures + 1
             delay = self.interval_s if ok else self._retry.delay_s(failures)
 
-    def _take(self) -> tuple[list[Item], _Flush | None]:
+    def _take(self) -> tuple[list[Held], _Flush | None]:
         """The next batch from the front of the buffer, and the flush marker right behind it (if any).
 
         Markers with nothing unwritten ahead of them are released on the way.
         """
-        batch: list[Item] = []
+        batch: list[Held] = []
         while self._buffer and len(batch) < self.batch_size:
             x = self._buffer.popleft()
             if isinstance(x, _Flush):
@@ -313,11 +343,11 @@ class BufferedWriter:
             elif marker is not None:
                 marker.done.set()
 
-    def _write_isolating(self, batch: list[Item]) -> tuple[BaseException | None, list[Item]]:
+    def _write_isolating(self, batch: list[Held]) -> tuple[BaseException | None, list[Held]]:
         """Write ``batch``, splitting it to isolate refused items. Returns the transient error
         that stopped it with the items still unwritten (in their order), or ``(None, [])``."""
-        chunks: deque[list[tuple[int, Item]]] = deque([list(enumerate(batch))])
-        suspects: list[tuple[tuple[int, Item], BaseException]] = []
+        chunks: deque[list[tuple[int, Held]]] = deque([list(enumerate(batch))])
+        suspects: list[tuple[tuple[int, Held], BaseException]] = []
         wrote = False
         while chunks:
             chunk = chunks.popleft()
@@ -356,13 +386,15 @@ class BufferedWriter:
             self._settled(1, written=True)
         return None, []
 
-    def _drop(self, items: list[Item], exc: BaseException) -> None:
+    def _drop(self, items: list[Held], exc: BaseException) -> None:
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
-        for item in items:
+        first_kept = len(items) - (self.rejected.maxlen or 0)  # rejected keeps the last ones only
+        for i, item in enumerate(items):
             kind = kind_of(item)
             self.dropped[kind] = self.dropped.get(kind, 0) + 1
-            self.rejected.append((item, exc))
-            if isinstance(item, Span) and item.name == DROPPED_SPAN:
+            if i >= first_kept:
+                self.rejected.append((_unpacked(item), exc))
+            if kind == "span" and item.name == DROPPED_SPAN:  # type: ignore[union-attr]
                 continue  # a lost record of losses is counted, not recorded again
             counts, first = self._lost.setdefault(item.rollout_id, ({}, reason))
             counts[kind] = counts.get(kind, 0) + 1
@@ -426,7 +458,7 @@ class BufferedWriter:
 
     def _give_up_buffer(self, exc: BaseException) -> None:
         """Drop everything buffered now: the store failed for longer than ``retry_for_s``."""
-        items: list[Item] = []
+        items: list[Held] = []
         markers: list[_Flush] = []
         for _ in range(len(self._buffer)):  # what was there now; later puts stay behind
             x = self._buffer.popleft()
@@ -435,8 +467,8 @@ class BufferedWriter:
             self._drop(items, StoreUnavailable(f"the store failed for over {self.retry_for_s:g}s: {exc}"))
         self._buffer.extendleft(reversed([*self._loss_records(), *markers]))
 
-    def _write(self, batch: list[Item]) -> None:
-        spans = [i for i in batch if isinstance(i, Span)]
+    def _write(self, batch: list[Held]) -> None:
+        spans = [i for i in batch if isinstance(i, (Span, PackedSpan))]
         calls = [i for i in batch if isinstance(i, LLMCall)]
         rewards = [i for i in batch if isinstance(i, Reward)]
         # LLM calls and spans before rewards: a reward plugin reading the store sees them first.
@@ -447,6 +479,11 @@ class BufferedWriter:
             self.store.add_spans(spans)
         if rewards:
             self.store.add_rewards(rewards)
+
+
+def _unpacked(item: Held) -> Item:
+    """The item as it was put (a packed span read back from its JSON)."""
+    return item.span() if item.__class__ is PackedSpan else item  # type: ignore[union-attr,return-value]
 
 
 class _ExitFlush:

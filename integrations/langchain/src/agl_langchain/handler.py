@@ -17,30 +17,48 @@ What it costs, against 28dbf9d in the same run (``python -m tests.benchmarks.ben
 took +46.6 µs p50 with the handler and +44.2 µs zero-line, against 28dbf9d's +46.2 / +43.9 µs;
 with compiled bytecode +45.7 / +43.6 against +45.1 / +42.4. Over the 27 rounds of five such
 runs that day of the same call path the medians are +46.6 / +44.3 µs against +46.6 / +44.0: the
-same cost, within the ±2 µs that one run's median moves from run to run. LangChain's own dispatch to any
+same cost, within the ±2 µs that one run's median moves from run to run. With the spans packed
+for the writer (below; a rollout's writer packs only behind a full batch), the evening's same-run
+turns of the timed process alone (10 rounds, load average 5-6) gave +49.7 / +45.7 µs against
+c82b339's (before packing) +49.3 / +45.4 and 28dbf9d's +47.9 / +44.7, and 6 rounds +48.7 / +45.7
+against +49.7 / +45.8 and +47.2 / +44.7. LangChain's own dispatch to any
 handler is about 30 µs of it; agl's callbacks about 15 µs, the span's checks (:class:`agl.Span`'s
 JSON walk of the attributes) their largest part.
 
 A process of 5,000 calls with capture on (``AGL_LANGCHAIN_INSTRUMENT=1``, a SQLite store) peaked
-5.2 MiB above one without (28dbf9d: 11.6), and 4.8 MiB (28dbf9d: 9.0) run as an installed
-package runs (``--bytecode-cache``: here ``PYTHONDONTWRITEBYTECODE`` has each process compile
-agl's sources again, which leaves the compiler's memory behind). What is left: SQLite's library
-code about 1.3 MiB and its writer connection's pages and statements about 0.6 MiB, agl's modules
-about 1.7 MiB, the batch waiting to be written (the production writer writes once 64 spans of
-about 2.4 KB wait) and the writer's two threads the rest. It was 10.3 MiB that morning; what took
-it down: the writer connection's page cache at 256 KiB instead of 2 MiB (about 1.9 MiB), seven
-INSERT texts per table instead of one per batch size (0.7), the production writer's smaller
-batch (1.2), no ``packaging`` (0.6) and no plugin registry or pluggy (0.5) in a capturing
-process, and model validators built on first use (0.2).
+4.8 MiB above one without (5 rounds: 4.7-5.0; 28dbf9d in the same run: 11.7; in another run 4.6-4.9
+against c82b339's 5.4-7.1, the code before packing), and 4.4 MiB (4.3-4.8;
+28dbf9d: 9.2) run as an installed package runs (``--bytecode-cache``: here
+``PYTHONDONTWRITEBYTECODE`` has each process compile agl's sources again, which leaves the
+compiler's memory behind); 2026-11-29 evening, load average 5-7. What is left, stage by stage in
+a capturing process compiling its sources: ``sqlite3`` and SQLite's library about 1.0 MiB, agl's
+modules 2.1 and agl-langchain's 1.0 (compiled at import), opening the store 0.5 (mostly SQLite's
+code), the writer's thread, connection and first batches 0.35, the 5,000 calls 0.4-0.55.
 
-That figure moves with the host's load, through the batch waiting: the spans put while the writer
-thread waits for a CPU stay in memory. The same benchmark that afternoon at load average 10-14 (5
-rounds each) gave 5.7 MiB (28dbf9d: 11.6) and 6.0 with ``--bytecode-cache`` (28dbf9d: 9.2), both
-with ``handler.py`` split as below, and 5.7 for this code against the split's 6.1; in single
-capture-on processes the most spans ever waiting ranged from 202 to 650 between runs, and the
-memory the 5,000 calls added with them, from 1.2 to 2.4 MiB. Compiling ``handler.py`` keeps about
-1.8 MiB where sources are compiled at import; split in two it kept 0.36 MiB less, which a same-run
-A/B (5 rounds) did not show (6.1 against 5.7 MiB), so the module was left whole.
+It was 10.3 MiB that morning; what took it down: the writer connection's page cache at 256 KiB
+instead of 2 MiB (about 1.9 MiB), seven INSERT texts per table instead of one per batch size
+(0.7), the production writer's smaller batch (1.2), no ``packaging`` (0.6) and no plugin registry
+or pluggy (0.5) in a capturing process, model validators built on first use (0.2); then (5.2-5.7
+MiB that afternoon) the spans waiting for the writer held as the rows their store will insert
+(:mod:`agl.store.packed`; the production writer packs each span as it is put, ``pack_after=0``):
+about 1 KB a span where the span's objects took 2.4.
+
+The figure moves with the host's load, through the spans waiting: those put while the writer
+thread waits for a CPU stay in memory. The writer wakes once 64 wait and writes them in 0.5-0.8
+ms, but on this host it goes unscheduled for up to 200-500 ms at times, and in single capture-on
+processes the most spans ever waiting ranged from 150 to 750 between runs. Unpacked (before), the
+5,000 calls added 1.2-2.4 MiB with 202-650 waiting (5.7 MiB in all at load average 10-14); packed
+behind a full batch only, 0.5-0.6 MiB; each span packed, 0.3 (same-run A/B of single processes, 6
+rounds each, load average 6-10: peak 69.63 against 69.97 MiB). Tried and not kept: a put that
+waits (up to 20 ms) for the writer thread while two full batches wait bounded the spans waiting to
+about 190, with no gain once they are packed (peak 69.59 against 69.63 MiB, 6 rounds); loading the
+SQL store's read and claim modules only when used was measured, not done: they hold about 290 KiB
+of objects (``agl.store.bulk`` 95, ``listing`` 77, ``claims`` 46, ``sql.rollouts`` 44,
+``sql.dashboard`` 15, ``sql.steps`` 13), but added 0.1 MiB to the process as imported (they reuse
+what compiling earlier modules freed), and they are base classes of :class:`agl.store.Store` and
+``SqlStore``. Compiling ``handler.py`` alone keeps about 1.8 MiB where sources are compiled at
+import; split in two it kept 0.36 MiB less, which a same-run A/B (5 rounds) did not show (6.1
+against 5.7 MiB), so the module was left whole.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from typing import Any
 
 from agl.schema import LLMCall, Span
 from agl.store.bulk import CallColumns, CallPayload, SpanColumns, SpanMessages, attribute_text
+from agl.store.packed import PackedSpan
 from agl.store.sql.commit import GroupCommit
 from agl.store.sql.dialect import FIELD_COLUMNS
 from agl.store.sql.jobs import Insert
@@ -34,24 +35,35 @@ _CALL_COLUMNS = (
 )
 
 
+def span_row(s: Span) -> tuple[Any, ...]:
+    """The ``spans`` row of a span, in the order of ``_SPAN_COLUMNS``."""
+    a = s.attributes
+    if a:
+        resp, agent = a.get("gen_ai.response.id"), a.get("gen_ai.agent.name")
+        if resp is not None and resp.__class__ is not str:
+            resp = attribute_text(resp)
+        if agent is not None and agent.__class__ is not str:
+            agent = attribute_text(agent)
+    else:
+        resp = agent = None
+    return (s.span_id, s.rollout_id, s.kind, s.start_time, json_body(s), s.seq, s.end_time, resp, agent)
+
+
 class SpansAndCalls(GroupCommit):
     """Spans and LLM calls (a mixin of :class:`~agl.store.sql.SqlStore`)."""
 
-    def _spans_op(self, spans: Iterable[Span]) -> Callable[[Any], Any]:
-        rows = []
-        append = rows.append
-        for s in spans:
-            a = s.attributes
-            if a:
-                resp, agent = a.get("gen_ai.response.id"), a.get("gen_ai.agent.name")
-                if resp is not None and resp.__class__ is not str:
-                    resp = attribute_text(resp)
-                if agent is not None and agent.__class__ is not str:
-                    agent = attribute_text(agent)
-            else:
-                resp = agent = None
-            append((s.span_id, s.rollout_id, s.kind, s.start_time, json_body(s), s.seq, s.end_time, resp, agent))
+    def _spans_op(self, spans: Iterable[Span | PackedSpan]) -> Callable[[Any], Any]:
+        rows = [s.row if s.__class__ is PackedSpan else span_row(s) for s in spans]
         return Insert(self, "spans", _SPAN_COLUMNS, rows)
+
+    def pack_span(self, span: Span) -> Span | PackedSpan:
+        """``span`` as the row :meth:`add_spans` would insert for it (a :class:`PackedSpan`, which
+        ``add_spans`` takes as it takes the span), or ``span`` itself where a subclass changed
+        ``add_spans`` (and so may want the span)."""
+        if type(self).add_spans is not SpansAndCalls.add_spans:
+            return span
+        row = span_row(span)
+        return PackedSpan(span, row[4], row)
 
     def _llm_calls_op(self, calls: Iterable[LLMCall]) -> Callable[[Any], Any]:
         rows = []
@@ -76,7 +88,7 @@ class SpansAndCalls(GroupCommit):
             )
         return Insert(self, "llm_calls", _CALL_COLUMNS, rows)
 
-    def add_spans(self, spans: Iterable[Span]) -> None:
+    def add_spans(self, spans: Iterable[Span | PackedSpan]) -> None:
         self._write(self._spans_op(spans))
 
     def add_llm_calls(self, calls: Iterable[LLMCall]) -> None:
