@@ -26,6 +26,8 @@ from agl.runner import RolloutResult
 
 def agent(task_input):
     release = pathlib.Path(task_input["release"])
+    if task_input.get("hold"):
+        pathlib.Path(task_input["started"]).touch()  # the runner has everything it needs from the store
     deadline = time.monotonic() + 60
     while task_input.get("hold") and not release.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -41,12 +43,13 @@ def _rollout(db, rollout_id: str):
 
 
 def test_a_rollout_finishing_during_a_store_outage_succeeds_and_the_runner_lives_on(tmp_path):
-    db, release = tmp_path / "agl.db", tmp_path / "release"
+    db, release, started = tmp_path / "agl.db", tmp_path / "release", tmp_path / "started"
     (tmp_path / "drill_agent.py").write_text(AGENT)
     token_file = tmp_path / "token"
     token_file.write_text(new_token(16))
     with SqliteStore(db) as seed:
-        seed.add_tasks([Task(task_id="t0", input={"q": 21, "hold": True, "release": str(release)})])
+        hold = {"hold": True, "release": str(release), "started": str(started)}
+        seed.add_tasks([Task(task_id="t0", input={"q": 21, **hold})])
         seed.add_tasks([Task(task_id="t1", input={"q": 5, "release": str(release)})])
         seed.enqueue([Rollout(rollout_id="ro0", task_id="t0")])
     server = StoreProcess(db, free_port(), token_file).start()
@@ -61,6 +64,8 @@ def test_a_rollout_finishing_during_a_store_outage_succeeds_and_the_runner_lives
     )
     try:
         wait_until(lambda: _rollout(db, "ro0").status == RolloutStatus.RUNNING, "ro0 is claimed", 30)
+        # the agent is running: killed any earlier, the runner could still be reading the task from the store
+        wait_until(started.exists, "ro0's agent has started", 30, detail=lambda: _tail(runner_log))
         server.kill()
         release.touch()  # the agent returns while nothing answers
         wait_until(  # the agent's reward is all it has to write
