@@ -67,6 +67,10 @@ class BackendContext:
     score_tasks: Sequence[Task] = ()
     """The tasks :attr:`score` may run: the run's val split (its train split when it has none)."""
 
+    total_steps: int | None = None
+    """The run's training steps (``TrainerConfig.steps``), for a schedule over them (a learning rate's);
+    None: not known."""
+
     version_now: Callable[[], str | None] = _version_unknown
     """Called by :attr:`current_version`; the trainer gives one that reads the policy's version."""
 

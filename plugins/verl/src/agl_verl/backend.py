@@ -76,13 +76,14 @@ class VerlBackend(Backend):
         if self._learner is None:
             from agl_verl.local import LocalLearner
 
-            self._learner = LocalLearner(self.settings)
+            self._learner = LocalLearner(self.settings, total_steps=context.total_steps)
 
     def train_step(self, transitions: list[Transition], step: int) -> dict[str, float]:
         """One update from ``transitions``; returns loss, pg_clipfrac, kl, entropy, grad_norm, ….
 
         Text-only transitions are skipped and counted (``skipped_text``), or raise
-        with ``text_transitions="error"``.
+        with ``text_transitions="error"``. ``lr`` is the learning rate of this step's optimizer
+        steps; the schedule is at training step ``step`` (earlier steps this backend never saw count).
         """
         if self.settings.mode == "distributed":
             raise AglError(
@@ -90,6 +91,7 @@ class VerlBackend(Backend):
                 "start it with VerlBackend.run_distributed() instead of train_step()"
             )
         learner = self._require_learner()
+        learner.schedule_to(step)
         from agl_verl.dataproto import select_trainable, transitions_to_dataproto
 
         selection = select_trainable(transitions, on_text=self.settings.text_transitions)
@@ -174,7 +176,8 @@ class VerlBackend(Backend):
         return version
 
     def save_checkpoint(self, directory: Path) -> None:
-        """Save weights, optimizer state and RNG state so a resumed run continues identically."""
+        """Save weights, optimizer and learning-rate schedule state and RNG state so a resumed run continues
+        identically."""
         import torch
 
         learner = self._require_learner()

@@ -113,7 +113,45 @@ class VerlSettings(BaseModel):
     kl_penalty: str = "low_var_kl"
     entropy_coeff: float = Field(default=0.0, ge=0)
     temperature: float = Field(default=1.0, gt=0, description="the sampling temperature the engine used")
-    lr: float = Field(default=1e-5, gt=0)
+    lr: float = Field(default=1e-5, gt=0, description="the peak learning rate (after warmup); the schedule scales it")
+    lr_scheduler_type: Literal["constant", "cosine"] = Field(
+        default="constant",
+        description="verl's actor.optim.lr_scheduler_type: constant: `lr` after the warmup (verl's "
+        "get_constant_schedule_with_warmup); cosine: after the warmup, a cosine from `lr` down to "
+        "`min_lr_ratio` x `lr` at the run's last step (verl's get_cosine_schedule_with_warmup; needs the run's "
+        "total steps, the trainer's `steps`). The schedule advances once per training step, after its last "
+        "optimizer step, as verl's actor does; a step whose update never reached the learner (no transitions "
+        "for it) still counts",
+    )
+    lr_warmup_steps: int = Field(
+        default=-1,
+        description="verl's actor.optim.lr_warmup_steps: training steps over which the learning rate rises "
+        "linearly from 0 (the first step's) to `lr`; 0 or less: `lr_warmup_steps_ratio` of the run's steps",
+    )
+    lr_warmup_steps_ratio: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="verl's actor.optim.lr_warmup_steps_ratio: the warmup as a share of the run's total steps "
+        "(rounded down), used when `lr_warmup_steps` is 0 or less",
+    )
+    min_lr_ratio: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="verl's actor.optim.min_lr_ratio: cosine only: the floor of the learning rate, as a share of `lr`",
+    )
+    num_cycles: float = Field(
+        default=0.5,
+        ge=0,
+        description="verl's actor.optim.num_cycles: cosine only: cosine waves over the steps after warmup "
+        "(0.5: one half-wave, from `lr` down to the floor)",
+    )
+    zero_indexed_step: bool = Field(
+        default=True,
+        description="verl's actor.optim.zero_indexed_step: cosine only: the first step is the schedule's step 0 "
+        "(false: step 1, as torchtitan counts)",
+    )
     weight_decay: float = Field(default=0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float | None = Field(default=1.0, gt=0)
@@ -221,6 +259,7 @@ class VerlSettings(BaseModel):
                 "actor_rollout_ref.model.enable_gradient_checkpointing applies (on by default; set it in "
                 "distributed.overrides)"
             )
+        self._schedule_is_consistent()
         if self.rollout_correction.startswith("bypass_") and self.policy_loss != "vanilla":
             raise ValueError(
                 f"rollout_correction {self.rollout_correction!r} makes the loss verl's bypass_mode, which replaces "
@@ -233,6 +272,27 @@ class VerlSettings(BaseModel):
             if not torch.cuda.is_available():
                 raise ValueError("device is 'cuda' but torch sees no GPU; use device='cpu'")
         return self
+
+    def _schedule_is_consistent(self) -> None:
+        """Refuse schedule settings the chosen schedule would ignore (verl ignores them silently)."""
+        if self.lr_warmup_steps > 0 and self.lr_warmup_steps_ratio > 0:
+            raise ValueError(
+                f"lr_warmup_steps_ratio {self.lr_warmup_steps_ratio:g} is ignored when lr_warmup_steps "
+                f"({self.lr_warmup_steps}) is above 0, as in verl; set one of them"
+            )
+        if self.lr_scheduler_type == "constant":
+            defaults = type(self).model_fields
+            for name in ("min_lr_ratio", "num_cycles", "zero_indexed_step"):
+                if getattr(self, name) != defaults[name].default:
+                    raise ValueError(
+                        f"{name} shapes the cosine schedule only; lr_scheduler_type is 'constant' "
+                        "(set lr_scheduler_type: cosine, or leave it out)"
+                    )
+
+    @property
+    def schedule_needs_total_steps(self) -> bool:
+        """Whether the learning-rate schedule depends on the run's total training steps."""
+        return self.lr_scheduler_type == "cosine" or (self.lr_warmup_steps <= 0 and self.lr_warmup_steps_ratio > 0)
 
     @property
     def recompute_old_log_probs(self) -> bool:

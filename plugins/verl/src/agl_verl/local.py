@@ -31,6 +31,7 @@ from agl.errors import AglError
 from agl_verl import correction as rollout_correction
 from agl_verl.config import VerlSettings
 from agl_verl.quiet import no_progress_bars
+from agl_verl.schedule import advance, build_lr_scheduler
 from agl_verl.segments import per_call_advantages
 
 BYPASS_LOSS = "bypass_mode"
@@ -142,9 +143,13 @@ def describe_rows(data: DataProto, rows: list[int]) -> str:
 
 
 class LocalLearner:
-    """A policy (plus optional frozen reference) and its optimizer, in one process."""
+    """A policy (plus optional frozen reference), its optimizer and learning-rate schedule, in one process.
 
-    def __init__(self, settings: VerlSettings):
+    ``total_steps``: the run's training steps, which a cosine schedule or a warmup given as a ratio
+    needs (None: not known; such a schedule is refused).
+    """
+
+    def __init__(self, settings: VerlSettings, total_steps: int | None = None):
         from transformers import AutoModelForCausalLM
 
         self.settings = settings
@@ -180,6 +185,7 @@ class LocalLearner:
         self.optimizer = torch.optim.AdamW(
             self.trainable, lr=settings.lr, betas=settings.betas, weight_decay=settings.weight_decay
         )
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, settings, total_steps)
         self.policy_loss_fn = core_algos.get_policy_loss_fn(settings.policy_loss)
         self.algo = algo_config(settings)
 
@@ -304,6 +310,8 @@ class LocalLearner:
                 for key, value in self._mini_step(mini, config, loss_fn, old_from_forward=on_policy).items():
                     totals.setdefault(key, []).append(value)
         metrics.update({key: float(np.mean(values)) for key, values in totals.items()})
+        metrics["lr"] = self.optimizer.param_groups[0]["lr"]
+        advance(self.lr_scheduler)  # verl: once per training step, after its last mini-batch, stepped or not
 
         elapsed = time.perf_counter() - started
         attention = data.batch["attention_mask"]
@@ -496,6 +504,13 @@ class LocalLearner:
 
     # -- weights and state ---------------------------------------------------------------------
 
+    def schedule_to(self, step: int) -> None:
+        """Bring the schedule to training step ``step`` (1-based) where earlier steps never reached
+        :meth:`update` (nothing to train on): verl's schedule counts every training step. It only moves
+        forward, so callers that number steps otherwise get one schedule step per update."""
+        while self.lr_scheduler.last_epoch < step - 1:
+            advance(self.lr_scheduler)
+
     def save_weights(self, directory: Path) -> None:
         """Write the full weights, or only the LoRA adapter, with ``save_pretrained``."""
         directory.mkdir(parents=True, exist_ok=True)
@@ -503,12 +518,17 @@ class LocalLearner:
             self.model.save_pretrained(directory)
 
     def state_dict(self) -> dict[str, Any]:
-        """Trainable weights, optimizer and RNG: what a resumed run needs."""
+        """Trainable weights, optimizer, learning-rate schedule and RNG: what a resumed run needs."""
         trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
         weights = {k: v.detach().cpu() for k, v in self.model.state_dict().items() if k in trainable}
         if self.settings.lora is None:
             weights = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
-        return {"model": weights, "optimizer": self.optimizer.state_dict(), "rng": rng_state()}
+        return {
+            "model": weights,
+            "optimizer": self.optimizer.state_dict(),
+            "lr_scheduler": self.lr_scheduler.state_dict(),
+            "rng": rng_state(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
@@ -516,4 +536,11 @@ class LocalLearner:
         if unexpected or (self.settings.lora is None and missing):
             raise ValueError(f"checkpoint does not match the model: missing={missing[:5]} unexpected={unexpected[:5]}")
         self.optimizer.load_state_dict(state["optimizer"])
+        if "lr_scheduler" in state:
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        elif self.lr_scheduler.lr_lambdas[0](0) != 1.0 or self.settings.lr_scheduler_type != "constant":
+            raise ValueError(
+                "checkpoint has no learning-rate schedule (it was saved before the learner had one, at a constant "
+                "lr); resume it with lr_scheduler_type 'constant' and no warmup"
+            )
         set_rng_state(state["rng"])
