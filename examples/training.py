@@ -74,7 +74,8 @@ def train_parser(spec: ExampleSpec, description: str | None) -> argparse.Argumen
         type=backend_setting,
         metavar="KEY=VALUE",
         help="a setting of the verl backend over the example's (repeatable; the value is read as JSON, else "
-        "as text): kl_coef=0.01, loss_agg_mode=seq-mean-token-mean, entropy_coeff=0.001; named in the arm "
+        "as text): kl_coef=0.01, loss_agg_mode=seq-mean-token-mean, entropy_coeff=0.001, "
+        "lr_scheduler_type=cosine, lr_warmup_steps=5; named in the arm "
         "(calc_agent-kl_coef=0.01)",
     )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
@@ -144,9 +145,16 @@ def apply_backend_settings(config: dict[str, Any], settings: list[tuple[str, Any
     try:
         VerlSettings.model_validate(merged)
     except ValidationError as exc:
-        reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        reasons = "; ".join(_reason(e) for e in exc.errors())
         raise SystemExit(f"--backend-setting: {reasons}") from None
     config["backend"]["config"] = merged
+
+
+def _reason(error: Any) -> str:
+    """One pydantic error as ``field: why`` (a check across fields names them in its message)."""
+    field = ".".join(map(str, error["loc"]))
+    message = error["msg"].removeprefix("Value error, ")
+    return f"{field}: {message}" if field else message
 
 
 def arm_name(spec: ExampleSpec, args: argparse.Namespace) -> str:

@@ -149,12 +149,29 @@ def test_backend_settings_go_over_the_examples_and_name_the_arm(tmp_path):
     assert (backend["kl_coef"], backend["loss_agg_mode"], backend["lr"]) == (0.01, "seq-mean-token-mean", lr)
 
 
+def test_a_learning_rate_schedule_is_a_backend_setting(tmp_path):
+    from examples.training import apply_backend_settings, arm_name
+
+    argv = ["--backend-setting", "lr_scheduler_type=cosine", "--backend-setting", "lr_warmup_steps=5"]
+    args, _ = parse_train_args(CALC, [*argv, "--workdir", str(tmp_path)], None)
+    assert args.backend_setting == [("lr_scheduler_type", "cosine"), ("lr_warmup_steps", 5)]
+    assert arm_name(CALC, args) == "calc_agent-lr_scheduler_type=cosine-lr_warmup_steps=5"
+    config = CALC.trainer_config(
+        args, seed=0, workdir=tmp_path, model_path="m", steps=1, batch_size=1, n_rollouts=2, max_response_tokens=8
+    )
+    apply_backend_settings(config, args.backend_setting)
+    backend = config["backend"]["config"]
+    assert (backend["lr_scheduler_type"], backend["lr_warmup_steps"]) == ("cosine", 5)
+
+
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
         ("kl_coef=-1", "--backend-setting: kl_coef: Input should be greater than or equal to 0"),
         ("loss_agg_mode=bogus", "--backend-setting: loss_agg_mode:"),
         ("klcoef=0.1", "--backend-setting: klcoef: Extra inputs are not permitted"),
+        ("lr_scheduler_type=linear", "--backend-setting: lr_scheduler_type: Input should be 'constant' or 'cosine'"),
+        ("min_lr_ratio=0.1", "--backend-setting: min_lr_ratio shapes the cosine schedule only"),
     ],
 )
 def test_a_backend_setting_the_backend_would_refuse_is_refused_before_the_run(setting, message, tmp_path):
