@@ -208,3 +208,53 @@ def test_distributed_defaults_are_verls_constant_lr():
     optim = compose_trainer_config(distributed()).actor_rollout_ref.actor.optim
     assert (optim.lr_scheduler_type, optim.lr_warmup_steps, optim.lr_warmup_steps_ratio) == ("constant", -1, 0.0)
     assert (optim.min_lr_ratio, optim.num_cycles, optim.zero_indexed_step) == (0.0, 0.5, True)
+
+
+def varied_agent(task_input, ctx):
+    """One sampled call; reward by the answer's length, so groups of samples differ."""
+    import httpx
+
+    import agl
+
+    with httpx.Client(base_url=ctx.base_url, headers={"Authorization": f"Bearer {ctx.api_key}"}, timeout=60) as http:
+        body = {"model": ctx.model, "messages": [{"role": "user", "content": task_input["q"]}], "max_tokens": 6}
+        r = http.post("/chat/completions", json={**body, "temperature": 1.0})
+        r.raise_for_status()
+    agl.emit_reward(len(r.json()["choices"][0]["message"]["content"]) / 40)
+
+
+def test_a_trainer_run_tells_the_backend_its_steps_so_a_cosine_schedule_runs_over_them(tiny_model_dir, tmp_path):
+    """Through the real trainer: the backend learns the run's step count (BackendContext.total_steps), and
+    each step's recorded lr is verl's cosine schedule's over those steps."""
+    import json
+
+    from agl_trainer import Trainer
+
+    steps, schedule = 3, {"lr_scheduler_type": "cosine", "min_lr_ratio": 0.1}
+    config = {
+        "workdir": str(tmp_path / "run"),
+        "store": f"sqlite:///{tmp_path / 'agl.db'}",
+        "steps": steps,
+        "batch_size": 1,
+        "n_rollouts": 4,
+        "progress": False,
+        "plot": False,
+        "val_before": False,
+        "rollout": {"concurrency": 4, "max_response_tokens": 6},
+        "engine": {"name": "transformers", "config": {"model_path": str(tiny_model_dir), "max_model_len": 1024}},
+        "backend": {
+            "name": "verl",
+            "config": {
+                "model_path": str(tiny_model_dir),
+                "lr": LR,
+                "workdir": str(tmp_path / "verl"),
+                "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+                **schedule,
+            },
+        },
+    }
+    Trainer(config).fit(varied_agent, [{"input": {"q": "Say a digit."}}])
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    lrs = [r["lr"] for r in records if r.get("kind") == "train"]
+    assert lrs == verl_lrs(schedule, steps)

@@ -440,6 +440,7 @@ class Trainer:
             score=Scorer(self, state),
             score_tasks=tuple(self._score_tasks),
             version_now=lambda: policy.version,
+            total_steps=self.config.steps,
         )
 
     def _resources_now(self) -> dict[str, Any]:
