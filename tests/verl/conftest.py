@@ -33,6 +33,28 @@ def tiny_engine(tiny_model_dir):
     engine.stop()
 
 
+TINY_LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+
+
+def tiny_run_config(model_dir, tmp_path, *, backend: dict, concurrency: int, **run) -> dict:
+    """A trainer config of a short run on the tiny model: the transformers engine, the verl backend with a
+    LoRA adapter (``backend``: its settings over the model and workdir), no plots, no validation before."""
+    return {
+        "workdir": str(tmp_path / "run"),
+        "store": f"sqlite:///{tmp_path / 'agl.db'}",
+        "progress": False,
+        "plot": False,
+        "val_before": False,
+        "rollout": {"concurrency": concurrency, "max_response_tokens": 6},
+        "engine": {"name": "transformers", "config": {"model_path": str(model_dir), "max_model_len": 1024}},
+        "backend": {
+            "name": "verl",
+            "config": {"model_path": str(model_dir), "workdir": str(tmp_path / "verl"), "lora": TINY_LORA, **backend},
+        },
+        **run,
+    }
+
+
 GATEWAY_TOKEN = "gateway-token"
 """The production token of :func:`tiny_gateway`."""
 

@@ -229,30 +229,13 @@ def test_a_trainer_run_tells_the_backend_its_steps_so_a_cosine_schedule_runs_ove
     import json
 
     from agl_trainer import Trainer
+    from tests.verl.conftest import tiny_run_config
 
     steps, schedule = 3, {"lr_scheduler_type": "cosine", "min_lr_ratio": 0.1}
-    config = {
-        "workdir": str(tmp_path / "run"),
-        "store": f"sqlite:///{tmp_path / 'agl.db'}",
-        "steps": steps,
-        "batch_size": 1,
-        "n_rollouts": 4,
-        "progress": False,
-        "plot": False,
-        "val_before": False,
-        "rollout": {"concurrency": 4, "max_response_tokens": 6},
-        "engine": {"name": "transformers", "config": {"model_path": str(tiny_model_dir), "max_model_len": 1024}},
-        "backend": {
-            "name": "verl",
-            "config": {
-                "model_path": str(tiny_model_dir),
-                "lr": LR,
-                "workdir": str(tmp_path / "verl"),
-                "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
-                **schedule,
-            },
-        },
-    }
+    backend = {"lr": LR, **schedule}
+    config = tiny_run_config(
+        tiny_model_dir, tmp_path, backend=backend, concurrency=4, steps=steps, batch_size=1, n_rollouts=4
+    )
     Trainer(config).fit(varied_agent, [{"input": {"q": "Say a digit."}}])
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines if line.strip()]

@@ -16,6 +16,7 @@ import pytest
 
 import agl
 from agl_trainer import Trainer
+from tests.verl.conftest import tiny_run_config
 from tests.verl.test_multi_adapter import make_adapter
 
 pytestmark = pytest.mark.slow
@@ -50,27 +51,19 @@ def weights_digest(model, adapter: str | None) -> str:
 def test_a_frozen_policys_weights_are_bit_identical_after_training(tiny_model_dir, tmp_path):
     critic = make_adapter(tiny_model_dir, tmp_path / "critic-adapter", seed=7)
     files_before = {p.name: p.read_bytes() for p in (tmp_path / "critic-adapter").iterdir()}
-    lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
-    config = {
-        "workdir": str(tmp_path / "run"),
-        "store": f"sqlite:///{tmp_path / 'agl.db'}",
-        "steps": 2,
-        "batch_size": 2,
-        "n_rollouts": 4,
-        "progress": False,
-        "plot": False,
-        "val_before": False,
-        "rollout": {"concurrency": 8, "max_response_tokens": 6},
-        "engine": {"name": "transformers", "config": {"model_path": str(tiny_model_dir), "max_model_len": 1024}},
-        "backend": {
-            "name": "verl",
-            "config": {"model_path": str(tiny_model_dir), "lr": 1e-2, "workdir": str(tmp_path / "verl"), "lora": lora},
-        },
-        "policies": [
+    config = tiny_run_config(
+        tiny_model_dir,
+        tmp_path,
+        backend={"lr": 1e-2},
+        concurrency=8,
+        steps=2,
+        batch_size=2,
+        n_rollouts=4,
+        policies=[
             {"name": "writer", "models": [WRITER]},
             {"name": "critic", "models": [CRITIC], "train": False, "weights": critic},
         ],
-    }
+    )
     trainer = Trainer(config)
     engine = None
 
