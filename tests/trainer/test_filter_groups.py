@@ -167,6 +167,8 @@ def test_a_resumed_run_takes_the_tasks_an_uninterrupted_one_does(tmp_path, engin
     assert [c["step"] for c in _trained(parted)] == [1, 2, 3]
     states = [json.loads((d / "run" / "trainer_state.json").read_text()) for d in (whole, parted)]
     assert states[0]["task_cursor"] == states[1]["task_cursor"]
+    weights = [json.loads((d / "run" / "checkpoints" / "step-3" / "weights.json").read_text()) for d in (whole, parted)]
+    assert weights[0] == weights[1] and weights[0]["trained"] == [1, 2, 3]  # the resumed one reloaded step 1's
     seeds = []
     for d, state in zip((whole, parted), states, strict=True):
         with SqliteStore(d / "agl.db") as store:
