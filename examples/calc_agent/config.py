@@ -39,17 +39,26 @@ DEFAULTS = dict(steps=STEPS, batch_size=BATCH_SIZE, n_rollouts=N_ROLLOUTS, max_r
 
 
 def trainer_config(
-    *, lr: float = LR, steps_without_signal: str = "step", max_staleness: int = 0, **run: Any
+    *,
+    lr: float = LR,
+    steps_without_signal: str = "step",
+    max_staleness: int = 0,
+    filter_groups: bool = False,
+    **run: Any,
 ) -> dict[str, Any]:
     """The :class:`agl_trainer.TrainerConfig` dict of one run (``run``: see :func:`examples.learner.run_config`).
 
     ``steps_without_signal="skip"``: no optimizer step on a step where no group has signal
     (the backend's default, as verl's, is an AdamW step on zero gradients). ``max_staleness``
     k > 0: asynchronous steps (``rollout.max_staleness``), corrected by verl's decoupled token-IS.
+    ``filter_groups``: verl's DAPO dynamic sampling (``filter_groups.enable``, no limit on the
+    generation batches a step may run).
     """
     config = run_config(run, DEFAULTS, lr=lr, temperature=TEMPERATURE, transitions=TRANSITIONS, timeout_s=1800)
     if steps_without_signal != "step":
         config["backend"]["config"]["steps_without_signal"] = steps_without_signal
     if max_staleness:
         config["rollout"]["max_staleness"] = max_staleness
+    if filter_groups:
+        config["filter_groups"] = {"enable": True}
     return config

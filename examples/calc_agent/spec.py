@@ -1,9 +1,9 @@
 """The calculator agent as the shared runner runs it (:class:`examples.spec.ExampleSpec`).
 
 Arms: the config's lr, optimizer steps and step count make ``calc_agent``; another ``--lr``,
-``--steps-without-signal skip``, ``--max-staleness``, ``--curriculum`` or ``--steps`` is named in
-the arm (``calc_agent-lr0.001``, ``calc_agent-skip``, ``calc_agent-async1``,
-``calc_agent-ops2-3from31``, ``calc_agent-steps60``).
+``--steps-without-signal skip``, ``--max-staleness``, ``--filter-groups``, ``--curriculum`` or ``--steps``
+is named in the arm (``calc_agent-lr0.001``, ``calc_agent-skip``, ``calc_agent-async1``,
+``calc_agent-filter``, ``calc_agent-ops2-3from31``, ``calc_agent-steps60``).
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ def arm(
     max_staleness: int = 0,
     steps: int = STEPS,
     curriculum: Curriculum | None = None,
+    filter_groups: bool = False,
 ) -> str:
     """The run's name in its results file: ``calc_agent``, plus what differs from the config."""
     name = NAME if lr == LR else f"{NAME}-lr{lr:g}"
     name = name if steps_without_signal == "step" else f"{name}-{steps_without_signal}"
     name = name if max_staleness == 0 else f"{name}-async{max_staleness}"
+    name = f"{name}-filter" if filter_groups else name
     name = name if curriculum is None else f"{name}-{curriculum.name}"
     return name if steps == STEPS else f"{name}-steps{steps}"
 
@@ -56,6 +58,12 @@ def train_options(parser: argparse.ArgumentParser) -> None:
         "another k is named in the results file, calc_agent-async1)",
     )
     parser.add_argument(
+        "--filter-groups",
+        action="store_true",
+        help="verl's DAPO dynamic sampling: a step trains only on groups whose rewards differ, running more "
+        "batches of new problems until it has batch-size of them (named in the results file, calc_agent-filter)",
+    )
+    parser.add_argument(
         "--curriculum",
         type=Curriculum.parse,
         metavar="STEP:OPERATIONS",
@@ -65,8 +73,11 @@ def train_options(parser: argparse.ArgumentParser) -> None:
 
 
 def check_curriculum(args: argparse.Namespace) -> None:
-    """A curriculum whose second stage would start after the last step is a usage error."""
+    """A curriculum whose second stage would start after the last step is a usage error, and so is one with
+    ``--filter-groups``, whose steps take more problems than batch-size (the curriculum orders by step)."""
     if getattr(args, "curriculum", None) is not None:
+        if getattr(args, "filter_groups", False):
+            raise ValueError("--curriculum: cannot be used with --filter-groups (a step may take several batches)")
         args.curriculum.check(args.steps)
 
 
@@ -90,17 +101,24 @@ SPEC = ExampleSpec(
     __package__,
     noun="problems",
     trainer_config=lambda args, **run: trainer_config(
-        **run, lr=args.lr, steps_without_signal=args.steps_without_signal, max_staleness=args.max_staleness
+        **run,
+        lr=args.lr,
+        steps_without_signal=args.steps_without_signal,
+        max_staleness=args.max_staleness,
+        filter_groups=args.filter_groups,
     ),
     reward_plugin="calc-numeric-match",
     load_split=load_split,
     train_figures=train_figures,
     subset=Subset("operations", "numbers of operations", TRAIN_OPERATIONS, of_operations),
-    arm=lambda args: arm(args.lr, args.steps_without_signal, args.max_staleness, args.steps, args.curriculum),
+    arm=lambda args: arm(
+        args.lr, args.steps_without_signal, args.max_staleness, args.steps, args.curriculum, args.filter_groups
+    ),
     record_extras=lambda args, train: {
         "train_operations": list(args.operations),
         "steps_without_signal": args.steps_without_signal,
         "max_staleness": args.max_staleness,
+        "filter_groups": args.filter_groups,
         **({"curriculum": vars(args.curriculum)} if args.curriculum else {}),
     },
     train_options=train_options,

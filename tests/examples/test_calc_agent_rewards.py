@@ -316,6 +316,7 @@ def test_train_py_names_its_arm_by_what_differs_from_the_config(calc):
     assert spec.arm(lr, "skip") == "calc_agent-skip"
     assert spec.arm(lr, "step", 1, 60) == "calc_agent-async1-steps60"
     assert spec.arm(lr, "step", 0, 60, Curriculum(31, (2, 3))) == "calc_agent-ops2-3from31-steps60"
+    assert spec.arm(lr, "step", 0, 60, None, True) == "calc_agent-filter-steps60"
     config = calc.config.trainer_config(seed=0, workdir=Path("w"), model_path="m", steps_without_signal="skip")
     assert config["backend"]["config"]["steps_without_signal"] == "skip"
     assert "steps_without_signal" not in calc.config.trainer_config(seed=0, workdir=Path("w"), model_path="m")
@@ -353,3 +354,13 @@ def test_train_refuses_a_curriculum_that_starts_after_the_last_step(capsys):
         train.main(["--steps", "10", "--curriculum", "11:2,3"])
     assert exit_.value.code == 2
     assert "curriculum: its second stage starts at step 11, after the last (10)" in capsys.readouterr().err
+
+
+def test_train_refuses_a_curriculum_with_filter_groups(capsys):
+    """The curriculum orders the problems by step; a filtered step may take several batches of them."""
+    from examples.calc_agent import train
+
+    with pytest.raises(SystemExit) as exit_:
+        train.main(["--steps", "10", "--curriculum", "5:2,3", "--filter-groups"])
+    assert exit_.value.code == 2
+    assert "--curriculum: cannot be used with --filter-groups" in capsys.readouterr().err

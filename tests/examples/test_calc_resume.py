@@ -61,8 +61,8 @@ sys.exit(main(sys.argv[1:]))
 """``train.py``'s command with the reward replaced by a deterministic coin on the reply's text (see above)."""
 
 
-def command(model: Path, workdir: Path, results: Path) -> list[str]:
-    argv = [sys.executable, "-c", DRIVER, "--seed", "0", "--steps", str(STEPS)]
+def command(model: Path, workdir: Path, results: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    argv = [sys.executable, "-c", DRIVER, "--seed", "0", "--steps", str(STEPS), *extra]
     argv += ["--batch-size", "2", "--n-rollouts", "2", "--eval-limit", "2", "--max-response-tokens", "8"]
     argv += ["--val-every", "1", "--val-limit", "2", "--threads", "1"]
     return argv + ["--model", str(model), "--workdir", str(workdir), "--results", str(results)]
@@ -120,20 +120,25 @@ def adapter_files(workdir: Path) -> dict[str, object]:
     return files
 
 
-def test_a_seed_killed_inside_a_step_resumes_to_the_same_bits(example, tmp_path):
+@pytest.mark.parametrize("extra", [(), ("--filter-groups",)], ids=["lockstep", "filter-groups"])
+def test_a_seed_killed_inside_a_step_resumes_to_the_same_bits(example, tmp_path, extra):
+    """Lockstep, and with dynamic sampling (a step's later generation batches and its task position)."""
     model = tiny_model(example, tmp_path / "tiny")
     log = tmp_path / "runs.log"
 
     def tail() -> str:
         return log.read_text()[-3000:]
 
-    whole = command(model, tmp_path / "whole", tmp_path / "whole-results")
+    whole = command(model, tmp_path / "whole", tmp_path / "whole-results", extra)
     assert run(whole, log).wait(timeout=900) == 0, tail()
     steps = [m for m in metrics(tmp_path / "whole") if m["kind"] == "train"]
     assert any(m["grad_norm"] > 0 for m in steps[1:]), steps  # steps after the first moved the adapter
+    if extra:  # every step trained on batch-size groups with signal, some ran more than one batch for them
+        assert all(m["filter_groups/groups_kept"] == 2 for m in steps), steps
+        assert any(m["filter_groups/gen_batches"] > 1 for m in steps), steps
 
     killed = tmp_path / "killed"
-    child = run(command(model, killed, tmp_path / "killed-results"), log)
+    child = run(command(model, killed, tmp_path / "killed-results", extra), log)
 
     def second_step_running() -> bool:
         assert child.poll() is None, tail()
@@ -148,14 +153,15 @@ def test_a_seed_killed_inside_a_step_resumes_to_the_same_bits(example, tmp_path)
     assert earlier["step"] == 1 and earlier["wall_s"] > 0
 
     resumed = time.monotonic()
-    assert run(command(model, killed, tmp_path / "killed-results"), log).wait(timeout=900) == 0, tail()
+    assert run(command(model, killed, tmp_path / "killed-results", extra), log).wait(timeout=900) == 0, tail()
     resumed_s = time.monotonic() - resumed
     assert "resuming run" in log.read_text()
 
     assert adapter_files(killed) == adapter_files(tmp_path / "whole")
     assert metrics(killed) == metrics(tmp_path / "whole")
-    a = json.loads((tmp_path / "whole-results" / f"calc_agent-steps{STEPS}-seed0.json").read_text())
-    b = json.loads((tmp_path / "killed-results" / f"calc_agent-steps{STEPS}-seed0.json").read_text())
+    name = f"calc_agent{'-filter' if extra else ''}-steps{STEPS}-seed0.json"
+    a = json.loads((tmp_path / "whole-results" / name).read_text())
+    b = json.loads((tmp_path / "killed-results" / name).read_text())
     # the resumed seed's wall time counts its first process too (up to its last completed step)
     assert earlier["wall_s"] < b["wall_s"] <= earlier["wall_s"] + resumed_s
     for record in (a, b):  # what differs between any two runs: times, the run's id and its directory

@@ -148,6 +148,30 @@ class FromStoreConfig(_Config):
     )
 
 
+class FilterGroupsConfig(_Config):
+    """Dynamic sampling as verl's DAPO recipe does it (``algorithm.filter_groups``): train only on groups
+    with a reward signal, generating more batches of new tasks until ``batch_size`` such groups are kept."""
+
+    enable: bool = Field(
+        default=False,
+        description="keep only the groups (one task's n_rollouts rollouts in a step) whose metric is not the same "
+        "for all of them; while fewer than batch_size are kept, run the next batch_size tasks of the shuffle "
+        "too; train on the first batch_size kept (verl's filter_groups.enable). Dropped groups' rollouts stay "
+        "in the store, untrained",
+    )
+    metric: Literal["reward"] = Field(
+        default="reward",
+        description="what must vary within a group: 'reward', each rollout's final reward as its transitions "
+        "carry it (verl's canonical 'reward'); a rollout without transitions takes no part",
+    )
+    max_gen_batches: int = Field(
+        default=0,
+        ge=0,
+        description="at most this many generation batches a step; the step stops with an error when they keep "
+        "fewer than batch_size groups (verl's max_num_gen_batches). 0: no limit",
+    )
+
+
 class TrainerConfig(_Config):
     """Everything :class:`agl.Trainer` needs besides the agent and the tasks."""
 
@@ -187,6 +211,10 @@ class TrainerConfig(_Config):
         default_factory=TransitionConfig, description="how rollouts become transitions (credit, filters, rewards)"
     )
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="how rollouts run")
+    filter_groups: FilterGroupsConfig = Field(
+        default_factory=FilterGroupsConfig,
+        description="dynamic sampling (verl's DAPO filter_groups): train only on groups with a reward signal",
+    )
     from_store: FromStoreConfig | None = Field(
         default=None,
         description="train on rollouts already in the store (recorded traffic) instead of generating them; "
@@ -229,7 +257,29 @@ class TrainerConfig(_Config):
         if self.engine is not None and self.engine_urls:
             raise ValueError("engine and engine_urls: give one of them, not both")
         check_policies(self.policies)
+        self._check_filter_groups()
         return self
+
+    def _check_filter_groups(self) -> None:
+        """Refuse what dynamic sampling cannot be honoured with: it decides a step's tasks from its rollouts."""
+        if not self.filter_groups.enable:
+            return
+        if self.rollout.max_staleness > 0:
+            raise ValueError(
+                f"filter_groups.enable: cannot be used with rollout.max_staleness {self.rollout.max_staleness}: "
+                "a step's later generation batches depend on its first one's rewards, so the batches of future "
+                "steps cannot be queued ahead; set rollout.max_staleness: 0"
+            )
+        if self.from_store is not None:
+            raise ValueError(
+                "filter_groups.enable: cannot be used with from_store: recorded traffic has no groups to "
+                "generate again; leave filter_groups off"
+            )
+        if self.n_rollouts < 2:
+            raise ValueError(
+                f"filter_groups.enable: needs n_rollouts of 2 or more, not {self.n_rollouts}: a group of one "
+                "rollout has no spread of rewards to filter on (verl keeps every such group)"
+            )
 
     def store_url(self) -> str:
         """``store``, else the store every ``agl`` command uses (:func:`agl.store.base.default_store_url`).
@@ -391,6 +441,7 @@ def _plain(value: Any) -> Any:
 
 __all__ = [
     "ComponentConfig",
+    "FilterGroupsConfig",
     "GatewayConfig",
     "LoggerConfig",
     "Overrides",

@@ -1,6 +1,7 @@
 """The ids of a run's rollouts, and which of them count after a resume.
 
-A run's rollouts are ``<run>-s<step>-b<task>-r<k>`` (training) and ``<run>-<tag>-<i>``
+A run's rollouts are ``<run>-s<step>-b<task>-r<k>`` (training; ``<run>-s<step>-g<n>-b<task>-r<k>``
+for a step's n-th extra generation batch under ``filter_groups``) and ``<run>-<tag>-<i>``
 (evaluation, scoring). A resumed run reruns its interrupted step whole under new ids,
 ``<run>-resume<n>-...`` for the n-th resume, so the rerun meets none of the ids the stopped
 process made (:meth:`agl_trainer.trainer.Trainer.fit`). The stopped process's rollouts of that

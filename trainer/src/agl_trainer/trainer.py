@@ -30,6 +30,9 @@ keep generating while the step trains; a transition more than k versions behind 
 learner is dropped and counted. Recorded traffic (``from_store``): step 1 generates
 nothing, it takes the oldest ended rollouts the filter chooses that the run has not
 trained on (:mod:`agl_trainer.recorded`), and the state file records them with the step.
+Dynamic sampling (``filter_groups.enable``, verl's DAPO): a step may run several generation
+batches of new tasks until ``batch_size`` groups with a reward signal are kept, and trains on those
+(:mod:`agl_trainer.group_filter`); the next task position is kept in the state file with the step.
 Either way the backend learns which version its weights are (``BackendContext.current_version``)
 and corrects for transitions of another.
 
@@ -70,6 +73,7 @@ from agl_trainer.baselines import with_baselines
 from agl_trainer.capture_check import capture_switched_on, silent_capture_warning
 from agl_trainer.config import TrainerConfig, parse_config
 from agl_trainer.engine import Engine
+from agl_trainer.group_filter import Group, GroupFilter, TooFewGroups
 from agl_trainer.inprocess_runner import start_inprocess_runner
 from agl_trainer.loggers import Logger, RunInfo, build_loggers, redacted
 from agl_trainer.metrics import (
@@ -105,6 +109,16 @@ def _timed(record: dict[str, Any], key: str) -> Iterator[None]:
         yield
     finally:
         record[key] = time.perf_counter() - started
+
+
+@contextlib.contextmanager
+def _timed_add(record: dict[str, Any], key: str) -> Iterator[None]:
+    """Add the seconds the block took to ``record[key]`` (set when absent)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        record[key] = record.get(key, 0.0) + time.perf_counter() - started
 
 
 def rollout_seed(*parts: object) -> int:
@@ -389,7 +403,11 @@ class Trainer:
 
     def _resumable_config(self) -> dict[str, Any]:
         """The config a run is resumed under: all of it but what may change between resumes."""
-        return self.config.model_dump(mode="json", exclude=_FREE_ON_RESUME)
+        exclude: dict[str, Any] = dict.fromkeys(_FREE_ON_RESUME, True)
+        # off: the state of a run from before the setting existed; on: a step that generated too many
+        # batches may be resumed with a higher limit, as verl's error suggests
+        exclude["filter_groups"] = {"max_gen_batches": True} if self.config.filter_groups.enable else True
+        return self.config.model_dump(mode="json", exclude=exclude)
 
     def _save_state(self, state: dict[str, Any]) -> None:
         path = self.workdir / STATE_FILE
@@ -647,9 +665,13 @@ class Trainer:
     def _batch(self, step: int, tasks: Sequence[Task]) -> list[Task]:
         """The step's tasks: ``batch_size`` positions of an endless sequence of seeded shuffles of the data
         (or of the data in its order, again and again, without ``shuffle``)."""
+        return self._tasks_at((step - 1) * self.config.batch_size, tasks)
+
+    def _tasks_at(self, start: int, tasks: Sequence[Task]) -> list[Task]:
+        """The ``batch_size`` tasks at positions ``start, start + 1, ...`` of the endless sequence of :meth:`_batch`."""
         size = self.config.batch_size
         out = []
-        for pos in range((step - 1) * size, step * size):
+        for pos in range(start, start + size):
             epoch, index = divmod(pos, len(tasks))
             if not self.config.shuffle:
                 out.append(tasks[index])
@@ -670,23 +692,66 @@ class Trainer:
             **fields,
         )
 
-    def _train_rollouts(self, step: int, train: list[Task], state: dict[str, Any]) -> list[Rollout]:
-        """The step's rollouts: ``n_rollouts`` of each task of its batch, ids and seeds derived from the run."""
+    def _train_rollouts(
+        self, step: int, train: list[Task], state: dict[str, Any], gen: int = 0, batch: list[Task] | None = None
+    ) -> list[Rollout]:
+        """The step's rollouts: ``n_rollouts`` of each task of its batch (task after task), ids and seeds
+        derived from the run. ``gen``: the step's generation batch (``filter_groups``), whose ``batch``
+        of tasks is given; the first one's ids and seeds are those of a step without filtering."""
         cfg = self.config
         resources = self._resources_now()
+        tag, extra = ("", ()) if gen == 0 else (f"-g{gen}", (gen,))
         return [
             self._rollout(
-                f"{rollout_prefix(state)}-s{step}-b{b}-r{k}",
+                f"{rollout_prefix(state)}-s{step}{tag}-b{b}-r{k}",
                 task,
                 step,
                 mode="train",
-                seed=rollout_seed(cfg.seed, "train", step, task.task_id, k),
+                seed=rollout_seed(cfg.seed, "train", step, task.task_id, k, *extra),
                 model_version=state["model_version"],
                 **resources,
             )
-            for b, task in enumerate(self._batch(step, train))
+            for b, task in enumerate(self._batch(step, train) if batch is None else batch)
             for k in range(cfg.n_rollouts)
         ]
+
+    def _filtered_rollouts(
+        self, step: int, train: list[Task], state: dict[str, Any], record: dict[str, Any]
+    ) -> tuple[list[Rollout], GroupFilter, TransitionBuilder]:
+        """Generation batches of new tasks until ``batch_size`` groups with a signal are kept
+        (:mod:`agl_trainer.group_filter`): every rollout run, the filter holding the kept groups' transitions,
+        and the builder of them all. The next task position goes into ``state`` (saved with the step)."""
+        cfg = self.config
+        cursor = state.get("task_cursor", (step - 1) * cfg.batch_size)
+        picked, builder, ended = GroupFilter(cfg.batch_size), self._builder(), []
+        record["time_rollout_s"] = record["time_transitions_s"] = 0.0
+        while picked.short:
+            limit = cfg.filter_groups.max_gen_batches
+            if limit and picked.gen_batches >= limit:
+                raise TooFewGroups(
+                    f"step {step}: {picked.gen_batches} generation batch(es) kept {len(picked.kept)} group(s) with a "
+                    f"reward signal, fewer than batch_size {cfg.batch_size}; filter_groups.max_gen_batches is {limit} "
+                    "(the tasks may be too hard or too easy for the model; 0 lets a step generate without limit)"
+                )
+            gen = picked.gen_batches
+            with _timed_add(record, "time_rollout_s"):
+                rollouts = self._train_rollouts(step, train, state, gen, self._tasks_at(cursor, train))
+                batch = self.run_rollouts(rollouts, f"step {step}/{cfg.steps}" + (f" (batch {gen + 1})" if gen else ""))
+            cursor += cfg.batch_size
+            with _timed_add(record, "time_transitions_s"):
+                for r in batch:
+                    self._hook("agl_rollout_ended", rollout=r)
+                built, _ = self._build(batch, record, builder)
+                n = cfg.n_rollouts
+                groups = [
+                    Group(gen, rollouts[i].task_id, tuple(r.rollout_id for r in rollouts[i : i + n]))
+                    for i in range(0, len(rollouts), n)
+                ]
+                picked.add(groups, built, builder.finals)
+            ended += batch
+        state["task_cursor"] = cursor
+        record.update(picked.metrics())
+        return ended, picked, builder
 
     def _step_rollouts(self, step: int, train: list[Task], state: dict[str, Any]) -> list[Rollout] | None:
         """Run (or, from the store, choose) the step's rollouts; None when there is nothing left to train on.
@@ -710,18 +775,23 @@ class Trainer:
         record: dict[str, Any] = {"kind": "train", "step": step, "model_version": state["model_version"]}
         counted = self._engine_counters()
         started = time.perf_counter()
-        with _timed(record, "time_rollout_s"):
-            ended = self._step_rollouts(step, train, state)
-        if ended is None:
-            return None
+        picked = None
+        if self.config.filter_groups.enable:
+            ended, picked, builder = self._filtered_rollouts(step, train, state, record)
+        else:
+            with _timed(record, "time_rollout_s"):
+                ended = self._step_rollouts(step, train, state)
+            if ended is None:
+                return None
         record.update({f"engine/{k}": v - counted.get(k, 0) for k, v in self._engine_counters().items()})
         if self._recorded is not None:
             record["recorded_rollouts"] = len(ended)
-        with _timed(record, "time_transitions_s"):
-            for r in ended:
-                self._hook("agl_rollout_ended", rollout=r)
-            built, builder = self._build(ended, record)
-            transitions = self._select(built, builder.report, record)
+        with _timed_add(record, "time_transitions_s"):
+            if picked is None:
+                for r in ended:
+                    self._hook("agl_rollout_ended", rollout=r)
+                built, builder = self._build(ended, record)
+            transitions = self._select(built if picked is None else picked.transitions, builder.report, record)
             self._hook("agl_transitions_built", step=step, transitions=transitions)
         record.update(reward_metrics(builder.finals, ended, self.config.success_threshold))
         report = builder.report.as_metrics()
@@ -743,17 +813,25 @@ class Trainer:
         record["time_step_s"] = time.perf_counter() - started
         return record
 
-    def _build(self, ended: list[Rollout], record: dict[str, Any]) -> tuple[list[Transition], TransitionBuilder]:
-        """The build phase: the transitions of the ended rollouts (engine ones; every one, with its text,
-        for a backend that learns from text), and the builder with its report and final rewards."""
-        # a backend that learns from text (Backend.needs_token_ids False) gets every call, with its text
+    def _builder(self) -> TransitionBuilder:
+        """A transition builder of the run's settings: with each call's text for a backend that learns from
+        text (``Backend.needs_token_ids`` False), and each call's sampling settings (a backend tells calls
+        sampled unlike its loss assumes: off-policy)."""
         text_too = self.backend is not None and not self.backend.needs_token_ids
-        # each call's sampling settings: a backend tells calls sampled unlike its loss assumes (off-policy)
         tcfg = self.config.transitions.model_copy(update={"with_text": text_too, "with_sampling": True})
-        builder = TransitionBuilder(self._store, tcfg)
+        return TransitionBuilder(self._store, tcfg)
+
+    def _build(
+        self, ended: list[Rollout], record: dict[str, Any], builder: TransitionBuilder | None = None
+    ) -> tuple[list[Transition], TransitionBuilder]:
+        """The build phase: the transitions of the ended rollouts (engine ones; every one, with its text,
+        for a backend that learns from text), and the builder (a new one, or ``builder`` going on) with
+        its report and final rewards."""
+        text_too = self.backend is not None and not self.backend.needs_token_ids
+        builder = self._builder() if builder is None else builder
         built = list(builder.iter(ended))
         # calls of a hosted model (no engine token ids) never feed a policy-gradient update
-        record["text_only_calls"] = sum(t.token_source == "text" for t in built)
+        record["text_only_calls"] = record.get("text_only_calls", 0) + sum(t.token_source == "text" for t in built)
         return (built if text_too else [t for t in built if t.token_source == "engine"]), builder
 
     def _select(self, transitions: list[Transition], report: BuildReport, record: dict[str, Any]) -> list[Transition]:
