@@ -37,6 +37,12 @@ def test_a_step_line_reads_small_losses_and_whole_counts():
     assert "trans 64 " in line and "tok/s 812 " in line and "(rollout 12.3s, update 4.5s)" in line
 
 
+def test_a_filtered_steps_line_says_how_many_batches_it_ran_and_groups_it_dropped():
+    line = console_line({**RECORD, "filter_groups/gen_batches": 3.0, "filter_groups/groups_dropped": 4.0}, 20)
+    assert "batches 3  dropped 4  (rollout" in line
+    assert "batches" not in console_line(RECORD, 20)  # a step without filtering says nothing of it
+
+
 def test_a_step_line_fits_the_width_dropping_the_least_telling_fields_first():
     full = console_line(RECORD, 20)
     narrow = console_line(RECORD, 20, width=70)

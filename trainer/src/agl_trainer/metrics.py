@@ -144,6 +144,8 @@ _LINE_FIELDS: list[tuple[str, str, Callable[[float], str]]] = [
     ("response_length_mean", "resp", "{:.1f}".format),
     ("tokens_per_s", "tok/s", lambda v: str(round(v))),
     ("staleness_mean", "stale", "{:.2f}".format),
+    ("filter_groups/gen_batches", "batches", lambda v: str(round(v))),
+    ("filter_groups/groups_dropped", "dropped", lambda v: str(round(v))),
 ]
 
 
