@@ -138,7 +138,7 @@ def train_on_traffic(args: argparse.Namespace) -> int:
     from agl_trainer.transition_counts import TransitionCounts
     from agl_verl.models import smollm2_dir
     from examples.baseline import BASE_FILE
-    from examples.training import collect, results_record
+    from examples.training import collect, results_record, train_parser
 
     from .agent import calc_agent
 
@@ -185,8 +185,9 @@ def train_on_traffic(args: argparse.Namespace) -> int:
     figures["before_source"] = BASE_FILE if shared else None
     wall = time.monotonic() - started
     done = {"name": name, "steps": result.steps_completed, "wall_s": wall, "eval_tasks": len(test)}
-    args.operations, args.steps_without_signal, args.max_staleness = TRAIN_OPERATIONS, "step", 0
-    args.curriculum, args.merge = None, "off"
+    for option, default in vars(train_parser(SPEC, None).parse_args([])).items():
+        if not hasattr(args, option):  # the train command's options this command does not take: their defaults
+            setattr(args, option, default)
     record = results_record(SPEC, args, [], config, done, counter.by_agent, figures, workdir)
     record.update({"graded": args.graded, "rollout_correction": CORRECTION, "recorded_rollouts": args.steps * per_step})
     args.results.mkdir(parents=True, exist_ok=True)
