@@ -103,17 +103,8 @@ _FREE_ON_RESUME = {"steps", "progress", "plot", "loggers"}
 
 @contextlib.contextmanager
 def _timed(record: dict[str, Any], key: str) -> Iterator[None]:
-    """Put the seconds the block took into ``record[key]``."""
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        record[key] = time.perf_counter() - started
-
-
-@contextlib.contextmanager
-def _timed_add(record: dict[str, Any], key: str) -> Iterator[None]:
-    """Add the seconds the block took to ``record[key]`` (set when absent)."""
+    """Add the seconds the block took to ``record[key]`` (set when absent: a phase timed in parts, as a
+    filtered step's generation batches are, adds up)."""
     started = time.perf_counter()
     try:
         yield
@@ -724,7 +715,6 @@ class Trainer:
         cfg = self.config
         cursor = state.get("task_cursor", (step - 1) * cfg.batch_size)
         picked, builder, ended = GroupFilter(cfg.batch_size), self._builder(), []
-        record["time_rollout_s"] = record["time_transitions_s"] = 0.0
         while picked.short:
             limit = cfg.filter_groups.max_gen_batches
             if limit and picked.gen_batches >= limit:
@@ -734,11 +724,11 @@ class Trainer:
                     "(the tasks may be too hard or too easy for the model; 0 lets a step generate without limit)"
                 )
             gen = picked.gen_batches
-            with _timed_add(record, "time_rollout_s"):
+            with _timed(record, "time_rollout_s"):
                 rollouts = self._train_rollouts(step, train, state, gen, self._tasks_at(cursor, train))
                 batch = self.run_rollouts(rollouts, f"step {step}/{cfg.steps}" + (f" (batch {gen + 1})" if gen else ""))
             cursor += cfg.batch_size
-            with _timed_add(record, "time_transitions_s"):
+            with _timed(record, "time_transitions_s"):
                 for r in batch:
                     self._hook("agl_rollout_ended", rollout=r)
                 built, _ = self._build(batch, record, builder)
@@ -786,7 +776,7 @@ class Trainer:
         record.update({f"engine/{k}": v - counted.get(k, 0) for k, v in self._engine_counters().items()})
         if self._recorded is not None:
             record["recorded_rollouts"] = len(ended)
-        with _timed_add(record, "time_transitions_s"):
+        with _timed(record, "time_transitions_s"):
             if picked is None:
                 for r in ended:
                     self._hook("agl_rollout_ended", rollout=r)
