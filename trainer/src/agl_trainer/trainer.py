@@ -708,10 +708,10 @@ class Trainer:
 
     def _filtered_rollouts(
         self, step: int, train: list[Task], state: dict[str, Any], record: dict[str, Any]
-    ) -> tuple[list[Rollout], GroupFilter, TransitionBuilder]:
+    ) -> tuple[list[Rollout], list[Transition], TransitionBuilder]:
         """Generation batches of new tasks until ``batch_size`` groups with a signal are kept
-        (:mod:`agl_trainer.group_filter`): every rollout run, the filter holding the kept groups' transitions,
-        and the builder of them all. The next task position goes into ``state`` (saved with the step)."""
+        (:mod:`agl_trainer.group_filter`): every rollout run, the kept groups' transitions, and the builder
+        of them all. The next task position goes into ``state`` (saved with the step)."""
         cfg = self.config
         cursor = state.get("task_cursor", (step - 1) * cfg.batch_size)
         picked, builder, ended = GroupFilter(cfg.batch_size), self._builder(), []
@@ -729,9 +729,7 @@ class Trainer:
                 batch = self.run_rollouts(rollouts, f"step {step}/{cfg.steps}" + (f" (batch {gen + 1})" if gen else ""))
             cursor += cfg.batch_size
             with _timed(record, "time_transitions_s"):
-                for r in batch:
-                    self._hook("agl_rollout_ended", rollout=r)
-                built, _ = self._build(batch, record, builder)
+                built = self._build(batch, record, builder)
                 n = cfg.n_rollouts
                 groups = [
                     Group(gen, rollouts[i].task_id, tuple(r.rollout_id for r in rollouts[i : i + n]))
@@ -741,7 +739,7 @@ class Trainer:
             ended += batch
         state["task_cursor"] = cursor
         record.update(picked.metrics())
-        return ended, picked, builder
+        return ended, picked.transitions, builder
 
     def _step_rollouts(self, step: int, train: list[Task], state: dict[str, Any]) -> list[Rollout] | None:
         """Run (or, from the store, choose) the step's rollouts; None when there is nothing left to train on.
@@ -765,9 +763,10 @@ class Trainer:
         record: dict[str, Any] = {"kind": "train", "step": step, "model_version": state["model_version"]}
         counted = self._engine_counters()
         started = time.perf_counter()
-        picked = None
+        built: list[Transition] = []
+        builder: TransitionBuilder | None = None  # a filtered step has built its transitions already
         if self.config.filter_groups.enable:
-            ended, picked, builder = self._filtered_rollouts(step, train, state, record)
+            ended, built, builder = self._filtered_rollouts(step, train, state, record)
         else:
             with _timed(record, "time_rollout_s"):
                 ended = self._step_rollouts(step, train, state)
@@ -777,11 +776,10 @@ class Trainer:
         if self._recorded is not None:
             record["recorded_rollouts"] = len(ended)
         with _timed(record, "time_transitions_s"):
-            if picked is None:
-                for r in ended:
-                    self._hook("agl_rollout_ended", rollout=r)
-                built, builder = self._build(ended, record)
-            transitions = self._select(built if picked is None else picked.transitions, builder.report, record)
+            if builder is None:
+                builder = self._builder()
+                built = self._build(ended, record, builder)
+            transitions = self._select(built, builder.report, record)
             self._hook("agl_transitions_built", step=step, transitions=transitions)
         record.update(reward_metrics(builder.finals, ended, self.config.success_threshold))
         report = builder.report.as_metrics()
@@ -811,18 +809,16 @@ class Trainer:
         tcfg = self.config.transitions.model_copy(update={"with_text": text_too, "with_sampling": True})
         return TransitionBuilder(self._store, tcfg)
 
-    def _build(
-        self, ended: list[Rollout], record: dict[str, Any], builder: TransitionBuilder | None = None
-    ) -> tuple[list[Transition], TransitionBuilder]:
-        """The build phase: the transitions of the ended rollouts (engine ones; every one, with its text,
-        for a backend that learns from text), and the builder (a new one, or ``builder`` going on) with
-        its report and final rewards."""
-        text_too = self.backend is not None and not self.backend.needs_token_ids
-        builder = self._builder() if builder is None else builder
+    def _build(self, ended: list[Rollout], record: dict[str, Any], builder: TransitionBuilder) -> list[Transition]:
+        """The build phase: the ended rollouts announced (``agl_rollout_ended``), then their transitions by
+        ``builder`` (which keeps the report and final rewards): engine ones, or every one, with its text,
+        for a backend that learns from text."""
+        for r in ended:
+            self._hook("agl_rollout_ended", rollout=r)
         built = list(builder.iter(ended))
         # calls of a hosted model (no engine token ids) never feed a policy-gradient update
         record["text_only_calls"] = record.get("text_only_calls", 0) + sum(t.token_source == "text" for t in built)
-        return (built if text_too else [t for t in built if t.token_source == "engine"]), builder
+        return built if builder.config.with_text else [t for t in built if t.token_source == "engine"]
 
     def _select(self, transitions: list[Transition], report: BuildReport, record: dict[str, Any]) -> list[Transition]:
         """The select phase: leave out what is too stale, and give every group a baseline (counted)."""
