@@ -8,7 +8,8 @@ items wait (by default a full batch: the writer thread is behind, e.g. waiting f
 held as the row its store will insert (:mod:`agl.store.packed`, for a store that offers
 ``pack_span``), about 1 KB where the span's objects take 2.4 (a LangChain chat-model call's);
 the row is made on the putting thread then instead of on the writer thread when it is
-written (the same work, under the same interpreter lock). The production writer packs every
+written (the same work, under the same interpreter lock: about 3.3 µs for a LangChain chat-model
+call's span of a 1 KB body, ``SqlStore.pack_span`` timed alone, 2026-11-29). The production writer packs every
 span (``pack_after=0``); a rollout's writer only those behind a full batch, so the agent's
 calls inside a rollout do not carry it.
 
