@@ -89,6 +89,9 @@ class ExampleSpec:
     task_order: Callable[[argparse.Namespace, list[dict]], list[dict] | None] = _nothing
     """``task_order(args, train)``: the training tasks in the order the steps take them, a batch after
     another (a curriculum; the trainer then does not shuffle), or None for the trainer's seeded shuffle."""
+    reward: Callable[[argparse.Namespace], tuple[str, Any] | None] = _nothing
+    """``reward(args)``: the reward plugin an option picks and its name (the calculator's
+    ``--operand-credit``), or None for the ``rewards`` module under :attr:`reward_plugin`."""
     prepare: Callable[[argparse.Namespace], None] = _nothing
     """Checks and settings from the options, before anything runs (the SQL agent's database); a
     ``ValueError`` or ``OSError`` it raises is the command's usage error."""
@@ -132,10 +135,12 @@ class ExampleSpec:
         except (ValueError, OSError) as exc:
             parser.error(str(exc))
 
-    def register_reward(self) -> None:
-        """Register the reward plugin once (the user's way: ``agl.register_plugin``)."""
+    def register_reward(self, args: argparse.Namespace | None = None) -> None:
+        """Register the reward plugin once (the user's way: ``agl.register_plugin``): the one the
+        options pick (:attr:`reward`), else the ``rewards`` module."""
         import agl
         from agl.plugins import get_plugin_manager
 
-        if get_plugin_manager().get_plugin(self.reward_plugin) is None:
-            agl.register_plugin(self.part("rewards"), name=self.reward_plugin)
+        name, plugin = (self.reward(args) if args is not None else None) or (self.reward_plugin, self.part("rewards"))
+        if get_plugin_manager().get_plugin(name) is None:
+            agl.register_plugin(plugin, name=name)

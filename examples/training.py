@@ -185,7 +185,7 @@ def train_seed(spec: ExampleSpec, args: argparse.Namespace, train: list[dict]) -
     torch.set_num_threads(args.threads)
     name = arm_name(spec, args)
     workdir = fresh_workdir(spec, args, name)
-    spec.register_reward()
+    spec.register_reward(args)
     counter = TransitionCounts(workdir / "transition_counts.json")  # resumed runs count every step
     clock = RunClock(workdir / "wall.json")  # and their earlier processes' time
     agl.register_plugin(counter, name=f"{spec.runs}-transition-counts")

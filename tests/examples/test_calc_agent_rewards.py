@@ -317,6 +317,8 @@ def test_train_py_names_its_arm_by_what_differs_from_the_config(calc):
     assert spec.arm(lr, "step", 1, 60) == "calc_agent-async1-steps60"
     assert spec.arm(lr, "step", 0, 60, Curriculum(31, (2, 3))) == "calc_agent-ops2-3from31-steps60"
     assert spec.arm(lr, "step", 0, 60, None, True) == "calc_agent-filter-steps60"
+    assert spec.arm(lr, "step", 0, 30, None, False, 0.5, (4, 2, 3)) == "calc_agent-operands0.5-ops2-3-4-steps30"
+    assert spec.arm(lr, "step", 0, 10, None, False, 0.0, (2,)) == "calc_agent"
     config = calc.config.trainer_config(seed=0, workdir=Path("w"), model_path="m", steps_without_signal="skip")
     assert config["backend"]["config"]["steps_without_signal"] == "skip"
     assert "steps_without_signal" not in calc.config.trainer_config(seed=0, workdir=Path("w"), model_path="m")
@@ -364,3 +366,40 @@ def test_train_refuses_a_curriculum_with_filter_groups(capsys):
         train.main(["--steps", "10", "--curriculum", "5:2,3", "--filter-groups"])
     assert exit_.value.code == 2
     assert "--curriculum: cannot be used with --filter-groups" in capsys.readouterr().err
+
+
+def test_operand_credit_ranks_wrong_answers_by_how_many_of_the_problems_numbers_they_use(calc):
+    credit = calc.rewards.OperandCredit(0.5)
+
+    def reward(expression, answer="1") -> float:
+        call = {"name": "calculate", "arguments": json.dumps({"expression": expression})}
+        output = {"answer": f"ANSWER: {answer}", "tool_calls": [call]}
+        task = {"answer": 4338, "expression": "6194 - 1528 + 1312 - 1640"}
+        return credit.agl_reward(SimpleNamespace(output=output, task=SimpleNamespace(input=task)))
+
+    assert reward("6194 - 1528 + 1312 - 1640", answer="4338") == 1.0  # right: the plain match
+    assert reward("6194 + 1528 - 1312 + 1640") == 0.5  # every number, wrong operations
+    three = reward("6194 + 1312 - 1640")  # F1 of 3 of 4 numbers, all of them the problem's
+    assert three == pytest.approx(0.5 * 2 * 1.0 * 0.75 / 1.75)
+    assert reward("6194 + 1312 - 1640 + 9999") < three  # a number not in the problem costs precision
+    assert reward("1250 + 340 - 75") == 0.0  # the worked example's numbers
+    assert reward("1312 + 1312 + 1312") == pytest.approx(0.5 * 2 * (1 / 3) * 0.25 / (1 / 3 + 0.25))  # a multiset
+    for output in ({"answer": "ANSWER: 1"}, {"answer": "x", "tool_calls": [{"arguments": "not json"}]}, None, "7"):
+        assert credit.agl_reward(SimpleNamespace(output=output, task=SimpleNamespace(input={"answer": 2}))) == 0.0
+    for weight in (0.0, 1.0, -0.5, True):
+        with pytest.raises(ValueError, match="operand-credit: .* must be above 0 and below 1"):
+            calc.rewards.OperandCredit(weight)
+
+
+def test_train_registers_the_reward_its_options_pick(capsys):
+    import argparse
+
+    from examples.calc_agent import spec, train
+
+    name, plugin = spec.SPEC.reward(argparse.Namespace(operand_credit=0.25))
+    assert name == "calc-operand-credit-0.25" and plugin.weight == 0.25
+    assert spec.SPEC.reward(argparse.Namespace(operand_credit=0.0)) is None  # the rewards module
+    with pytest.raises(SystemExit) as exit_:
+        train.main(["--steps", "10", "--operand-credit", "1.5"])
+    assert exit_.value.code == 2
+    assert "operand-credit: 1.5 must be above 0 and below 1" in capsys.readouterr().err
