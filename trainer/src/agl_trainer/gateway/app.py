@@ -128,7 +128,7 @@ from starlette.routing import Router as RouteTable
 
 from agl.credentials import RolloutKeys
 from agl.errors import StoreUnavailable
-from agl_trainer.gateway import admin, chat, messages_api, openai_api, responses_api, validate
+from agl_trainer.gateway import admin, chat, json_codec, messages_api, openai_api, responses_api, validate
 from agl_trainer.gateway.auth import GatewayAuth
 from agl_trainer.gateway.call_ids import new_call_id
 from agl_trainer.gateway.dialect import Dialect, openai_error_body
@@ -343,7 +343,7 @@ class GatewayApp:
     async def _post(self, rollout_id: str | None, path: str, upstream: dict) -> tuple[Replica, UpstreamResponse]:
         """POST ``upstream`` to a replica's ``path``: ``(replica, response)``; 429 or 5xx when none can take it."""
         try:
-            return await self.router.send(rollout_id, path, json.dumps(upstream).encode())
+            return await self.router.send(rollout_id, path, json_codec.dump(upstream))
         except Saturated:
             raise GatewayError(
                 429,
@@ -556,7 +556,7 @@ class _Watch:
 def _json_body(body: bytes) -> dict:
     """A request body as JSON, checked by :func:`validate.check_body`; 400 for anything else."""
     try:
-        req = json.loads(body)
+        req = json_codec.parse(body)
     except ValueError as exc:
         raise GatewayError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
     except RecursionError:
