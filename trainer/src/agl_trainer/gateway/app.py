@@ -112,6 +112,29 @@ clients 0.95 / 1.26x), then 0.553 against 0.523 (0.88 / 0.74x) and 0.517 against
 (0.90 / 0.89x; CPU per call 1.06 / 1.02 / 1.12x). So at one client the two are now level (this code
 ahead in five runs of seven, by 1-29 us, behind in two by 15-30 us), not reliably ahead; calls/s at
 16 and 64 clients swing either way from run to run, as before.
+
+Below 28dbf9d's CPU a call (issue 46, a later sitting, load average 5.4-8.6 throughout). Timing
+each step of a call in the gateway's process (each function's thread CPU summed over 6,000 calls,
+16 at once) put the store writer's thread at 27 us a call against 28dbf9d's 21, and timing the
+store's ``add_llm_calls`` alone put the difference in SQLite's inserts: the call ids, random in
+both commits, land on any page of the unique index on ``call_id``, whose cache this store keeps
+small. A call's id now begins with the time (:mod:`~agl_trainer.gateway.call_ids`: 25.2 against
+35.3 us of writer CPU a record, ``bench_call_id_order``). Then the JSON the gateway writes (the
+engine's request, the client's answer: 4 and 3.4 us with ``json.dumps``) and the client's request
+it reads are pydantic-core's (:mod:`~agl_trainer.gateway.json_codec`: about 1 us each). In
+process (``bench_gateway_inproc``, 16 at once, 3 rounds x 5 runs of 3,000): the ids alone, 137.3
+against 28dbf9d's 156.0 us of process CPU a request (0.88x); with the JSON too, three runs: 125.9
+against 162.4 (0.78x), 119.9 against 160.0 (0.75x), 133.7 against 167.1 us (0.80x), the loop
+thread 0.77 / 0.72 / 0.79x. ``bench_gateway_ab`` against 28dbf9d, two runs of 4 rounds, medians:
+CPU per call at 1 / 16 / 64 clients 0.90 / 0.83 / 0.83x, then 0.94 / 0.85 / 0.92x; calls/s at 16 /
+64 clients 1587 / 1260 against 1411 / 1223 (1.12 / 1.03x), then 1318 / 889 against 1287 / 1562
+(1.02 / 0.57x; single turns at 64 clients moved 438-1927 calls/s); added p50 at one client 0.436
+against 0.480 ms, then 0.437 against 0.480; a rollout's first call 0.153 / 0.155 ms above its later
+ones (28dbf9d: 0.400 / 0.312). At 64 clients alone, 8 rounds of 3,000 calls: 1110 against 1224
+calls/s (0.91x), CPU per call 0.278 against 0.313 ms (0.89x). So the CPU a call is below 28dbf9d's
+at every level and the p50 at one client is ahead in every turn; calls/s at 64 clients follows the
+host's load more than either gateway (three more rounds at 64 clients: 1577 / 930 / 952 against
+920 / 800 / 460 calls/s, 28dbf9d's p99 0.8-1.9 s against 0.09-0.41 s).
 """
 
 from __future__ import annotations
