@@ -15,7 +15,8 @@ touched last, where random ids land on any page of an index that outgrows the ca
 16 records of the benchmark's call a write, 12,000 records into a fresh database, the two kinds
 of id taking turns, 3 rounds), 2026-11-29 on the shared 2-core host at load average 10-11: 25.2 us
 of CPU a record with these ids against 35.3 us with random ones (0.71x; by quarter of a turn
-22-35 against 24-49 us, the random ones' cost rising as the index grows). 28dbf9d's gateway's
+22-35 against 24-49 us, the random ones' cost rising as the index grows); again at load 5.4-5.6,
+22.9 against 40.6 us (0.56x; 20-27 against 28-43 us). 28dbf9d's gateway's
 ids were random too (``uuid4``). What it does to the gateway's whole cost a call is in
 :mod:`agl_trainer.gateway.app`.
 
