@@ -134,7 +134,13 @@ ones (28dbf9d: 0.400 / 0.312). At 64 clients alone, 8 rounds of 3,000 calls: 111
 calls/s (0.91x), CPU per call 0.278 against 0.313 ms (0.89x). So the CPU a call is below 28dbf9d's
 at every level and the p50 at one client is ahead in every turn; calls/s at 64 clients follows the
 host's load more than either gateway (three more rounds at 64 clients: 1577 / 930 / 952 against
-920 / 800 / 460 calls/s, 28dbf9d's p99 0.8-1.9 s against 0.09-0.41 s).
+920 / 800 / 460 calls/s, 28dbf9d's p99 0.8-1.9 s against 0.09-0.41 s). Two more runs: 6 rounds of
+every level (load 7.3-7.5), CPU per call 0.86 / 0.78 / 0.86x, calls/s at 16 / 64 clients 2153 /
+1301 against 1001 / 1825 (2.15 / 0.71x), added p50 at one client 0.434 against 0.481 ms, a first
+call 0.145 ms above the later ones (28dbf9d: 0.344); 4 rounds of 6,000 calls at 16 and 64 clients
+(load 3.7-5.8), calls/s 2064 / 1708 against 1916 / 1582 (1.08 / 1.08x), CPU per call 0.87 / 0.92x.
+One request at a time in process (``bench_gateway_inproc --concurrency 1``): 121.0 against 166.6 us
+of process CPU a request (0.73x).
 """
 
 from __future__ import annotations
