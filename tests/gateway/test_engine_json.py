@@ -11,7 +11,7 @@ import struct
 
 import pytest
 
-from agl_trainer.gateway import chat
+from agl_trainer.gateway import chat, json_codec
 from tests.fake_engine import FakeEngine
 
 USER = {"role": "user", "content": "What is the capital of France? \u00e9\u4e2d\U0001f600"}
@@ -118,7 +118,7 @@ def random_numbers(rng: random.Random, count: int) -> list[str]:
 def test_random_numbers_read_the_same(monkeypatch):
     raw = ("[" + ", ".join(random_numbers(random.Random(46), 5000)) + "]").encode()
     same_reading(raw)
-    monkeypatch.setattr(chat.json, "loads", refuse)
+    monkeypatch.setattr(json_codec.json, "loads", refuse)
     chat.engine_json(raw)  # and the fast parser read them
 
 
@@ -138,7 +138,7 @@ def refuse(*args, **kwargs):
 
 def test_an_engine_answer_is_read_by_the_fast_parser(monkeypatch):
     """The fast path is taken for the usual answer (else the gateway is 40 us a call slower, silently)."""
-    monkeypatch.setattr(chat.json, "loads", refuse)
+    monkeypatch.setattr(json_codec.json, "loads", refuse)
     for raw in engine_answers():
         assert chat.engine_json(raw)["choices"]
 

@@ -112,6 +112,35 @@ clients 0.95 / 1.26x), then 0.553 against 0.523 (0.88 / 0.74x) and 0.517 against
 (0.90 / 0.89x; CPU per call 1.06 / 1.02 / 1.12x). So at one client the two are now level (this code
 ahead in five runs of seven, by 1-29 us, behind in two by 15-30 us), not reliably ahead; calls/s at
 16 and 64 clients swing either way from run to run, as before.
+
+Below 28dbf9d's CPU a call (issue 46, a later sitting, load average 5.4-8.6 throughout). Timing
+each step of a call in the gateway's process (each function's thread CPU summed over 6,000 calls,
+16 at once) put the store writer's thread at 27 us a call against 28dbf9d's 21, and timing the
+store's ``add_llm_calls`` alone put the difference in SQLite's inserts: the call ids, random in
+both commits, land on any page of the unique index on ``call_id``, whose cache this store keeps
+small. A call's id now begins with the time (:mod:`~agl_trainer.gateway.call_ids`: 25.2 against
+35.3 us of writer CPU a record, ``bench_call_id_order``). Then the JSON the gateway writes (the
+engine's request, the client's answer: 4 and 3.4 us with ``json.dumps``) and the client's request
+it reads are pydantic-core's (:mod:`~agl_trainer.gateway.json_codec`: about 1 us each). In
+process (``bench_gateway_inproc``, 16 at once, 3 rounds x 5 runs of 3,000): the ids alone, 137.3
+against 28dbf9d's 156.0 us of process CPU a request (0.88x); with the JSON too, three runs: 125.9
+against 162.4 (0.78x), 119.9 against 160.0 (0.75x), 133.7 against 167.1 us (0.80x), the loop
+thread 0.77 / 0.72 / 0.79x. ``bench_gateway_ab`` against 28dbf9d, two runs of 4 rounds, medians:
+CPU per call at 1 / 16 / 64 clients 0.90 / 0.83 / 0.83x, then 0.94 / 0.85 / 0.92x; calls/s at 16 /
+64 clients 1587 / 1260 against 1411 / 1223 (1.12 / 1.03x), then 1318 / 889 against 1287 / 1562
+(1.02 / 0.57x; single turns at 64 clients moved 438-1927 calls/s); added p50 at one client 0.436
+against 0.480 ms, then 0.437 against 0.480; a rollout's first call 0.153 / 0.155 ms above its later
+ones (28dbf9d: 0.400 / 0.312). At 64 clients alone, 8 rounds of 3,000 calls: 1110 against 1224
+calls/s (0.91x), CPU per call 0.278 against 0.313 ms (0.89x). So the CPU a call is below 28dbf9d's
+at every level and the p50 at one client is ahead in every turn; calls/s at 64 clients follows the
+host's load more than either gateway (three more rounds at 64 clients: 1577 / 930 / 952 against
+920 / 800 / 460 calls/s, 28dbf9d's p99 0.8-1.9 s against 0.09-0.41 s). Two more runs: 6 rounds of
+every level (load 7.3-7.5), CPU per call 0.86 / 0.78 / 0.86x, calls/s at 16 / 64 clients 2153 /
+1301 against 1001 / 1825 (2.15 / 0.71x), added p50 at one client 0.434 against 0.481 ms, a first
+call 0.145 ms above the later ones (28dbf9d: 0.344); 4 rounds of 6,000 calls at 16 and 64 clients
+(load 3.7-5.8), calls/s 2064 / 1708 against 1916 / 1582 (1.08 / 1.08x), CPU per call 0.87 / 0.92x.
+One request at a time in process (``bench_gateway_inproc --concurrency 1``): 121.0 against 166.6 us
+of process CPU a request (0.73x).
 """
 
 from __future__ import annotations
@@ -128,7 +157,7 @@ from starlette.routing import Router as RouteTable
 
 from agl.credentials import RolloutKeys
 from agl.errors import StoreUnavailable
-from agl_trainer.gateway import admin, chat, messages_api, openai_api, responses_api, validate
+from agl_trainer.gateway import admin, chat, json_codec, messages_api, openai_api, responses_api, validate
 from agl_trainer.gateway.auth import GatewayAuth
 from agl_trainer.gateway.call_ids import new_call_id
 from agl_trainer.gateway.dialect import Dialect, openai_error_body
@@ -343,7 +372,7 @@ class GatewayApp:
     async def _post(self, rollout_id: str | None, path: str, upstream: dict) -> tuple[Replica, UpstreamResponse]:
         """POST ``upstream`` to a replica's ``path``: ``(replica, response)``; 429 or 5xx when none can take it."""
         try:
-            return await self.router.send(rollout_id, path, json.dumps(upstream).encode())
+            return await self.router.send(rollout_id, path, json_codec.dump(upstream))
         except Saturated:
             raise GatewayError(
                 429,
@@ -556,7 +585,7 @@ class _Watch:
 def _json_body(body: bytes) -> dict:
     """A request body as JSON, checked by :func:`validate.check_body`; 400 for anything else."""
     try:
-        req = json.loads(body)
+        req = json_codec.parse(body)
     except ValueError as exc:
         raise GatewayError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
     except RecursionError:

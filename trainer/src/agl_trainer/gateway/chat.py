@@ -8,12 +8,10 @@ and is stripped of the token-id extras unless the client asked for them itself
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
-from pydantic_core import from_json
-
+from agl_trainer.gateway import json_codec
 from agl_trainer.gateway.recorder import (
     LOGPROB_FLOOR,
     TOKEN_ID_EXTRAS,
@@ -34,16 +32,10 @@ def engine_json(raw: str | bytes) -> Any:
     """An engine's JSON answer, with its non-finite numbers made finite (or null), so the client
     gets strict JSON and the store can keep the record (see :func:`agl.schema.check_json`).
 
-    The value is always what ``json.loads(raw, parse_constant=...)`` gives. pydantic-core's parser
+    The value is always what ``json.loads(raw, parse_constant=...)`` gives; pydantic-core's parser
     reads it first, twice as fast (an answer with logprobs is the largest thing the gateway parses:
-    issue 46); it gives the same values where it reads a text at all, and refuses what the standard
-    parser reads otherwise (NaN and infinities, lone surrogates, a byte order mark, encodings other
-    than UTF-8), which then goes to the standard parser."""
-    try:
-        return from_json(raw, allow_inf_nan=False)
-    except ValueError:
-        pass
-    return json.loads(raw, parse_constant=_constant)
+    issue 46; see :mod:`agl_trainer.gateway.json_codec`)."""
+    return json_codec.parse(raw, _constant)
 
 
 def upstream_chat_request(req: dict, model: str | None, cap: int | None = None) -> dict:

@@ -10,11 +10,10 @@ the engine drops ends with an error event and is not recorded.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 
-from agl_trainer.gateway import chat, validate
+from agl_trainer.gateway import chat, json_codec, validate
 from agl_trainer.gateway.dialect import OpenAIErrors
 from agl_trainer.gateway.endpoints import send_json
 from agl_trainer.gateway.errors import server_error
@@ -62,7 +61,7 @@ class OpenAICompletions(OpenAIErrors):
         if meta.requested_model:
             data["model"] = meta.requested_model
         recorder.tell(data, meta)
-        payload = json.dumps(data).encode()
+        payload = json_codec.dump(data)
         recorder.record(meta, prompt_ids, tokens, data)
         await send_json(send, 200, payload)
 

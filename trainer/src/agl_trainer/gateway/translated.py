@@ -12,11 +12,11 @@ it arrives. :class:`TranslatedDialect` is the part of such an API's
 from __future__ import annotations
 
 import abc
-import json
 import logging
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
+from agl_trainer.gateway import json_codec
 from agl_trainer.gateway.chat import StreamAccumulator, engine_json, take_chat_tokens, upstream_chat_request
 from agl_trainer.gateway.dialect import OpenAIErrors
 from agl_trainer.gateway.errors import server_error
@@ -65,7 +65,7 @@ async def serve(
         chat = engine_json(await upstream.read())
         prompt_ids, tokens = take_chat_tokens(chat, keep_ids=False, keep_logprobs=False)
         response = answer(chat)
-        payload = json.dumps(response).encode()
+        payload = json_codec.dump(response)
         recorder.record(meta, prompt_ids, tokens[:1], response)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
