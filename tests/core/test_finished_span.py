@@ -7,9 +7,12 @@ and writer for the round trip.
 
 from __future__ import annotations
 
+import collections
 import copy
+import enum
 import math
 import pickle
+import random
 import time
 
 import pytest
@@ -18,7 +21,7 @@ from pydantic import ValidationError
 from agl.capture import BufferedWriter
 from agl.capture import spans as spans_module
 from agl.capture.spans import finished_span
-from agl.schema import INT64_MAX, INT64_MIN, MAX_JSON_DEPTH, Span
+from agl.schema import INT64_MAX, INT64_MIN, MAX_JSON_DEPTH, Span, json_problem
 from agl.store.sqlite import SqliteStore
 
 _ORDER = (
@@ -185,3 +188,63 @@ def test_made_spans_round_trip_through_the_writer_and_store(tmp_path, pack_after
     writer.close()
     assert list(store.query_spans(rollout_id="ro-1")) == made
     store.close()
+
+
+class _Level(enum.IntEnum):
+    HIGH = 2**70  # an int subclass: not JSON's int, so neither walk looks at its range
+
+
+class _Ratio(float):
+    pass
+
+
+def _value(rng: random.Random, depth: int) -> object:
+    """A random value of the kinds attributes hold, nested up to past the depth limit."""
+    leaves = [
+        "text",
+        "",
+        None,
+        True,
+        False,
+        0,
+        -1,
+        INT64_MAX,
+        INT64_MIN,
+        INT64_MAX + 1,
+        INT64_MIN - 1,
+        2**100,
+        0.5,
+        -0.0,
+        1e308,
+        math.nan,
+        math.inf,
+        -math.inf,
+        _Level.HIGH,
+        _Ratio("nan"),
+        b"bytes",
+        collections.OrderedDict(a=math.nan),  # a dict subclass: neither walk goes in
+    ]
+    roll = rng.random()
+    if depth < MAX_JSON_DEPTH + 2 and roll < 0.45:
+        n = rng.randrange(4)
+        if roll < 0.15:
+            return {f"k{i}": _value(rng, depth + 1) for i in range(n)}
+        items = [_value(rng, depth + 1) for _ in range(n)]
+        return items if roll < 0.35 else tuple(items)
+    return rng.choice(leaves)
+
+
+def test_the_attributes_walk_accepts_exactly_what_check_json_accepts():
+    rng = random.Random(46)
+    verdicts = collections.Counter()
+    for case in range(20_000):
+        deep = rng.random() < 0.05
+        value: object = {"a": _value(rng, 0), "b": _value(rng, 0)}
+        if deep:  # a chain to just around the limit, then random below it
+            for _ in range(rng.randrange(MAX_JSON_DEPTH - 3, MAX_JSON_DEPTH + 2)):
+                value = [value]
+            value = {"deep": value}
+        expected = json_problem(value) is None
+        assert spans_module._plain_json(value, 0) is expected, (case, value)
+        verdicts[expected] += 1
+    assert min(verdicts.values()) > 2_000  # both verdicts well represented

@@ -395,8 +395,9 @@ class AglCallbackHandler(BaseCallbackHandler):
 
     def _emit(self, run: _Run, status: str) -> None:
         attrs = run.attrs
-        if run.prompt is not None:
-            attrs["gen_ai.input.messages"] = messages_to_dicts(run.prompt)
+        prompt = run.prompt
+        if prompt is not None:
+            attrs["gen_ai.input.messages"] = [message_to_dict(m) for m in prompt]
             run.prompt = None
         ctx = run.ctx
         span = finished_span(
@@ -500,7 +501,15 @@ class AglCallbackHandler(BaseCallbackHandler):
         name = name or (serialized or _EMPTY).get("name") or "llm"
         return self._open(run_id, parent, "llm", name, attrs, tags)
 
-    def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
+    def on_llm_end(
+        self,
+        response: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         """Close the run's ``llm`` span with the output messages, finish reasons, response id and token usage."""
         try:
             run = self._runs.pop(run_id, None)
