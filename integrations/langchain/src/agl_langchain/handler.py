@@ -66,7 +66,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 from typing import Any
 from uuid import UUID
 
@@ -197,7 +196,9 @@ def _agent_attrs(attrs: dict[str, Any], metadata: Mapping[str, Any] | None, grap
         return
     get = metadata.get
     node, lc_agent = get("langgraph_node"), get("lc_agent_name")
-    agent = _agent(metadata, node, lc_agent, graph)
+    agent = get(AGENT_METADATA_KEY)
+    if agent is None:
+        agent = lc_agent if node is None else _agent(metadata, node, lc_agent, graph)
     if agent is not None:
         attrs["gen_ai.agent.name"] = agent
     if node is not None:
@@ -212,8 +213,9 @@ def _agent_attrs(attrs: dict[str, Any], metadata: Mapping[str, Any] | None, grap
         attrs["agl.langchain.agent_name"] = lc_agent
 
 
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
-"""What a missing mapping reads as (one shared, read-only, instead of a new ``{}`` each time)."""
+_EMPTY: Mapping[str, Any] = {}
+"""What a missing mapping reads as: one shared, only ever read (typed ``Mapping``), instead of a new ``{}``
+each time (a ``MappingProxyType``'s ``get`` costs more than making the dict)."""
 
 
 def _response_attrs(attrs: dict[str, Any], response: Any) -> None:
