@@ -8,22 +8,31 @@ buffered writer of the current rollout (or the production writer outside one);
 the handler never does I/O itself.
 
 The handler must never break the agent it watches: every callback is
-:func:`agl.capture.guarded`, so an internal failure is logged the first time its
+:func:`agl.capture.guarded` (``on_chat_model_start`` and ``on_llm_end``, on every chat-model
+call's path, write the same ``try`` inline), so an internal failure is logged the first time its
 callback fails, counted in :attr:`AglCallbackHandler.errors` and otherwise ignored.
 
 What it costs, against 28dbf9d in the same run (``python -m tests.benchmarks.bench_langchain_ab
 --other <28dbf9d checkout> --rounds 5 [--bytecode-cache]``, fresh processes taking turns,
-2026-11-29, load average 6-8 on the 2 shared cores). A fake chat model's call (81-83 µs plain)
-took +46.6 µs p50 with the handler and +44.2 µs zero-line, against 28dbf9d's +46.2 / +43.9 µs;
-with compiled bytecode +45.7 / +43.6 against +45.1 / +42.4. Over the 27 rounds of five such
-runs that day of the same call path the medians are +46.6 / +44.3 µs against +46.6 / +44.0: the
-same cost, within the ±2 µs that one run's median moves from run to run. With the spans packed
-for the writer (below; a rollout's writer packs only behind a full batch), the evening's same-run
-turns of the timed process alone (10 rounds, load average 5-6) gave +49.7 / +45.7 µs against
-c82b339's (before packing) +49.3 / +45.4 and 28dbf9d's +47.9 / +44.7, and 6 rounds +48.7 / +45.7
-against +49.7 / +45.8 and +47.2 / +44.7. LangChain's own dispatch to any
-handler is about 30 µs of it; agl's callbacks about 15 µs, the span's checks (:class:`agl.Span`'s
-JSON walk of the attributes) their largest part.
+2026-11-29 19:09-19:18, load average 3.7-6.3 on the 2 shared cores): a fake chat model's call
+(80-86 µs plain) took +40.3 µs p50 with the handler and +37.7 µs zero-line, against 28dbf9d's +45.1
+/ +42.8 (medians of 25 rounds in 5 runs, one with ``--bytecode-cache``; 0.89 and 0.88 of 28dbf9d's;
+each run's medians +40.8 / +37.9 against +45.4 / +43.7, +40.7 / +38.5 against +44.7 / +42.3, +40.0
+/ +37.9 against +45.9 / +42.7, +39.5 / +37.2 against +45.1 / +43.1, and with compiled bytecode
++40.4 / +37.4 against +44.5 / +42.2). The code before (5a51c2c) had +49.4 / +44.6 against +45.9 /
++44.1 (5 rounds, load average 7-10). LangChain's own dispatch to a handler is about 30 µs of it (on
+Python 3.11 a third of that is ``isinstance(handler, _StreamingCallbackHandler)`` in
+``BaseChatModel._should_stream``, a runtime-checkable Protocol, whatever the handler). agl's two
+callbacks, called in a loop on the arguments LangChain passed them (a profiling loop, not a
+benchmark here; thread CPU time, median of 9 blocks of 5,000 calls, three turns each, load average
+5.5-6.5), took 8.2-8.3 µs with a writer that drops what it is given, where 5a51c2c's took 12.8-13.0
+and 28dbf9d's 12.4-12.9; with a rollout's writer into SQLite 12.0-12.6 against 15.7-17.2 and
+14.6-16.0. What took it down: the span made by :func:`agl.capture.spans.finished_span` (the model's
+checks without its validator's pass: 3.0 µs where ``Span(...)`` took 6.3), the guard of the two
+model callbacks written inline (``@guarded``'s extra call, passing LangChain's eight keyword
+arguments on, cost 0.5 µs a callback; :func:`agl.capture.guarded` still guards every other
+callback), LangChain's arguments taken by name instead of ``kwargs.get``, the parent run looked up
+once, the run popped once at its end, and a shared empty mapping where a missing one was read.
 
 A process of 5,000 calls with capture on (``AGL_LANGCHAIN_INSTRUMENT=1``, a SQLite store) peaked
 4.8 MiB above one without (5 rounds: 4.7-5.0; 28dbf9d in the same run: 11.7; in another run 4.6-4.9
@@ -34,6 +43,11 @@ compiler's memory behind); 2026-11-29 evening, load average 5-7. What is left, s
 a capturing process compiling its sources: ``sqlite3`` and SQLite's library about 1.0 MiB, agl's
 modules 2.1 and agl-langchain's 1.0 (compiled at import), opening the store 0.5 (mostly SQLite's
 code), the writer's thread, connection and first batches 0.35, the 5,000 calls 0.4-0.55.
+
+With the spans made by finished_span (19:09-19:19, load average 3.7-6.5): 4.8 MiB (4.5-5.5 over 20
+rounds, 28dbf9d 11.1-12.0 in the same rounds), 4.3 with compiled bytecode (4.2-4.8; 28dbf9d
+8.8-10.2), and 4.8 against 5a51c2c's 4.9 in one run of 6 rounds: no more than before; the rounds
+above 5 come and go with the load, as below.
 
 It was 10.3 MiB that morning; what took it down: the writer connection's page cache at 256 KiB
 instead of 2 MiB (about 1.9 MiB), seven INSERT texts per table instead of one per batch size
