@@ -23,16 +23,16 @@ each run's medians +40.8 / +37.9 against +45.4 / +43.7, +40.7 / +38.5 against +4
 +44.1 (5 rounds, load average 7-10). LangChain's own dispatch to a handler is about 30 µs of it (on
 Python 3.11 a third of that is ``isinstance(handler, _StreamingCallbackHandler)`` in
 ``BaseChatModel._should_stream``, a runtime-checkable Protocol, whatever the handler). agl's two
-callbacks, called in a loop on the arguments LangChain passed them (a profiling loop, not a
-benchmark here; thread CPU time, median of 9 blocks of 5,000 calls, three turns each, load average
-5.5-6.5), took 8.2-8.3 µs with a writer that drops what it is given, where 5a51c2c's took 12.8-13.0
-and 28dbf9d's 12.4-12.9; with a rollout's writer into SQLite 12.0-12.6 against 15.7-17.2 and
-14.6-16.0. What took it down: the span made by :func:`agl.capture.spans.finished_span` (the model's
-checks without its validator's pass: 3.0 µs where ``Span(...)`` took 6.3), the guard of the two
-model callbacks written inline (``@guarded``'s extra call, passing LangChain's eight keyword
-arguments on, cost 0.5 µs a callback; :func:`agl.capture.guarded` still guards every other
-callback), LangChain's arguments taken by name instead of ``kwargs.get``, the parent run looked up
-once, the run popped once at its end, and a shared empty mapping where a missing one was read.
+callbacks alone (``python -m tests.benchmarks.bench_langchain_callbacks --rounds 5``: the arguments
+LangChain passed them, thread CPU time; 19:22, load average 5.2-5.6) took 8.26 µs with a writer
+that drops what it is given against 28dbf9d's 12.46 (0.66x), and 11.32 with a rollout's writer into
+SQLite against 14.59 (0.78x); against 5a51c2c's, 8.25 against 12.64 and 11.27 against 15.76. What
+took it down: the span made by :func:`agl.capture.spans.finished_span` (the model's checks without
+its validator's pass: 3.0 µs where ``Span(...)`` took 6.3), the guard of the two model callbacks
+written inline (``@guarded``'s extra call, passing LangChain's eight keyword arguments on, cost 0.5
+µs a callback; :func:`agl.capture.guarded` still guards every other callback), LangChain's
+arguments taken by name instead of ``kwargs.get``, the parent run looked up once, the run popped
+once at its end, and a shared empty mapping where a missing one was read.
 
 A process of 5,000 calls with capture on (``AGL_LANGCHAIN_INSTRUMENT=1``, a SQLite store) peaked
 4.8 MiB above one without (5 rounds: 4.7-5.0; 28dbf9d in the same run: 11.7; in another run 4.6-4.9
