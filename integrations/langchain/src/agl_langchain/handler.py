@@ -19,20 +19,23 @@ What it costs, against 28dbf9d in the same run (``python -m tests.benchmarks.ben
 / +42.8 (medians of 25 rounds in 5 runs, one with ``--bytecode-cache``; 0.89 and 0.88 of 28dbf9d's;
 each run's medians +40.8 / +37.9 against +45.4 / +43.7, +40.7 / +38.5 against +44.7 / +42.3, +40.0
 / +37.9 against +45.9 / +42.7, +39.5 / +37.2 against +45.1 / +43.1, and with compiled bytecode
-+40.4 / +37.4 against +44.5 / +42.2). The code before (5a51c2c) had +49.4 / +44.6 against +45.9 /
-+44.1 (5 rounds, load average 7-10). LangChain's own dispatch to a handler is about 30 µs of it (on
-Python 3.11 a third of that is ``isinstance(handler, _StreamingCallbackHandler)`` in
-``BaseChatModel._should_stream``, a runtime-checkable Protocol, whatever the handler). agl's two
-callbacks alone (``python -m tests.benchmarks.bench_langchain_callbacks --rounds 5``: the arguments
-LangChain passed them, thread CPU time; 19:22, load average 5.2-5.6) took 8.26 µs with a writer
-that drops what it is given against 28dbf9d's 12.46 (0.66x), and 11.32 with a rollout's writer into
-SQLite against 14.59 (0.78x); against 5a51c2c's, 8.25 against 12.64 and 11.27 against 15.76. What
-took it down: the span made by :func:`agl.capture.spans.finished_span` (the model's checks without
-its validator's pass: 3.0 µs where ``Span(...)`` took 6.3), the guard of the two model callbacks
-written inline (``@guarded``'s extra call, passing LangChain's eight keyword arguments on, cost 0.5
-µs a callback; :func:`agl.capture.guarded` still guards every other callback), LangChain's
-arguments taken by name instead of ``kwargs.get``, the parent run looked up once, the run popped
-once at its end, and a shared empty mapping where a missing one was read.
++40.4 / +37.4 against +44.5 / +42.2). With the writer sorting a batch in one pass as well
+(:mod:`agl.capture.writer`), two more runs (19:23-19:25, load average 3.6-5.9): +40.1 / +37.1
+against +45.9 / +43.1 and +40.1 / +38.0 against +45.2 / +43.1. The code before (5a51c2c) had +49.4
+/ +44.6 against +45.9 / +44.1 (5 rounds, load average 7-10). LangChain's own dispatch to a handler
+is about 30 µs of it (on Python 3.11 a third of that is ``isinstance(handler,
+_StreamingCallbackHandler)`` in ``BaseChatModel._should_stream``, a runtime-checkable Protocol,
+whatever the handler). agl's two callbacks alone (``python -m
+tests.benchmarks.bench_langchain_callbacks --rounds 5``: the arguments LangChain passed them,
+thread CPU time; 19:22, load average 5.2-5.6) took 8.26 µs with a writer that drops what it is
+given against 28dbf9d's 12.46 (0.66x), and 11.32 with a rollout's writer into SQLite against 14.59
+(0.78x); against 5a51c2c's, 8.25 against 12.64 and 11.27 against 15.76. What took it down: the span
+made by :func:`agl.capture.spans.finished_span` (the model's checks without its validator's pass:
+3.0 µs where ``Span(...)`` took 6.3), the guard of the two model callbacks written inline
+(``@guarded``'s extra call, passing LangChain's eight keyword arguments on, cost 0.5 µs a callback;
+:func:`agl.capture.guarded` still guards every other callback), LangChain's arguments taken by name
+instead of ``kwargs.get``, the parent run looked up once, the run popped once at its end, and a
+shared empty mapping where a missing one was read.
 
 A process of 5,000 calls with capture on (``AGL_LANGCHAIN_INSTRUMENT=1``, a SQLite store) peaked
 4.8 MiB above one without (5 rounds: 4.7-5.0; 28dbf9d in the same run: 11.7; in another run 4.6-4.9
