@@ -69,3 +69,41 @@ def test_open_runs_are_bounded(cap):
     evicted = cap.spans()
     assert [s.name for s in evicted] == ["c0", "c1"]
     assert all(s.attributes["agl.incomplete"] is True and s.status == "unset" for s in evicted)
+
+
+class _FailingRuns(dict):
+    """The handler's table of open runs, failing on every look-up: an internal error inside any callback."""
+
+    def _fail(self, *args, **kwargs):
+        raise RuntimeError("run table broken")
+
+    get = pop = __getitem__ = __setitem__ = __contains__ = _fail
+
+
+CALLBACK_ARGS = {
+    "on_chat_model_start": (None, [[]]),
+    "on_llm_start": (None, ["hi"]),
+    "on_llm_end": (None,),
+    "on_llm_error": (ValueError("x"),),
+    "on_tool_start": (None, "{}"),
+    "on_tool_end": ("out",),
+    "on_tool_error": (ValueError("x"),),
+    "on_retriever_start": (None, "q"),
+    "on_retriever_end": ([],),
+    "on_retriever_error": (ValueError("x"),),
+    "on_chain_start": (None, {}),
+    "on_chain_end": ({},),
+    "on_chain_error": (ValueError("x"),),
+    "on_custom_event": ("agl_reward", 1.0),
+}
+
+
+def test_every_callback_reports_an_internal_error_under_its_name_and_returns():
+    # the model callbacks hold their guard inline, the others through @guarded: each the same way
+    overridden = {n for n in vars(AglCallbackHandler) if n.startswith("on_")}
+    assert overridden == set(CALLBACK_ARGS)
+    for name, args in CALLBACK_ARGS.items():
+        handler = AglCallbackHandler()
+        handler._runs = _FailingRuns()
+        assert getattr(handler, name)(*args, run_id=uuid4(), parent_run_id=uuid4()) is None
+        assert dict(handler.error_guard.errors) == {name: 1}, name

