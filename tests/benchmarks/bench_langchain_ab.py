@@ -132,7 +132,9 @@ def environ(checkout: Path, **extra: str) -> dict[str, str]:
     return base | {"PYTHONPATH": path, "AGL_LOAD_PLUGINS": ""} | extra
 
 
-def _child(checkout: Path, code: str, args: list[str], **extra: str) -> dict:
+def child_figures(checkout: Path, code: str, args: list[str], **extra: str) -> dict:
+    """Run ``code`` with ``args`` in a fresh process on ``checkout``'s sources, in a temporary directory with its
+    capture store; the JSON object its last line of output prints."""
     with tempfile.TemporaryDirectory(prefix="agl-bench-lc-") as tmp:
         done = subprocess.run(
             [sys.executable, "-c", code, *args],
@@ -151,12 +153,12 @@ def _child(checkout: Path, code: str, args: list[str], **extra: str) -> dict:
 def one_turn(checkout: Path, args: argparse.Namespace) -> dict:
     """One checkout's figures, each from a fresh process."""
     with tempfile.TemporaryDirectory(prefix="agl-bench-lc-") as tmp:
-        out = _child(checkout, _TIME, [str(args.calls), f"{tmp}/bench.db"])
+        out = child_figures(checkout, _TIME, [str(args.calls), f"{tmp}/bench.db"])
     out["added_handler_us"] = out["handler_p50_us"] - out["plain_p50_us"]
     out["added_zero_line_us"] = out["zero_line_p50_us"] - out["plain_p50_us"]
-    out["peak_off_mib"] = _child(checkout, _MEMORY, [str(args.memory_calls)])["peak_mib"]
+    out["peak_off_mib"] = child_figures(checkout, _MEMORY, [str(args.memory_calls)])["peak_mib"]
     pth = checkout / "integrations/langchain/src/agl_langchain.pth"
-    on = _child(checkout, _SWITCH_ON + _MEMORY, [str(args.memory_calls), str(pth)])
+    on = child_figures(checkout, _SWITCH_ON + _MEMORY, [str(args.memory_calls), str(pth)])
     if not on["captured"]:
         raise RuntimeError(f"{checkout}: AGL_LANGCHAIN_INSTRUMENT=1 did not load agl_langchain")
     out["peak_on_mib"] = on["peak_mib"]
@@ -210,9 +212,9 @@ def use_bytecode_cache(prefix: str, checkouts: list[Path]) -> None:
     os.environ["PYTHONPYCACHEPREFIX"] = prefix
     for checkout in checkouts:
         pth = checkout / "integrations/langchain/src/agl_langchain.pth"
-        _child(checkout, _SWITCH_ON + _MEMORY, ["10", str(pth)])
+        child_figures(checkout, _SWITCH_ON + _MEMORY, ["10", str(pth)])
         with tempfile.TemporaryDirectory(prefix="agl-bench-lc-") as tmp:
-            _child(checkout, _TIME, ["250", f"{tmp}/bench.db"])
+            child_figures(checkout, _TIME, ["250", f"{tmp}/bench.db"])
 
 
 def run(this: Path, other: Path, args: argparse.Namespace) -> None:

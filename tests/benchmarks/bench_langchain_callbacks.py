@@ -18,15 +18,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import statistics
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 from tests.benchmarks.bench_gateway_ab import _load, take_turns
-from tests.benchmarks.bench_langchain_ab import AGAINST, ROOT, environ
+from tests.benchmarks.bench_langchain_ab import AGAINST, ROOT, child_figures
 from tests.benchmarks.store_beside import exported_tree
 
 _LOOP = """
@@ -80,20 +76,8 @@ print(json.dumps({**{f"{n}_us": statistics.median(v) - loop for n, v in cpu.item
 
 
 def one_turn(checkout: Path, args: argparse.Namespace) -> dict:
-    """One checkout's figures, from a fresh process."""
-    with tempfile.TemporaryDirectory(prefix="agl-bench-lcb-") as tmp:
-        done = subprocess.run(
-            [sys.executable, "-c", _LOOP, str(args.calls), str(args.blocks), f"{tmp}/bench.db"],
-            cwd=tmp,
-            env=environ(checkout),
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=1200,
-        )
-    if done.returncode != 0:
-        raise RuntimeError(f"{checkout}: {done.stderr[-2000:]}")
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    """One checkout's figures, from a fresh process (its store in the process's own temporary directory)."""
+    out = child_figures(checkout, _LOOP, [str(args.calls), str(args.blocks), "bench.db"])
     if out["errors"]:
         raise RuntimeError(f"{checkout}: the handler swallowed {out['errors']} internal errors")
     return out
