@@ -53,7 +53,7 @@ def test_train_takes_the_common_options_and_picks_the_configs_training_tasks(spe
 
 def test_each_examples_own_options_name_its_arm():
     calc, _ = parse_train_args(CALC, ["--lr", "1e-3", "--steps-without-signal", "skip", "--operations", "2", "3"], None)
-    assert CALC.arm(calc) == "calc_agent-lr0.001-skip" and calc.operations == [2, 3]
+    assert CALC.arm(calc) == "calc_agent-lr0.001-skip-ops2-3" and calc.operations == [2, 3]
     rag, _ = parse_train_args(RAG, ["--hops", "1", "2", "--batch-size", "2"], None)
     assert RAG.arm(rag) == "rag_agent-hops1-2-batch2"
     sql, easy_and_hard = parse_train_args(SQL, ["--arm", "broadcast", "--tiers", "easy", "hard"], None)
