@@ -42,7 +42,7 @@ from pathlib import Path
 
 from tests.benchmarks.bench_gateway import BODY, TOKEN, _wait_ready
 from tests.benchmarks.raw_http import ConnectionPool, Endpoint
-from tests.benchmarks.store_beside import exported_tree
+from tests.benchmarks.store_beside import add_other_checkout, other_checkout
 from tests.conftest import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -301,16 +301,15 @@ def report(turns: list[tuple[int, str, dict]], levels: list[int], names: list[st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--other", type=Path, help="the other checkout (a worktree); default: --against's tree")
+    add_other_checkout(parser, AGAINST)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--rollouts", type=int, default=300, help="rollouts of the rollout traffic (0: none)")
     parser.add_argument("--calls-per-rollout", type=int, default=4)
-    parser.add_argument("--against", default=AGAINST, help=f"the other commit, exported (default {AGAINST})")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
-        other = args.other.resolve() if args.other else stack.enter_context(exported_tree(args.against))
+        other = other_checkout(args, stack)
         run(ROOT, other, args)
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from tests.benchmarks.bench_gateway import BODY, TOKEN
 from tests.benchmarks.bench_gateway_ab import AGAINST, ROOT, _environ, _load, take_turns
-from tests.benchmarks.store_beside import exported_tree
+from tests.benchmarks.store_beside import add_other_checkout, other_checkout
 
 CHILD = Path(__file__).with_name("gateway_inproc_child.py")
 MODEL = "fake-policy"
@@ -143,8 +143,7 @@ def run(this: Path, other: Path, args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--other", type=Path, help="the other checkout (a worktree); default: --against's tree")
-    parser.add_argument("--against", default=AGAINST, help=f"the other commit, exported (default {AGAINST})")
+    add_other_checkout(parser, AGAINST)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=3000, help="requests a run")
     parser.add_argument("--concurrency", type=int, default=16, help="requests at once")
@@ -155,7 +154,7 @@ def main() -> None:
         if getattr(args, name) < 1:
             parser.error(f"--{name}: must be at least 1, got {getattr(args, name)}")
     with contextlib.ExitStack() as stack:
-        other = args.other.resolve() if args.other else stack.enter_context(exported_tree(args.against))
+        other = other_checkout(args, stack)
         run(ROOT, other, args)
 
 

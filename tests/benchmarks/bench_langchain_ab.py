@@ -43,7 +43,7 @@ import tempfile
 from pathlib import Path
 
 from tests.benchmarks.bench_gateway_ab import SOURCES, _load, take_turns
-from tests.benchmarks.store_beside import exported_tree
+from tests.benchmarks.store_beside import add_other_checkout, other_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
 AGAINST = "28dbf9d"
@@ -190,17 +190,16 @@ def report(turns: list[tuple[int, str, dict]], names: list[str]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--other", type=Path, help="the other checkout (a worktree); default: --against's tree")
+    add_other_checkout(parser, AGAINST)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=3000, help="timed calls of each set-up in each turn")
     parser.add_argument("--memory-calls", type=int, default=5000)
-    parser.add_argument("--against", default=AGAINST, help=f"the other commit, exported (default {AGAINST})")
     parser.add_argument(
         "--bytecode-cache", action="store_true", help="children run from compiled bytecode, as an installed package"
     )
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
-        other = args.other.resolve() if args.other else stack.enter_context(exported_tree(args.against))
+        other = other_checkout(args, stack)
         if args.bytecode_cache:
             use_bytecode_cache(stack.enter_context(tempfile.TemporaryDirectory(prefix="agl-bench-pyc-")), [ROOT, other])
         run(ROOT, other, args)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tests.benchmarks.bench_gateway_ab import _load, take_turns
 from tests.benchmarks.bench_langchain_ab import AGAINST, ROOT, child_figures
-from tests.benchmarks.store_beside import exported_tree
+from tests.benchmarks.store_beside import add_other_checkout, other_checkout
 
 _LOOP = """
 import itertools, json, statistics, sys, time, uuid
@@ -85,14 +85,13 @@ def one_turn(checkout: Path, args: argparse.Namespace) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--other", type=Path, help="the other checkout (a worktree); default: --against's tree")
-    parser.add_argument("--against", default=AGAINST, help=f"the other commit, exported (default {AGAINST})")
+    add_other_checkout(parser, AGAINST)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=5000, help="calls in each timed block")
     parser.add_argument("--blocks", type=int, default=9, help="timed blocks of each writer in each turn")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
-        other = args.other.resolve() if args.other else stack.enter_context(exported_tree(args.against))
+        other = other_checkout(args, stack)
         checkouts = {"this": ROOT, "other": other}
         print(f"this: {ROOT}; other: {other}; load {_load()}")
         turns = take_turns(checkouts, args.rounds, lambda checkout: one_turn(checkout, args))

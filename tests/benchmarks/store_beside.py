@@ -20,6 +20,7 @@ the server's CPU seconds per rollout (user + system, from ``psutil``).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import contextlib
@@ -48,6 +49,17 @@ ROOT = Path(__file__).resolve().parents[2]
 SPANS_PER_ROLLOUT = 6
 _RID = "@RID@"  # where each body template takes its rollout's id
 _RID_BYTES = _RID.encode()
+
+
+def add_other_checkout(parser: argparse.ArgumentParser, against: str) -> None:
+    """An A/B benchmark's ``--other`` (a checkout) and ``--against`` (a commit, exported without ``--other``)."""
+    parser.add_argument("--other", type=Path, help="the other checkout (a worktree); default: --against's tree")
+    parser.add_argument("--against", default=against, help=f"the other commit, exported (default {against})")
+
+
+def other_checkout(args: argparse.Namespace, stack: contextlib.ExitStack) -> Path:
+    """The checkout ``--other`` names, else ``--against``'s tree, exported for the life of ``stack``."""
+    return args.other.resolve() if args.other else stack.enter_context(exported_tree(args.against))
 
 
 @contextlib.contextmanager
