@@ -1,6 +1,7 @@
 """Transformers engine on SmolLM2-135M-Instruct: continuous batching versus waves, in the same run.
 
     .venv/bin/python -m tests.benchmarks.bench_engine [--tokens 16] [--concurrency 1 8 32 64]
+        [--device auto|cpu|cuda] [--model smollm2|llama-1b]
         [--long 4 --long-tokens 64 --short 12 --short-tokens 5 --short-every 0.3]
 
 Two engines with ``max_batch_size=32``, loaded side by side, serve the same work: the
@@ -16,6 +17,10 @@ runs on one engine, then on the other, the order alternating. Two measurements:
 * **throughput**: at each ``--concurrency`` level, that many chat requests
   (``--tokens`` sampled tokens each, ``ignore_eos``) are sent at once. Prints tokens/s.
 
+``--device`` and ``--model`` choose as :mod:`tests.benchmarks.bench_step` does (``llama-1b``:
+a 1B-parameter Llama of random weights, for timings on a GPU). ``--model-floor`` adds the bare
+model's decode at each concurrency (one prefill, then greedy steps with the KV cache, nothing
+leaving the device): the tokens/s the engine's decode loop could reach on that model and device.
 The load average is printed before and after: the figures depend on what else runs.
 """
 
@@ -32,6 +37,8 @@ from unittest import mock
 import httpx
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from tests.benchmarks.step_replay import RANDOM_MODELS, Setup  # noqa: E402 - after the offline switch; no torch yet
 
 
 def body(tokens: int, seed: int, content: str) -> dict:
@@ -85,12 +92,12 @@ def percentile(values: list[float], q: float) -> float:
 
 
 @contextmanager
-def engine_with(scheduler: str, model_dir, max_batch_size: int):
+def engine_with(scheduler: str, setup: Setup, max_batch_size: int):
     """A started engine whose replica uses the given scheduler."""
     from agl_verl.engines.transformers_engine import TransformersEngine
     from tests.benchmarks.wave_batcher import WaveBatcher
 
-    engine = TransformersEngine(model_dir, max_batch_size=max_batch_size)
+    engine = TransformersEngine(setup.model_dir, max_batch_size=max_batch_size, device=setup.device, dtype=setup.dtype)
     if scheduler == "waves":
         with mock.patch("agl_verl.engines.transformers_engine.Batcher", WaveBatcher):
             engine.start()
@@ -100,6 +107,36 @@ def engine_with(scheduler: str, model_dir, max_batch_size: int):
         yield engine
     finally:
         engine.stop()
+
+
+def bare_decode_tok_s(setup: Setup, batch: int, tokens: int, prompt_len: int = 32) -> float:
+    """Tokens/s of the model alone: one prefill of ``batch`` random prompts, then ``tokens`` greedy
+    decode steps with the KV cache, every choice staying on the device (no HTTP, no scheduler, no
+    sampling, no per-row work): what the engine's decode could reach on this model and device."""
+    import torch
+    from transformers import DynamicCache
+
+    from agl_verl.engines.weights import load_model, resolve_dtype
+
+    model = load_model(setup.model_dir, resolve_dtype(setup.dtype), setup.device)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(100, 1000, (batch, prompt_len), generator=generator).to(setup.device)
+
+    def run(steps: int) -> None:
+        with torch.inference_mode():
+            cache = DynamicCache()
+            out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+            for _ in range(steps):
+                nxt = out.logits[:, -1, :].float().argmax(dim=-1, keepdim=True)
+                out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
+            if setup.device.startswith("cuda"):
+                torch.cuda.synchronize()
+
+    run(2)  # warm-up: first use of each kernel
+    started = time.perf_counter()
+    run(tokens)
+    elapsed = time.perf_counter() - started
+    return batch * tokens / elapsed
 
 
 def measure(engines: dict, args: argparse.Namespace) -> dict:
@@ -136,14 +173,29 @@ def main() -> None:
     parser.add_argument("--short", type=int, default=12)
     parser.add_argument("--short-tokens", type=int, default=5)
     parser.add_argument("--short-every", type=float, default=0.3)
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="auto: the GPU in bfloat16 where torch sees one, else the CPU in float32",
+    )
+    parser.add_argument(
+        "--model",
+        choices=["smollm2", *RANDOM_MODELS],
+        default="smollm2",
+        help="SmolLM2-135M-Instruct, or a larger Llama built from a config with random weights (timings only)",
+    )
+    parser.add_argument(
+        "--model-floor",
+        action="store_true",
+        help="also time the bare model's decode (prefill, then greedy steps on the device) at each --concurrency",
+    )
     args = parser.parse_args()
     import torch
 
-    from agl_verl.models import smollm2_dir
-
-    model_dir = smollm2_dir()
+    setup = Setup.choose(args.model, args.device)
     print(
-        f"SmolLM2-135M-Instruct, fp32 CPU, {torch.get_num_threads()} torch threads, max_batch_size"
+        f"{setup.label}, {torch.get_num_threads()} torch threads, max_batch_size"
         f" {args.max_batch_size}; load average {os.getloadavg()[0]:.2f} at start"
     )
     print(
@@ -151,8 +203,8 @@ def main() -> None:
         f" requests one every {args.short_every} s; throughput: {args.tokens} tokens/request"
     )
     with (
-        engine_with("continuous", model_dir, args.max_batch_size) as cont_engine,
-        engine_with("waves", model_dir, args.max_batch_size) as wave_engine,
+        engine_with("continuous", setup, args.max_batch_size) as cont_engine,
+        engine_with("waves", setup, args.max_batch_size) as wave_engine,
     ):
         results = measure({"continuous": cont_engine.urls[0], "waves": wave_engine.urls[0]}, args)
     cont, wave = results["continuous"], results["waves"]
@@ -164,6 +216,11 @@ def main() -> None:
     for level in args.concurrency:
         c, w = cont["tok_s"][level], wave["tok_s"][level]
         print(f"{level:>16} | {c:>16.1f} | {w:>11.1f} | {c / w:>5.2f}x")
+    if args.model_floor:
+        print(f"{'batch':>16} | {'bare model tok/s':>16} | {'continuous / bare':>17}")
+        for level in args.concurrency:
+            bare = bare_decode_tok_s(setup, level, args.tokens)
+            print(f"{level:>16} | {bare:>16.1f} | {cont['tok_s'][level] / bare:>16.2f}x", flush=True)
 
 
 if __name__ == "__main__":
