@@ -38,7 +38,7 @@ import httpx
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tests.benchmarks.step_replay import RANDOM_MODELS, Setup  # noqa: E402 - after the offline switch; no torch yet
+from tests.benchmarks.step_replay import Setup  # noqa: E402 - after the offline switch; no torch yet
 
 
 def body(tokens: int, seed: int, content: str) -> dict:
@@ -173,18 +173,7 @@ def main() -> None:
     parser.add_argument("--short", type=int, default=12)
     parser.add_argument("--short-tokens", type=int, default=5)
     parser.add_argument("--short-every", type=float, default=0.3)
-    parser.add_argument(
-        "--device",
-        choices=["auto", "cpu", "cuda"],
-        default="auto",
-        help="auto: the GPU in bfloat16 where torch sees one, else the CPU in float32",
-    )
-    parser.add_argument(
-        "--model",
-        choices=["smollm2", *RANDOM_MODELS],
-        default="smollm2",
-        help="SmolLM2-135M-Instruct, or a larger Llama built from a config with random weights (timings only)",
-    )
+    Setup.add_arguments(parser)
     parser.add_argument(
         "--model-floor",
         action="store_true",

@@ -37,7 +37,7 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import agl_verl  # noqa: E402, F401 - its OpenMP wait policy (agl_verl.threads), set before torch loads
-from tests.benchmarks.step_replay import RANDOM_MODELS  # noqa: E402 - after the offline switch; no torch yet
+from tests.benchmarks.step_replay import Setup  # noqa: E402 - after the offline switch; no torch yet
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,18 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--concurrency", type=int, help="rollouts at once (default: the recorded run's)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (the examples' default)")
-    parser.add_argument(
-        "--device",
-        choices=["auto", "cpu", "cuda"],
-        default="auto",
-        help="auto: the GPU in bfloat16 where torch sees one, else the CPU in float32",
-    )
-    parser.add_argument(
-        "--model",
-        choices=["smollm2", *RANDOM_MODELS],
-        default="smollm2",
-        help="SmolLM2-135M-Instruct, or a larger Llama built from a config with random weights (timings only)",
-    )
+    Setup.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.record:
         from tests.benchmarks.step_recording import record

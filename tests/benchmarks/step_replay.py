@@ -37,6 +37,22 @@ class Setup:
     dtype: str
     label: str
 
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """``--device`` and ``--model``, the two choices :meth:`choose` takes."""
+        parser.add_argument(
+            "--device",
+            choices=["auto", "cpu", "cuda"],
+            default="auto",
+            help="auto: the GPU in bfloat16 where torch sees one, else the CPU in float32",
+        )
+        parser.add_argument(
+            "--model",
+            choices=["smollm2", *RANDOM_MODELS],
+            default="smollm2",
+            help="SmolLM2-135M-Instruct, or a larger Llama built from a config with random weights (timings only)",
+        )
+
     @classmethod
     def choose(cls, model: str, device: str) -> Setup:
         """``device`` "auto": the GPU in bfloat16 where torch sees one, else the CPU in float32."""
