@@ -74,6 +74,28 @@ def run_agent(
         store.close()
 
 
+def run_policies(workdir: Path) -> list[dict] | None:
+    """The policies a training run in ``workdir`` had (its ``trainer_state.json``), or None when
+    ``workdir`` is not a run's work directory or the run had one policy."""
+    state = workdir / "trainer_state.json"
+    if not state.is_file():
+        return None
+    return json.loads(state.read_text())["config"].get("policies") or None
+
+
+def policy_adapters(workdir: Path, policies: list[dict]) -> dict[str, Path]:
+    """Each trained policy's last published adapter in a run of ``policies`` (a frozen policy keeps its
+    weights); a run of one policy published it as the run's default weights (``step-N``)."""
+    from agl_verl.models import checkpoint_dir
+
+    several = len(policies) > 1
+    return {
+        p["name"]: checkpoint_dir(workdir, policy=p["name"] if several else None)
+        for p in policies
+        if p.get("train", True)
+    }
+
+
 def evaluate_parser(spec: ExampleSpec, description: str | None) -> argparse.ArgumentParser:
     """The options of an example's ``evaluate`` command."""
     noun = spec.noun
@@ -82,7 +104,12 @@ def evaluate_parser(spec: ExampleSpec, description: str | None) -> argparse.Argu
         description=description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--checkpoint", type=Path, help="LoRA adapter or training workdir (default: the base model)")
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="LoRA adapter or training workdir (default: the base model); a run with a policy per role "
+        "is served as it trained, each trained policy its last adapter",
+    )
     parser.add_argument("--split", choices=["train", "val", "test"], default="test")
     parser.add_argument("--limit", type=int, help=f"only the first N {noun} of the split")
     spec.subset.add_to(parser, noun, training=False)
@@ -118,16 +145,26 @@ def evaluate_main(spec: ExampleSpec, argv: list[str] | None = None, description:
     from agl_verl.models import checkpoint_dir, smollm2_dir
 
     torch.set_num_threads(args.threads)
+    checkpoint = args.checkpoint.resolve() if args.checkpoint else None
+    policies = run_policies(checkpoint) if checkpoint else None
+    adapter: Path | dict[str, Path] | None = None
     try:
-        adapter = checkpoint_dir(args.checkpoint.resolve()) if args.checkpoint else None
+        if policies:
+            adapter = policy_adapters(checkpoint, policies)
+        elif checkpoint:
+            adapter = checkpoint_dir(checkpoint)
     except ConfigError as exc:
         parser.error(str(exc))
-    label = f"{args.split}-{adapter.parent.parent.parent.name + '-' + adapter.name if adapter else 'base'}"
+    if isinstance(adapter, dict):
+        label = f"{args.split}-{checkpoint.name}-" + "-".join(path.name for path in adapter.values())
+    else:
+        label = f"{args.split}-{adapter.parent.parent.parent.name + '-' + adapter.name if adapter else 'base'}"
     started = time.monotonic()
     summary = spec.run_split(
         items[: args.limit],
         model_path=smollm2_dir(),
         adapter=adapter,
+        **({"policies": policies} if policies else {}),
         workdir=args.workdir or Path("runs") / spec.runs / f"eval-{label}",
         split=args.split,
         concurrency=args.concurrency,
@@ -135,7 +172,7 @@ def evaluate_main(spec: ExampleSpec, argv: list[str] | None = None, description:
         temperature=args.temperature,
         samples=args.samples,
     )
-    summary.update(evaluation_facts(args, adapter, started), **{spec.subset.option: values})
+    summary.update(evaluation_facts(args, checkpoint if policies else adapter, started), **{spec.subset.option: values})
     text = json.dumps(summary, indent=1)
     print(text)
     if args.out:

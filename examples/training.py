@@ -346,15 +346,11 @@ def test_figures(
     adapter (``trained``) or on the model it started from; a run of ``policies`` is served as it
     trained, each trained policy its own last adapter and each frozen one its weights."""
     from agl_verl.models import checkpoint_dir, smollm2_dir
+    from examples.evaluation import policy_adapters
 
     adapter: Path | dict[str, Path] | None = None
     if trained and policies:
-        several = len(policies) > 1  # a lone policy publishes as the run's default weights (step-N)
-        adapter = {
-            p["name"]: checkpoint_dir(workdir, policy=p["name"] if several else None)
-            for p in policies
-            if p.get("train", True)
-        }
+        adapter = policy_adapters(workdir, policies)
     elif trained:
         adapter = checkpoint_dir(workdir)
     return spec.run_split(

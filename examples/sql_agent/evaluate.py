@@ -3,7 +3,8 @@
     python -m examples.sql_agent.evaluate [--checkpoint DIR] [--split test|val|train] [--limit N] [--out FILE]
 
 ``--checkpoint`` is an adapter directory (``<workdir>/verl/versions/step-N``) or a
-training work directory (its latest published version is used). Prints success per
+training work directory (its latest published version is used; a ``per-role`` run is served
+as it trained, the writer on its last adapter and the checker on the base). Prints success per
 tier, rewrite rounds, the checker's acceptance rate and LLM calls per agent.
 """
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -191,3 +192,39 @@ def test_a_backend_setting_the_runner_owns_or_without_a_value_is_a_usage_error(s
         parse_train_args(CALC, ["--backend-setting", setting], None)
     assert refused.value.code == 2
     assert "--backend-setting" in capsys.readouterr().err
+
+
+def per_role_workdir(root: Path, published: list[str]) -> Path:
+    """A training run's work directory as a run with a policy per role leaves it (the trainer's state
+    names the policies; the writer's adapters are published under verl/versions)."""
+    policies = [
+        {"name": "writer", "models": ["sql-writer"], "train": True},
+        {"name": "checker", "models": ["sql-checker"], "train": False},
+    ]
+    root.mkdir()
+    (root / "trainer_state.json").write_text(json.dumps({"config": {"policies": policies}, "run_id": "run-x"}))
+    for name in published:
+        (root / "verl" / "versions" / name).mkdir(parents=True)
+    return root
+
+
+def test_a_per_role_run_is_evaluated_with_each_trained_policys_last_adapter(tmp_path):
+    from examples.evaluation import policy_adapters, run_policies
+
+    workdir = per_role_workdir(tmp_path / "run", ["writer-step-9", "writer-step-30", "writer-step-10"])
+    policies = run_policies(workdir)
+    assert [p["name"] for p in policies] == ["writer", "checker"]
+    assert policy_adapters(workdir, policies) == {"writer": workdir / "verl" / "versions" / "writer-step-30"}
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "trainer_state.json").write_text(json.dumps({"config": {"policies": []}}))
+    assert run_policies(tmp_path / "one") is None and run_policies(tmp_path / "adapter-dir") is None
+
+
+def test_evaluate_names_a_per_role_run_whose_policy_published_nothing(tmp_path, capsys):
+    from examples.sql_agent import evaluate
+
+    workdir = per_role_workdir(tmp_path / "run", ["step-3"])
+    with pytest.raises(SystemExit):
+        evaluate.main(["--checkpoint", str(workdir), "--limit", "1"])
+    err = capsys.readouterr().err
+    assert f"checkpoint: {workdir} is neither" in err and "verl/versions/writer-step-N" in err
