@@ -75,8 +75,8 @@ def run_agent(
 
 
 def run_policies(workdir: Path) -> list[dict] | None:
-    """The policies a training run in ``workdir`` had (its ``trainer_state.json``), or None when
-    ``workdir`` is not a run's work directory or the run had one policy."""
+    """The policies a training run in ``workdir`` named (its ``trainer_state.json``), or None when
+    ``workdir`` is not a run's work directory or the run named none."""
     state = workdir / "trainer_state.json"
     if not state.is_file():
         return None
