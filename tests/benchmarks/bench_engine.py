@@ -32,6 +32,7 @@ import os
 import statistics
 import time
 from contextlib import contextmanager
+from typing import Any
 from unittest import mock
 
 import httpx
@@ -109,18 +110,15 @@ def engine_with(scheduler: str, setup: Setup, max_batch_size: int):
         engine.stop()
 
 
-def bare_decode_tok_s(setup: Setup, batch: int, tokens: int, prompt_len: int = 32) -> float:
-    """Tokens/s of the model alone: one prefill of ``batch`` random prompts, then ``tokens`` greedy
+def bare_decode_tok_s(model: Any, device: str, batch: int, tokens: int, prompt_len: int = 32) -> float:
+    """Tokens/s of ``model`` alone: one prefill of ``batch`` random prompts, then ``tokens`` greedy
     decode steps with the KV cache, every choice staying on the device (no HTTP, no scheduler, no
     sampling, no per-row work): what the engine's decode could reach on this model and device."""
     import torch
     from transformers import DynamicCache
 
-    from agl_verl.engines.weights import load_model, resolve_dtype
-
-    model = load_model(setup.model_dir, resolve_dtype(setup.dtype), setup.device)
     generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(100, 1000, (batch, prompt_len), generator=generator).to(setup.device)
+    ids = torch.randint(100, 1000, (batch, prompt_len), generator=generator).to(device)
 
     def run(steps: int) -> None:
         with torch.inference_mode():
@@ -129,7 +127,7 @@ def bare_decode_tok_s(setup: Setup, batch: int, tokens: int, prompt_len: int = 3
             for _ in range(steps):
                 nxt = out.logits[:, -1, :].float().argmax(dim=-1, keepdim=True)
                 out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
-            if setup.device.startswith("cuda"):
+            if device.startswith("cuda"):
                 torch.cuda.synchronize()
 
     run(2)  # warm-up: first use of each kernel
@@ -207,8 +205,11 @@ def main() -> None:
         print(f"{level:>16} | {c:>16.1f} | {w:>11.1f} | {c / w:>5.2f}x")
     if args.model_floor:
         print(f"{'batch':>16} | {'bare model tok/s':>16} | {'continuous / bare':>17}")
+        from agl_verl.engines.weights import load_model, resolve_dtype
+
+        model = load_model(setup.model_dir, resolve_dtype(setup.dtype), setup.device)
         for level in args.concurrency:
-            bare = bare_decode_tok_s(setup, level, args.tokens)
+            bare = bare_decode_tok_s(model, setup.device, level, args.tokens)
             print(f"{level:>16} | {bare:>16.1f} | {cont['tok_s'][level] / bare:>16.2f}x", flush=True)
 
 
