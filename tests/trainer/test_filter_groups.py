@@ -185,6 +185,10 @@ def test_a_resumed_run_takes_the_tasks_an_uninterrupted_one_does(tmp_path, engin
         ({"rollout": {"max_staleness": 1}}, r"filter_groups.enable: cannot be used with rollout.max_staleness 1"),
         ({"from_store": {}}, r"filter_groups.enable: cannot be used with from_store"),
         ({"n_rollouts": 1}, r"filter_groups.enable: needs n_rollouts of 2 or more, not 1"),
+        (
+            {"policies": [{"name": "writer", "models": ["w"]}, {"name": "checker", "models": ["c"]}]},
+            r"filter_groups.enable: cannot be used with several trained policies \(writer, checker\)",
+        ),
         ({"filter_groups": {"enable": True, "metric": "acc"}}, r"filter_groups.metric: Input should be 'reward'"),
         ({"filter_groups": {"enable": True, "max_gen_batches": -1}}, r"filter_groups.max_gen_batches"),
     ],
@@ -195,6 +199,12 @@ def test_what_dynamic_sampling_cannot_honour_is_refused_naming_the_field(changes
         parse_config(config)
     if "filter_groups" not in changes:  # the same settings without filtering are accepted
         parse_config({**config, "filter_groups": {"enable": False}})
+
+
+def test_dynamic_sampling_takes_one_trained_policy_beside_frozen_ones():
+    policies = [{"name": "writer", "models": ["w"]}, {"name": "checker", "models": ["c"], "train": False}]
+    config = parse_config({"filter_groups": {"enable": True}, "policies": policies})
+    assert [p.name for p in config.policies if p.train] == ["writer"]
 
 
 def _transition(rollout_id: str, task_id: str, reward: float) -> Transition:

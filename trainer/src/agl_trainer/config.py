@@ -280,6 +280,14 @@ class TrainerConfig(_Config):
                 f"filter_groups.enable: needs n_rollouts of 2 or more, not {self.n_rollouts}: a group of one "
                 "rollout has no spread of rewards to filter on (verl keeps every such group)"
             )
+        trained = [p.name for p in self.policies if p.train]
+        if len(trained) > 1:
+            raise ValueError(
+                f"filter_groups.enable: cannot be used with several trained policies ({', '.join(trained)}): a group "
+                "is kept for the spread of its rollouts' rewards, and a policy whose calls come in only some of "
+                "those rollouts may get none of that spread in its own transitions; train one policy (the others "
+                "train: false), or leave filter_groups off"
+            )
 
     def store_url(self) -> str:
         """``store``, else the store every ``agl`` command uses (:func:`agl.store.base.default_store_url`).
