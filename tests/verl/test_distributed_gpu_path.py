@@ -311,7 +311,8 @@ def test_rollouts_left_by_a_crashed_attempt_are_taken_back(sqlite_store):
     waiting = threading.Thread(target=crashed.run, args=("t",), daemon=True)
     waiting.start()  # enqueued, never finished: its agent loop's process is gone
     other = RolloutBridge(sqlite_store, timeout_s=30, rollout_prefix="verl-run2-")
-    threading.Thread(target=other.run, args=("t",), daemon=True).start()
+    other_waiting = threading.Thread(target=other.run, args=("t",), daemon=True)
+    other_waiting.start()
     for _ in range(100):
         if len(list(sqlite_store.query_rollouts())) == 2:
             break
@@ -324,6 +325,9 @@ def test_rollouts_left_by_a_crashed_attempt_are_taken_back(sqlite_store):
     assert [s for rid, s in statuses.items() if rid.startswith("verl-run2-")] != [RolloutStatus.CANCELLED]
     waiting.join(5)
     assert not waiting.is_alive()  # the waiting bridge saw its rollout end
+    take_back_rollouts(sqlite_store, "verl-run2-")  # end the other run too, before its store closes
+    other_waiting.join(5)
+    assert not other_waiting.is_alive()
 
 
 def test_run_id_survives_a_restart_of_the_run(tmp_path):
