@@ -92,7 +92,10 @@ def test_each_call_goes_to_the_policy_its_model_names_and_only_trained_policies_
     agl.register_plugin(Backends(), name="tiny-backends")
     cfg = policies_config(tmp_path, engine, steps=2)
     tasks = [{"input": {"word": f"w{i}"}} for i in range(2)]
-    Trainer(cfg).fit(two_role_agent, tasks)
+    result = Trainer(cfg).fit(two_role_agent, tasks)
+    # the run's end names each policy's version, not the default policy's, which this run has not
+    assert result.policy_versions == {"actor": "actor-v2", "checker": "base"}
+    assert result.summary().startswith("2 steps; model versions actor actor-v2, checker base")
 
     store = SqliteStore(tmp_path / "agl.db")
     try:

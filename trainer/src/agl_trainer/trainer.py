@@ -133,6 +133,14 @@ def _changed_keys(stored: dict[str, Any] | None, current: dict[str, Any], prefix
     return out
 
 
+def final_versions(model_version: str | None, policy_versions: dict[str, str | None]) -> str:
+    """``model version step-30``; in a run of named policies, each one's: ``model versions writer
+    writer-step-30, checker base``."""
+    if not policy_versions:
+        return f"model version {model_version}"
+    return "model versions " + ", ".join(f"{name} {version or 'base'}" for name, version in policy_versions.items())
+
+
 @dataclass
 class TrainResult:
     """What :meth:`Trainer.fit` returns."""
@@ -141,6 +149,8 @@ class TrainResult:
     """How many training steps the run completed (with a resumed run's earlier ones)."""
     model_version: str | None
     """The model version the run ended on."""
+    policy_versions: dict[str, str | None] = field(default_factory=dict)
+    """In a run of named policies, the version each ended on (the base model's is ``base``); else empty."""
     history: list[dict[str, Any]] = field(default_factory=list)
     """The run's metric records, one per step and evaluation, as in ``<workdir>/metrics.jsonl``."""
     before: dict[str, float] | None = None
@@ -152,7 +162,7 @@ class TrainResult:
 
     def summary(self) -> str:
         """A few lines: steps, final version, and the held-out reward before and after."""
-        lines = [f"{self.steps_completed} steps; model version {self.model_version}"]
+        lines = [f"{self.steps_completed} steps; {final_versions(self.model_version, self.policy_versions)}"]
         for label, key in [("held-out reward", "val_reward_mean"), ("held-out success", "val_success_rate")]:
             b = None if self.before is None else self.before.get(key)
             a = None if self.after is None else self.after.get(key)
@@ -1039,7 +1049,7 @@ class Trainer:
             steps = f"{state['completed_step']} step" + ("" if state["completed_step"] == 1 else "s")
             done = f"trained {steps}" if self._backend is not None else f"ran {steps}, no backend: nothing trained"
             self.console.print(
-                f"agl: {done}; final model version {state['model_version']}; "
+                f"agl: {done}; final {final_versions(state['model_version'], state.get('policy_versions') or {})}; "
                 f"train reward {train[0].get('reward_mean', 0):.3f} → {train[-1].get('reward_mean', 0):.3f}; "
                 f"metrics in {self.workdir / 'metrics.jsonl'}" + (f"; reward curve {curve}" if curve else ""),
                 soft_wrap=True,
@@ -1047,6 +1057,7 @@ class Trainer:
         return TrainResult(
             steps_completed=state["completed_step"],
             model_version=state["model_version"],
+            policy_versions=dict(state.get("policy_versions") or {}),
             history=records,
             before=state.get("before"),
             after=state.get("after"),
