@@ -16,10 +16,11 @@ The metric (``reward``) is each rollout's final reward as its transitions carry 
 that made no transition takes no part (it adds nothing to the group the estimator sees), so a
 group with fewer than two rollouts with transitions has no signal and is dropped. verl also
 keeps a group of one response (``rollout.n`` 1); agl refuses ``filter_groups`` with
-``n_rollouts`` 1 instead (:class:`~agl_trainer.config.FilterGroupsConfig`), and with several trained
-policies: a group kept for its rewards' spread may carry none of it in one policy's own calls. A kept group of a
-task already kept in the step (a small dataset, its shuffle wrapping around) is not trained
-either (``groups_duplicate``): the backends group transitions by task, and the two would merge.
+``n_rollouts`` 1 instead (:class:`~agl_trainer.config.FilterGroupsConfig`), and with several
+trained policies: a group kept for its rewards' spread may carry none of it in one policy's own
+calls. A kept group of a task already kept in the step (a small dataset, its shuffle wrapping
+around) is not trained either (``groups_duplicate``): the backends group transitions by task,
+and the two would merge.
 Dropped groups' rollouts stay in the store, untrained.
 """
 
